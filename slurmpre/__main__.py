@@ -1,0 +1,3 @@
+from slurmpre.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""The command line: parse arguments, call the core, print. Nothing else lives here.
+
+Errors are turned into one message and an exit code in exactly one place,
+`main`: a slurmpre error exits 1 (2 for bad input), Ctrl-C 130, and anything
+unexpected 3, with its traceback only under ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurmpre import __version__
+from slurmpre.errors import SlurmpreError
+
+EXIT_UNEXPECTED = 3
+EXIT_INTERRUPTED = 130
+
+
+def _err(message: str) -> None:
+    click.echo(f"slurmpre: error: {message}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmpre")
+@click.option("--debug", is_flag=True, help="Log every command run and show tracebacks.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Run ML jobs on preemptible Slurm nodes and lose no work when a node is taken back."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="slurmpre: %(name)s: %(message)s")
+
+
+# -- sandbox -----------------------------------------------------------------
+@cli.group()
+def sandbox() -> None:
+    """A real Slurm cluster on this machine, for tests and rehearsals."""
+
+
+def _sandbox() -> Any:
+    from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+
+    return Sandbox(Path(os.environ.get("SLURMPRE_SANDBOX_DIR", DEFAULT_STATE_DIR)))
+
+
+@sandbox.command("up")
+@click.option("--nodes", default=3, show_default=True, help="Number of nodes.")
+@click.option(
+    "--preemptible", default=2, show_default=True, help="How many of them carry `preemptible`."
+)
+@click.option(
+    "--stock-timings",
+    is_flag=True,
+    help="Slurm's default timeouts and requeue delay, instead of the fast test settings.",
+)
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the nodes.")
+def sandbox_up(nodes: int, preemptible: int, stock_timings: bool, timeout: float) -> None:
+    """Install (if needed) and start munge, slurmctld and one slurmd per node."""
+    _sandbox().up(nodes, preemptible, stock_timings=stock_timings, timeout=timeout, say=click.echo)
+
+
+@sandbox.command("down")
+def sandbox_down() -> None:
+    """Stop exactly what `up` started, and the job processes it left."""
+    _sandbox().down(say=click.echo)
+
+
+@sandbox.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def sandbox_status(as_json: bool) -> None:
+    """Say what runs where."""
+    from slurmpre.sandbox.status import describe
+
+    report = describe(_sandbox())
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        from slurmpre.sandbox.status import format_report
+
+        click.echo(format_report(report))
+    if not report["up"]:
+        raise SystemExit(1)
+
+
+@sandbox.command("preempt")
+@click.argument("node")
+@click.option("--window", default=300.0, show_default=True, help="Seconds from drain to removal.")
+@click.option(
+    "--return-after",
+    type=float,
+    default=None,
+    help="Seconds after removal when a replacement node comes back (default: never).",
+)
+@click.option("--reason", default="preempted", show_default=True, help="The drain reason.")
+@click.option(
+    "--no-mark-down",
+    is_flag=True,
+    help="Do not tell Slurm the node is gone; let it notice after SlurmdTimeout.",
+)
+@click.option("--background", is_flag=True, help="Run the timeline in the background.")
+def sandbox_preempt(
+    node: str,
+    window: float,
+    return_after: float | None,
+    reason: str,
+    no_mark_down: bool,
+    background: bool,
+) -> None:
+    """Preempt NODE as the provider does: drain now, remove at T+window, maybe return."""
+    from slurmpre.sandbox.preempt import PreemptPlan, preempt
+
+    plan = PreemptPlan(node, window, return_after, reason, mark_down=not no_mark_down)
+    box = _sandbox()
+    box.config().node(node)  # validate before going to the background
+    if not background:
+        preempt(box, plan, say=lambda line: click.echo(line))
+        return
+    log = box.state_dir / "log" / f"preempt-{node}-{int(time.time())}.log"
+    argv = [sys.executable, "-m", "slurmpre", "sandbox", "preempt", node, "--window", str(window)]
+    argv += ["--reason", reason]
+    if return_after is not None:
+        argv += ["--return-after", str(return_after)]
+    if no_mark_down:
+        argv.append("--no-mark-down")
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    box.add_helper(proc.pid)
+    click.echo(f"preempting {node} in the background (pid {proc.pid}); timeline in {log}")
+
+
+# -- drill -------------------------------------------------------------------
+@cli.command()
+@click.option(
+    "--window", default=10.0, show_default=True, help="Seconds from drain to node removal."
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/var/lib/slurmpre/drill"),
+    show_default=True,
+    help="Shared folder for the drill job's log.",
+)
+def drill(window: float, workdir: Path) -> None:
+    """Rehearse a preemption on the local sandbox and report what happened."""
+    from slurmpre.drill import run_drill
+
+    run_drill(_sandbox(), window=window, workdir=workdir, say=click.echo)
+
+
+# -- entry point ---------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="slurmpre", standalone_mode=False)
+    except SlurmpreError as exc:
+        _err(str(exc))
+        if debug:
+            traceback.print_exc()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("slurmpre: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("slurmpre: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:  # noqa: BLE001 - the one place unexpected errors become exit 3
+        _err(f"unexpected {type(exc).__name__}: {exc}")
+        if debug:
+            traceback.print_exc()
+        else:
+            click.echo("slurmpre: run again with --debug for the traceback", err=True)
+        return EXIT_UNEXPECTED
+    return 0

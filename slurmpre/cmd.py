@@ -1,0 +1,82 @@
+"""The one seam through which slurmpre runs external commands.
+
+argv lists only, never a shell; a timeout on every call; logged at debug; a
+missing executable, a time-out and a failure each become a `CommandError` whose
+message names the command, the exit code and the indented stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from slurmpre.errors import CommandError, SlurmpreError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _indent(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return "    (no output)"
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def render_failure(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> str:
+    """The message of a failed command: the command, its exit code and its output."""
+    lines = [f"command failed (exit {returncode}): {shlex.join(argv)}"]
+    out = stderr.strip() or stdout.strip()
+    if out:
+        lines.append(_indent(out))
+    return "\n".join(lines)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    cwd: str | None = None,
+    error: type[SlurmpreError] = CommandError,
+) -> Result:
+    """Run ``argv`` and return its output; raise ``error`` when it cannot run or fails."""
+    argv = tuple(argv)
+    log.debug("run: %s", shlex.join(argv))
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            input=input,
+            cwd=cwd,
+            check=False,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise error(f"{argv[0]}: command not found (is it installed and on PATH?)") from None
+    except PermissionError:
+        raise error(f"{argv[0]}: permission denied") from None
+    except subprocess.TimeoutExpired:
+        raise error(f"command timed out after {timeout:g} s: {shlex.join(argv)}") from None
+    result = Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    log.debug("exit %d: %s", proc.returncode, argv[0])
+    if check and proc.returncode != 0:
+        raise error(render_failure(argv, proc.returncode, proc.stdout, proc.stderr))
+    return result

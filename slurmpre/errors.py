@@ -1,0 +1,46 @@
+"""The one error hierarchy of slurmpre.
+
+Every error a user can cause or meet carries a message meant for them; the CLI
+turns it into one line and an exit code in one place (``slurmpre.cli``).
+"""
+
+from __future__ import annotations
+
+
+class SlurmpreError(Exception):
+    """Root of every error slurmpre raises on purpose. Exit code 1."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(SlurmpreError):
+    """Bad input: a value, an option, a spec key. Exit code 2."""
+
+    exit_code = 2
+
+
+class CommandError(SlurmpreError):
+    """An external command could not run, timed out, or failed."""
+
+
+class SlurmError(CommandError):
+    """Slurm refused or failed a request."""
+
+
+class SandboxError(SlurmpreError):
+    """The local Slurm sandbox could not be brought up, inspected or changed."""
+
+
+class CheckpointError(SlurmpreError):
+    """No usable checkpoint, or a checkpoint could not be written safely."""
+
+
+class JobEnvironmentError(SlurmpreError):
+    """The process is not inside the Slurm job it expects to be in."""

@@ -1,0 +1,438 @@
+"""Bring the sandbox up, inspect it, take it down.
+
+Every daemon is started here in the foreground of its own session and
+recorded by pid in ``<state_dir>/sandbox.json``; ``down`` stops exactly those
+pids (checked against their executable), the job processes their nodes hold,
+and the helpers (a background ``preempt``) that were recorded beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from slurmpre.cmd import run
+from slurmpre.errors import CommandError, SandboxError, UsageError
+from slurmpre.sandbox import procs
+from slurmpre.sandbox.config import (
+    CTLD_PORT,
+    MARKER,
+    STOCK,
+    TUNED,
+    NodeSpec,
+    SandboxConfig,
+    node_specs,
+    render_cgroup_conf,
+    render_gres_conf,
+    render_slurm_conf,
+)
+from slurmpre.slurm.client import CommandLineSlurm
+from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
+
+DEFAULT_STATE_DIR = Path("/var/lib/slurmpre/sandbox")
+SLURM_ETC = Path("/etc/slurm")
+PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
+EXECUTABLES = {
+    "munged": "/usr/sbin/munged",
+    "slurmctld": "/usr/sbin/slurmctld",
+    "slurmd": "/usr/sbin/slurmd",
+    "sbatch": "/usr/bin/sbatch",
+}
+# Log lines that every healthy start prints and that explain nothing.
+_NOISE = ("pmix", "PMIx", "socket/core boundaries", "Couldn't load specified plugin name for mpi")
+
+
+@dataclass
+class State:
+    """What ``up`` started, as written to ``sandbox.json``."""
+
+    version: list[int]
+    timings: str
+    nodes: list[dict[str, Any]]  # name, preemptible, port, pid
+    slurmctld: int | None = None
+    munged: int | None = None  # None: munge was already running and is not ours
+    helpers: list[int] = field(default_factory=list)
+
+    def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
+        return SandboxConfig(
+            hostname=hostname,
+            state_dir=state_dir,
+            version=(self.version[0], self.version[1], self.version[2]),
+            nodes=tuple(NodeSpec(n["name"], n["preemptible"], n["port"]) for n in self.nodes),
+            timings=STOCK if self.timings == "stock" else TUNED,
+        )
+
+
+class Sandbox:
+    def __init__(self, state_dir: Path = DEFAULT_STATE_DIR, *, etc: Path = SLURM_ETC) -> None:
+        self.state_dir = state_dir
+        self.etc = etc
+        self.hostname = socket.gethostname().split(".")[0]
+        self.client = CommandLineSlurm(timeout=15)
+
+    # -- state file ---------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "sandbox.json"
+
+    def lock(self) -> FileLock:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.state_dir / "sandbox.lock"))
+
+    def load(self) -> State | None:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"cannot read {self.state_file}: {exc}") from None
+        return State(**data)
+
+    def save(self, state: State) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    def config(self) -> SandboxConfig:
+        state = self.load()
+        if state is None:
+            raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+        return state.config(self.state_dir, self.hostname)
+
+    # -- health -------------------------------------------------------------
+    def daemons_alive(self, state: State) -> bool:
+        if state.slurmctld is None or not procs.is_process_of(state.slurmctld, "slurmctld"):
+            return False
+        return all(
+            n.get("pid") is not None and procs.is_process_of(n["pid"], "slurmd")
+            for n in state.nodes
+        )
+
+    def node_states(self) -> list[NodeInfo]:
+        return self.client.nodes()
+
+    # -- up -----------------------------------------------------------------
+    def up(
+        self,
+        nodes: int = 3,
+        preemptible: int = 2,
+        *,
+        stock_timings: bool = False,
+        timeout: float = 60.0,
+        say: Callable[[str], None] = lambda _: None,
+    ) -> State:
+        specs = node_specs(nodes, preemptible)
+        require_root()
+        with self.lock():
+            state = self.load()
+            if state is not None and self.daemons_alive(state):
+                want = [(s.name, s.preemptible) for s in specs]
+                have = [(n["name"], n["preemptible"]) for n in state.nodes]
+                timings = "stock" if stock_timings else "tuned"
+                if want != have or state.timings != timings:
+                    raise UsageError(
+                        f"the sandbox is up with {len(have)} nodes "
+                        f"({sum(p for _, p in have)} preemptible, {state.timings} timings); "
+                        "run `slurmpre sandbox down` first to change its shape"
+                    )
+                self._wait_nodes_up(state, timeout)
+                say("sandbox already up")
+                return state
+            if state is not None:
+                say("cleaning up a sandbox that is not healthy")
+                self._down_locked(state)
+            return self._cold_start(specs, stock_timings, timeout, say)
+
+    def _cold_start(
+        self,
+        specs: tuple[NodeSpec, ...],
+        stock_timings: bool,
+        timeout: float,
+        say: Callable[[str], None],
+    ) -> State:
+        ensure_installed(say)
+        self._refuse_foreign_config()
+        if port_in_use(CTLD_PORT):
+            raise SandboxError(
+                f"port {CTLD_PORT} is in use: another slurmctld runs here that the sandbox did not "
+                "start; stop it first"
+            )
+        version = parse_version(run(["slurmd", "-V"], error=SandboxError).stdout)
+        cfg = SandboxConfig(
+            hostname=self.hostname,
+            state_dir=self.state_dir,
+            version=version,
+            nodes=specs,
+            timings=STOCK if stock_timings else TUNED,
+            cpus_per_node=max(2, os.cpu_count() or 2),
+        )
+        self._lay_out(cfg)
+        state = State(
+            version=list(version),
+            timings=cfg.timings.name,
+            nodes=[{**asdict(s), "pid": None} for s in specs],
+        )
+        self.save(state)
+        state.munged = start_munge(cfg.log_dir)
+        self.save(state)
+        state.slurmctld = self._spawn(
+            ["slurmctld", "-D", "-i", "-f", str(self.etc / "slurm.conf")],
+            cfg.log_dir / "slurmctld.out",
+        )
+        self.save(state)
+        self._wait_ctld(cfg, timeout)
+        if len(specs) > 1:
+            self._require_multiple_slurmd()
+        for node in state.nodes:
+            node["pid"] = self.start_slurmd(cfg, node["name"])
+        self.save(state)
+        self._wait_nodes_up(state, timeout)
+        say(
+            f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
+            f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings"
+        )
+        return state
+
+    def _refuse_foreign_config(self) -> None:
+        conf = self.etc / "slurm.conf"
+        if conf.exists() and MARKER not in conf.read_text(errors="replace"):
+            raise SandboxError(
+                f"{conf} exists and was not written by the sandbox; "
+                "refusing to replace a real cluster's configuration"
+            )
+
+    def _lay_out(self, cfg: SandboxConfig) -> None:
+        """A clean cluster: fresh state, spool and logs, then the config files."""
+        for sub in ("state", "spool", "run", "dev"):
+            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+            (self.state_dir / sub).mkdir(parents=True)
+        cfg.log_dir.mkdir(parents=True, exist_ok=True)
+        for old in cfg.log_dir.iterdir():
+            old.unlink()
+        for node in cfg.nodes:
+            cfg.spool_dir(node.name).mkdir(parents=True)
+            for dev in cfg.gpu_files(node.name):
+                # Stand-in GPUs: the device numbers of /dev/null (1, 3).
+                os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        self.etc.mkdir(parents=True, exist_ok=True)
+        write_managed(self.etc / "slurm.conf", render_slurm_conf(cfg))
+        write_managed(self.etc / "gres.conf", render_gres_conf(cfg))
+        cgroup = render_cgroup_conf(cfg)
+        if cgroup is not None:
+            write_managed(self.etc / "cgroup.conf", cgroup)
+
+    def _spawn(self, argv: list[str], log: Path) -> int:
+        with log.open("ab") as out:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
+        return proc.pid
+
+    def start_slurmd(self, cfg: SandboxConfig, name: str) -> int:
+        spool = cfg.spool_dir(name)
+        spool.mkdir(parents=True, exist_ok=True)
+        return self._spawn(
+            ["slurmd", "-D", "-N", name, "-f", str(self.etc / "slurm.conf")],
+            cfg.log_dir / f"slurmd-{name}.out",
+        )
+
+    def _wait_ctld(self, cfg: SandboxConfig, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                run(["scontrol", "ping"], timeout=5, error=SandboxError)
+                return
+            except SandboxError:
+                if time.monotonic() > deadline:
+                    raise SandboxError(
+                        "slurmctld did not answer within "
+                        f"{timeout:g} s{self._log_excerpt(cfg.log_dir)}"
+                    ) from None
+            time.sleep(0.2)
+
+    def _require_multiple_slurmd(self) -> None:
+        conf = run(["scontrol", "show", "config"], error=SandboxError).stdout
+        for line in conf.splitlines():
+            if line.replace(" ", "").startswith("MULTIPLE_SLURMD=Yes"):
+                return
+        raise SandboxError(
+            "this Slurm build cannot run several slurmd on one host (MULTIPLE_SLURMD is not Yes); "
+            "use `slurmpre sandbox up --nodes 1`"
+        )
+
+    def _wait_nodes_up(self, state: State, timeout: float) -> None:
+        """Wait until every node has registered and is not DOWN or unknown."""
+        names = {n["name"] for n in state.nodes}
+        deadline = time.monotonic() + timeout
+        last: list[NodeInfo] = []
+        while time.monotonic() < deadline:
+            try:
+                last = [n for n in self.client.nodes() if n.name in names]
+            except CommandError:
+                last = []
+            if len(last) == len(names) and all(
+                not n.down and n.state not in ("UNKNOWN", "FUTURE") for n in last
+            ):
+                return
+            time.sleep(0.2)
+        seen = ", ".join(f"{n.name}={n.state}" for n in last) or "no answer"
+        raise SandboxError(
+            f"sandbox nodes did not come up within {timeout:g} s ({seen})"
+            f"{self._log_excerpt(self.state_dir / 'log')}"
+        )
+
+    def _log_excerpt(self, log_dir: Path, lines: int = 12) -> str:
+        picked: list[str] = []
+        for log in sorted(log_dir.glob("*.log")) + sorted(log_dir.glob("*.out")):
+            for line in log.read_text(errors="replace").splitlines():
+                low = line.lower()
+                if ("error" in low or "fatal" in low) and not any(n in line for n in _NOISE):
+                    picked.append(f"    {log.name}: {line.strip()}")
+        if not picked:
+            return ""
+        return "\nlog lines that matter:\n" + "\n".join(picked[-lines:])
+
+    # -- down ---------------------------------------------------------------
+    def down(self, say: Callable[[str], None] = lambda _: None) -> bool:
+        """Stop what ``up`` started. Returns False when nothing was up."""
+        require_root()
+        with self.lock():
+            state = self.load()
+            if state is None:
+                say("sandbox is not up")
+                return False
+            self._down_locked(state)
+            say("sandbox down")
+            return True
+
+    def _down_locked(self, state: State) -> None:
+        helpers = {p for p in state.helpers if procs.alive(p)}
+        procs.stop(helpers, grace=2.0)
+        # Job processes first: they would outlive their slurmd as orphans.
+        jobs = procs.holders_of_sockets_under(self.state_dir / "spool")
+        jobs |= procs.descendants(jobs)
+        daemons = [n["pid"] for n in state.nodes if n.get("pid")]
+        daemons = [p for p in daemons if procs.is_process_of(p, "slurmd")]
+        procs.kill_now(jobs | procs.descendants(daemons))
+        procs.stop(daemons, grace=10.0)
+        if state.slurmctld and procs.is_process_of(state.slurmctld, "slurmctld"):
+            procs.stop([state.slurmctld, *procs.descendants([state.slurmctld])], grace=10.0)
+        if state.munged and procs.is_process_of(state.munged, "munged"):
+            procs.stop([state.munged], grace=5.0)
+        self.state_file.unlink(missing_ok=True)
+
+    # -- helpers recorded for down -----------------------------------------
+    def add_helper(self, pid: int) -> None:
+        with self.lock():
+            state = self.load()
+            if state is None:
+                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            state.helpers = [p for p in state.helpers if procs.alive(p)] + [pid]
+            self.save(state)
+
+    def set_node_pid(self, name: str, pid: int | None) -> None:
+        with self.lock():
+            state = self.load()
+            if state is None:
+                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            for node in state.nodes:
+                if node["name"] == name:
+                    node["pid"] = pid
+            self.save(state)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise SandboxError(
+            "the sandbox runs Slurm's daemons and must be run as root (try: sudo slurmpre ...)"
+        )
+
+
+def write_managed(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".slurmpre-tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def ensure_installed(say: Callable[[str], None]) -> None:
+    missing = [name for name, path in EXECUTABLES.items() if not Path(path).exists()]
+    if not missing:
+        return
+    if shutil.which("apt-get") is None:
+        raise SandboxError(
+            f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get"
+        )
+    say(f"installing {' '.join(PACKAGES)} (missing: {', '.join(missing)})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        run(["apt-get", "update", "-qq"], timeout=600, env=env, error=SandboxError)
+        run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+            timeout=900,
+            env=env,
+            error=SandboxError,
+        )
+    except SandboxError as exc:
+        first = str(exc).splitlines()
+        detail = next((ln.strip() for ln in reversed(first) if ln.strip()), str(exc))
+        raise SandboxError(f"could not install Slurm with apt-get: {detail}") from None
+
+
+def munge_works() -> bool:
+    try:
+        encoded = run(["munge", "-n"], timeout=5, error=SandboxError).stdout
+        run(["unmunge"], input=encoded, timeout=5, error=SandboxError)
+    except SandboxError:
+        return False
+    return True
+
+
+def start_munge(log_dir: Path) -> int | None:
+    """Start munged as user munge, unless a working munged is already there (then None)."""
+    if munge_works():
+        return None
+    run_dir = Path("/run/munge")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    shutil.chown(run_dir, "munge", "munge")
+    with (log_dir / "munged.out").open("ab") as out:
+        proc = subprocess.Popen(
+            [EXECUTABLES["munged"], "-F", "--force"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            user="munge",
+            group="munge",
+        )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if munge_works():
+            return proc.pid
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = (log_dir / "munged.out").read_text(errors="replace").strip().splitlines()[-3:]
+    raise SandboxError("munged did not start: " + (" | ".join(tail) or "no output"))

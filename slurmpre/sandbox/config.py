@@ -1,0 +1,180 @@
+"""The sandbox's shape and the Slurm configuration files it writes (pure functions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmpre.errors import UsageError
+
+MARKER = "# Managed by `slurmpre sandbox`: rewritten by `sandbox up`, do not edit."
+PREEMPTIBLE_FEATURE = "preemptible"
+STANDARD_FEATURE = "standard"
+CTLD_PORT = 6817
+FIRST_NODE_PORT = 6818
+GPUS_PER_NODE = 2
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    preemptible: bool
+    port: int
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The settings that decide how fast a failure or a requeue is handled.
+
+    ``tuned`` makes tests fast; ``stock`` is Slurm's defaults, for benchmarks to
+    report beside the tuned figures. See docs/sandbox.md.
+    """
+
+    name: str
+    cred_expire: int | None  # AuthInfo=cred_expire; a requeued job waits this long + 1 s
+    scheduler_parameters: str | None
+    slurmd_timeout: int
+    slurmctld_timeout: int
+    message_timeout: int
+    kill_wait: int
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.cred_expire is not None:
+            out.append(f"AuthInfo=cred_expire={self.cred_expire}")
+        if self.scheduler_parameters:
+            out.append(f"SchedulerParameters={self.scheduler_parameters}")
+        out += [
+            f"SlurmdTimeout={self.slurmd_timeout}",
+            f"SlurmctldTimeout={self.slurmctld_timeout}",
+            f"MessageTimeout={self.message_timeout}",
+            f"KillWait={self.kill_wait}",
+        ]
+        return out
+
+
+TUNED = Timings("tuned", 5, "bf_interval=1,sched_interval=2", 10, 10, 10, 5)
+STOCK = Timings("stock", None, None, 300, 120, 10, 30)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    hostname: str
+    state_dir: Path
+    version: tuple[int, int, int]
+    nodes: tuple[NodeSpec, ...]
+    timings: Timings = TUNED
+    cpus_per_node: int = 2
+
+    @property
+    def spool_root(self) -> Path:
+        return self.state_dir / "spool"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def dev_dir(self) -> Path:
+        return self.state_dir / "dev"
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        known = ", ".join(n.name for n in self.nodes)
+        raise UsageError(f"unknown sandbox node {name!r} (nodes: {known})")
+
+    def spool_dir(self, node: str) -> Path:
+        return self.spool_root / node
+
+    def gpu_files(self, node: str) -> list[Path]:
+        return [self.dev_dir / f"{node}-gpu{i}" for i in range(GPUS_PER_NODE)]
+
+
+def node_specs(total: int, preemptible: int) -> tuple[NodeSpec, ...]:
+    """Provider-style names: ``gpu-preemptible-dp-N`` for preemptible, ``gpu-dp-N`` for standard."""
+    if total < 1:
+        raise UsageError(f"--nodes must be at least 1, got {total}")
+    if total > 64:
+        raise UsageError(f"--nodes {total} is more than this one-machine sandbox runs (64 at most)")
+    if preemptible < 0:
+        raise UsageError(f"--preemptible must be 0 or more, got {preemptible}")
+    if preemptible > total:
+        raise UsageError(f"--preemptible {preemptible} is larger than --nodes {total}")
+    specs = [
+        NodeSpec(f"gpu-preemptible-dp-{i + 1}", True, FIRST_NODE_PORT + i)
+        for i in range(preemptible)
+    ]
+    specs += [
+        NodeSpec(f"gpu-dp-{i + 1}", False, FIRST_NODE_PORT + preemptible + i)
+        for i in range(total - preemptible)
+    ]
+    return tuple(specs)
+
+
+def render_slurm_conf(cfg: SandboxConfig) -> str:
+    """slurm.conf for a cluster whose every node runs on this host (multiple-slurmd)."""
+    d = cfg.state_dir
+    lines = [
+        MARKER,
+        "ClusterName=sandbox",
+        f"SlurmctldHost={cfg.hostname}",
+        f"SlurmctldPort={CTLD_PORT}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"StateSaveLocation={d / 'state'}",
+        f"SlurmdSpoolDir={cfg.spool_root}/%n",
+        f"SlurmctldPidFile={d / 'run' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={cfg.log_dir / 'slurmctld.log'}",
+        f"SlurmdLogFile={cfg.log_dir / 'slurmd-%n.log'}",
+        # No cgroups on this host: pgid tracking kills a job's whole tree, where
+        # linuxproc leaked a background child that ignored SIGTERM.
+        "ProctrackType=proctrack/pgid",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SchedulerType=sched/backfill",
+        "MailProg=/bin/true",
+        # A live node set DOWN returns to service as soon as its slurmd answers.
+        "ReturnToService=2",
+        # Keep finished jobs visible for 5 minutes: there is no accounting here.
+        "MinJobAge=300",
+        # Requeue only the jobs that ask for it with --requeue, as on the provider.
+        "JobRequeue=0",
+        "CommunicationParameters=NoInAddrAny",
+        # Several slurmd on one host, each declaring the same CPUs as a GPU node would.
+        "SlurmdParameters=config_overrides",
+        "GresTypes=gpu",
+        *cfg.timings.lines(),
+    ]
+    if cfg.version < (24, 5, 0):
+        # 22.05 still knows task/none; 24.x dropped the */none names (unset means none).
+        lines.append("TaskPlugin=task/none")
+    for n in cfg.nodes:
+        feature = PREEMPTIBLE_FEATURE if n.preemptible else STANDARD_FEATURE
+        lines.append(
+            f"NodeName={n.name} NodeHostname={cfg.hostname} NodeAddr=127.0.0.1 Port={n.port} "
+            f"CPUs={cfg.cpus_per_node} RealMemory=4096 Gres=gpu:{GPUS_PER_NODE} "
+            f"Features={feature} State=UNKNOWN"
+        )
+    lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def render_gres_conf(cfg: SandboxConfig) -> str:
+    """Stand-in GPUs: character devices equal to /dev/null, so --gpus-per-node works."""
+    lines = [MARKER]
+    for n in cfg.nodes:
+        files = cfg.dev_dir / f"{n.name}-gpu[0-{GPUS_PER_NODE - 1}]"
+        lines.append(f"NodeName={n.name} Name=gpu File={files}")
+    return "\n".join(lines) + "\n"
+
+
+def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
+    """Slurm 24.05+ always starts a cgroup plugin in slurmd unless told not to."""
+    if cfg.version < (24, 5, 0):
+        return None
+    return f"{MARKER}\nCgroupPlugin=disabled\n"

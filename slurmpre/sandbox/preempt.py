@@ -1,0 +1,145 @@
+"""The provider's preemption of a Slurm node, replayed on the sandbox.
+
+T+0: Slurm drains the node (no new jobs, running jobs keep running, no signal).
+T+window: the node is removed: its slurmd and every job process on it vanish at
+once, and slurmctld learns that the node is gone (DOWN), so jobs submitted with
+``--requeue`` are requeued. Later, like the provider provisioning a
+replacement, a node comes back under the same name, idle and undrained.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from slurmpre.cmd import run
+from slurmpre.errors import SandboxError, UsageError
+from slurmpre.sandbox import procs
+from slurmpre.sandbox.cluster import Sandbox
+
+DEFAULT_WINDOW = 300.0
+DEFAULT_REASON = "preempted"
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float  # wall-clock seconds since the epoch
+    offset: float  # seconds since T+0
+    what: str
+
+    def line(self) -> str:
+        stamp = datetime.fromtimestamp(self.at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+        return f"{stamp}Z T+{self.offset:.1f}s {self.what}"
+
+
+@dataclass(frozen=True)
+class PreemptPlan:
+    node: str
+    window: float = DEFAULT_WINDOW
+    return_after: float | None = None
+    reason: str = DEFAULT_REASON
+    mark_down: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.window >= 0:
+            raise UsageError(f"--window must be 0 seconds or more, got {self.window:g}")
+        if self.return_after is not None and not self.return_after >= 0:
+            raise UsageError(f"--return-after must be 0 seconds or more, got {self.return_after:g}")
+        if not self.reason.strip() or "\n" in self.reason:
+            raise UsageError(f"--reason must be one non-empty line, got {self.reason!r}")
+
+
+def preempt(
+    sandbox: Sandbox,
+    plan: PreemptPlan,
+    *,
+    say: Callable[[str], None] = print,
+    wall: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Event]:
+    cfg = sandbox.config()
+    cfg.node(plan.node)  # unknown node -> UsageError naming it
+    client = sandbox.client
+    events: list[Event] = []
+    t0 = clock()
+
+    def note(what: str) -> None:
+        ev = Event(wall(), clock() - t0, what)
+        events.append(ev)
+        say(ev.line())
+
+    def sleep_until(offset: float) -> None:
+        while (left := t0 + offset - clock()) > 0:
+            sleep(min(left, 1.0))
+
+    node = client.nodes([plan.node])[0]
+    if node.down:
+        raise SandboxError(f"node {plan.node} is already down ({node.state}); nothing to preempt")
+    jobs = _jobs_on(plan.node)
+    client.update_node(plan.node, state="DRAIN", reason=plan.reason)
+    note(f"drain {plan.node} (reason: {plan.reason}); running jobs: {', '.join(jobs) or 'none'}")
+
+    sleep_until(plan.window)
+    doomed = _jobs_on(plan.node)
+    killed = remove_node(sandbox, plan.node)
+    if plan.mark_down:
+        client.update_node(plan.node, state="DOWN", reason=f"{plan.reason}: node removed")
+    note(
+        f"remove {plan.node}: slurmd and {killed} job process(es) killed"
+        + ("; marked DOWN" if plan.mark_down else "; Slurm notices after SlurmdTimeout")
+        + f"; jobs it ended: {', '.join(doomed) or 'none'}"
+    )
+
+    if plan.return_after is None:
+        return events
+    sleep_until(plan.window + plan.return_after)
+    restore_node(sandbox, plan.node)
+    note(f"return {plan.node}: a replacement node is up and idle")
+    return events
+
+
+def _jobs_on(node: str) -> list[str]:
+    out = run(["squeue", "-h", "-w", node, "-o", "%i"], check=False, timeout=15).stdout
+    return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+
+def remove_node(sandbox: Sandbox, name: str) -> int:
+    """Kill the node's slurmd and every job process it holds, at once.
+
+    Returns how many job processes died with it.
+    """
+    cfg = sandbox.config()
+    state = sandbox.load()
+    if state is None:
+        raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+    slurmd = next((n.get("pid") for n in state.nodes if n["name"] == name), None)
+    steps = procs.holders_of_sockets_under(cfg.spool_dir(name))
+    victims = steps | procs.descendants(steps)
+    if slurmd and procs.is_process_of(slurmd, "slurmd"):
+        victims |= {slurmd} | procs.descendants([slurmd])
+    procs.kill_now(victims)
+    sandbox.set_node_pid(name, None)
+    return len(victims - {slurmd})
+
+
+def restore_node(sandbox: Sandbox, name: str, timeout: float = 60.0) -> None:
+    """Start the node's slurmd again and put it back in service."""
+    cfg = sandbox.config()
+    pid = sandbox.start_slurmd(cfg, name)
+    sandbox.set_node_pid(name, pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        node = sandbox.client.nodes([name])[0]
+        if not node.down and node.state != "UNKNOWN":
+            break
+        time.sleep(0.2)
+    sandbox.client.update_node(name, state="RESUME")
+    while time.monotonic() < deadline:
+        node = sandbox.client.nodes([name])[0]
+        if node.usable:
+            return
+        time.sleep(0.2)
+    raise SandboxError(f"node {name} did not come back within {timeout:g} s (state {node.state})")

@@ -1,0 +1,146 @@
+"""Processes of the sandbox, found by pid and by what they hold, never by a broad name."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: split after the last ')'.
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a parent that never reaps it."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+
+
+def is_process_of(pid: int, executable: str) -> bool:
+    """``pid`` is alive and runs ``executable`` (guards against a reused pid)."""
+    if not alive(pid):
+        return False
+    argv = cmdline(pid)
+    return bool(argv) and Path(argv[0]).name == Path(executable).name
+
+
+def _parents() -> dict[int, int]:
+    table = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                table[int(entry.name)] = int(fields[1])
+    return table
+
+
+def descendants(roots: Iterable[int]) -> set[int]:
+    """Every process below ``roots`` (not including them)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _socket_inodes_under(folder: Path) -> set[str]:
+    """Inodes of the unix sockets bound to paths under ``folder``."""
+    prefix = str(folder).rstrip("/") + "/"
+    inodes: set[str] = set()
+    try:
+        lines = (PROC / "net" / "unix").read_text().splitlines()[1:]
+    except OSError:
+        return inodes
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 8 and parts[7].startswith(prefix):
+            inodes.add(parts[6])
+    return inodes
+
+
+def holders_of_sockets_under(folder: Path) -> set[int]:
+    """Processes that hold a unix socket bound under ``folder``.
+
+    Each slurmstepd listens on ``<SlurmdSpoolDir>/<node>_<job>.<step>``, which is
+    how a node's job processes are told from another node's on this one host.
+    """
+    inodes = _socket_inodes_under(folder)
+    if not inodes:
+        return set()
+    wanted = {f"socket:[{i}]" for i in inodes}
+    pids = set()
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if str(fd.readlink()) in wanted:
+                        pids.add(int(entry.name))
+                        break
+    return pids
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def wait_gone(
+    pids: Iterable[int],
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> set[int]:
+    """Wait until none of ``pids`` is alive; return those still alive at the deadline."""
+    pending = set(pids)
+    deadline = clock() + timeout
+    while True:
+        pending = {p for p in pending if alive(p)}
+        if not pending or clock() >= deadline:
+            return pending
+        sleep(0.05)
+
+
+def stop(pids: Iterable[int], *, grace: float = 10.0) -> None:
+    """SIGTERM, wait up to ``grace``, then SIGKILL whatever is left."""
+    pids = {p for p in pids if alive(p)}
+    signal_all(pids, signal.SIGTERM)
+    left = wait_gone(pids, grace)
+    if left:
+        signal_all(left, signal.SIGKILL)
+        wait_gone(left, 5.0)
+
+
+def kill_now(pids: Iterable[int]) -> None:
+    """SIGKILL at once, as when a machine vanishes."""
+    pids = {p for p in pids if alive(p)}
+    signal_all(pids, signal.SIGKILL)
+    wait_gone(pids, 5.0)

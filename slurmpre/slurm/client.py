@@ -1,0 +1,95 @@
+"""The Slurm client: one Protocol, backends chosen in one place.
+
+The command-line backend (``sbatch``, ``scontrol``, ``sinfo``) must always work;
+a pyslurm backend may be added behind the same Protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from slurmpre.cmd import run
+from slurmpre.errors import SlurmError
+from slurmpre.slurm.parse import (
+    JobInfo,
+    NodeInfo,
+    parse_jobs,
+    parse_nodes,
+    parse_submit,
+    parse_version,
+)
+
+
+class SlurmClient(Protocol):
+    """What slurmpre asks of Slurm."""
+
+    def version(self) -> tuple[int, int, int]: ...
+
+    def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]: ...
+
+    def job(self, job_id: str) -> JobInfo: ...
+
+    def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
+        """Submit a batch script; return the job id (with ``test_only``, Slurm's verdict)."""
+        ...
+
+    def update_node(self, name: str, *, state: str, reason: str | None = None) -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+
+class CommandLineSlurm:
+    """The backend that always works: Slurm's own command-line tools."""
+
+    def __init__(self, timeout: float = 30.0) -> None:
+        self.timeout = timeout
+
+    def _run(self, argv: Sequence[str], *, input: str | None = None) -> str:
+        return run(argv, timeout=self.timeout, input=input, error=SlurmError).stdout
+
+    def version(self) -> tuple[int, int, int]:
+        return parse_version(self._run(["sinfo", "--version"]))
+
+    def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
+        argv = ["scontrol", "show", "node", "-o"]
+        if names:
+            argv.append(",".join(names))
+        return parse_nodes(self._run(argv))
+
+    def job(self, job_id: str) -> JobInfo:
+        jobs = parse_jobs(self._run(["scontrol", "show", "job", "-o", str(job_id)]))
+        if not jobs:
+            raise SlurmError(f"Slurm knows no job {job_id}")
+        return jobs[0]
+
+    def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
+        if test_only:
+            # sbatch --test-only reports its verdict on stderr and queues nothing.
+            res = run(
+                ["sbatch", "--test-only", *args],
+                input=script,
+                timeout=self.timeout,
+                error=SlurmError,
+            )
+            return (res.stderr or res.stdout).strip()
+        return parse_submit(self._run(["sbatch", "--parsable", *args], input=script))
+
+    def update_node(self, name: str, *, state: str, reason: str | None = None) -> None:
+        argv = ["scontrol", "update", f"nodename={name}", f"state={state}"]
+        if reason is not None:
+            argv.append(f"reason={reason}")
+        self._run(argv)
+
+    def requeue(self, job_id: str) -> None:
+        self._run(["scontrol", "requeue", str(job_id)])
+
+    def cancel(self, job_id: str) -> None:
+        self._run(["scancel", str(job_id)])
+
+
+def default_client() -> SlurmClient:
+    """The one place a backend is chosen: the command-line tools for now."""
+    return CommandLineSlurm()

@@ -1,0 +1,198 @@
+"""Pure parsers of Slurm's text output, the same on Slurm 22.05 and 24.11.
+
+Each takes the text a command printed and returns frozen values; tests feed them
+output captured from real clusters (``tests/data/``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from slurmpre.errors import SlurmError
+from slurmpre.slurm.hostlist import expand
+
+# A key of `scontrol show ... -o` output: a word at the start or after a space,
+# followed by '='. Keys carry letters, digits, '_', ':', '/' (``Socks/Node``).
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.]*)=")
+
+
+def parse_record(line: str) -> dict[str, str]:
+    """One line of ``scontrol show job|node -o`` -> {key: value}.
+
+    A value ends where the next ``Key=`` begins, so values with spaces (a
+    drain reason, ``OS=Linux 6.1 #1 SMP``) survive.
+    """
+    matches = list(_KEY.finditer(line))
+    record: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        record[m.group(1)] = line[m.end() : end].strip()
+    return record
+
+
+def _null(value: str | None) -> str | None:
+    if value is None or value in ("(null)", "None", "N/A", ""):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as Slurm reports it."""
+
+    name: str
+    state: str  # base state: IDLE, MIXED, ALLOCATED, DOWN, ...
+    flags: frozenset[str]  # DRAIN, COMPLETING, NOT_RESPONDING, ...
+    reason: str | None
+    features: tuple[str, ...]
+    address: str | None = None
+
+    @property
+    def draining(self) -> bool:
+        """Drained or draining: Slurm starts nothing new here (the provider's preemption notice)."""
+        return "DRAIN" in self.flags or self.state in ("DRAIN", "DRAINING", "DRAINED")
+
+    @property
+    def down(self) -> bool:
+        return self.state == "DOWN" or "NOT_RESPONDING" in self.flags
+
+    @property
+    def usable(self) -> bool:
+        """Up and accepting work."""
+        return not (self.draining or self.down) and self.state in (
+            "IDLE",
+            "MIXED",
+            "ALLOCATED",
+            "COMPLETING",
+        )
+
+
+def split_state(state: str) -> tuple[str, frozenset[str]]:
+    """``MIXED+DRAIN`` -> (``MIXED``, {``DRAIN``}); also accepts '*'-suffixed sinfo states."""
+    parts = [p for p in state.strip().upper().split("+") if p]
+    if not parts:
+        raise SlurmError(f"empty node state in Slurm output: {state!r}")
+    base = parts[0].rstrip("*~#!%$@^-")
+    flags = set(parts[1:])
+    if parts[0].endswith("*"):
+        flags.add("NOT_RESPONDING")
+    return base, frozenset(flags)
+
+
+def _reason(raw: str | None) -> str | None:
+    """Strip the ``[user@time]`` that scontrol appends to a reason."""
+    raw = _null(raw)
+    if raw is None:
+        return None
+    return re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", raw) or None
+
+
+def _features(raw: str | None) -> tuple[str, ...]:
+    raw = _null(raw)
+    return tuple(f for f in (raw or "").split(",") if f)
+
+
+def parse_nodes(text: str) -> list[NodeInfo]:
+    """``scontrol show node -o`` -> nodes, in Slurm's order."""
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip() or not line.startswith("NodeName="):
+            continue
+        rec = parse_record(line)
+        base, flags = split_state(rec.get("State", "UNKNOWN"))
+        nodes.append(
+            NodeInfo(
+                name=rec["NodeName"],
+                state=base,
+                flags=flags,
+                reason=_reason(rec.get("Reason")),
+                features=_features(rec.get("AvailableFeatures")),
+                address=_null(rec.get("NodeAddr")),
+            )
+        )
+    return nodes
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as ``scontrol show job -o`` reports it."""
+
+    job_id: str
+    name: str
+    state: str
+    reason: str | None
+    restarts: int
+    requeue: bool
+    nodes: tuple[str, ...]
+    num_nodes: str  # "2" or, while pending, a range such as "1-2"
+    features: str | None
+    batch_host: str | None
+    stdout: str | None
+    raw: dict[str, str]
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+            "BOOT_FAIL",
+            "DEADLINE",
+            "PREEMPTED",
+        )
+
+
+def parse_jobs(text: str) -> list[JobInfo]:
+    """``scontrol show job -o [ID]`` -> jobs (an array job gives one per task)."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.startswith("JobId="):
+            continue
+        rec = parse_record(line)
+        jobs.append(
+            JobInfo(
+                job_id=rec["JobId"],
+                name=rec.get("JobName", ""),
+                state=rec.get("JobState", "UNKNOWN"),
+                reason=_null(rec.get("Reason")),
+                restarts=int(rec.get("Restarts", "0") or 0),
+                requeue=rec.get("Requeue", "0") == "1",
+                nodes=tuple(expand(_null(rec.get("NodeList")) or "")),
+                num_nodes=rec.get("NumNodes", ""),
+                features=_null(rec.get("Features")),
+                batch_host=_null(rec.get("BatchHost")),
+                stdout=_null(rec.get("StdOut")),
+                raw=rec,
+            )
+        )
+    return jobs
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm-wlm 22.05.8`` / ``slurm 24.11.5`` -> (22, 5, 8)."""
+    m = _VERSION.search(text)
+    if not m:
+        raise SlurmError(f"cannot read a Slurm version from {text.strip()!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def parse_submit(text: str) -> str:
+    """``sbatch --parsable`` output (``123`` or ``123;cluster``) -> job id."""
+    first = text.strip().splitlines()[-1] if text.strip() else ""
+    job_id = first.split(";", 1)[0].strip()
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch printed no job id: {text.strip()!r}")
+    return job_id
+
+
+def format_version(version: tuple[int, int, int] | list[int]) -> str:
+    """(22, 5, 8) -> ``22.05.8``, as Slurm writes it."""
+    major, minor, micro = version
+    return f"{major}.{minor:02d}.{micro}"

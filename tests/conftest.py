@@ -1,0 +1,74 @@
+"""Shared fixtures: the real Slurm sandbox, and helpers for waiting on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.slurm.client import CommandLineSlurm
+
+DATA = Path(__file__).parent / "data"
+T = TypeVar("T")
+
+
+def slurmpre_cli(
+    *args: str, check: bool = False, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``python -m slurmpre`` and return what it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmpre", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"slurmpre {' '.join(args)} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
+    return proc
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.3
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[Sandbox]:
+    """The real local Slurm cluster, brought up once per test session (as root)."""
+    if os.geteuid() != 0:
+        pytest.fail("the integration tests need root to run the Slurm sandbox")
+    slurmpre_cli("sandbox", "up", check=True)
+    yield Sandbox(DEFAULT_STATE_DIR)
+
+
+@pytest.fixture(scope="session")
+def slurm(sandbox: Sandbox) -> CommandLineSlurm:
+    return CommandLineSlurm()
+
+
+@pytest.fixture
+def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every sandbox node sees (they are all this host), with a hostile name."""
+    base = tmp_path_factory.mktemp("shared")
+    path = base / "dir with space; $(echo) 'q'"
+    path.mkdir()
+    return path

@@ -1,0 +1,94 @@
+"""Parsers over output captured from the real Slurm 22.05 sandbox (tests/data/slurm-22.05)."""
+
+import pytest
+from slurmpre.errors import SlurmError
+from slurmpre.slurm.parse import (
+    format_version,
+    parse_jobs,
+    parse_nodes,
+    parse_record,
+    parse_submit,
+    parse_version,
+    split_state,
+)
+
+from tests.conftest import DATA
+
+D = DATA / "slurm-22.05"
+
+
+def test_record_keeps_values_with_spaces() -> None:
+    rec = parse_record("NodeName=n1 OS=Linux 6.1 #1 SMP  RealMemory=10 Reason=pre empted [root@t]")
+    assert rec["OS"] == "Linux 6.1 #1 SMP"
+    assert rec["RealMemory"] == "10"
+    assert rec["Reason"] == "pre empted [root@t]"
+
+
+def test_nodes_with_one_draining() -> None:
+    nodes = {n.name: n for n in parse_nodes((D / "nodes-one-draining.txt").read_text())}
+    assert set(nodes) == {"gpu-preemptible-dp-1", "gpu-preemptible-dp-2", "gpu-dp-1"}
+    drained = nodes["gpu-preemptible-dp-1"]
+    assert drained.draining and not drained.down and not drained.usable
+    assert drained.reason == "preempted [by test]"
+    assert drained.features == ("preemptible",)
+    assert not nodes["gpu-preemptible-dp-2"].draining
+    assert nodes["gpu-dp-1"].features == ("standard",)
+    assert nodes["gpu-dp-1"].usable
+
+
+def test_node_down_and_drained() -> None:
+    (node,) = parse_nodes((D / "node-down-drain.txt").read_text())
+    assert node.state == "DOWN" and "DRAIN" in node.flags
+    assert node.down and node.draining
+    assert node.reason == "gone"
+    assert node.address == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("text", "base", "flags"),
+    [
+        ("MIXED+DRAIN", "MIXED", {"DRAIN"}),
+        ("IDLE", "IDLE", set()),
+        ("drained*", "DRAINED", {"NOT_RESPONDING"}),
+        ("DOWN+DRAIN+NOT_RESPONDING", "DOWN", {"DRAIN", "NOT_RESPONDING"}),
+    ],
+)
+def test_split_state(text: str, base: str, flags: set[str]) -> None:
+    assert split_state(text) == (base, frozenset(flags))
+
+
+def test_job_running_on_an_elastic_range() -> None:
+    (job,) = parse_jobs((D / "job-running-elastic.txt").read_text())
+    assert job.name == "name with space"
+    assert job.state == "RUNNING"
+    assert job.requeue and job.restarts == 0
+    assert job.nodes == ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2")
+    assert job.features == "preemptible"
+    assert job.stdout is not None and job.stdout.endswith("out 2.txt")
+    assert not job.finished
+
+
+def test_job_after_requeue_counts_restarts() -> None:
+    (job,) = parse_jobs((D / "job-pending-requeued.txt").read_text())
+    assert job.restarts == 1 and job.requeue
+
+
+def test_job_cancelled_is_finished() -> None:
+    (job,) = parse_jobs((D / "job-cancelled.txt").read_text())
+    assert job.state == "CANCELLED" and job.finished
+
+
+def test_versions() -> None:
+    assert parse_version((D / "sinfo-version.txt").read_text()) == (22, 5, 8)
+    assert parse_version((D / "slurmd-version.txt").read_text()) == (22, 5, 8)
+    assert parse_version("slurm 24.11.5") == (24, 11, 5)
+    assert format_version((22, 5, 8)) == "22.05.8"
+    with pytest.raises(SlurmError):
+        parse_version("no version here")
+
+
+def test_submit() -> None:
+    assert parse_submit("123\n") == "123"
+    assert parse_submit("77;sandbox\n") == "77"
+    with pytest.raises(SlurmError, match="no job id"):
+        parse_submit("sbatch: error: Batch job submission failed\n")

@@ -1,0 +1,67 @@
+"""The command line as a user meets it: the real `python -m slurmpre`."""
+
+from __future__ import annotations
+
+import pytest
+from slurmpre import __version__
+from slurmpre.cli import main
+from slurmpre.errors import SlurmpreError
+
+from tests.conftest import slurmpre_cli
+
+
+def test_help_smoke() -> None:
+    proc = slurmpre_cli("--help", check=True)
+    assert "Run ML jobs on preemptible Slurm nodes" in proc.stdout
+    assert "sandbox" in proc.stdout
+
+
+def test_version() -> None:
+    assert slurmpre_cli("--version", check=True).stdout == f"slurmpre, version {__version__}\n"
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    proc = slurmpre_cli("frobnicate")
+    assert proc.returncode == 2
+    assert "No such command 'frobnicate'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_option_value_is_exit_2() -> None:
+    proc = slurmpre_cli("sandbox", "up", "--nodes", "three")
+    assert proc.returncode == 2
+    assert "'three' is not a valid integer" in proc.stderr
+
+
+def test_domain_error_is_one_line_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(*_: object, **__: object) -> None:
+        raise SlurmpreError("the sky fell on node n1")
+
+    monkeypatch.setattr("slurmpre.sandbox.cluster.Sandbox.down", boom)
+    assert main(["sandbox", "down"]) == 1
+    assert capsys.readouterr().err == "slurmpre: error: the sky fell on node n1\n"
+
+
+def test_unexpected_error_is_exit_3_with_traceback_only_under_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(*_: object, **__: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr("slurmpre.sandbox.cluster.Sandbox.down", boom)
+    assert main(["sandbox", "down"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("slurmpre: error: unexpected RuntimeError: bug\n")
+    assert "Traceback" not in err
+    assert main(["--debug", "sandbox", "down"]) == 3
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("slurmpre.sandbox.cluster.Sandbox.down", interrupted)
+    assert main(["sandbox", "down"]) == 130

@@ -1,0 +1,36 @@
+import sys
+
+import pytest
+from slurmpre.cmd import run
+from slurmpre.errors import CommandError, SlurmError
+
+
+def test_run_returns_output() -> None:
+    res = run([sys.executable, "-c", "print('hi')"])
+    assert res.returncode == 0 and res.stdout == "hi\n"
+
+
+def test_failure_names_command_exit_code_and_stderr() -> None:
+    with pytest.raises(SlurmError) as info:
+        run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('boom\\nbang\\n'); sys.exit(4)"],
+            error=SlurmError,
+        )
+    msg = str(info.value)
+    assert msg.startswith("command failed (exit 4): ")
+    assert "\n    boom\n    bang" in msg
+
+
+def test_missing_executable_is_a_clear_error() -> None:
+    with pytest.raises(CommandError, match="no-such-tool-xyz: command not found"):
+        run(["no-such-tool-xyz"])
+
+
+def test_timeout() -> None:
+    with pytest.raises(CommandError, match=r"timed out after 0\.2 s"):
+        run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
+
+
+def test_check_false_returns_failure() -> None:
+    res = run([sys.executable, "-c", "import sys; sys.exit(3)"], check=False)
+    assert res.returncode == 3
