@@ -146,6 +146,58 @@ def sandbox_preempt(
     click.echo(f"preempting {node} in the background (pid {proc.pid}); timeline in {log}")
 
 
+# -- render / submit -----------------------------------------------------------
+_spec_arg = click.argument("spec_file", metavar="SPEC.toml", type=click.Path(path_type=Path))
+_set_opt = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec key (repeatable; the command line wins); env.NAME=VALUE sets one.",
+)
+
+
+@cli.command("render")
+@_spec_arg
+@_set_opt
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> None:
+    """Print the sbatch script for SPEC.toml (or write it to --output)."""
+    from slurmpre.render import render
+    from slurmpre.spec import load
+
+    script = render(load(spec_file, sets))
+    if output is None:
+        click.echo(script, nl=False)
+    else:
+        output.write_text(script)
+
+
+@cli.command("submit")
+@_spec_arg
+@_set_opt
+@click.option("--dry-run", is_flag=True, help="Print the script; submit nothing.")
+@click.option("--test-only", is_flag=True, help="Ask Slurm to validate it (sbatch --test-only).")
+def submit_cmd(spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only: bool) -> None:
+    """Render SPEC.toml and submit it with sbatch; print the job id."""
+    from slurmpre.render import render
+    from slurmpre.slurm.client import default_client
+    from slurmpre.spec import load
+    from slurmpre.submit import submit
+    from slurmpre.submit import test_only as sbatch_test_only
+
+    spec = load(spec_file, sets)
+    if dry_run:
+        click.echo(render(spec), nl=False)
+        return
+    if test_only:
+        click.echo(sbatch_test_only(spec, default_client()))
+        return
+    done = submit(spec, default_client())
+    click.echo(done.job_id)
+    click.echo(f"log: {done.log}  script: {done.script_copy}", err=True)
+
+
 # -- drill -------------------------------------------------------------------
 @cli.command()
 @click.option(

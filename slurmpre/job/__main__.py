@@ -1,0 +1,3 @@
+from slurmpre.job.run import main
+
+raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The Slurm facts of the running job, read from an environment mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from slurmpre.errors import JobEnvironmentError
+from slurmpre.slurm.hostlist import expand
+
+
+def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
+    raw = env.get(key, "")
+    if raw == "":
+        if default is None:
+            raise JobEnvironmentError(f"{key} is not set: is this running under srun in a job?")
+        return default
+    try:
+        return int(raw.split("(")[0])
+    except ValueError:
+        raise JobEnvironmentError(f"{key}={raw!r} is not a number") from None
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    job_id: str
+    restart_count: int  # 0 on the first run (Slurm leaves SLURM_RESTART_COUNT unset then)
+    node_id: int  # this node's index in the allocation
+    nodes: tuple[str, ...]  # the nodes of this attempt, in Slurm's order
+    node_name: str
+    gpus_on_node: int
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def is_first_node(self) -> bool:
+        return self.node_id == 0
+
+    @property
+    def restarted(self) -> bool:
+        return self.restart_count > 0
+
+    @property
+    def tag(self) -> str:
+        """The job as a person names it: ``123`` or ``120_3`` for an array task."""
+        if self.array_job_id and self.array_task_id:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id
+
+
+def _gpus(env: Mapping[str, str]) -> int:
+    if env.get("SLURM_GPUS_ON_NODE"):
+        return _int(env, "SLURM_GPUS_ON_NODE")
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    return len([d for d in visible.split(",") if d.strip()]) if visible else 0
+
+
+def read_job_env(env: Mapping[str, str]) -> JobEnv:
+    """SLURM_* variables -> JobEnv; a clear error outside a job step."""
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if not job_id:
+        raise JobEnvironmentError("not inside a Slurm job (SLURM_JOB_ID is not set)")
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    nodes = tuple(expand(nodelist))
+    name = env.get("SLURMD_NODENAME") or (nodes[0] if nodes else "")
+    if not nodes:
+        raise JobEnvironmentError("SLURM_JOB_NODELIST is not set: is this running inside a job?")
+    node_id = _int(env, "SLURM_NODEID", default=nodes.index(name) if name in nodes else 0)
+    return JobEnv(
+        job_id=job_id,
+        restart_count=_int(env, "SLURM_RESTART_COUNT", default=0),
+        node_id=node_id,
+        nodes=nodes,
+        node_name=name,
+        gpus_on_node=_gpus(env),
+        array_job_id=env.get("SLURM_ARRAY_JOB_ID") or None,
+        array_task_id=env.get("SLURM_ARRAY_TASK_ID") or None,
+    )

@@ -1,0 +1,84 @@
+"""torchrun's command line from the Slurm facts: one c10d rendezvous every node agrees on."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmpre.errors import UsageError
+
+# Outside Linux's ephemeral range (32768-60999) and Slurm's own ports.
+PORT_BASE = 20000
+PORT_SPAN = 10000
+_PYTHON = re.compile(r"^python[0-9.]*$")
+
+
+def port_for(job_id: str) -> int:
+    """The rendezvous port: derived from the job id, so every node computes the same one."""
+    digits = re.sub(r"\D", "", job_id) or "0"
+    return PORT_BASE + int(digits) % PORT_SPAN
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    host: str  # node 0's address as Slurm knows it
+    port: int
+    run_id: str  # unique per attempt
+    nnodes: int
+    nproc_per_node: int
+    node_rank: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_host(self) -> bool:
+        return self.node_rank == 0
+
+
+def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
+    """``torchrun [rendezvous options] SCRIPT ARGS`` for the user's command.
+
+    ``python train.py`` runs under that same interpreter's torch.distributed.run;
+    ``python -m pkg`` keeps ``-m``; ``train.py`` uses the torchrun on PATH; any
+    other program runs with ``--no-python``.
+    """
+    if not command:
+        raise UsageError("no command to run after --")
+    first = command[0]
+    if _PYTHON.match(Path(first).name):
+        launcher = [first, "-m", "torch.distributed.run"]
+        rest = list(command[1:])
+        if not rest:
+            raise UsageError(f"command {first!r} names no script to run under torchrun")
+        if rest[0] == "-m":
+            mode, target = ["-m"], rest[1:]
+        else:
+            mode, target = [], rest
+    else:
+        torchrun = shutil.which("torchrun")
+        if torchrun is None:
+            raise UsageError(
+                "torchrun is not on PATH (install torch, or start the command with python)"
+            )
+        launcher = [torchrun]
+        mode, target = (
+            ([], list(command)) if first.endswith(".py") else (["--no-python"], list(command))
+        )
+    options = [
+        f"--nnodes={rdzv.nnodes}",
+        f"--nproc-per-node={rdzv.nproc_per_node}",
+        f"--node-rank={rdzv.node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rdzv.endpoint}",
+        f"--rdzv-id={rdzv.run_id}",
+        # Every node here may share one address: say which one hosts the store.
+        f"--rdzv-conf=is_host={'true' if rdzv.is_host else 'false'}",
+        # A failed worker ends the attempt; Slurm's requeue is the restart.
+        "--max-restarts=0",
+    ]
+    return [*launcher, *options, *mode, *target]

@@ -1,0 +1,274 @@
+"""``slurmpre.job run``: one attempt of the job on one node, under srun.
+
+Node 0 resolves the newest complete checkpoint and publishes the choice for
+this attempt; every node waits for it, builds the launcher command (torchrun
+with a c10d rendezvous on node 0's address, or the plain command), and runs
+it in a process group of its own, forwarding Slurm's signals to the whole
+tree and exiting with the child's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
+from slurmpre.job import checkpoints
+from slurmpre.job.env import JobEnv, read_job_env
+from slurmpre.job.ledger import Choice, Ledger
+from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
+from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
+
+LAUNCHERS = ("torchrun", "plain")
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCONT)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    launcher: str
+    checkpoint_dir: Path
+    command: tuple[str, ...]
+    nproc_per_node: int | None = None
+    resume_arg: str | None = None
+    agree_timeout: float = 300.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_args(argv: Sequence[str]) -> RunOptions:
+    parser = _Parser(prog="slurmpre run", add_help=True)
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="torchrun")
+    parser.add_argument("--checkpoint-dir", required=True)
+    parser.add_argument("--nproc-per-node", type=int, default=None)
+    parser.add_argument("--resume-arg", default=None)
+    parser.add_argument("--agree-timeout", type=float, default=300.0)
+    args_list = list(argv)
+    if args_list and args_list[0] == "run":
+        args_list = args_list[1:]
+    if "--" not in args_list:
+        raise UsageError("give the command to run after --, e.g. slurmpre run -- python train.py")
+    cut = args_list.index("--")
+    ns = parser.parse_args(args_list[:cut])
+    command = tuple(args_list[cut + 1 :])
+    if not command:
+        raise UsageError("no command after --")
+    if ns.nproc_per_node is not None and ns.nproc_per_node < 1:
+        raise UsageError(f"--nproc-per-node must be 1 or more, got {ns.nproc_per_node}")
+    return RunOptions(
+        launcher=ns.launcher,
+        checkpoint_dir=Path(ns.checkpoint_dir),
+        command=command,
+        nproc_per_node=ns.nproc_per_node,
+        resume_arg=ns.resume_arg,
+        agree_timeout=ns.agree_timeout,
+    )
+
+
+def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
+    """An array task keeps its own checkpoints: ``<dir>/task-<id>``."""
+    return base / f"task-{job.array_task_id}" if job.array_task_id is not None else base
+
+
+def check_checkpoint_dir(path: Path, job: JobEnv) -> Path:
+    if not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint folder {str(path)!r} does not exist (it must be on the shared volume; "
+            "`slurmpre submit` creates it)"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CheckpointError(f"checkpoint folder {str(path)!r} is not writable")
+    folder = task_checkpoint_dir(path, job)
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def check_command(command: Sequence[str]) -> None:
+    exe = command[0]
+    found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
+    if found is None and not (exe.endswith(".py") and Path(exe).is_file()):
+        raise UsageError(f"command not found: {exe!r}")
+
+
+def nproc_for(opts: RunOptions, job: JobEnv) -> int:
+    return opts.nproc_per_node or job.gpus_on_node or 1
+
+
+def node_address(client: SlurmClient, node: str) -> str:
+    """Node 0's address as Slurm knows it (NodeAddr), not a guessed hostname."""
+    try:
+        infos = client.nodes([node])
+    except SlurmpreError:
+        return node
+    return (infos[0].address if infos and infos[0].address else None) or node
+
+
+def agree(
+    opts: RunOptions,
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    client: SlurmClient,
+    say: Callable[[str], None],
+) -> Choice:
+    """Node 0 chooses the checkpoint for this attempt; the others wait for its choice."""
+    if not job.is_first_node:
+        return ledger.wait_choice(job.tag, job.restart_count, opts.agree_timeout)
+    found = checkpoints.latest(folder)
+    for skipped in found.skipped:
+        say(f"passing over {skipped.path.name}: {skipped.reason}")
+    ckpt = found.checkpoint
+    previous = ledger.previous_start(job.tag, job.restart_count)
+    world = job.num_nodes * nproc_for(opts, job)
+    choice = Choice(
+        job=job.tag,
+        attempt=job.restart_count,
+        resume_from=str(ckpt.path) if ckpt else None,
+        step=ckpt.step if ckpt else None,
+        nodes=job.nodes,
+        world_size=world,
+        previous_world_size=previous.get("world_size") if previous else None,
+        rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}",
+        published_at=time.time(),
+    )
+    ledger.publish(choice)
+    ledger.append(
+        {
+            "event": "start",
+            "job": job.tag,
+            "attempt": job.restart_count,
+            "nodes": list(job.nodes),
+            "num_nodes": job.num_nodes,
+            "world_size": world,
+            "resume_from": choice.resume_from,
+            "step": choice.step,
+        }
+    )
+    if ckpt is None:
+        say("no complete checkpoint yet: starting fresh")
+    else:
+        say(f"resuming from {ckpt.path} (step {ckpt.step}, {ckpt.reason})")
+    return choice
+
+
+def child_command(opts: RunOptions, job: JobEnv, choice: Choice) -> list[str]:
+    command = list(opts.command)
+    if opts.resume_arg and choice.resume_from:
+        command += [opts.resume_arg, choice.resume_from]
+    if opts.launcher == "plain":
+        return command
+    host, _, port = choice.rdzv_endpoint.rpartition(":")
+    rdzv = Rendezvous(
+        host=host,
+        port=int(port),
+        run_id=f"{job.tag}-{job.restart_count}",
+        nnodes=job.num_nodes,
+        nproc_per_node=nproc_for(opts, job),
+        node_rank=job.node_id,
+    )
+    return torchrun_argv(command, rdzv)
+
+
+def child_env(
+    env: Mapping[str, str], opts: RunOptions, job: JobEnv, folder: Path, choice: Choice
+) -> dict[str, str]:
+    """What the training process sees, on top of the job's own environment."""
+    out = dict(env)
+    out.update(
+        {
+            "SLURMPRE_CHECKPOINT_DIR": str(folder),
+            "SLURMPRE_RESUME_FROM": choice.resume_from or "",
+            "SLURMPRE_RESUME_STEP": "" if choice.step is None else str(choice.step),
+            "SLURMPRE_RESTART_COUNT": str(job.restart_count),
+            "SLURMPRE_JOB_TAG": job.tag,
+            "SLURMPRE_NUM_NODES": str(job.num_nodes),
+            "SLURMPRE_WORLD_SIZE": str(choice.world_size),
+            "SLURMPRE_PREVIOUS_WORLD_SIZE": ""
+            if choice.previous_world_size is None
+            else str(choice.previous_world_size),
+        }
+    )
+    return out
+
+
+def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run the child in its own process group; forward Slurm's signals to all of it."""
+    try:
+        child = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    except FileNotFoundError:
+        raise UsageError(f"command not found: {command[0]!r}") from None
+    except PermissionError:
+        raise UsageError(f"command is not executable: {command[0]!r}") from None
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        # Stragglers of the child's group (a worker that outlived its launcher).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGTERM)
+    return code if code >= 0 else 128 - code
+
+
+def run_attempt(
+    opts: RunOptions,
+    env: Mapping[str, str],
+    *,
+    client: SlurmClient | None = None,
+    say: Callable[[str], None] | None = None,
+) -> int:
+    job = read_job_env(env)
+    prefix = f"slurmpre[{job.tag}.{job.restart_count} node {job.node_id} {job.node_name}]"
+
+    def log(message: str) -> None:
+        print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+
+    say = say or log
+    check_command(opts.command)
+    folder = check_checkpoint_dir(opts.checkpoint_dir, job)
+    ledger = Ledger(folder)
+    ledger.ensure()
+    choice = agree(opts, job, folder, ledger, client or CommandLineSlurm(), say)
+    command = child_command(opts, job, choice)
+    started = time.time()
+    code = supervise(command, child_env(env, opts, job, folder, choice))
+    if job.is_first_node:
+        ledger.append(
+            {
+                "event": "end",
+                "job": job.tag,
+                "attempt": job.restart_count,
+                "exit_code": code,
+                "seconds": round(time.time() - started, 3),
+            }
+        )
+    return code
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        return run_attempt(opts, os.environ if env is None else env)
+    except SlurmpreError as exc:
+        print(f"slurmpre run: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

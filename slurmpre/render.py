@@ -1,0 +1,105 @@
+"""Job spec -> sbatch script: a Jinja environment over templates/, and a pure render().
+
+StrictUndefined, trailing newlines kept, and a ``q`` filter (shlex.quote) for
+every value that lands in shell; sbatch's own #SBATCH parser honours the same
+quoting, so quoted directives survive hostile names.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from slurmpre import __version__
+from slurmpre.errors import UsageError
+from slurmpre.spec import JobSpec
+
+DEFAULT_TEMPLATE = "default.sbatch.j2"
+WARN_SIGNAL = "USR2"
+
+
+def templates_dir() -> Path:
+    """Inside an installed wheel: slurmpre/templates; in a checkout: the repository's templates/."""
+    packaged = Path(__file__).parent / "templates"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).parent.parent / "templates"
+
+
+def _quote(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def environment(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([*map(str, extra_dirs), str(templates_dir())]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # noqa: S701 - shell, not HTML: values are shell-quoted by `q`
+    )
+    env.filters["q"] = _quote
+    return env
+
+
+def _slurm_pattern_escape(path: str) -> str:
+    """Escape '%' so Slurm's filename patterns (%j, %a) apply only where we put them."""
+    if "\\" in path:
+        raise UsageError(f"log_dir = {path!r}: Slurm disables %-patterns in paths with '\\'")
+    return path.replace("%", "%%")
+
+
+def output_pattern(spec: JobSpec) -> str:
+    """The appended job log: ``<log_dir>/<name>-%j.out`` (``%A_%a`` for arrays)."""
+    tag = "%A_%a" if spec.is_array else "%j"
+    return f"{_slurm_pattern_escape(spec.log_dir)}/{_slurm_pattern_escape(spec.name)}-{tag}.out"
+
+
+def log_path(spec: JobSpec, job_id: str) -> Path:
+    return Path(spec.log_dir) / f"{spec.name}-{job_id}.out"
+
+
+def launch_argv(spec: JobSpec) -> list[str]:
+    """The command srun runs on every node: the wrapper, then the user's command."""
+    argv = [spec.python, "-m", "slurmpre.job", "run", "--launcher", spec.launcher.value]
+    argv += ["--checkpoint-dir", spec.checkpoint_dir]
+    if spec.nproc_per_node is not None:
+        argv += ["--nproc-per-node", str(spec.nproc_per_node)]
+    if spec.resume_arg:
+        argv += ["--resume-arg", spec.resume_arg]
+    return [*argv, "--", *spec.command]
+
+
+def context(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "spec": spec,
+        "version": __version__,
+        "output": output_pattern(spec),
+        "warn_signal": WARN_SIGNAL,
+        "launch": [shlex.quote(a) for a in launch_argv(spec)],
+    }
+
+
+def render(spec: JobSpec) -> str:
+    """The sbatch script for ``spec``, from its own template or the default one."""
+    if spec.template:
+        path = Path(spec.template)
+        if not path.is_file():
+            raise UsageError(f"template = {spec.template!r}: no such file")
+        env = environment((path.parent,))
+        name = path.name
+    else:
+        env = environment()
+        name = DEFAULT_TEMPLATE
+    try:
+        return env.get_template(name).render(context(spec))
+    except jinja2.UndefinedError as exc:
+        raise UsageError(f"template {name}: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        lineno = getattr(exc, "lineno", None)
+        where = f" line {lineno}" if lineno else ""
+        raise UsageError(f"template {name}{where}: {exc}") from None

@@ -1,0 +1,405 @@
+"""A job spec: one TOML file per job, validated into a frozen `JobSpec`.
+
+Every key can also be set on the command line (``--set key=value``, the
+command line wins). Every error names the key and the bad value, and is a
+`SpecError` (exit code 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+import getpass
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from slurmpre.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+class SpecError(UsageError):
+    """A job spec is malformed; the message names the key and the value."""
+
+
+class Launcher(str, Enum):
+    TORCHRUN = "torchrun"
+    PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class NodeRange:
+    min: int
+    max: int
+
+    def __str__(self) -> str:
+        return str(self.min) if self.min == self.max else f"{self.min}-{self.max}"
+
+    @property
+    def elastic(self) -> bool:
+        return self.min != self.max
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    command: tuple[str, ...]
+    nodes: NodeRange = NodeRange(1, 1)
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = "preemptible"
+    requeue: bool = True
+    array: str | None = None
+    checkpoint_dir: str = ""
+    log_dir: str = ""
+    launcher: Launcher = Launcher.TORCHRUN
+    nproc_per_node: int | None = None  # None: one process per GPU Slurm gave the node
+    env: Mapping[str, str] = field(default_factory=dict)
+    setup: tuple[str, ...] = ()
+    extra_sbatch: tuple[str, ...] = ()
+    warn_before_end: int = 300  # seconds: --signal warning before the time limit
+    resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
+    python: str = ""  # the interpreter that has slurmpre on the nodes
+    template: str | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.array is not None
+
+
+KEYS = tuple(f.name for f in fields(JobSpec))
+
+# Directives slurmpre writes itself: setting them through extra_sbatch would
+# silently fight the generated ones, so the matching key must be used instead.
+_MANAGED = {
+    "--job-name": "name",
+    "-J": "name",
+    "--nodes": "nodes",
+    "-N": "nodes",
+    "--requeue": "requeue",
+    "--no-requeue": "requeue",
+    "--constraint": "constraint",
+    "-C": "constraint",
+    "--output": "log_dir",
+    "-o": "log_dir",
+    "--error": "log_dir",
+    "-e": "log_dir",
+    "--open-mode": "log_dir",
+    "--array": "array",
+    "-a": "array",
+    "--ntasks-per-node": "nproc_per_node",
+    "--signal": "warn_before_end",
+    "--partition": "partition",
+    "-p": "partition",
+    "--account": "account",
+    "-A": "account",
+    "--qos": "qos",
+    "-q": "qos",
+    "--time": "time",
+    "-t": "time",
+    "--mem": "mem",
+    "--gpus-per-node": "gpus_per_node",
+    "--cpus-per-task": "cpus_per_task",
+    "-c": "cpus_per_task",
+}
+
+_TIME = re.compile(
+    r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+    r"|UNLIMITED|INFINITE)$"
+)
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_WORD = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,*\[\]():!-]+$")
+_ARRAY = re.compile(r"^\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _bad(key: str, value: object, why: str) -> SpecError:
+    return SpecError(f"{key} = {value!r}: {why}")
+
+
+def _int(key: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            value = int(value)
+        else:
+            raise _bad(key, value, "must be a whole number")
+    if value < minimum:
+        raise _bad(key, value, f"must be {minimum} or more")
+    return value
+
+
+def _str(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise _bad(key, value, "must be a string")
+    return value
+
+
+def _one_line(key: str, value: object) -> str:
+    text = _str(key, value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise _bad(key, value, "must be one line without control characters")
+    return text
+
+
+def _optional_word(key: str, value: object, pattern: re.Pattern[str], what: str) -> str | None:
+    if value is None or value == "":
+        return None
+    text = _str(key, value).strip()
+    if not pattern.match(text):
+        raise _bad(key, value, what)
+    return text
+
+
+def parse_nodes(value: object) -> NodeRange:
+    key = "nodes"
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        raise _bad(key, value, 'must be a count such as 4 or a range such as "2-4"')
+    m = re.fullmatch(r"(-?\d+)(?:-(-?\d+))?", text)
+    if not m:
+        raise _bad(key, value, 'must be a count such as 4 or a range such as "2-4"')
+    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+    if lo < 1:
+        raise _bad(key, value, "needs at least 1 node")
+    if hi < lo:
+        raise _bad(key, value, f"the range's minimum {lo} is larger than its maximum {hi}")
+    return NodeRange(lo, hi)
+
+
+def parse_name(value: object) -> str:
+    name = _one_line("name", value)
+    if not name.strip():
+        raise _bad("name", value, "must not be empty")
+    if "/" in name or name in (".", ".."):
+        raise _bad("name", value, "names a folder of checkpoints: no '/', '.' or '..'")
+    if len(name.encode()) > 200:
+        raise _bad("name", value, "is longer than 200 bytes")
+    return name
+
+
+def parse_command(value: object) -> tuple[str, ...]:
+    import shlex
+
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise _bad("command", value, f"cannot be split into words ({exc})") from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        argv = list(value)
+    else:
+        raise _bad("command", value, "must be a string or a list of strings")
+    if not argv or not argv[0]:
+        raise _bad("command", value, "must name a program to run")
+    if any("\0" in a for a in argv):
+        raise _bad("command", value, "must not contain NUL bytes")
+    return tuple(argv)
+
+
+def _lines(key: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.splitlines())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise _bad(key, value, "must be a string or a list of strings")
+
+
+def parse_extra_sbatch(value: object) -> tuple[str, ...]:
+    items = _lines("extra_sbatch", value)
+    out = []
+    for item in items:
+        item = item.strip()
+        if item.startswith("#SBATCH"):
+            item = item[len("#SBATCH") :].strip()
+        if not item:
+            continue
+        if not item.startswith("-") or any(ord(c) < 32 for c in item):
+            raise _bad(
+                "extra_sbatch", item, "each entry must be one sbatch option such as --mail-type=END"
+            )
+        flag = re.split(r"[= ]", item, maxsplit=1)[0]
+        if flag in _MANAGED:
+            raise _bad(
+                "extra_sbatch", item, f"slurmpre sets {flag} itself: use the key {_MANAGED[flag]!r}"
+            )
+        out.append(item)
+    return tuple(out)
+
+
+def parse_env(value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise _bad("env", value, 'must be a table of NAME = "value"')
+    env = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise _bad(f"env.{k}", v, "is not a valid environment variable name")
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise _bad(f"env.{k}", v, "must be a string or a number")
+        text = str(v)
+        if "\0" in text:
+            raise _bad(f"env.{k}", v, "must not contain NUL bytes")
+        env[k] = text
+    return env
+
+
+def _bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise _bad(key, value, "must be true or false")
+
+
+def _path(key: str, value: object) -> str:
+    text = _one_line(key, value)
+    if not text.startswith("/"):
+        raise _bad(key, value, "must be an absolute path (nodes do not share your working folder)")
+    return text
+
+
+def validate(
+    raw: Mapping[str, Any], *, user: str | None = None, python: str | None = None
+) -> JobSpec:
+    """A raw mapping (from TOML and ``--set``) -> a checked JobSpec."""
+    unknown = [k for k in raw if k not in KEYS]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, KEYS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SpecError(f"unknown key {key!r}{hint}")
+    if "name" not in raw:
+        raise SpecError("name: missing (every job needs a name)")
+    if "command" not in raw:
+        raise SpecError("command: missing (what should the job run?)")
+    name = parse_name(raw["name"])
+    user = user or getpass.getuser()
+    kw: dict[str, Any] = {"name": name, "command": parse_command(raw["command"])}
+    for key, value in raw.items():
+        if key in ("name", "command"):
+            continue
+        if key == "nodes":
+            kw[key] = parse_nodes(value)
+        elif key in ("gpus_per_node",):
+            kw[key] = _int(key, value, minimum=0)
+        elif key in ("cpus_per_task", "nproc_per_node"):
+            kw[key] = None if value in (None, "", "auto") else _int(key, value, minimum=1)
+        elif key == "warn_before_end":
+            kw[key] = _int(key, value, minimum=0)
+        elif key == "mem":
+            kw[key] = _optional_word(key, value, _MEM, "must be a size such as 64G or 512M")
+        elif key == "time":
+            kw[key] = _optional_word(
+                key, value, _TIME, "must be a Slurm time such as 90, 4:00:00 or 2-12:00:00"
+            )
+        elif key in ("partition", "account", "qos"):
+            kw[key] = _optional_word(
+                key, value, _WORD, "must be one word of letters, digits, . _ -"
+            )
+        elif key == "constraint":
+            kw[key] = _optional_word(
+                key, value, _CONSTRAINT, "must be a Slurm feature expression such as preemptible"
+            )
+        elif key == "array":
+            kw[key] = _optional_word(
+                key,
+                value if not isinstance(value, int) else str(value),
+                _ARRAY,
+                "must be a Slurm array range such as 0-99 or 1,3,5-7%4",
+            )
+        elif key == "requeue":
+            kw[key] = _bool(key, value)
+        elif key in ("checkpoint_dir", "log_dir"):
+            kw[key] = _path(key, value)
+        elif key == "launcher":
+            try:
+                kw[key] = Launcher(value)
+            except ValueError:
+                raise _bad(key, value, "must be 'torchrun' or 'plain'") from None
+        elif key == "env":
+            kw[key] = parse_env(value)
+        elif key == "setup":
+            kw[key] = _lines(key, value)
+        elif key == "extra_sbatch":
+            kw[key] = parse_extra_sbatch(value)
+        elif key == "resume_arg":
+            kw[key] = None if value in (None, "") else _one_line(key, value)
+        elif key == "python":
+            kw[key] = _path(key, value)
+        elif key == "template":
+            kw[key] = None if value in (None, "") else _one_line(key, value)
+    spec = JobSpec(**kw)
+    if not spec.checkpoint_dir:
+        spec = replace(spec, checkpoint_dir=f"/home/{user}/checkpoints/{name}")
+    if not spec.log_dir:
+        spec = replace(spec, log_dir=f"{spec.checkpoint_dir}/logs")
+    if not spec.python:
+        spec = replace(spec, python=python or sys.executable)
+    return spec
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """``["nodes=2-4", "env.SEED=1"]`` -> {"nodes": "2-4", "env": {"SEED": "1"}}.
+
+    A value is read as TOML when it parses (``requeue=false``, ``nodes=4``),
+    else taken as a plain string.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--set {item!r}: expected key=value")
+        try:
+            value: Any = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        if key.startswith("env."):
+            out.setdefault("env", {})[key[4:]] = value if isinstance(value, str) else text
+        else:
+            out[key] = value
+    return out
+
+
+def load(
+    path: Path,
+    sets: Sequence[str] = (),
+    *,
+    user: str | None = None,
+    python: str | None = None,
+) -> JobSpec:
+    """Read a TOML spec, apply ``--set`` overrides (command line wins), validate."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"spec file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read spec file {str(path)!r}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    overrides = parse_sets(sets)
+    env = {**raw.get("env", {}), **overrides.pop("env", {})} if "env" in overrides else None
+    raw.update(overrides)
+    if env is not None:
+        raw["env"] = env
+    if "name" not in raw:
+        raw["name"] = path.stem
+    spec = validate(raw, user=user, python=python)
+    if spec.template is not None and not spec.template.startswith("/"):
+        spec = replace(spec, template=str((path.parent / spec.template).resolve()))
+    return spec

@@ -1,0 +1,42 @@
+"""Render a spec and hand it to Slurm through the client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmpre.errors import UsageError
+from slurmpre.render import log_path, render
+from slurmpre.slurm.client import SlurmClient
+from slurmpre.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    script_copy: Path
+    log: Path
+
+
+def _make_dir(key: str, path: str) -> None:
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
+
+
+def submit(spec: JobSpec, client: SlurmClient) -> Submitted:
+    """Create the shared folders, submit, and keep a copy of the script next to the log."""
+    script = render(spec)
+    _make_dir("checkpoint_dir", spec.checkpoint_dir)
+    _make_dir("log_dir", spec.log_dir)
+    job_id = client.submit(script)
+    copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
+    copy.write_text(script)
+    tag = f"{job_id}_*" if spec.is_array else job_id
+    return Submitted(job_id, copy, log_path(spec, tag))
+
+
+def test_only(spec: JobSpec, client: SlurmClient) -> str:
+    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``)."""
+    return client.submit(render(spec), test_only=True)
