@@ -280,7 +280,8 @@ def validate(
     unknown = [k for k in raw if k not in KEYS]
     if unknown:
         key = unknown[0]
-        close = difflib.get_close_matches(key, KEYS, n=1)
+        close = [k for k in KEYS if k.startswith(key) or key.startswith(k)]
+        close = close or difflib.get_close_matches(key, KEYS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise SpecError(f"unknown key {key!r}{hint}")
     if "name" not in raw:

@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 def slurmpre_cli(
-    *args: str, check: bool = False, timeout: float = 300
+    *args: str, check: bool = False, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the real ``python -m slurmpre`` and return what it printed."""
     proc = subprocess.run(
@@ -28,6 +28,7 @@ def slurmpre_cli(
         text=True,
         timeout=timeout,
         check=False,
+        cwd=cwd,
     )
     if check and proc.returncode != 0:
         raise AssertionError(

@@ -1,0 +1,153 @@
+"""Rendered sbatch scripts: golden files, shell validity, hostile values, user templates.
+
+Regenerate the golden files after an intended change with
+``SLURMPRE_REGEN_GOLDEN=1 ./bin/test tests/test_render.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from slurmpre.errors import UsageError
+from slurmpre.render import launch_argv, output_pattern, render
+from slurmpre.spec import JobSpec, load, validate
+
+ROOT = Path(__file__).parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+HOSTILE_NAME = "run 'q' \"dq\" $(touch pwned) `id`; echo x é中 50%"
+
+
+def load_example(path: Path) -> JobSpec:
+    return load(path, user="alice", python="/opt/venv/bin/python")
+
+
+def hostile_spec(**kw: object) -> JobSpec:
+    raw: dict[str, object] = {
+        "name": HOSTILE_NAME,
+        "command": [
+            "python",
+            "train.py",
+            "--tag",
+            "a b; rm -rf ~",
+            "$(whoami)",
+            "`id`",
+            "new\nline",
+        ],
+        "nodes": "1-2",
+        "launcher": "plain",
+        "checkpoint_dir": "/shared/ckpt dir/it's $HOME",
+        "env": {"TRICKY": "$(echo no) `echo no` 'single' \"double\" ; & | \\ é中\nsecond line"},
+        **kw,
+    }
+    return validate(raw, user="alice", python="/opt/my venv/bin/python")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SLURMPRE_REGEN_GOLDEN") == "1":
+        path.write_text(text)
+    expected = path.read_text()
+    if text != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                f"golden/{name}",
+                "rendered",
+            )
+        )
+        pytest.fail(f"rendered script differs from golden/{name}:\n{diff}", pytrace=False)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_match_golden_files(example: Path) -> None:
+    check_golden(f"{example.stem}.sbatch", render(load_example(example)))
+
+
+def test_hostile_values_match_golden_file() -> None:
+    check_golden("hostile.sbatch", render(hostile_spec()))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_rendered_scripts_pass_bash_n(example: Path) -> None:
+    subprocess.run(["bash", "-n"], input=render(load_example(example)), text=True, check=True)
+    subprocess.run(["bash", "-n"], input=render(hostile_spec()), text=True, check=True)
+
+
+def test_default_script_carries_the_preemptible_contract() -> None:
+    lines = render(load_example(ROOT / "examples" / "finetune.toml")).splitlines()
+    for directive in (
+        "#SBATCH --constraint=preemptible",
+        "#SBATCH --requeue",
+        "#SBATCH --nodes=2-4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --signal=USR2@300",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --time=2-00:00:00",
+    ):
+        assert directive in lines
+    launch = next(ln for ln in lines if "-m slurmpre.job run" in ln)
+    assert launch.split()[:6] == [
+        "/opt/venv/bin/python",
+        "-m",
+        "slurmpre.job",
+        "run",
+        "--launcher",
+        "torchrun",
+    ]
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\" in lines
+
+
+def test_coordinator_stays_on_standard_nodes_without_requeue() -> None:
+    text = render(load_example(ROOT / "examples" / "coordinator.toml"))
+    assert "#SBATCH --constraint=standard" in text.splitlines()
+    assert "#SBATCH --no-requeue" in text.splitlines()
+
+
+def test_quoting_round_trips_through_the_shell() -> None:
+    """What the shell makes of the launch line is exactly the argv we meant."""
+    spec = hostile_spec()
+    quoted = " ".join(shlex.quote(a) for a in launch_argv(spec))
+    out = subprocess.run(
+        ["bash", "-c", f'printf "%s\\0" {quoted}'], capture_output=True, check=True
+    ).stdout
+    assert out.decode().split("\0")[:-1] == launch_argv(spec)
+
+
+def test_percent_in_paths_is_escaped_for_slurm() -> None:
+    assert output_pattern(hostile_spec()).endswith(" é中 50%%-%j.out")
+    arr = hostile_spec(array="0-3")
+    assert output_pattern(arr).endswith("-%A_%a.out")
+    with pytest.raises(UsageError, match="disables %-patterns"):
+        output_pattern(hostile_spec(log_dir="/a\\b"))
+
+
+def test_user_template_extends_the_default(tmp_path: Path) -> None:
+    (tmp_path / "site.sbatch.j2").write_text(
+        '{% extends "default.sbatch.j2" %}\n'
+        "{% block setup %}\nmodule load cuda/12.4  # site setup for {{ spec.name | q }}\n"
+        "{% endblock %}\n"
+    )
+    (tmp_path / "job.toml").write_text(
+        'name = "j k"\ncommand = ["python", "t.py"]\ntemplate = "site.sbatch.j2"\n'
+    )
+    text = render(load(tmp_path / "job.toml", user="u", python="/p"))
+    assert "module load cuda/12.4  # site setup for 'j k'" in text
+    assert "#SBATCH --constraint=preemptible" in text
+
+
+def test_template_errors_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "bad.j2").write_text("{{ nonexistent_value }}\n")
+    (tmp_path / "job.toml").write_text('name = "j"\ncommand = ["x"]\ntemplate = "bad.j2"\n')
+    with pytest.raises(UsageError, match=r"template bad\.j2: 'nonexistent_value' is undefined"):
+        render(load(tmp_path / "job.toml", user="u", python="/p"))
+    (tmp_path / "job.toml").write_text('name = "j"\ncommand = ["x"]\ntemplate = "missing.j2"\n')
+    with pytest.raises(UsageError, match=r"template = .*missing\.j2': no such file"):
+        render(load(tmp_path / "job.toml", user="u", python="/p"))

@@ -1,0 +1,142 @@
+"""Job specs: every bad value gets one line naming the key, and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from slurmpre.spec import JobSpec, Launcher, NodeRange, SpecError, load, parse_sets, validate
+
+from tests.conftest import slurmpre_cli
+
+BASE = {"name": "job", "command": ["python", "train.py"]}
+
+
+def spec(**kw: object) -> JobSpec:
+    return validate({**BASE, **kw}, user="alice", python="/opt/venv/bin/python")
+
+
+def test_defaults_target_preemptible_nodes_with_requeue() -> None:
+    s = spec()
+    assert s.constraint == "preemptible"
+    assert s.requeue is True
+    assert s.nodes == NodeRange(1, 1)
+    assert s.launcher is Launcher.TORCHRUN
+    assert s.checkpoint_dir == "/home/alice/checkpoints/job"
+    assert s.log_dir == "/home/alice/checkpoints/job/logs"
+    assert s.python == "/opt/venv/bin/python"
+
+
+def test_values_are_normalised() -> None:
+    s = spec(
+        nodes="2-4",
+        command="python train.py --tag 'a b'",
+        env={"SEED": 1},
+        setup="module load cuda\nsource venv/bin/activate",
+        extra_sbatch=["#SBATCH --mail-type=END", "--exclusive"],
+        constraint="standard",
+        requeue=False,
+        nproc_per_node="auto",
+    )
+    assert s.nodes == NodeRange(2, 4) and str(s.nodes) == "2-4" and s.nodes.elastic
+    assert s.command == ("python", "train.py", "--tag", "a b")
+    assert s.env == {"SEED": "1"}
+    assert s.setup == ("module load cuda", "source venv/bin/activate")
+    assert s.extra_sbatch == ("--mail-type=END", "--exclusive")
+    assert (s.constraint, s.requeue, s.nproc_per_node) == ("standard", False, None)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"nodes": "4-2"}, "nodes = '4-2': the range's minimum 4 is larger than its maximum 2"),
+        ({"nodes": 0}, "nodes = 0: needs at least 1 node"),
+        ({"nodes": "0-2"}, "nodes = '0-2': needs at least 1 node"),
+        ({"nodes": "many"}, "nodes = 'many': must be a count such as 4 or a range such as \"2-4\""),
+        ({"time": "4 hours"}, "time = '4 hours': must be a Slurm time such as 90, 4:00:00 or"),
+        ({"time": "1:2:3:4"}, "time = '1:2:3:4': must be a Slurm time"),
+        ({"gpus_per_node": -1}, "gpus_per_node = -1: must be 0 or more"),
+        ({"gpus_per_node": "eight"}, "gpus_per_node = 'eight': must be a whole number"),
+        ({"gpus_per_node": True}, "gpus_per_node = True: must be a whole number"),
+        ({"nproc_per_node": 0}, "nproc_per_node = 0: must be 1 or more"),
+        ({"mem": "lots"}, "mem = 'lots': must be a size such as 64G or 512M"),
+        ({"name": "a\nb"}, "name = 'a\\nb': must be one line without control characters"),
+        ({"name": "a/b"}, "name = 'a/b': names a folder of checkpoints: no '/', '.' or '..'"),
+        ({"name": ""}, "name = '': must not be empty"),
+        ({"nodez": 2}, "unknown key 'nodez' (did you mean 'nodes'?)"),
+        ({"frobnicate": 2}, "unknown key 'frobnicate'"),
+        ({"launcher": "mpirun"}, "launcher = 'mpirun': must be 'torchrun' or 'plain'"),
+        ({"requeue": "maybe"}, "requeue = 'maybe': must be true or false"),
+        ({"array": "1-x"}, "array = '1-x': must be a Slurm array range such as 0-99 or 1,3,5-7%4"),
+        ({"partition": "a b"}, "partition = 'a b': must be one word of letters, digits, . _ -"),
+        ({"constraint": "a;b"}, "constraint = 'a;b': must be a Slurm feature expression"),
+        ({"checkpoint_dir": "ckpt"}, "checkpoint_dir = 'ckpt': must be an absolute path"),
+        ({"env": {"1BAD": "x"}}, "env.1BAD = 'x': is not a valid environment variable name"),
+        ({"env": {"OK": ["x"]}}, "env.OK = ['x']: must be a string or a number"),
+        ({"command": []}, "command = []: must name a program to run"),
+        ({"command": "python 'unclosed"}, 'command = "python \'unclosed": cannot be split'),
+        ({"command": 3}, "command = 3: must be a string or a list of strings"),
+        (
+            {"extra_sbatch": ["--requeue"]},
+            "extra_sbatch = '--requeue': slurmpre sets --requeue itself: use the key 'requeue'",
+        ),
+        (
+            {"extra_sbatch": ["mail-type=END"]},
+            "extra_sbatch = 'mail-type=END': each entry must be one sbatch option",
+        ),
+    ],
+)
+def test_bad_values_name_the_key(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        spec(**kw)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_set_overrides_win_and_parse_as_toml(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text('name = "job"\ncommand = ["x"]\nnodes = 4\n[env]\nA = "1"\nB = "2"\n')
+    s = load(path, ["nodes=2-4", "requeue=false", "env.B=3", "time=1:00:00"], user="u")
+    assert s.nodes == NodeRange(2, 4)
+    assert s.requeue is False
+    assert s.env == {"A": "1", "B": "3"}
+    assert s.time == "1:00:00"
+    assert parse_sets(["gpus_per_node=8"]) == {"gpus_per_node": 8}
+
+
+def test_name_defaults_to_the_file_stem(tmp_path: Path) -> None:
+    path = tmp_path / "sweep-7.toml"
+    path.write_text('command = ["x"]\n')
+    assert load(path, user="u").name == "sweep-7"
+
+
+@pytest.mark.parametrize(
+    ("text", "sets", "message"),
+    [
+        ('name = "j"\ncommand = ["x"]\nnodes = "3-1"\n', [], "nodes = '3-1': the range's minimum"),
+        ('name = "j"\ncommand = ["x"]\n', ["nodes"], "--set 'nodes': expected key=value"),
+        ('name = "j"\ncommand = ["x"]\n', ["gpus=2"], "unknown key 'gpus' (did you mean"),
+        ("name = [unclosed\n", [], "not valid TOML"),
+        ('name = "j"\n', [], "command: missing"),
+    ],
+)
+def test_cli_bad_spec_is_one_line_exit_2(
+    tmp_path: Path, text: str, sets: list[str], message: str
+) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    args = ["render", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    proc = slurmpre_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert message in lines[0]
+
+
+def test_missing_spec_file_is_exit_2(tmp_path: Path) -> None:
+    proc = slurmpre_cli("submit", str(tmp_path / "nope.toml"), "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr == f"slurmpre: error: spec file '{tmp_path / 'nope.toml'}' does not exist\n"

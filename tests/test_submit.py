@@ -1,0 +1,155 @@
+"""Specs rendered, submitted to the real sandbox, and run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import PreemptPlan, preempt, restore_node
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import slurmpre_cli, wait_for
+
+pytestmark = pytest.mark.sandbox
+
+HOSTILE_NAME = "job 'q' \"dq\" $(touch pwned) `touch pwned2`; echo x é中 50%"
+HOSTILE_ARGS = ["a b", "$(touch pwned3)", "`id`", "; rm -rf ~", "'", '"', "é中", "new\nline", ""]
+HOSTILE_ENV = "$(touch pwned4) `id` 'single' \"double\" ; & | \\ é中\nsecond line"
+
+DUMP = (
+    "import json, os, sys; "
+    "json.dump({'argv': sys.argv[1:], 'env': os.environ['TRICKY'], "
+    "'name': os.environ['SLURM_JOB_NAME']}, "
+    "open(os.path.join(os.environ['SLURMPRE_CHECKPOINT_DIR'], 'out.json'), 'w'))"
+)
+
+
+def write_spec(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def toml_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def test_submitted_spec_shows_the_contract_and_runs_on_preemptible_nodes(
+    slurm: CommandLineSlurm, shared_tmp: Path
+) -> None:
+    spec = write_spec(
+        shared_tmp / "held.toml",
+        [
+            'name = "held"',
+            'command = ["bash", "-c", "echo ran on $SLURMD_NODENAME"]',
+            'nodes = "1-2"',
+            'launcher = "plain"',
+            f"checkpoint_dir = {toml_str(str(shared_tmp / 'ckpt'))}",
+            'extra_sbatch = ["--hold"]',
+        ],
+    )
+    proc = slurmpre_cli("submit", str(spec), check=True)
+    job_id = proc.stdout.strip()
+    info = slurm.job(job_id)
+    assert info.features == "preemptible"
+    assert info.requeue
+    assert info.num_nodes == "1-2"
+    assert info.stdout == f"{shared_tmp}/ckpt/logs/held-{job_id}.out"
+    subprocess.run(["scontrol", "release", job_id], check=True)
+    wait_for("the job to finish", lambda: slurm.job(job_id).finished, timeout=90)
+    assert slurm.job(job_id).state == "COMPLETED"
+    log = Path(f"{shared_tmp}/ckpt/logs/held-{job_id}.out").read_text()
+    ran_on = [ln.split()[-1] for ln in log.splitlines() if ln.startswith("ran on ")]
+    assert ran_on and all(n.startswith("gpu-preemptible-dp-") for n in ran_on)
+    assert (shared_tmp / "ckpt" / "logs" / f"held-{job_id}.attempt-0.out").exists()
+    assert (shared_tmp / "ckpt" / "logs" / f"held-{job_id}.sbatch").exists()
+
+
+def test_hostile_values_do_exactly_what_they_say(
+    slurm: CommandLineSlurm, shared_tmp: Path, tmp_path: Path
+) -> None:
+    ckpt = shared_tmp / "it's $HOME `x` ckpt"
+    spec = write_spec(
+        tmp_path / "hostile.toml",
+        [
+            f"name = {toml_str(HOSTILE_NAME)}",
+            "command = "
+            + json.dumps([sys.executable, "-c", DUMP, *HOSTILE_ARGS], ensure_ascii=False),
+            'launcher = "plain"',
+            f"checkpoint_dir = {toml_str(str(ckpt))}",
+            f"env = {{ TRICKY = {toml_str(HOSTILE_ENV)} }}",
+        ],
+    )
+    proc = slurmpre_cli("submit", str(spec), check=True, cwd=tmp_path)
+    job_id = proc.stdout.strip()
+    wait_for("the job to finish", lambda: slurm.job(job_id).finished, timeout=90)
+    assert slurm.job(job_id).state == "COMPLETED", (ckpt / "logs").iterdir()
+    assert slurm.job(job_id).name == HOSTILE_NAME
+    out = json.loads((ckpt / "out.json").read_text())
+    assert out == {"argv": HOSTILE_ARGS, "env": HOSTILE_ENV, "name": HOSTILE_NAME}
+    for folder in (tmp_path, ckpt, ckpt / "logs", Path.home()):
+        assert not list(folder.glob("pwned*")), folder
+
+
+def test_test_only_asks_slurm_without_queuing(slurm: CommandLineSlurm, shared_tmp: Path) -> None:
+    spec = write_spec(
+        shared_tmp / "t.toml",
+        ['name = "t"', 'command = ["true"]', 'nodes = "1-2"', "gpus_per_node = 1"],
+    )
+    proc = slurmpre_cli("submit", str(spec), "--test-only", check=True)
+    assert "to start at" in proc.stdout and "gpu-preemptible-dp-" in proc.stdout
+    bad = write_spec(
+        shared_tmp / "bad.toml",
+        ['name = "t"', 'command = ["true"]', "nodes = 9", 'launcher = "plain"'],
+    )
+    proc = slurmpre_cli("submit", str(bad), "--test-only")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("slurmpre: error: command failed (exit 1): sbatch --test-only")
+    assert "Requested node configuration is not available" in proc.stderr
+
+
+def test_log_keeps_every_attempt_across_a_preemption(
+    sandbox: Sandbox, slurm: CommandLineSlurm, shared_tmp: Path
+) -> None:
+    spec = write_spec(
+        shared_tmp / "ticks.toml",
+        [
+            'name = "ticks"',
+            'command = ["bash", "-c", "for i in $(seq 1 300); do echo tick $i; sleep 0.5; done"]',
+            'launcher = "plain"',
+            f"checkpoint_dir = {toml_str(str(shared_tmp / 'ticks'))}",
+        ],
+    )
+    job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+    logs = shared_tmp / "ticks" / "logs"
+    job = wait_for("the job to run", lambda: (j := slurm.job(job_id)).state == "RUNNING" and j)
+    wait_for("a first tick", lambda: "tick 2" in (logs / f"ticks-{job_id}.out").read_text())
+    victim = job.nodes[0]
+    try:
+        preempt(sandbox, PreemptPlan(victim, window=2), say=lambda _: None)
+        wait_for(
+            "the restart",
+            lambda: (j := slurm.job(job_id)).state == "RUNNING" and j.restarts == 1,
+            timeout=90,
+        )
+        wait_for(
+            "a tick of the second attempt",
+            lambda: (
+                "tick 2" in (logs / f"ticks-{job_id}.attempt-1.out").read_text()
+                if (logs / f"ticks-{job_id}.attempt-1.out").exists()
+                else False
+            ),
+        )
+    finally:
+        slurm.cancel(job_id)
+        restore_node(sandbox, victim)
+    main_log = (logs / f"ticks-{job_id}.out").read_text()
+    assert f"job {job_id} attempt 0 on" in main_log
+    assert f"job {job_id} attempt 1 on" in main_log
+    first = (logs / f"ticks-{job_id}.attempt-0.out").read_text()
+    second = (logs / f"ticks-{job_id}.attempt-1.out").read_text()
+    assert "tick 2" in first and "tick 2" in second
+    assert main_log.index("attempt 0 on") < main_log.index("attempt 1 on")
