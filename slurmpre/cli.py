@@ -198,6 +198,62 @@ def submit_cmd(spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only:
     click.echo(f"log: {done.log}  script: {done.script_copy}", err=True)
 
 
+# -- checkpoints -----------------------------------------------------------------
+@cli.group()
+def ckpt() -> None:
+    """Checkpoints in a folder: the newest complete one, or all of them."""
+
+
+@ckpt.command("latest")
+@click.argument("folder", type=click.Path(path_type=Path))
+def ckpt_latest(folder: Path) -> None:
+    """Print the newest complete checkpoint under FOLDER (exit 1 if there is none)."""
+    from slurmpre.errors import CheckpointError
+    from slurmpre.job.checkpoints import latest
+
+    found = latest(folder)
+    for skipped in found.skipped:
+        click.echo(f"passing over {skipped.path.name}: {skipped.reason}", err=True)
+    if found.checkpoint is None:
+        raise CheckpointError(f"no complete checkpoint under {str(folder)!r}")
+    click.echo(str(found.checkpoint.path))
+
+
+@ckpt.command("list")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ckpt_list(folder: Path, as_json: bool) -> None:
+    """Every checkpoint under FOLDER, newest first: step, format, complete or not and why."""
+    from slurmpre.job.checkpoints import list_all
+
+    found = list_all(folder)
+    if as_json:
+        click.echo(json.dumps([c.as_dict() for c in found], indent=2))
+        return
+    for c in found:
+        step = "-" if c.step is None else str(c.step)
+        state = "complete" if c.complete else "INCOMPLETE"
+        click.echo(f"{step:>10}  {state:<10}  {c.format.value:<10}  {c.path.name}  ({c.reason})")
+
+
+@cli.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(args: tuple[str, ...]) -> None:
+    """Inside a job: resume from the newest complete checkpoint and launch (see --help).
+
+    `main` hands `slurmpre run ...` straight to the wrapper, untouched by click
+    (which would eat the `--`); the sbatch template calls the same wrapper as
+    `python -m slurmpre.job run`, which starts without importing click.
+    """
+    from slurmpre.job.run import main as run_main
+
+    raise SystemExit(run_main(list(args)))
+
+
 # -- drill -------------------------------------------------------------------
 @cli.command()
 @click.option(
@@ -221,6 +277,10 @@ def drill(window: float, workdir: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    if args[:1] == ["run"]:
+        from slurmpre.job.run import main as run_main
+
+        return run_main(args[1:])
     try:
         cli.main(args=args, prog_name="slurmpre", standalone_mode=False)
     except SlurmpreError as exc:

@@ -58,10 +58,10 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     args_list = list(argv)
     if args_list and args_list[0] == "run":
         args_list = args_list[1:]
-    if "--" not in args_list:
-        raise UsageError("give the command to run after --, e.g. slurmpre run -- python train.py")
-    cut = args_list.index("--")
+    cut = args_list.index("--") if "--" in args_list else len(args_list)
     ns = parser.parse_args(args_list[:cut])
+    if cut == len(args_list):
+        raise UsageError("give the command to run after --, e.g. slurmpre run -- python train.py")
     command = tuple(args_list[cut + 1 :])
     if not command:
         raise UsageError("no command after --")

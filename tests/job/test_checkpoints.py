@@ -1,0 +1,263 @@
+"""The resolver over every format it knows, with partial, corrupt and racing cases."""
+
+from __future__ import annotations
+
+import json
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from slurmpre.errors import CheckpointError
+from slurmpre.job import checkpoints as ck
+from slurmpre.job.checkpoints import Format, commit, fresh_incoming, latest, list_all, writing
+from tests.conftest import slurmpre_cli
+
+HOSTILE = "ckpt 'q' \"dq\" $(x) `y`; é中 "
+
+
+def slurmpre_ckpt(folder: Path, step: int, files: dict[str, bytes] | None = None) -> Path:
+    with writing(folder, step) as path:
+        for name, data in (files or {"model.pt": b"weights" * 10}).items():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_bytes(data)
+    return folder / ck.step_dir_name(step)
+
+
+def dcp(folder: Path, name: str, *, complete: bool = True) -> Path:
+    path = folder / name
+    path.mkdir(parents=True)
+    (path / "__0_0.distcp").write_bytes(b"x" * 100)
+    if complete:
+        (path / ".metadata").write_bytes(b"meta")
+    return path
+
+
+def hf(folder: Path, step: int, *, state: str | None = "{}", weights: bool = True) -> Path:
+    path = folder / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    if weights:
+        (path / "model.safetensors").write_bytes(b"w")
+    if state is not None:
+        (path / "trainer_state.json").write_text(state)
+    return path
+
+
+def lightning(folder: Path, name: str, *, whole: bool = True) -> Path:
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", b"x" * 1000)
+    if not whole:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def test_empty_folder_has_no_checkpoint(tmp_path: Path) -> None:
+    assert latest(tmp_path).checkpoint is None
+
+
+def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        latest(tmp_path / "nope")
+
+
+def test_slurmpre_commit_is_resolved_and_partial_newer_is_passed_over(tmp_path: Path) -> None:
+    good = slurmpre_ckpt(tmp_path, 10)
+    partial = tmp_path / ck.step_dir_name(20)
+    partial.mkdir()
+    (partial / "model.pt").write_bytes(b"half")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None
+    assert found.checkpoint.path == good and found.checkpoint.step == 10
+    assert found.checkpoint.format is Format.SLURMPRE
+    assert [s.path for s in found.skipped] == [partial]
+    assert "no completion mark" in found.skipped[0].reason
+
+
+def test_corrupt_marker_and_truncated_file_fall_back(tmp_path: Path) -> None:
+    slurmpre_ckpt(tmp_path, 1)
+    truncated = slurmpre_ckpt(tmp_path, 2)
+    (truncated / "model.pt").write_bytes(b"short")
+    bad_marker = slurmpre_ckpt(tmp_path, 3)
+    (bad_marker / ck.MARKER).write_text("{not json")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 1
+    reasons = [s.reason for s in found.skipped]
+    assert reasons[0] == f"corrupt: {ck.MARKER} is unreadable"
+    assert reasons[1] == "corrupt: model.pt is 5 bytes, the marker says 70"
+
+
+def test_dcp_folders(tmp_path: Path) -> None:
+    dcp(tmp_path, "step_100")
+    dcp(tmp_path, "step_200", complete=False)
+    empty_meta = dcp(tmp_path, "step_300")
+    (empty_meta / ".metadata").write_bytes(b"")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None
+    assert (found.checkpoint.step, found.checkpoint.format) == (100, Format.DCP)
+    assert [s.reason for s in found.skipped] == [
+        "corrupt: .metadata is empty",
+        "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)",
+    ]
+
+
+def test_hf_trainer_folders(tmp_path: Path) -> None:
+    hf(tmp_path, 500)
+    hf(tmp_path, 1000, state="{trunc")
+    hf(tmp_path, 1500, weights=False)
+    hf(tmp_path, 2000, state=None)
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path.name == "checkpoint-500"
+    assert found.checkpoint.format is Format.HF
+    assert [s.path.name for s in found.skipped] == [
+        "checkpoint-2000",
+        "checkpoint-1500",
+        "checkpoint-1000",
+    ]
+
+
+def test_hf_steps_order_numerically_not_by_name(tmp_path: Path) -> None:
+    hf(tmp_path, 900)
+    hf(tmp_path, 10000)
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 10000
+
+
+def test_deepspeed_latest_tag(tmp_path: Path) -> None:
+    for step in (10, 20, 30):
+        d = tmp_path / f"global_step{step}"
+        d.mkdir()
+        (d / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    (tmp_path / "latest").write_text("global_step20")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path.name == "global_step20"
+    assert found.checkpoint.format is Format.DEEPSPEED
+    assert "newer than the 'latest' tag" in found.skipped[0].reason
+
+
+def test_deepspeed_tag_naming_a_missing_folder_falls_back(tmp_path: Path) -> None:
+    d = tmp_path / "global_step10"
+    d.mkdir()
+    (d / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
+    (tmp_path / "latest").write_text("global_step20\n")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path.name == "global_step10"
+    assert found.skipped[0].reason == "corrupt: 'latest' names global_step20, which does not exist"
+
+
+def test_lightning_ckpt_files(tmp_path: Path) -> None:
+    lightning(tmp_path, "epoch=0-step=100.ckpt")
+    lightning(tmp_path, "epoch=1-step=200.ckpt", whole=False)
+    (tmp_path / "epoch=2-step=300.ckpt").write_bytes(b"")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None
+    assert (found.checkpoint.step, found.checkpoint.format) == (100, Format.LIGHTNING)
+    assert [s.step for s in found.skipped] == [300, 200]
+
+
+def test_unstepped_last_ckpt_counts_only_when_nothing_stepped_is_complete(tmp_path: Path) -> None:
+    lightning(tmp_path, "last.ckpt")
+    assert latest(tmp_path).checkpoint.path.name == "last.ckpt"  # type: ignore[union-attr]
+    lightning(tmp_path, "step=5.ckpt")
+    assert latest(tmp_path).checkpoint.path.name == "step=5.ckpt"  # type: ignore[union-attr]
+
+
+def test_other_folders_are_not_checkpoints(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / ".slurmpre").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    assert latest(tmp_path) == ck.Resolution(None, ())
+    assert list_all(tmp_path) == []
+
+
+def test_hostile_folder_names(tmp_path: Path) -> None:
+    root = tmp_path / HOSTILE
+    good = dcp(root, HOSTILE + "step-7")
+    dcp(root, HOSTILE + "step-8", complete=False)
+    found = latest(root)
+    assert found.checkpoint is not None and found.checkpoint.path == good
+    proc = slurmpre_cli("ckpt", "latest", str(root), check=True)
+    assert proc.stdout == f"{good}\n"
+    assert "passing over" in proc.stderr
+
+
+def test_in_flight_commit_is_never_resolved(tmp_path: Path) -> None:
+    slurmpre_ckpt(tmp_path, 1)
+    incoming = fresh_incoming(tmp_path, 2, "job-0")
+    (incoming / "model.pt").write_bytes(b"x")
+    (incoming / ".metadata").write_bytes(b"looks complete but is not committed")
+    assert latest(tmp_path).checkpoint.step == 1  # type: ignore[union-attr]
+
+
+def test_commit_never_replaces_a_complete_checkpoint(tmp_path: Path) -> None:
+    first = slurmpre_ckpt(tmp_path, 5, {"model.pt": b"first"})
+    slurmpre_ckpt(tmp_path, 5, {"model.pt": b"second!"})
+    assert (first / "model.pt").read_bytes() == b"first"
+    assert latest(tmp_path).checkpoint.path == first  # type: ignore[union-attr]
+    # Our duplicate is set aside, hidden, not deleted.
+    assert len(list(tmp_path.glob(".duplicate-step-00000005-*"))) == 1
+
+
+def test_commit_moves_a_partial_of_the_same_step_aside(tmp_path: Path) -> None:
+    partial = tmp_path / ck.step_dir_name(5)
+    partial.mkdir()
+    (partial / "model.pt").write_bytes(b"half")
+    done = slurmpre_ckpt(tmp_path, 5, {"model.pt": b"whole"})
+    assert (done / "model.pt").read_bytes() == b"whole"
+    aside = list(tmp_path.glob(".partial-step-00000005-*"))
+    assert len(aside) == 1 and (aside[0] / "model.pt").read_bytes() == b"half"
+
+
+def test_failed_write_commits_nothing(tmp_path: Path) -> None:
+    slurmpre_ckpt(tmp_path, 1)
+    with pytest.raises(RuntimeError), writing(tmp_path, 2) as path:
+        (path / "model.pt").write_bytes(b"x")
+        raise RuntimeError("disk full")
+    assert latest(tmp_path).checkpoint.step == 1  # type: ignore[union-attr]
+    assert not (tmp_path / ck.step_dir_name(2)).exists()
+
+
+def test_racing_writer_never_shows_a_partial(tmp_path: Path) -> None:
+    """A reader resolving while a writer commits step after step sees only complete ones."""
+    slurmpre_ckpt(tmp_path, 0)
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            found = latest(tmp_path).checkpoint
+            assert found is not None and found.complete
+            marker = json.loads((found.path / ck.MARKER).read_text())
+            assert marker["step"] == found.step
+            seen.append(found.step or 0)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for step in range(1, 40):
+            slurmpre_ckpt(tmp_path, step, {f"shard{i}.bin": bytes(200) for i in range(5)})
+    finally:
+        stop.set()
+        thread.join()
+    assert seen == sorted(seen) and seen[-1] <= 39
+
+
+def test_list_reports_every_checkpoint(tmp_path: Path) -> None:
+    slurmpre_ckpt(tmp_path, 1)
+    hf(tmp_path, 2, weights=False)
+    proc = slurmpre_cli("ckpt", "list", str(tmp_path), "--json", check=True)
+    rows = json.loads(proc.stdout)
+    assert [(r["step"], r["format"], r["complete"]) for r in rows] == [
+        (2, "hf-trainer", False),
+        (1, "slurmpre", True),
+    ]
+    text = slurmpre_cli("ckpt", "list", str(tmp_path), check=True).stdout
+    assert "INCOMPLETE" in text.splitlines()[0] and "complete" in text.splitlines()[1]
+
+
+def test_ckpt_latest_without_any_is_exit_1(tmp_path: Path) -> None:
+    proc = slurmpre_cli("ckpt", "latest", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr == f"slurmpre: error: no complete checkpoint under '{tmp_path}'\n"

@@ -1,0 +1,51 @@
+import pytest
+
+from slurmpre.errors import JobEnvironmentError
+from slurmpre.job.env import read_job_env
+
+# As srun sets it on the second node of a 2-node job (captured on the sandbox, trimmed).
+STEP_ENV = {
+    "SLURM_JOB_ID": "42",
+    "SLURM_JOB_NODELIST": "gpu-preemptible-dp-[1-2]",
+    "SLURM_NODEID": "1",
+    "SLURMD_NODENAME": "gpu-preemptible-dp-2",
+    "SLURM_GPUS_ON_NODE": "2",
+    "SLURM_RESTART_COUNT": "1",
+}
+
+
+def test_reads_the_step_environment() -> None:
+    job = read_job_env(STEP_ENV)
+    assert job.job_id == "42" and job.tag == "42"
+    assert job.restart_count == 1 and job.restarted
+    assert job.nodes == ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2")
+    assert job.num_nodes == 2
+    assert job.node_id == 1 and not job.is_first_node
+    assert job.gpus_on_node == 2
+
+
+def test_first_run_has_no_restart_count() -> None:
+    env = {k: v for k, v in STEP_ENV.items() if k != "SLURM_RESTART_COUNT"}
+    job = read_job_env(env)
+    assert job.restart_count == 0 and not job.restarted
+
+
+def test_array_task_tag() -> None:
+    job = read_job_env({**STEP_ENV, "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "3"})
+    assert job.tag == "40_3"
+
+
+def test_gpus_fall_back_to_visible_devices() -> None:
+    env = {k: v for k, v in STEP_ENV.items() if k != "SLURM_GPUS_ON_NODE"}
+    assert read_job_env({**env, "CUDA_VISIBLE_DEVICES": "0,1,2"}).gpus_on_node == 3
+    assert read_job_env(env).gpus_on_node == 0
+
+
+def test_outside_a_job_is_a_clear_error() -> None:
+    with pytest.raises(JobEnvironmentError, match=r"not inside a Slurm job \(SLURM_JOB_ID"):
+        read_job_env({"PATH": "/bin"})
+
+
+def test_bad_number_names_the_variable() -> None:
+    with pytest.raises(JobEnvironmentError, match="SLURM_RESTART_COUNT='x' is not a number"):
+        read_job_env({**STEP_ENV, "SLURM_RESTART_COUNT": "x"})

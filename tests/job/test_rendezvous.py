@@ -1,0 +1,69 @@
+from pathlib import Path
+
+import pytest
+
+from slurmpre.errors import UsageError
+from slurmpre.job.rendezvous import PORT_BASE, PORT_SPAN, Rendezvous, port_for, torchrun_argv
+
+RDZV = Rendezvous("127.0.0.1", 20042, "42-1", nnodes=2, nproc_per_node=4, node_rank=1)
+OPTIONS = [
+    "--nnodes=2",
+    "--nproc-per-node=4",
+    "--node-rank=1",
+    "--rdzv-backend=c10d",
+    "--rdzv-endpoint=127.0.0.1:20042",
+    "--rdzv-id=42-1",
+    "--rdzv-conf=is_host=false",
+    "--max-restarts=0",
+]
+
+
+def test_port_is_derived_from_the_job_id_outside_the_ephemeral_range() -> None:
+    assert port_for("42") == port_for("42") == PORT_BASE + 42
+    assert all(
+        PORT_BASE <= port_for(str(j)) < PORT_BASE + PORT_SPAN < 32768 for j in (0, 9999, 10**9 + 7)
+    )
+
+
+def test_python_script_runs_under_that_python() -> None:
+    argv = torchrun_argv(["/venv/bin/python3", "train.py", "--lr", "1"], RDZV)
+    assert argv == [
+        "/venv/bin/python3",
+        "-m",
+        "torch.distributed.run",
+        *OPTIONS,
+        "train.py",
+        "--lr",
+        "1",
+    ]
+
+
+def test_python_module_keeps_dash_m() -> None:
+    argv = torchrun_argv(["python", "-m", "pkg.train", "x"], RDZV)
+    assert argv[-3:] == ["-m", "pkg.train", "x"]
+
+
+def test_only_node_0_hosts_the_store() -> None:
+    host = Rendezvous("10.0.0.1", 20042, "42-0", nnodes=2, nproc_per_node=1, node_rank=0)
+    assert "--rdzv-conf=is_host=true" in torchrun_argv(["python", "t.py"], host)
+    assert "--rdzv-conf=is_host=false" in torchrun_argv(["python", "t.py"], RDZV)
+
+
+def test_other_programs_run_without_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "torchrun"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert torchrun_argv(["./serve", "a"], RDZV) == [
+        str(fake),
+        *OPTIONS,
+        "--no-python",
+        "./serve",
+        "a",
+    ]
+    assert torchrun_argv(["train.py"], RDZV) == [str(fake), *OPTIONS, "train.py"]
+
+
+def test_python_without_script_is_refused() -> None:
+    with pytest.raises(UsageError, match="names no script"):
+        torchrun_argv(["python"], RDZV)

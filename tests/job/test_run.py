@@ -1,0 +1,191 @@
+"""The wrapper under real srun on the sandbox, and its process hygiene."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmpre.job.checkpoints import writing
+from slurmpre.job.ledger import Ledger
+from slurmpre.sandbox.cluster import Sandbox
+from tests.conftest import wait_for
+
+WRAPPER = [sys.executable, "-m", "slurmpre.job", "run"]
+
+
+def srun(*args: str, nodes: int = 2, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "srun",
+            f"--nodes={nodes}",
+            "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1",
+            "--constraint=preemptible",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_outside_a_job_is_one_line_exit_1(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run(
+        [*WRAPPER, "--checkpoint-dir", str(tmp_path), "--", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr == "slurmpre run: error: not inside a Slurm job (SLURM_JOB_ID is not set)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["--nproc-per-node", "0", "--checkpoint-dir", "/tmp", "--", "true"],
+            2,
+            "--nproc-per-node must be 1 or more, got 0",
+        ),
+        (["--checkpoint-dir", "/tmp"], 2, "give the command to run after --"),
+        (
+            ["--launcher", "mpi", "--checkpoint-dir", "/tmp", "--", "true"],
+            2,
+            "argument --launcher: invalid choice: 'mpi'",
+        ),
+    ],
+)
+def test_bad_arguments(args: list[str], code: int, message: str) -> None:
+    proc = subprocess.run([*WRAPPER, *args], capture_output=True, text=True, check=False)
+    assert proc.returncode == code
+    assert proc.stderr.startswith(f"slurmpre run: error: {message}")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.sandbox
+def test_missing_checkpoint_folder_and_command_inside_a_job(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    proc = srun(*WRAPPER, "--checkpoint-dir", str(tmp_path / "nope"), "--", "true", nodes=1)
+    assert proc.returncode == 1
+    assert (
+        f"slurmpre run: error: checkpoint folder '{tmp_path / 'nope'}' does not exist"
+        in proc.stderr
+    )
+    proc = srun(*WRAPPER, "--checkpoint-dir", str(tmp_path), "--", "no-such-program-x", nodes=1)
+    assert proc.returncode == 2
+    assert "slurmpre run: error: command not found: 'no-such-program-x'" in proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.sandbox
+def test_all_nodes_resume_from_the_choice_of_node_0(sandbox: Sandbox, shared_tmp: Path) -> None:
+    ckpt = shared_tmp / "agree"
+    with writing(ckpt, 1) as path:
+        (path / "w").write_text("1")
+    # Node 0's child commits a newer checkpoint at once: the other node must not pick it up.
+    script = (
+        "import json, os, pathlib, time\n"
+        "from slurmpre.job.checkpoints import writing\n"
+        "d = pathlib.Path(os.environ['SLURMPRE_CHECKPOINT_DIR'])\n"
+        "if os.environ['SLURM_NODEID'] == '0':\n"
+        "    with writing(d, 2) as p: (p / 'w').write_text('2')\n"
+        "time.sleep(1)\n"
+        "keys = ['SLURMPRE_RESUME_FROM', 'SLURMPRE_RESUME_STEP', 'SLURMPRE_RESTART_COUNT',\n"
+        "        'SLURMPRE_WORLD_SIZE', 'SLURMPRE_NUM_NODES', 'SLURMPRE_JOB_TAG']\n"
+        "(d / ('seen-' + os.environ['SLURM_NODEID'])).write_text("
+        "json.dumps({k: os.environ[k] for k in keys}))\n"
+    )
+    proc = srun(
+        *WRAPPER,
+        "--launcher",
+        "plain",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--",
+        sys.executable,
+        "-c",
+        script,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = [json.loads((ckpt / f"seen-{i}").read_text()) for i in (0, 1)]
+    assert seen[0] == seen[1]
+    assert seen[0]["SLURMPRE_RESUME_FROM"] == str(ckpt / "step-00000001")
+    assert seen[0]["SLURMPRE_RESUME_STEP"] == "1"
+    assert (seen[0]["SLURMPRE_RESTART_COUNT"], seen[0]["SLURMPRE_NUM_NODES"]) == ("0", "2")
+    starts = [r for r in Ledger(ckpt).records() if r["event"] == "start"]
+    assert len(starts) == 1 and starts[0]["resume_from"] == str(ckpt / "step-00000001")
+    ends = [r for r in Ledger(ckpt).records() if r["event"] == "end"]
+    assert ends[0]["exit_code"] == 0
+
+
+@pytest.mark.sandbox
+def test_exit_code_passes_through_and_a_dead_node_ends_the_step(
+    sandbox: Sandbox, shared_tmp: Path
+) -> None:
+    proc = srun(
+        *WRAPPER,
+        "--launcher",
+        "plain",
+        "--checkpoint-dir",
+        str(shared_tmp),
+        "--",
+        "bash",
+        "-c",
+        "exit 7",
+        nodes=1,
+    )
+    assert proc.returncode == 7
+    started = time.monotonic()
+    proc = srun(
+        *WRAPPER,
+        "--launcher",
+        "plain",
+        "--checkpoint-dir",
+        str(shared_tmp),
+        "--",
+        "bash",
+        "-c",
+        '[ "$SLURM_NODEID" = 1 ] && exit 3; sleep 600',
+    )
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 60  # ended, not hung for 600 s
+
+
+def test_signals_reach_the_whole_child_tree(tmp_path: Path) -> None:
+    """SIGTERM to the wrapper reaches the child and its grandchild; exit 128+15."""
+    pids = tmp_path / "pids"
+    code = (
+        "import sys\n"
+        "from slurmpre.job.run import supervise\n"
+        f"sys.exit(supervise(['bash', '-c', 'sleep 600 & echo $$ $! > {pids}; wait'], {{}}))\n"
+    )
+    env = {**os.environ, "PATH": os.environ["PATH"]}
+    wrapper = subprocess.Popen([sys.executable, "-c", code], env=env)
+    text = wait_for(
+        "the child tree", lambda: pids.exists() and pids.read_text().strip(), timeout=10
+    )
+    child, grandchild = map(int, text.split())
+    wrapper.send_signal(signal.SIGTERM)
+    assert wrapper.wait(timeout=10) == 128 + signal.SIGTERM
+    for pid in (child, grandchild):
+        wait_for(f"pid {pid} to end", lambda p=pid: not _alive(p), timeout=10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
