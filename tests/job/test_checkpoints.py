@@ -8,10 +8,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints as ck
-from slurmpre.job.checkpoints import Format, commit, fresh_incoming, latest, list_all, writing
+from slurmpre.job.checkpoints import Format, fresh_incoming, latest, list_all, writing
+
 from tests.conftest import slurmpre_cli
 
 HOSTILE = "ckpt 'q' \"dq\" $(x) `y`; é中 "

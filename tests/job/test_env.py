@@ -1,5 +1,4 @@
 import pytest
-
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.job.env import read_job_env
 

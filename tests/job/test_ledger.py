@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.job.ledger import Choice, Ledger
 
@@ -54,7 +53,7 @@ def test_waiting_for_a_choice_times_out_clearly(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
     now = [0.0]
-    with pytest.raises(JobEnvironmentError, match="did not publish .* within 30 s"):
+    with pytest.raises(JobEnvironmentError, match=r"did not publish .* within 30 s"):
         ledger.wait_choice(
             "7", 2, 30, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)
         )

@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-
 from slurmpre.errors import UsageError
 from slurmpre.job.rendezvous import PORT_BASE, PORT_SPAN, Rendezvous, port_for, torchrun_argv
 

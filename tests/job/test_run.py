@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from slurmpre.job.checkpoints import writing
 from slurmpre.job.ledger import Ledger
 from slurmpre.sandbox.cluster import Sandbox
+
 from tests.conftest import wait_for
 
 WRAPPER = [sys.executable, "-m", "slurmpre.job", "run"]
