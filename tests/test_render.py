@@ -86,7 +86,6 @@ def test_default_script_carries_the_preemptible_contract() -> None:
         "#SBATCH --constraint=preemptible",
         "#SBATCH --requeue",
         "#SBATCH --nodes=2-4",
-        "#SBATCH --ntasks-per-node=1",
         "#SBATCH --open-mode=append",
         "#SBATCH --signal=USR2@300",
         "#SBATCH --gpus-per-node=8",
@@ -103,12 +102,15 @@ def test_default_script_carries_the_preemptible_contract() -> None:
         "torchrun",
     ]
     assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\" in lines
+    # Elastic: no --ntasks-per-node in the allocation, or Slurm gives only MIN nodes.
+    assert not any(ln.startswith("#SBATCH --ntasks-per-node") for ln in lines)
 
 
 def test_coordinator_stays_on_standard_nodes_without_requeue() -> None:
     text = render(load_example(ROOT / "examples" / "coordinator.toml"))
     assert "#SBATCH --constraint=standard" in text.splitlines()
     assert "#SBATCH --no-requeue" in text.splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in text.splitlines()
 
 
 def test_quoting_round_trips_through_the_shell() -> None:

@@ -140,7 +140,11 @@ def agree(
         nodes=job.nodes,
         world_size=world,
         previous_world_size=previous.get("world_size") if previous else None,
-        rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}",
+        rdzv_endpoint=(
+            f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}"
+            if opts.launcher == "torchrun"
+            else ""
+        ),
         published_at=time.time(),
     )
     ledger.publish(choice)

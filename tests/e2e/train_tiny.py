@@ -1,0 +1,104 @@
+"""A tiny, bit-for-bit deterministic training run for the end-to-end tests.
+
+Linear regression with hand-written SGD + momentum, data generated from the
+step number (so it does not depend on who trains it), gradients summed with
+all_reduce over gloo, checkpoints saved with torch.distributed.checkpoint
+through slurmpre's atomic commit helper. Rank 0 reports progress and, at the
+end, the final weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+import slurmpre
+
+DIM = 16
+GLOBAL_BATCH = 32
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(GLOBAL_BATCH, DIM, generator=g, dtype=torch.float64)
+    w_true = torch.linspace(-1, 1, DIM, dtype=torch.float64)
+    y = x @ w_true + 0.01 * torch.randn(GLOBAL_BATCH, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=5)
+    parser.add_argument("--step-seconds", type=float, default=0.25)
+    parser.add_argument("--slow-checkpoint-at", type=int, default=-1)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = slurmpre.checkpoint_dir()
+
+    torch.manual_seed(0)
+    state = {
+        "w": torch.zeros(DIM, dtype=torch.float64),
+        "momentum": torch.zeros(DIM, dtype=torch.float64),
+        "step": torch.zeros((), dtype=torch.int64),
+    }
+    resume = slurmpre.resume_path()
+    if resume is not None:
+        dcp.load(state, checkpoint_id=str(resume))
+    start = int(state["step"])
+    if rank == 0:
+        with (out / "progress.jsonl").open("a") as fh:
+            fh.write(
+                json.dumps(
+                    {
+                        "attempt": slurmpre.restart_count(),
+                        "resumed_step": start,
+                        "resume_path": None if resume is None else str(resume),
+                        "world": world,
+                        "slurmpre_world": slurmpre.world_size(),
+                        "previous_world": slurmpre.previous_world_size(),
+                    }
+                )
+                + "\n"
+            )
+
+    for step in range(start, args.steps):
+        x, y = batch(step)
+        mine_x, mine_y = x[rank::world], y[rank::world]
+        err = mine_x @ state["w"] - mine_y
+        grad = 2 * mine_x.T @ err / GLOBAL_BATCH
+        dist.all_reduce(grad)
+        state["momentum"].mul_(0.9).add_(grad)
+        state["w"].sub_(0.05 * state["momentum"])
+        state["step"].fill_(step + 1)
+        if rank == 0:
+            (out / "progress-step").write_text(str(step + 1))
+        time.sleep(args.step_seconds)
+        done = step + 1
+        if done % args.every == 0 and done < args.steps:
+            with slurmpre.checkpoint(done) as path:
+                dcp.save(state, checkpoint_id=str(path))
+                if done == args.slow_checkpoint_at and slurmpre.restart_count() == 0:
+                    if rank == 0:
+                        (out / "writing-checkpoint").write_text(str(done))
+                    time.sleep(30)
+
+    if rank == 0:
+        torch.save({"w": state["w"], "step": int(state["step"])}, out / "final.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    main()
