@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import PreemptPlan, preempt, restore_node
 from slurmpre.slurm.client import CommandLineSlurm
+
 from tests.conftest import slurmpre_cli, wait_for
 
 torch = pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not installed")

@@ -13,13 +13,11 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
+import slurmpre
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-
-import slurmpre
 
 DIM = 16
 GLOBAL_BATCH = 32

@@ -1,0 +1,71 @@
+"""Resolver speed: the newest complete checkpoint among 10,000 folders (target <= 50 ms).
+
+Reference, measured in the same run: the cheapest thing any resolver must do,
+one listing of the folder (os.listdir), and the naive way, a stat of every
+folder's completion marker. Prints the ratios. Usage: python bench/resolver.py [N]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from slurmpre.job.checkpoints import MARKER, latest, step_dir_name, writing
+
+TARGET_MS = 50.0
+
+
+def best_ms(fn: object, repeat: int = 15) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append((time.perf_counter() - start) * 1000)
+    return min(times), statistics.median(times)  # type: ignore[return-value]
+
+
+def main() -> int:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        folder = Path(tmp)
+        # n-2 complete checkpoints (empty folders with a marker are enough for the
+        # resolver's work), the newest 2 partial, as after a kill mid-write.
+        with writing(folder, 0) as p:
+            (p / "w").write_bytes(b"x")
+        marker = (folder / step_dir_name(0) / MARKER).read_text().replace('"step": 0', '"step": 1')
+        for step in range(1, n - 2):
+            d = folder / step_dir_name(step)
+            d.mkdir()
+            (d / MARKER).write_text(marker.replace('"files": {"w": 1}', '"files": {}'))
+        for step in (n - 2, n - 1):
+            (folder / step_dir_name(step)).mkdir()
+        found = latest(folder)
+        assert found.checkpoint is not None and found.checkpoint.step == n - 3, found
+        assert len(found.skipped) == 2
+
+        resolver = best_ms(lambda: latest(folder))
+        listing = best_ms(lambda: os.listdir(folder))
+        stat_all = best_ms(
+            lambda: [os.path.exists(folder / d / MARKER) for d in os.listdir(folder)]
+        )
+    print(
+        f"checkpoint folders: {n} (newest 2 partial), filesystem: {os.environ.get('BENCH_DIR', tempfile.gettempdir())}"
+    )
+    print(
+        f"slurmpre latest():        best {resolver[0]:7.2f} ms  median {resolver[1]:7.2f} ms  (target <= {TARGET_MS:g} ms)"
+    )
+    print(f"reference os.listdir():   best {listing[0]:7.2f} ms  median {listing[1]:7.2f} ms")
+    print(f"reference stat every one: best {stat_all[0]:7.2f} ms  median {stat_all[1]:7.2f} ms")
+    print(f"ratio resolver / listdir:   {resolver[0] / listing[0]:.2f}")
+    print(f"ratio resolver / stat-all:  {resolver[0] / stat_all[0]:.2f}")
+    verdict = "meets" if resolver[1] <= TARGET_MS else "MISSES"
+    print(f"{verdict} the {TARGET_MS:g} ms target (median)")
+    return 0 if resolver[1] <= TARGET_MS else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
