@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 from slurmpre.api import (
     checkpoint,
     checkpoint_dir,
+    preemption_requested,
     previous_world_size,
     restart_count,
     resume_path,
@@ -20,6 +21,7 @@ __all__ = [
     "__version__",
     "checkpoint",
     "checkpoint_dir",
+    "preemption_requested",
     "previous_world_size",
     "restart_count",
     "resume_path",

@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints
+from slurmpre.job.ledger import Ledger
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -103,6 +105,64 @@ def checkpoint(step: int, folder: str | Path | None = None) -> Iterator[Path]:
     if dist is not None:
         dist.barrier()
     if rank0:
-        checkpoints.commit(incoming, target, step)
+        final = checkpoints.commit(incoming, target, step)
+        if env.get("SLURMPRE_JOB_TAG"):
+            # The watcher requeues once it sees this: a checkpoint newer than the notice.
+            Ledger(target).append(
+                {
+                    "event": "checkpoint",
+                    "job": env["SLURMPRE_JOB_TAG"],
+                    "attempt": restart_count(),
+                    "step": step,
+                    "path": str(final),
+                }
+            )
     if dist is not None:
         dist.barrier()
+
+
+_notice = {"checked": float("-inf"), "seen": False}
+NOTICE_CHECK_SECONDS = 1.0
+
+
+def _local_notice(env: Mapping[str, str]) -> bool:
+    """Has node 0 published a notice? One stat of the shared notice file, at most once a second."""
+    if _notice["seen"]:
+        return True
+    now = time.monotonic()
+    if now - float(_notice["checked"]) < NOTICE_CHECK_SECONDS:
+        return False
+    _notice["checked"] = now
+    path = env.get("SLURMPRE_NOTICE_FILE", "")
+    _notice["seen"] = bool(path) and os.path.exists(path)  # noqa: PTH110 - one cheap stat
+    return bool(_notice["seen"])
+
+
+def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
+    """True once the job must checkpoint now: its node is being preempted (or time runs out).
+
+    Call it once per step on every rank. When torch.distributed is initialized
+    all ranks agree through one small all_reduce, so they all see True at the
+    same step and a collective checkpoint cannot deadlock or mix steps:
+
+        if slurmpre.preemption_requested():
+            with slurmpre.checkpoint(step) as path:
+                save(path)
+            break  # slurmpre requeues the job once the checkpoint has committed
+    """
+    flag = _local_notice(_env(env))
+    dist = _distributed()
+    if dist is None:
+        return flag
+    torch = sys.modules["torch"]
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if dist.get_backend() == "nccl"
+        else torch.device("cpu")
+    )
+    agreed = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    if agreed.item():
+        _notice["seen"] = True
+        return True
+    return False

@@ -71,6 +71,20 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv += ["--nproc-per-node", str(spec.nproc_per_node)]
     if spec.resume_arg:
         argv += ["--resume-arg", spec.resume_arg]
+    argv += [
+        "--poll-interval",
+        f"{spec.poll_interval:g}",
+        "--window",
+        str(spec.preempt_window),
+        "--safety-margin",
+        str(spec.safety_margin),
+    ]
+    if spec.warn_before_end:
+        argv += ["--time-warning", str(spec.warn_before_end)]
+    if spec.drain_reason:
+        argv += ["--drain-reason", spec.drain_reason]
+    if spec.notice_signal:
+        argv += ["--notice-signal", spec.notice_signal]
     return [*argv, "--", *spec.command]
 
 

@@ -70,6 +70,11 @@ class JobSpec:
     setup: tuple[str, ...] = ()
     extra_sbatch: tuple[str, ...] = ()
     warn_before_end: int = 300  # seconds: --signal warning before the time limit
+    poll_interval: float = 5.0  # seconds between the watcher's Slurm queries
+    preempt_window: int = 300  # seconds from drain to node removal (the provider's five minutes)
+    safety_margin: int = 30  # requeue anyway this long before the window closes
+    drain_reason: str | None = None  # only drains whose reason matches this pattern are notices
+    notice_signal: str | None = None  # also send this signal to the training processes
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
     python: str = ""  # the interpreter that has slurmpre on the nodes
     template: str | None = None
@@ -266,6 +271,43 @@ def _bool(key: str, value: object) -> bool:
     raise _bad(key, value, "must be true or false")
 
 
+def _positive_float(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _bad(key, value, "must be a number of seconds")
+    try:
+        number = float(value)
+    except ValueError:
+        raise _bad(key, value, "must be a number of seconds") from None
+    if not number > 0:
+        raise _bad(key, value, "must be more than 0 seconds")
+    return number
+
+
+def _pattern(key: str, value: object) -> str | None:
+    if value in (None, ""):
+        return None
+    text = _one_line(key, value)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise _bad(key, value, f"is not a regular expression ({exc})") from None
+    return text
+
+
+def _signal_name(key: str, value: object) -> str | None:
+    import signal
+
+    if value in (None, ""):
+        return None
+    text = _one_line(key, value).strip().upper()
+    name = text if text.startswith("SIG") else f"SIG{text}"
+    if name not in signal.Signals.__members__:
+        raise _bad(key, value, "is not a signal name such as USR1 or TERM")
+    if name in ("SIGKILL", "SIGSTOP", "SIGUSR2"):
+        raise _bad(key, value, "is reserved (SIGUSR2 carries Slurm's time-limit warning)")
+    return name
+
+
 def _path(key: str, value: object) -> str:
     text = _one_line(key, value)
     if not text.startswith("/"):
@@ -300,8 +342,16 @@ def validate(
             kw[key] = _int(key, value, minimum=0)
         elif key in ("cpus_per_task", "nproc_per_node"):
             kw[key] = None if value in (None, "", "auto") else _int(key, value, minimum=1)
-        elif key == "warn_before_end":
+        elif key in ("warn_before_end", "safety_margin"):
             kw[key] = _int(key, value, minimum=0)
+        elif key == "preempt_window":
+            kw[key] = _int(key, value, minimum=1)
+        elif key == "poll_interval":
+            kw[key] = _positive_float(key, value)
+        elif key == "drain_reason":
+            kw[key] = _pattern(key, value)
+        elif key == "notice_signal":
+            kw[key] = _signal_name(key, value)
         elif key == "mem":
             kw[key] = _optional_word(key, value, _MEM, "must be a size such as 64G or 512M")
         elif key == "time":
@@ -345,6 +395,12 @@ def validate(
         elif key == "template":
             kw[key] = None if value in (None, "") else _one_line(key, value)
     spec = JobSpec(**kw)
+    if spec.safety_margin >= spec.preempt_window:
+        raise _bad(
+            "safety_margin",
+            spec.safety_margin,
+            f"must be smaller than preempt_window ({spec.preempt_window})",
+        )
     if not spec.checkpoint_dir:
         spec = replace(spec, checkpoint_dir=f"/home/{user}/checkpoints/{name}")
     if not spec.log_dir:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -26,10 +28,13 @@ from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv, read_job_env
 from slurmpre.job.ledger import Choice, Ledger
+from slurmpre.job.notice import notice_path, read_notice
 from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
+from slurmpre.job.watch import DrainSource, SignalSource, WatchConfig, Watcher
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 LAUNCHERS = ("torchrun", "plain")
+WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCONT)
 
 
@@ -41,6 +46,10 @@ class RunOptions:
     nproc_per_node: int | None = None
     resume_arg: str | None = None
     agree_timeout: float = 300.0
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    watching: bool = True
+    drain_reason: re.Pattern[str] | None = None
+    notice_signal: signal.Signals | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +64,13 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     parser.add_argument("--nproc-per-node", type=int, default=None)
     parser.add_argument("--resume-arg", default=None)
     parser.add_argument("--agree-timeout", type=float, default=300.0)
+    parser.add_argument("--poll-interval", type=float, default=5.0)
+    parser.add_argument("--window", type=float, default=300.0)
+    parser.add_argument("--time-warning", type=float, default=300.0)
+    parser.add_argument("--safety-margin", type=float, default=30.0)
+    parser.add_argument("--drain-reason", default=None)
+    parser.add_argument("--notice-signal", default=None)
+    parser.add_argument("--no-watch", action="store_true")
     args_list = list(argv)
     if args_list and args_list[0] == "run":
         args_list = args_list[1:]
@@ -67,6 +83,20 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         raise UsageError("no command after --")
     if ns.nproc_per_node is not None and ns.nproc_per_node < 1:
         raise UsageError(f"--nproc-per-node must be 1 or more, got {ns.nproc_per_node}")
+    for flag, value in (("--poll-interval", ns.poll_interval), ("--window", ns.window)):
+        if not value > 0:
+            raise UsageError(f"{flag} must be more than 0 seconds, got {value:g}")
+    if not ns.safety_margin >= 0:
+        raise UsageError(f"--safety-margin must be 0 seconds or more, got {ns.safety_margin:g}")
+    reason = None
+    if ns.drain_reason:
+        try:
+            reason = re.compile(ns.drain_reason)
+        except re.error as exc:
+            raise UsageError(
+                f"--drain-reason {ns.drain_reason!r} is not a pattern: {exc}"
+            ) from None
+    notice_signal = parse_signal(ns.notice_signal) if ns.notice_signal else None
     return RunOptions(
         launcher=ns.launcher,
         checkpoint_dir=Path(ns.checkpoint_dir),
@@ -74,7 +104,32 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         nproc_per_node=ns.nproc_per_node,
         resume_arg=ns.resume_arg,
         agree_timeout=ns.agree_timeout,
+        watch=WatchConfig(
+            interval=ns.poll_interval,
+            window=ns.window,
+            time_warning=ns.time_warning,
+            margin=ns.safety_margin,
+        ),
+        watching=not ns.no_watch,
+        drain_reason=reason,
+        notice_signal=notice_signal,
     )
+
+
+def parse_signal(name: str) -> signal.Signals:
+    """``TERM``, ``SIGUSR2`` or ``12`` -> the signal; refuses the ones slurmpre needs for itself."""
+    text = name.strip().upper()
+    try:
+        sig = (
+            signal.Signals(int(text))
+            if text.isdigit()
+            else signal.Signals[text if text.startswith("SIG") else f"SIG{text}"]
+        )
+    except (KeyError, ValueError):
+        raise UsageError(f"--notice-signal {name!r} is not a signal name") from None
+    if sig in (signal.SIGKILL, signal.SIGSTOP, WARN_SIGNAL):
+        raise UsageError(f"--notice-signal {name!r} cannot be used: choose e.g. SIGUSR1 or SIGTERM")
+    return sig
 
 
 def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
@@ -202,13 +257,25 @@ def child_env(
             "SLURMPRE_PREVIOUS_WORLD_SIZE": ""
             if choice.previous_world_size is None
             else str(choice.previous_world_size),
+            "SLURMPRE_NOTICE_FILE": str(notice_path(folder, job.tag, job.restart_count)),
         }
     )
     return out
 
 
-def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run the child in its own process group; forward Slurm's signals to all of it."""
+def supervise(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    on_warning: Callable[[], None] | None = None,
+    on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> int:
+    """Run the child in its own process group; forward Slurm's signals to all of it.
+
+    The time-limit warning (SIGUSR2 from the template's ``--signal``) is not
+    forwarded: it goes to ``on_warning`` (the watcher), and is ignored on the
+    other nodes rather than killing the wrapper.
+    """
     try:
         child = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
     except FileNotFoundError:
@@ -220,8 +287,15 @@ def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signum)
 
+    def warning(_signum: int, _frame: object) -> None:
+        if on_warning is not None:
+            on_warning()
+
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    previous[WARN_SIGNAL] = signal.signal(WARN_SIGNAL, warning)
     try:
+        if on_start is not None:
+            on_start(child)
         code = child.wait()
     finally:
         for sig, handler in previous.items():
@@ -230,6 +304,25 @@ def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGTERM)
     return code if code >= 0 else 128 - code
+
+
+def relay_notice(
+    path: Path, child: subprocess.Popen[bytes], sig: signal.Signals, stop: threading.Event
+) -> None:
+    """On every node: when the notice file appears, send ``sig`` to the child's group once."""
+    while not stop.wait(1.0):
+        if read_notice(path) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, sig)
+            return
+
+
+def requeue_allowed(client: SlurmClient, job: JobEnv, say: Callable[[str], None]) -> bool:
+    try:
+        return client.job(job.job_id).requeue
+    except SlurmpreError as exc:
+        say(f"cannot read the job's requeue flag ({str(exc).splitlines()[0]}); assuming --requeue")
+        return True
 
 
 def run_attempt(
@@ -250,10 +343,57 @@ def run_attempt(
     folder = check_checkpoint_dir(opts.checkpoint_dir, job)
     ledger = Ledger(folder)
     ledger.ensure()
-    choice = agree(opts, job, folder, ledger, client or CommandLineSlurm(), say)
+    client = client or CommandLineSlurm()
+    choice = agree(opts, job, folder, ledger, client, say)
     command = child_command(opts, job, choice)
-    started = time.time()
-    code = supervise(command, child_env(env, opts, job, folder, choice))
+    stop = threading.Event()
+    signal_source = SignalSource()
+    watcher: Watcher | None = None
+    if job.is_first_node and opts.watching:
+        watcher = Watcher(
+            [DrainSource(client, job.nodes, opts.drain_reason), signal_source],
+            job,
+            folder,
+            ledger,
+            client,
+            opts.watch,
+            requeue_allowed=requeue_allowed(client, job, say),
+            say=say,
+        )
+
+    def started(child: subprocess.Popen[bytes]) -> None:
+        if watcher is not None:
+            watcher.start()
+        if opts.notice_signal is not None:
+            threading.Thread(
+                target=relay_notice,
+                args=(
+                    notice_path(folder, job.tag, job.restart_count),
+                    child,
+                    opts.notice_signal,
+                    stop,
+                ),
+                name="slurmpre-relay",
+                daemon=True,
+            ).start()
+
+    started_at = time.time()
+    try:
+        code = supervise(
+            command,
+            child_env(env, opts, job, folder, choice),
+            on_warning=signal_source.trigger,
+            on_start=started,
+        )
+        if watcher is not None and watcher.notice is not None and not watcher.done:
+            # Training saved and exited on the notice: do not let the job end as
+            # COMPLETED before the watcher has requeued it.
+            say("the training exited after the notice; waiting for the requeue")
+            watcher.finished.wait(timeout=watcher.seconds_left() + 5.0)
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.stop()
     if job.is_first_node:
         ledger.append(
             {
@@ -261,7 +401,7 @@ def run_attempt(
                 "job": job.tag,
                 "attempt": job.restart_count,
                 "exit_code": code,
-                "seconds": round(time.time() - started, 3),
+                "seconds": round(time.time() - started_at, 3),
             }
         )
     return code

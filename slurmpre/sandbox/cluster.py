@@ -339,6 +339,33 @@ class Sandbox:
             procs.stop([state.munged], grace=5.0)
         self.state_file.unlink(missing_ok=True)
 
+    # -- the controller, for outage drills ----------------------------------
+    def stop_controller(self) -> None:
+        """Stop slurmctld (jobs keep running on their nodes), as in a controller outage."""
+        with self.lock():
+            state = self.load()
+            if state is None or state.slurmctld is None:
+                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            pid = state.slurmctld
+            if procs.is_process_of(pid, "slurmctld"):
+                procs.stop([pid, *procs.descendants([pid])], grace=10.0)
+            state.slurmctld = None
+            self.save(state)
+
+    def start_controller(self, timeout: float = 60.0) -> None:
+        """Start slurmctld again, recovering its saved state (running jobs included)."""
+        with self.lock():
+            state = self.load()
+            if state is None:
+                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            cfg = state.config(self.state_dir, self.hostname)
+            state.slurmctld = self._spawn(
+                ["slurmctld", "-D", "-f", str(self.etc / "slurm.conf")],
+                cfg.log_dir / "slurmctld.out",
+            )
+            self.save(state)
+        self._wait_ctld(cfg, timeout)
+
     # -- helpers recorded for down -----------------------------------------
     def add_helper(self, pid: int) -> None:
         with self.lock():

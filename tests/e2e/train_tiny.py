@@ -37,6 +37,12 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--step-seconds", type=float, default=0.25)
     parser.add_argument("--slow-checkpoint-at", type=int, default=-1)
+    parser.add_argument("--slow-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--honor-notice",
+        action="store_true",
+        help="ask slurmpre.preemption_requested() every step; checkpoint and stop on a notice",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -71,6 +77,22 @@ def main() -> None:
             )
 
     for step in range(start, args.steps):
+        if args.honor_notice and slurmpre.preemption_requested():
+            # Every rank agrees on this step: save it, record it, and stop;
+            # slurmpre requeues the job once the checkpoint has committed.
+            with slurmpre.checkpoint(step) as path:
+                dcp.save(state, checkpoint_id=str(path))
+            if rank == 0:
+                with (out / "notices.jsonl").open("a") as fh:
+                    fh.write(
+                        json.dumps(
+                            {"attempt": slurmpre.restart_count(), "step": step, "at": time.time()}
+                        )
+                        + "\n"
+                    )
+            dist.barrier()
+            dist.destroy_process_group()
+            return
         x, y = batch(step)
         mine_x, mine_y = x[rank::world], y[rank::world]
         err = mine_x @ state["w"] - mine_y
@@ -89,7 +111,7 @@ def main() -> None:
                 if done == args.slow_checkpoint_at and slurmpre.restart_count() == 0:
                     if rank == 0:
                         (out / "writing-checkpoint").write_text(str(done))
-                    time.sleep(30)
+                    time.sleep(args.slow_seconds)
 
     if rank == 0:
         torch.save({"w": state["w"], "step": int(state["step"])}, out / "final.pt")
