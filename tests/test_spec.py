@@ -76,6 +76,16 @@ def test_values_are_normalised() -> None:
         ({"command": []}, "command = []: must name a program to run"),
         ({"command": "python 'unclosed"}, 'command = "python \'unclosed": cannot be split'),
         ({"command": 3}, "command = 3: must be a string or a list of strings"),
+        ({"poll_interval": 0}, "poll_interval = 0: must be more than 0 seconds"),
+        ({"poll_interval": "soon"}, "poll_interval = 'soon': must be a number of seconds"),
+        ({"preempt_window": 0}, "preempt_window = 0: must be 1 or more"),
+        (
+            {"preempt_window": 60, "safety_margin": 60},
+            "safety_margin = 60: must be smaller than preempt_window (60)",
+        ),
+        ({"drain_reason": "pre(empt"}, "drain_reason = 'pre(empt': is not a regular expression"),
+        ({"notice_signal": "WAKEUP"}, "notice_signal = 'WAKEUP': is not a signal name"),
+        ({"notice_signal": "usr2"}, "notice_signal = 'usr2': is reserved"),
         (
             {"extra_sbatch": ["--requeue"]},
             "extra_sbatch = '--requeue': slurmpre sets --requeue itself: use the key 'requeue'",
@@ -91,6 +101,18 @@ def test_bad_values_name_the_key(kw: dict[str, object], message: str) -> None:
         spec(**kw)
     assert str(info.value).startswith(message)
     assert "\n" not in str(info.value)
+
+
+def test_notice_settings() -> None:
+    s = spec(
+        poll_interval=2.5,
+        preempt_window=60,
+        safety_margin=15,
+        notice_signal="usr1",
+        drain_reason="^preempt",
+    )
+    assert (s.poll_interval, s.preempt_window, s.safety_margin) == (2.5, 60, 15)
+    assert (s.notice_signal, s.drain_reason) == ("SIGUSR1", "^preempt")
 
 
 def test_set_overrides_win_and_parse_as_toml(tmp_path: Path) -> None:

@@ -1,0 +1,127 @@
+"""Shared by the end-to-end tests: submit the tiny training job, wait, read what it reported."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import Event, PreemptPlan, preempt
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import slurmpre_cli, wait_for
+
+TRAIN = Path(__file__).parent / "train_tiny.py"
+STEPS = 40
+PREEMPTIBLE = ["gpu-preemptible-dp-1", "gpu-preemptible-dp-2"]
+
+
+def submit(
+    folder: Path,
+    *,
+    nodes: str,
+    extra: Sequence[str] = (),
+    spec_lines: Sequence[str] = (),
+    steps: int = STEPS,
+) -> str:
+    spec = folder / "tiny.toml"
+    command = [sys.executable, str(TRAIN), "--steps", str(steps), "--every", "5", *extra]
+    spec.write_text(
+        "\n".join(
+            [
+                'name = "tiny"',
+                f"command = {json.dumps(command)}",
+                f'nodes = "{nodes}"',
+                f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
+                *spec_lines,
+                "[env]",
+                'GLOO_SOCKET_IFNAME = "lo"',
+            ]
+        )
+        + "\n"
+    )
+    return slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+
+
+def logs(folder: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted((folder / "ckpt" / "logs").glob("*.out")))
+
+
+def wait_done(slurm: CommandLineSlurm, job_id: str, folder: Path, timeout: float = 240) -> None:
+    wait_for(f"job {job_id} to finish", lambda: slurm.job(job_id).finished, timeout=timeout)
+    job = slurm.job(job_id)
+    if job.state != "COMPLETED":
+        pytest.fail(f"job {job_id} ended {job.state}:\n{logs(folder)[-6000:]}")
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def progress(folder: Path) -> list[dict[str, Any]]:
+    return jsonl(folder / "ckpt" / "progress.jsonl")
+
+
+def notices(folder: Path) -> list[dict[str, Any]]:
+    return jsonl(folder / "ckpt" / "notices.jsonl")
+
+
+def ledger(folder: Path) -> list[dict[str, Any]]:
+    return jsonl(folder / "ckpt" / ".slurmpre" / "attempts.jsonl")
+
+
+def step_reached(folder: Path) -> int:
+    try:
+        return int((folder / "ckpt" / "progress-step").read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def final_weights(folder: Path) -> Any:
+    import torch
+
+    return torch.load(folder / "ckpt" / "final.pt")
+
+
+def same_weights(a: Any, b: Any, steps: int = STEPS) -> bool:
+    import torch
+
+    return bool(a["step"] == b["step"] == steps and torch.equal(a["w"], b["w"]))
+
+
+def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
+    wait_for(
+        "both preemptible nodes idle",
+        lambda: all(n.state == "IDLE" and not n.flags for n in slurm.nodes(PREEMPTIBLE)),
+        timeout=120,
+    )
+
+
+class Preemption(threading.Thread):
+    """`sandbox preempt` in the background, keeping its timeline."""
+
+    def __init__(self, sandbox: Sandbox, plan: PreemptPlan) -> None:
+        super().__init__(daemon=True)
+        self.sandbox, self.plan = sandbox, plan
+        self.events: list[Event] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.events = preempt(self.sandbox, self.plan, say=lambda _: None)
+        except BaseException as exc:  # noqa: BLE001 - reported by finish()
+            self.error = exc
+
+    def finish(self, timeout: float = 400) -> list[Event]:
+        self.join(timeout)
+        assert not self.is_alive(), "sandbox preempt did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.events

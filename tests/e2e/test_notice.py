@@ -1,0 +1,215 @@
+"""End to end: the drain becomes a notice, every rank checkpoints the same step, the job requeues
+itself before the node is removed, and resumes having lost zero steps.
+
+Real torchrun over gloo on two sandbox nodes; the training script asks
+`slurmpre.preemption_requested()` every step (train_tiny.py --honor-notice).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import PreemptPlan, restore_node
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import wait_for
+from tests.e2e.helpers import (
+    Preemption,
+    final_weights,
+    ledger,
+    logs,
+    notices,
+    progress,
+    same_weights,
+    step_reached,
+    submit,
+    wait_done,
+    wait_preemptible_idle,
+)
+
+pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not installed")
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
+
+HONOR = ["--honor-notice"]
+POLL = 5.0
+
+
+def restore_all(sandbox: Sandbox, slurm: CommandLineSlurm) -> None:
+    for node in slurm.nodes():
+        if node.down:
+            restore_node(sandbox, node.name)
+        elif node.draining:
+            slurm.update_node(node.name, state="RESUME")
+
+
+def assert_zero_steps_lost(folder: Path, baseline: Any) -> int:
+    """Every rank saw the notice at one step; the next attempt resumed exactly there."""
+    seen = [n for n in notices(folder) if n["attempt"] == 0]
+    assert len(seen) == 1, seen
+    step = seen[0]["step"]
+    runs = progress(folder)
+    assert [r["attempt"] for r in runs] == [0, 1]
+    assert runs[1]["resumed_step"] == step
+    assert runs[1]["resume_path"] == str(folder / "ckpt" / f"step-{step:08d}")
+    assert same_weights(final_weights(folder), baseline)
+    return int(step)
+
+
+def test_drain_at_a_random_moment_loses_zero_steps(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    job_id = submit(tmp_path, nodes="2", extra=HONOR)
+    at_step = random.Random(time.time_ns()).randint(3, 25)
+    wait_for(f"step {at_step}", lambda: step_reached(tmp_path) >= at_step, timeout=120)
+    victim = slurm.job(job_id).nodes[1]  # not the batch host
+    window = 60.0
+    preemption = Preemption(sandbox, PreemptPlan(victim, window=window, return_after=3))
+    preemption.start()
+    try:
+        wait_done(slurm, job_id, tmp_path, timeout=300)
+        events = preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    drained_at, removed_at = events[0].at, events[1].at
+    records = ledger(tmp_path)
+    notice = next(r for r in records if r["event"] == "notice")
+    requeued = next(r for r in records if r["event"] == "requeued")
+    assert notice["node"] == victim and notice["reason"] == "preempted"
+    # Seen within one poll interval (+20 % jitter, + one scontrol call's slack).
+    assert 0 <= notice["seen_at"] - drained_at <= POLL * 1.2 + 1.0, (drained_at, notice)
+    # Requeued by the job itself, after the checkpoint and before the node was removed.
+    assert requeued["why"] == "after the just-in-time checkpoint"
+    assert requeued["requeued_at"] < removed_at
+    assert requeued["requeued_at"] < drained_at + window
+    step = assert_zero_steps_lost(tmp_path, baseline)
+    committed = next(r for r in records if r["event"] == "committed")
+    assert committed["step"] == step
+    assert slurm.job(job_id).restarts == 1
+    print(
+        f"drain at step >= {at_step}, notice after {notice['seen_at'] - drained_at:.1f} s, "
+        f"checkpoint at step {step}, requeue {requeued['requeued_at'] - drained_at:.1f} s after "
+        "the drain"
+    )
+
+
+def test_drain_during_start_up_before_training(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    job_id = submit(tmp_path, nodes="2", extra=HONOR)
+    job = wait_for("the job to start", lambda: (j := slurm.job(job_id)).state == "RUNNING" and j)
+    assert progress(tmp_path) == []  # torch is still importing: no step taken yet
+    preemption = Preemption(sandbox, PreemptPlan(job.nodes[0], window=30, return_after=2))
+    preemption.start()
+    try:
+        wait_done(slurm, job_id, tmp_path, timeout=300)
+        preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    step = assert_zero_steps_lost(tmp_path, baseline)
+    assert step < 10
+
+
+def test_drain_while_a_periodic_checkpoint_is_written(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    job_id = submit(
+        tmp_path,
+        nodes="2",
+        extra=[*HONOR, "--slow-checkpoint-at", "10", "--slow-seconds", "8"],
+    )
+    wait_for("the periodic write", (tmp_path / "ckpt" / "writing-checkpoint").exists, timeout=120)
+    victim = slurm.job(job_id).nodes[1]
+    preemption = Preemption(sandbox, PreemptPlan(victim, window=30, return_after=2))
+    preemption.start()
+    try:
+        wait_done(slurm, job_id, tmp_path, timeout=300)
+        preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    runs = progress(tmp_path)
+    assert [(r["attempt"], r["resumed_step"]) for r in runs] == [(0, 0), (1, 10)]
+    committed = next(r for r in ledger(tmp_path) if r["event"] == "committed")
+    assert committed["step"] == 10
+    assert same_weights(final_weights(tmp_path), baseline)
+
+
+def test_two_nodes_drained_one_after_the_other(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    job_id = submit(tmp_path, nodes="2", extra=HONOR)
+    wait_for("step 5", lambda: step_reached(tmp_path) >= 5, timeout=120)
+    first, second = slurm.job(job_id).nodes
+    one = Preemption(sandbox, PreemptPlan(first, window=30, return_after=2))
+    two = Preemption(sandbox, PreemptPlan(second, window=30, return_after=2))
+    one.start()
+    time.sleep(1.0)
+    two.start()
+    try:
+        wait_done(slurm, job_id, tmp_path, timeout=300)
+        one.finish()
+        two.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    records = [r for r in ledger(tmp_path) if r["attempt"] == 0]
+    assert [r["event"] for r in records if r["event"] == "requeued"] == ["requeued"]
+    assert next(r["first"] for r in records if r["event"] == "notice") is True
+    assert_zero_steps_lost(tmp_path, baseline)
+
+
+def test_notice_without_requeue_checkpoints_and_says_so(sandbox: Sandbox, tmp_path: Path) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    job_id = submit(tmp_path, nodes="2", extra=HONOR, spec_lines=["requeue = false"])
+    wait_for("step 5", lambda: step_reached(tmp_path) >= 5, timeout=120)
+    victim = slurm.job(job_id).nodes[1]
+    preemption = Preemption(sandbox, PreemptPlan(victim, window=40, return_after=2))
+    preemption.start()
+    try:
+        wait_for("the job to end", lambda: slurm.job(job_id).finished, timeout=120)
+        preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    job = slurm.job(job_id)
+    assert job.restarts == 0 and not job.requeue
+    events = [r["event"] for r in ledger(tmp_path)]
+    assert "requeue_skipped" in events and "requeued" not in events
+    (seen,) = notices(tmp_path)
+    assert (tmp_path / "ckpt" / f"step-{seen['step']:08d}" / ".slurmpre-complete").exists()
+    assert "the job was submitted without --requeue: not requeuing it" in logs(tmp_path)
+
+
+def test_controller_outage_of_60_s_is_no_notice(sandbox: Sandbox, tmp_path: Path) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    steps = 110
+    job_id = submit(tmp_path, nodes="2", extra=[*HONOR, "--step-seconds", "0.7"], steps=steps)
+    wait_for("step 3", lambda: step_reached(tmp_path) >= 3, timeout=120)
+    sandbox.stop_controller()
+    try:
+        at = step_reached(tmp_path)
+        time.sleep(60)
+        assert step_reached(tmp_path) > at + 40  # training went on undisturbed
+    finally:
+        sandbox.start_controller()
+    wait_done(slurm, job_id, tmp_path, timeout=300)
+    events = [r["event"] for r in ledger(tmp_path) if r["event"] != "checkpoint"]
+    assert events == ["start", "end"]
+    assert notices(tmp_path) == []
+    assert [r["attempt"] for r in progress(tmp_path)] == [0]
+    assert final_weights(tmp_path)["step"] == steps
+    text = logs(tmp_path)
+    assert "Slurm does not answer" in text and "Slurm answers again after" in text
