@@ -85,6 +85,8 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv += ["--drain-reason", spec.drain_reason]
     if spec.notice_signal:
         argv += ["--notice-signal", spec.notice_signal]
+    if not spec.watch:
+        argv.append("--no-watch")
     return [*argv, "--", *spec.command]
 
 

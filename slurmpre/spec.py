@@ -75,6 +75,7 @@ class JobSpec:
     safety_margin: int = 30  # requeue anyway this long before the window closes
     drain_reason: str | None = None  # only drains whose reason matches this pattern are notices
     notice_signal: str | None = None  # also send this signal to the training processes
+    watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
     python: str = ""  # the interpreter that has slurmpre on the nodes
     template: str | None = None
@@ -373,7 +374,7 @@ def validate(
                 _ARRAY,
                 "must be a Slurm array range such as 0-99 or 1,3,5-7%4",
             )
-        elif key == "requeue":
+        elif key in ("requeue", "watch"):
             kw[key] = _bool(key, value)
         elif key in ("checkpoint_dir", "log_dir"):
             kw[key] = _path(key, value)

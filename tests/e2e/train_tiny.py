@@ -39,6 +39,13 @@ def main() -> None:
     parser.add_argument("--slow-checkpoint-at", type=int, default=-1)
     parser.add_argument("--slow-seconds", type=float, default=30.0)
     parser.add_argument(
+        "--naive-resume",
+        action="store_true",
+        help="the seeds' recipe: after a restart, load the highest-numbered step folder, "
+        "complete or not (for the side-by-side benchmark)",
+    )
+    parser.add_argument("--work-ms", type=float, default=0.0, help="busy compute per step")
+    parser.add_argument(
         "--honor-notice",
         action="store_true",
         help="ask slurmpre.preemption_requested() every step; checkpoint and stop on a notice",
@@ -57,6 +64,10 @@ def main() -> None:
         "step": torch.zeros((), dtype=torch.int64),
     }
     resume = slurmpre.resume_path()
+    if args.naive_resume:
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        folders = sorted(out.glob("step-*"))
+        resume = folders[-1] if restarts > 0 and folders else None
     if resume is not None:
         dcp.load(state, checkpoint_id=str(resume))
     start = int(state["step"])
@@ -71,6 +82,7 @@ def main() -> None:
                         "world": world,
                         "slurmpre_world": slurmpre.world_size(),
                         "previous_world": slurmpre.previous_world_size(),
+                        "started_at": time.time(),
                     }
                 )
                 + "\n"
@@ -103,7 +115,12 @@ def main() -> None:
         state["step"].fill_(step + 1)
         if rank == 0:
             (out / "progress-step").write_text(str(step + 1))
+            (out / f"progress-step.attempt-{slurmpre.restart_count()}").write_text(str(step + 1))
         time.sleep(args.step_seconds)
+        if args.work_ms:
+            busy_until = time.perf_counter() + args.work_ms / 1000
+            while time.perf_counter() < busy_until:
+                pass
         done = step + 1
         if done % args.every == 0 and done < args.steps:
             with slurmpre.checkpoint(done) as path:
@@ -115,6 +132,7 @@ def main() -> None:
 
     if rank == 0:
         torch.save({"w": state["w"], "step": int(state["step"])}, out / "final.pt")
+        (out / "done-at").write_text(str(time.time()))
     dist.barrier()
     dist.destroy_process_group()
 
