@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -119,31 +117,16 @@ def sandbox_preempt(
     background: bool,
 ) -> None:
     """Preempt NODE as the provider does: drain now, remove at T+window, maybe return."""
-    from slurmpre.sandbox.preempt import PreemptPlan, preempt
+    from slurmpre.sandbox.preempt import PreemptPlan, preempt, start_in_background
 
     plan = PreemptPlan(node, window, return_after, reason, mark_down=not no_mark_down)
     box = _sandbox()
-    box.config().node(node)  # validate before going to the background
-    if not background:
+    if background:
+        pid, log = start_in_background(box, plan)
+        click.echo(f"preempting {node} in the background (pid {pid}); timeline in {log}")
+    else:
+        box.config().node(node)
         preempt(box, plan, say=lambda line: click.echo(line))
-        return
-    log = box.state_dir / "log" / f"preempt-{node}-{int(time.time())}.log"
-    argv = [sys.executable, "-m", "slurmpre", "sandbox", "preempt", node, "--window", str(window)]
-    argv += ["--reason", reason]
-    if return_after is not None:
-        argv += ["--return-after", str(return_after)]
-    if no_mark_down:
-        argv.append("--no-mark-down")
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    box.add_helper(proc.pid)
-    click.echo(f"preempting {node} in the background (pid {proc.pid}); timeline in {log}")
 
 
 # -- render / submit -----------------------------------------------------------

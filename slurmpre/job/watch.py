@@ -209,16 +209,7 @@ class Watcher:
             return
         self.drained_seen.add(notice.node)
         self.say(f"another node drained: {notice.describe()}")
-        self._ledger(
-            {
-                "event": "notice",
-                "kind": notice.kind,
-                "node": notice.node,
-                "reason": notice.reason,
-                "seen_at": notice.seen_at,
-                "first": False,
-            }
-        )
+        self._ledger(_notice_record(notice, first=False))
 
     # -- after a notice -----------------------------------------------------------
     def _on_notice(self, notice: Notice) -> None:
@@ -234,17 +225,7 @@ class Watcher:
             f"preemption notice: {notice.describe()}; asking every rank to checkpoint, "
             f"requeue within {max(window - self.config.margin, 0):.0f} s"
         )
-        self._ledger(
-            {
-                "event": "notice",
-                "kind": notice.kind,
-                "node": notice.node,
-                "reason": notice.reason,
-                "seen_at": notice.seen_at,
-                "first": True,
-                "step_at_notice": self.step_at_notice,
-            }
-        )
+        self._ledger(_notice_record(notice, first=True, step_at_notice=self.step_at_notice))
 
     def _committed_since_notice(self, notice: Notice) -> tuple[int | None, str] | None:
         for record in reversed(self.ledger.records()):
@@ -303,3 +284,15 @@ class Watcher:
             self.ledger.append({"job": self.job.tag, "attempt": self.job.restart_count, **record})
         except SlurmpreError as exc:
             self.say(f"could not write the ledger: {exc}")
+
+
+def _notice_record(notice: Notice, *, first: bool, **extra: object) -> dict[str, object]:
+    return {
+        "event": "notice",
+        "kind": notice.kind,
+        "node": notice.node,
+        "reason": notice.reason,
+        "seen_at": notice.seen_at,
+        "first": first,
+        **extra,
+    }

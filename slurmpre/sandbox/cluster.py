@@ -233,18 +233,7 @@ class Sandbox:
             write_managed(self.etc / "cgroup.conf", cgroup)
 
     def _spawn(self, argv: list[str], log: Path) -> int:
-        with log.open("ab") as out:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
-        return proc.pid
+        return spawn_detached(argv, log)
 
     def start_slurmd(self, cfg: SandboxConfig, name: str) -> int:
         spool = cfg.spool_dir(name)
@@ -384,6 +373,22 @@ class Sandbox:
                 if node["name"] == name:
                     node["pid"] = pid
             self.save(state)
+
+
+def spawn_detached(argv: list[str], log: Path) -> int:
+    """Start ``argv`` in a session of its own, output appended to ``log``; return its pid."""
+    with log.open("ab") as out:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
+    return proc.pid
 
 
 def require_root() -> None:

@@ -9,15 +9,17 @@ replacement, a node comes back under the same name, idle and undrained.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
 from slurmpre.sandbox import procs
-from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.cluster import Sandbox, spawn_detached
 
 DEFAULT_WINDOW = 300.0
 DEFAULT_REASON = "preempted"
@@ -99,6 +101,21 @@ def preempt(
     restore_node(sandbox, plan.node)
     note(f"return {plan.node}: a replacement node is up and idle")
     return events
+
+
+def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]:
+    """Run the same timeline in a detached process; returns its pid and its log."""
+    sandbox.config().node(plan.node)  # validate before going to the background
+    log = sandbox.state_dir / "log" / f"preempt-{plan.node}-{int(time.time())}.log"
+    argv = [sys.executable, "-m", "slurmpre", "sandbox", "preempt", plan.node]
+    argv += ["--window", str(plan.window), "--reason", plan.reason]
+    if plan.return_after is not None:
+        argv += ["--return-after", str(plan.return_after)]
+    if not plan.mark_down:
+        argv.append("--no-mark-down")
+    pid = spawn_detached(argv, log)
+    sandbox.add_helper(pid)
+    return pid, log
 
 
 def _jobs_on(node: str) -> list[str]:
