@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints
 from slurmpre.job.ledger import Ledger
+from slurmpre.job.notice import Agree, NoticeGate
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -121,21 +121,24 @@ def checkpoint(step: int, folder: str | Path | None = None) -> Iterator[Path]:
         dist.barrier()
 
 
-_notice = {"checked": float("-inf"), "seen": False}
-NOTICE_CHECK_SECONDS = 1.0
+_gate = NoticeGate(lambda: os.environ.get("SLURMPRE_NOTICE_FILE", ""))
 
 
-def _local_notice(env: Mapping[str, str]) -> bool:
-    """Has node 0 published a notice? One stat of the shared notice file, at most once a second."""
-    if _notice["seen"]:
-        return True
-    now = time.monotonic()
-    if now - float(_notice["checked"]) < NOTICE_CHECK_SECONDS:
-        return False
-    _notice["checked"] = now
-    path = env.get("SLURMPRE_NOTICE_FILE", "")
-    _notice["seen"] = bool(path) and os.path.exists(path)  # noqa: PTH110 - one cheap stat
-    return bool(_notice["seen"])
+def _torch_agree(dist: Any) -> Agree:
+    torch = sys.modules["torch"]
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if dist.get_backend() == "nccl"
+        else torch.device("cpu")
+    )
+
+    def agree(flag: int, every: int) -> tuple[int, int]:
+        # One small all_reduce: MAX of the flags, and MIN of the proposals (as MAX of -x).
+        both = torch.tensor([flag, -every], dtype=torch.int64, device=device)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+        return int(both[0].item()), -int(both[1].item())
+
+    return agree
 
 
 def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
@@ -143,26 +146,15 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
 
     Call it once per step on every rank. When torch.distributed is initialized
     all ranks agree through one small all_reduce, so they all see True at the
-    same step and a collective checkpoint cannot deadlock or mix steps:
+    same step and a collective checkpoint cannot deadlock or mix steps; the
+    all_reduce runs about once a second of steps, not every step, so it costs
+    next to nothing (see slurmpre.job.notice.NoticeGate):
 
         if slurmpre.preemption_requested():
             with slurmpre.checkpoint(step) as path:
                 save(path)
             break  # slurmpre requeues the job once the checkpoint has committed
     """
-    flag = _local_notice(_env(env))
+    gate = _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
     dist = _distributed()
-    if dist is None:
-        return flag
-    torch = sys.modules["torch"]
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend() == "nccl"
-        else torch.device("cpu")
-    )
-    agreed = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-    if agreed.item():
-        _notice["seen"] = True
-        return True
-    return False
+    return gate(None if dist is None else _torch_agree(dist))

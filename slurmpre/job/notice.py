@@ -9,7 +9,10 @@ it to its child as a signal.
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,3 +47,78 @@ def read_notice(path: Path) -> Notice | None:
         return Notice(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
+
+
+Agree = Callable[[int, int], tuple[int, int]]
+"""(local flag, proposed calls between syncs) -> (max flag over ranks, min proposal)."""
+
+
+class NoticeGate:
+    """One process's view of the notice, and the schedule on which all ranks agree on it.
+
+    The local check is one stat of the shared notice file, at most every
+    ``check_every`` seconds. Agreement is a collective, so it is amortised: all
+    ranks sync on the same call numbers, and at each sync they also agree on
+    how many calls to the next one (about ``sync_period`` seconds of steps, at
+    most ``max_every`` calls). Ranks therefore turn True on the same call, with
+    at most about ``sync_period`` seconds of delay after the notice.
+    """
+
+    def __init__(
+        self,
+        path: Callable[[], str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        exists: Callable[[str], bool] = os.path.exists,
+        check_every: float = 1.0,
+        sync_period: float = 1.0,
+        max_every: int = 100,
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.exists = exists
+        self.check_every = check_every
+        self.sync_period = sync_period
+        self.max_every = max_every
+        self.seen_locally = False
+        self.agreed = False
+        self.checked_at = float("-inf")
+        self.calls = 0
+        self.next_sync = 1
+        self.last_call: float | None = None
+        self.step_seconds: float | None = None
+
+    def _local(self, now: float) -> bool:
+        if not self.seen_locally and now - self.checked_at >= self.check_every:
+            self.checked_at = now
+            target = self.path()
+            self.seen_locally = bool(target) and self.exists(target)
+        return self.seen_locally
+
+    def _proposal(self) -> int:
+        if self.step_seconds is None:
+            return 1
+        calls = math.ceil(self.sync_period / max(self.step_seconds, 1e-6))
+        return max(1, min(self.max_every, calls))
+
+    def __call__(self, agree: Agree | None) -> bool:
+        if self.agreed:
+            return True
+        now = self.clock()
+        if self.last_call is not None:
+            dt = now - self.last_call
+            self.step_seconds = (
+                dt if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * dt
+            )
+        self.last_call = now
+        local = self._local(now)
+        if agree is None:
+            self.agreed = local
+            return local
+        self.calls += 1
+        if self.calls < self.next_sync:
+            return False
+        flag, every = agree(int(local), self._proposal())
+        self.next_sync = self.calls + max(1, every)
+        self.agreed = bool(flag)
+        return self.agreed
