@@ -65,3 +65,9 @@ def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
 
     monkeypatch.setattr("slurmpre.sandbox.cluster.Sandbox.down", interrupted)
     assert main(["sandbox", "down"]) == 130
+
+
+def test_sandbox_shape_errors_are_one_line_exit_2() -> None:
+    proc = slurmpre_cli("sandbox", "up", "--nodes", "2", "--preemptible", "3")
+    assert proc.returncode == 2
+    assert proc.stderr == "slurmpre: error: --preemptible 3 is larger than --nodes 2\n"

@@ -54,7 +54,9 @@ class CommandLineSlurm:
         return parse_version(self._run(["sinfo", "--version"]))
 
     def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
-        argv = ["scontrol", "show", "node", "-o"]
+        # --local: a node is always of this cluster; it spares slurmctld a federation
+        # lookup on every call (two RPCs a query instead of three, counted with sdiag).
+        argv = ["scontrol", "--local", "show", "node", "-o"]
         if names:
             argv.append(",".join(names))
         return parse_nodes(self._run(argv))
