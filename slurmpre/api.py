@@ -115,6 +115,7 @@ def checkpoint(step: int, folder: str | Path | None = None) -> Iterator[Path]:
                     "attempt": restart_count(),
                     "step": step,
                     "path": str(final),
+                    "after_notice": _gate.agreed,
                 }
             )
     if dist is not None:
@@ -157,4 +158,16 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     """
     gate = _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
     dist = _distributed()
+    if gate.calls == 0 and not gate.listening_said and (dist is None or dist.get_rank() == 0):
+        _say_listening(_env(env))
+        gate.listening_said = True
     return gate(None if dist is None else _torch_agree(dist))
+
+
+def _say_listening(env: Mapping[str, str]) -> None:
+    """Tell the watcher this script checkpoints on a notice, so it waits for that checkpoint
+    (and does not requeue on a periodic one that happens to land first)."""
+    path = env.get("SLURMPRE_LISTENING_FILE", "")
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).touch()

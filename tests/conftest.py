@@ -73,3 +73,14 @@ def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = base / "dir with space; $(echo) 'q'"
     path.mkdir()
     return path
+
+
+PREEMPTIBLE = ["gpu-preemptible-dp-1", "gpu-preemptible-dp-2"]
+
+
+def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
+    wait_for(
+        "both preemptible nodes idle",
+        lambda: all(n.state == "IDLE" and not n.flags for n in slurm.nodes(PREEMPTIBLE)),
+        timeout=120,
+    )

@@ -36,6 +36,11 @@ def notice_path(folder: Path, job_tag: str, attempt: int) -> Path:
     return folder / LEDGER_DIR / f"notice-{job_tag}-{attempt}.json"
 
 
+def listening_path(folder: Path, job_tag: str, attempt: int) -> Path:
+    """Exists once the training script has asked `preemption_requested()` in this attempt."""
+    return folder / LEDGER_DIR / f"listening-{job_tag}-{attempt}"
+
+
 def write_notice(path: Path, notice: Notice) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(asdict(notice), sort_keys=True))
@@ -87,6 +92,7 @@ class NoticeGate:
         self.next_sync = 1
         self.last_call: float | None = None
         self.step_seconds: float | None = None
+        self.listening_said = False
 
     def _local(self, now: float) -> bool:
         if not self.seen_locally and now - self.checked_at >= self.check_every:

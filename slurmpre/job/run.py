@@ -28,7 +28,7 @@ from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv, read_job_env
 from slurmpre.job.ledger import Choice, Ledger
-from slurmpre.job.notice import notice_path, read_notice
+from slurmpre.job.notice import listening_path, notice_path, read_notice
 from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
 from slurmpre.job.watch import DrainSource, SignalSource, WatchConfig, Watcher
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
@@ -258,6 +258,7 @@ def child_env(
             if choice.previous_world_size is None
             else str(choice.previous_world_size),
             "SLURMPRE_NOTICE_FILE": str(notice_path(folder, job.tag, job.restart_count)),
+            "SLURMPRE_LISTENING_FILE": str(listening_path(folder, job.tag, job.restart_count)),
         }
     )
     return out

@@ -25,7 +25,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import Notice, notice_path, write_notice
+from slurmpre.job.notice import Notice, listening_path, notice_path, write_notice
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -228,13 +228,20 @@ class Watcher:
         self._ledger(_notice_record(notice, first=True, step_at_notice=self.step_at_notice))
 
     def _committed_since_notice(self, notice: Notice) -> tuple[int | None, str] | None:
+        # A script that asks preemption_requested() checkpoints on the notice itself:
+        # wait for that one, not for a periodic save that lands first, or the steps
+        # it trains between the two would be lost.
+        listening = listening_path(self.folder, self.job.tag, self.job.restart_count).exists()
         for record in reversed(self.ledger.records()):
             if (
                 record.get("event") == "checkpoint"
                 and record.get("attempt") == self.job.restart_count
                 and record.get("time", 0) >= notice.seen_at
+                and (record.get("after_notice") or not listening)
             ):
                 return record.get("step"), str(record.get("path"))
+        if listening:
+            return None
         found = checkpoints.latest(self.folder).checkpoint
         if (
             found is not None

@@ -18,7 +18,6 @@ from tests.conftest import slurmpre_cli, wait_for
 
 TRAIN = Path(__file__).parent / "train_tiny.py"
 STEPS = 40
-PREEMPTIBLE = ["gpu-preemptible-dp-1", "gpu-preemptible-dp-2"]
 
 
 def submit(
@@ -94,14 +93,6 @@ def same_weights(a: Any, b: Any, steps: int = STEPS) -> bool:
     import torch
 
     return bool(a["step"] == b["step"] == steps and torch.equal(a["w"], b["w"]))
-
-
-def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
-    wait_for(
-        "both preemptible nodes idle",
-        lambda: all(n.state == "IDLE" and not n.flags for n in slurm.nodes(PREEMPTIBLE)),
-        timeout=120,
-    )
 
 
 class Preemption(threading.Thread):

@@ -16,7 +16,7 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import PreemptPlan, preempt, restore_node
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import wait_for
+from tests.conftest import wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     STEPS,
     final_weights,
@@ -25,7 +25,6 @@ from tests.e2e.helpers import (
     step_reached,
     submit,
     wait_done,
-    wait_preemptible_idle,
 )
 
 pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not installed")

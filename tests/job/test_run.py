@@ -14,8 +14,9 @@ import pytest
 from slurmpre.job.checkpoints import writing
 from slurmpre.job.ledger import Ledger
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import wait_for
+from tests.conftest import wait_for, wait_preemptible_idle
 
 WRAPPER = [sys.executable, "-m", "slurmpre.job", "run"]
 
@@ -134,6 +135,7 @@ def test_all_nodes_resume_from_the_choice_of_node_0(sandbox: Sandbox, shared_tmp
 def test_exit_code_passes_through_and_a_dead_node_ends_the_step(
     sandbox: Sandbox, shared_tmp: Path
 ) -> None:
+    wait_preemptible_idle(CommandLineSlurm())  # so the timing below is the step's alone
     proc = srun(
         *WRAPPER,
         "--launcher",

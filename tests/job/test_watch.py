@@ -268,3 +268,30 @@ def test_one_query_per_interval(tmp_path: Path) -> None:
     watcher.run()
     per_minute = slurm.queries / (stop_at / 60)
     assert 10 <= per_minute <= 14  # 12 a minute at 5 s, +-20 % jitter
+
+
+def test_a_listening_script_is_waited_for_not_its_periodic_save(tmp_path: Path) -> None:
+    """The script asks preemption_requested(): a periodic save after the notice is not enough."""
+    from slurmpre.job.notice import listening_path
+
+    ledger = Ledger(tmp_path)
+
+    def periodic() -> None:
+        commit_at(tmp_path, 10)
+        ledger.append(
+            {"event": "checkpoint", "attempt": 0, "step": 10, "path": "p10", "after_notice": False}
+        )
+
+    def on_notice_save() -> None:
+        commit_at(tmp_path, 12)
+        ledger.append(
+            {"event": "checkpoint", "attempt": 0, "step": 12, "path": "p12", "after_notice": True}
+        )
+
+    watcher, slurm, _, _, _ = make(tmp_path, hooks={4.0: periodic, 9.0: on_notice_save})
+    listening_path(tmp_path, "42", 0).touch()
+    slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    watcher.run()
+    assert slurm.requeued == ["42"]
+    committed = next(r for r in Ledger(tmp_path).records() if r["event"] == "committed")
+    assert committed["step"] == 12
