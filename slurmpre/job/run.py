@@ -387,10 +387,16 @@ def run_attempt(
             on_start=started,
         )
         if watcher is not None and watcher.notice is not None and not watcher.done:
-            # Training saved and exited on the notice: do not let the job end as
-            # COMPLETED before the watcher has requeued it.
-            say("the training exited after the notice; waiting for the requeue")
-            watcher.finished.wait(timeout=watcher.seconds_left() + 5.0)
+            if code == 0 and watcher.committed_since_notice() is None:
+                # It ended well with no checkpoint for the notice: it finished its
+                # work; a requeue would only run it again from an older step.
+                say("the training finished after the notice: its work is done, not requeuing")
+                watcher.skip("the training finished")
+            else:
+                # It saved and stopped on the notice: do not let the job end as
+                # COMPLETED before the watcher has requeued it.
+                say("the training exited after the notice; waiting for the requeue")
+                watcher.finished.wait(timeout=watcher.seconds_left() + 5.0)
     finally:
         stop.set()
         if watcher is not None:

@@ -163,6 +163,15 @@ class Watcher:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def committed_since_notice(self) -> tuple[int | None, str] | None:
+        return None if self.notice is None else self._committed_since_notice(self.notice)
+
+    def skip(self, why: str) -> None:
+        """Do not requeue for the pending notice (the training finished its work)."""
+        self._ledger({"event": "requeue_skipped", "why": why})
+        self.done = True
+        self.finished.set()
+
     def seconds_left(self) -> float:
         """Until the deadline of a pending notice (0 without one)."""
         if self.deadline is None:
