@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from slurmpre import procs
 from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv, read_job_env
@@ -294,17 +295,60 @@ def supervise(
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     previous[WARN_SIGNAL] = signal.signal(WARN_SIGNAL, warning)
+    done = threading.Event()
+    guard_tree(child, done)
     try:
         if on_start is not None:
             on_start(child)
         code = child.wait()
     finally:
+        done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         # Stragglers of the child's group (a worker that outlived its launcher).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGTERM)
     return code if code >= 0 else 128 - code
+
+
+TRACK_SECONDS = 2.0
+
+
+def guard_tree(child: subprocess.Popen[bytes], done: threading.Event) -> None:
+    """Start the guard (slurmpre.job.guard) and keep it told of the child's whole tree.
+
+    If this wrapper is killed, the guard's stdin closes and it ends the tree,
+    including processes in sessions of their own that Slurm's process-group
+    tracking would leave behind.
+    """
+    try:
+        guard = subprocess.Popen(
+            [sys.executable, "-m", "slurmpre.job.guard"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            text=True,
+        )
+    except OSError:
+        return  # no guard: Slurm's own kill still applies
+    stdin = guard.stdin
+    if stdin is None:
+        return
+
+    def track() -> None:
+        while True:
+            tree = {child.pid} | procs.descendants([child.pid])
+            lines = [f"{pid} {start}" for pid in tree if (start := procs.start_time(pid))]
+            try:
+                stdin.write("\n".join(lines) + "\n\n")
+                stdin.flush()
+            except (BrokenPipeError, ValueError):
+                return
+            if done.wait(TRACK_SECONDS):
+                return  # the stream stays open until this process ends
+
+    threading.Thread(target=track, name="slurmpre-guard", daemon=True).start()
 
 
 def relay_notice(

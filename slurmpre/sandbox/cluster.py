@@ -22,9 +22,9 @@ from typing import Any
 
 from filelock import FileLock
 
+from slurmpre import procs
 from slurmpre.cmd import run
 from slurmpre.errors import CommandError, SandboxError, UsageError
-from slurmpre.sandbox import procs
 from slurmpre.sandbox.config import (
     CTLD_PORT,
     MARKER,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slurmpre import procs
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
-from slurmpre.sandbox import procs
 from slurmpre.sandbox.cluster import Sandbox, spawn_detached
 
 DEFAULT_WINDOW = 300.0

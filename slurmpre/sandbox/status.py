@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurmpre import procs
 from slurmpre.errors import CommandError
-from slurmpre.sandbox import procs
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
 

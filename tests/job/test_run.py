@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -191,3 +192,25 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> None:
+    """As torchrun's workers do, the grandchild lives in a session of its own and ignores
+    SIGTERM; SIGKILL the wrapper (Slurm after KillWait): the guard still ends it."""
+    pids = tmp_path / "pids"
+    grandchild = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"open({str(pids)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    )
+    child = f"setsid {sys.executable} -c {shlex.quote(grandchild)} & wait"
+    code = (
+        "import sys\n"
+        "from slurmpre.job.run import supervise\n"
+        f"sys.exit(supervise(['bash', '-c', {child!r}], {{}}))\n"
+    )
+    wrapper = subprocess.Popen([sys.executable, "-c", code])
+    pid = int(wait_for("the grandchild", lambda: pids.exists() and pids.read_text(), timeout=10))
+    time.sleep(2.5)  # one snapshot of the tree has reached the guard
+    wrapper.kill()
+    wrapper.wait(timeout=10)
+    wait_for(f"grandchild {pid} to be ended by the guard", lambda: not _alive(pid), timeout=15)

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from slurmpre.sandbox import procs
+from slurmpre import procs
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 

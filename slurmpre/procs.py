@@ -1,4 +1,8 @@
-"""Processes of the sandbox, found by pid and by what they hold, never by a broad name."""
+"""Processes found by pid, by ancestry and by what they hold, never by a broad name.
+
+Used by the sandbox (its daemons and their jobs) and by the in-job wrapper (its
+training tree); reads /proc only.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,12 @@ def alive(pid: int) -> bool:
     """Running, not a zombie waiting for a parent that never reaps it."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] not in ("Z", "X")
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks: with the pid, it names one process for good."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
 def cmdline(pid: int) -> list[str]:
