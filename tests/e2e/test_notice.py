@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import PreemptPlan, restore_node
+from slurmpre.sandbox.preempt import Event, PreemptPlan, restore_node
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import wait_for, wait_preemptible_idle
@@ -48,6 +48,32 @@ def restore_all(sandbox: Sandbox, slurm: CommandLineSlurm) -> None:
             slurm.update_node(node.name, state="RESUME")
 
 
+def preempt_until_done(
+    sandbox: Sandbox,
+    slurm: CommandLineSlurm,
+    job_id: str,
+    folder: Path,
+    *plans: PreemptPlan,
+    stagger: float = 0.0,
+    until_completed: bool = True,
+) -> list[list[Event]]:
+    """Preempt (in the background, `stagger` s apart) and wait for the job; always restore."""
+    running = []
+    try:
+        for i, plan in enumerate(plans):
+            if i:
+                time.sleep(stagger)
+            running.append(Preemption(sandbox, plan))
+            running[-1].start()
+        if until_completed:
+            wait_done(slurm, job_id, folder, timeout=300)
+        else:
+            wait_for("the job to end", lambda: slurm.job(job_id).finished, timeout=120)
+        return [p.finish() for p in running]
+    finally:
+        restore_all(sandbox, slurm)
+
+
 def assert_zero_steps_lost(folder: Path, baseline: Any) -> int:
     """Every rank saw the notice at one step; the next attempt resumed exactly there."""
     seen = [n for n in notices(folder) if n["attempt"] == 0]
@@ -71,13 +97,9 @@ def test_drain_at_a_random_moment_loses_zero_steps(
     wait_for(f"step {at_step}", lambda: step_reached(tmp_path) >= at_step, timeout=120)
     victim = slurm.job(job_id).nodes[1]  # not the batch host
     window = 60.0
-    preemption = Preemption(sandbox, PreemptPlan(victim, window=window, return_after=3))
-    preemption.start()
-    try:
-        wait_done(slurm, job_id, tmp_path, timeout=300)
-        events = preemption.finish()
-    finally:
-        restore_all(sandbox, slurm)
+    (events,) = preempt_until_done(
+        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=window, return_after=3)
+    )
     drained_at, removed_at = events[0].at, events[1].at
     records = ledger(tmp_path)
     notice = next(r for r in records if r["event"] == "notice")
@@ -108,13 +130,9 @@ def test_drain_during_start_up_before_training(
     job_id = submit(tmp_path, nodes="2", extra=HONOR)
     job = wait_for("the job to start", lambda: (j := slurm.job(job_id)).state == "RUNNING" and j)
     assert progress(tmp_path) == []  # torch is still importing: no step taken yet
-    preemption = Preemption(sandbox, PreemptPlan(job.nodes[0], window=30, return_after=2))
-    preemption.start()
-    try:
-        wait_done(slurm, job_id, tmp_path, timeout=300)
-        preemption.finish()
-    finally:
-        restore_all(sandbox, slurm)
+    preempt_until_done(
+        sandbox, slurm, job_id, tmp_path, PreemptPlan(job.nodes[0], window=30, return_after=2)
+    )
     step = assert_zero_steps_lost(tmp_path, baseline)
     assert step < 10
 
@@ -131,13 +149,9 @@ def test_drain_while_a_periodic_checkpoint_is_written(
     )
     wait_for("the periodic write", (tmp_path / "ckpt" / "writing-checkpoint").exists, timeout=120)
     victim = slurm.job(job_id).nodes[1]
-    preemption = Preemption(sandbox, PreemptPlan(victim, window=30, return_after=2))
-    preemption.start()
-    try:
-        wait_done(slurm, job_id, tmp_path, timeout=300)
-        preemption.finish()
-    finally:
-        restore_all(sandbox, slurm)
+    preempt_until_done(
+        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=30, return_after=2)
+    )
     # The periodic step-10 checkpoint completed; the script then saw the notice and
     # saved again where it stood, which is where the next attempt resumed.
     assert (tmp_path / "ckpt" / "step-00000010" / ".slurmpre-complete").exists()
@@ -155,17 +169,15 @@ def test_two_nodes_drained_one_after_the_other(
     job_id = submit(tmp_path, nodes="2", extra=HONOR)
     wait_for("step 5", lambda: step_reached(tmp_path) >= 5, timeout=120)
     first, second = slurm.job(job_id).nodes
-    one = Preemption(sandbox, PreemptPlan(first, window=30, return_after=2))
-    two = Preemption(sandbox, PreemptPlan(second, window=30, return_after=2))
-    one.start()
-    time.sleep(1.0)
-    two.start()
-    try:
-        wait_done(slurm, job_id, tmp_path, timeout=300)
-        one.finish()
-        two.finish()
-    finally:
-        restore_all(sandbox, slurm)
+    preempt_until_done(
+        sandbox,
+        slurm,
+        job_id,
+        tmp_path,
+        PreemptPlan(first, window=30, return_after=2),
+        PreemptPlan(second, window=30, return_after=2),
+        stagger=1.0,
+    )
     records = [r for r in ledger(tmp_path) if r["attempt"] == 0]
     assert [r["event"] for r in records if r["event"] == "requeued"] == ["requeued"]
     assert next(r["first"] for r in records if r["event"] == "notice") is True
@@ -178,13 +190,14 @@ def test_notice_without_requeue_checkpoints_and_says_so(sandbox: Sandbox, tmp_pa
     job_id = submit(tmp_path, nodes="2", extra=HONOR, spec_lines=["requeue = false"])
     wait_for("step 5", lambda: step_reached(tmp_path) >= 5, timeout=120)
     victim = slurm.job(job_id).nodes[1]
-    preemption = Preemption(sandbox, PreemptPlan(victim, window=40, return_after=2))
-    preemption.start()
-    try:
-        wait_for("the job to end", lambda: slurm.job(job_id).finished, timeout=120)
-        preemption.finish()
-    finally:
-        restore_all(sandbox, slurm)
+    preempt_until_done(
+        sandbox,
+        slurm,
+        job_id,
+        tmp_path,
+        PreemptPlan(victim, window=40, return_after=2),
+        until_completed=False,
+    )
     job = slurm.job(job_id)
     assert job.restarts == 0 and not job.requeue
     events = [r["event"] for r in ledger(tmp_path)]
