@@ -12,7 +12,7 @@ later (the provider's T+5:00, shortened). Spare preemptible nodes are free, so
 each job can restart at once. Prints steps lost, drain -> restart, and total
 wall time, as ratios, with the sandbox's timing settings.
 
-Usage: python bench/notice_drill.py [--window 60] [--steps 200] [--every 20]
+Usage: python bench/notice_drill.py [--window 60] [--steps 200] [--every 20] [--stock-timings]
 Restarts the sandbox with 5 nodes (4 preemptible) if it has another shape.
 """
 
@@ -74,20 +74,18 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--step-seconds", type=float, default=0.5)
     parser.add_argument("--drain-after-step", type=int, default=30)
+    parser.add_argument("--stock-timings", action="store_true", help="Slurm's default timings")
     args = parser.parse_args()
 
     box = Sandbox()
-    state = box.load()
-    if state is not None and [n["preemptible"] for n in state.nodes].count(True) < 4:
+    try:
+        box.up(5, 4, stock_timings=args.stock_timings)
+    except UsageError:  # up with another shape or timings: restart it
         print(
             "restarting the sandbox with 5 nodes (4 preemptible) so both jobs can restart at once"
         )
         box.down()
-    try:
-        box.up(5, 4)
-    except UsageError:
-        box.down()
-        box.up(5, 4)
+        box.up(5, 4, stock_timings=args.stock_timings)
     state = box.load()
     assert state is not None
     timings = TUNED if state.timings == "tuned" else STOCK
