@@ -188,11 +188,14 @@ def main() -> int:
     print(
         f"{'total wall time (s)':24}{s['wall']:>14.1f}{p['wall']:>12.1f}{s['wall'] / p['wall']:>10.2f}"
     )
-    floor = 120 - (timings.cred_expire or 120)
-    print(
-        f"stock Slurm (cred_expire=120) adds at least {floor} s to each requeue -> restart "
-        "for both: run with `slurmpre sandbox up --stock-timings` to measure it"
-    )
+    if timings.cred_expire is not None:
+        floor = 120 - timings.cred_expire
+        print(
+            f"stock Slurm (cred_expire=120) adds at least {floor} s to each requeue -> restart "
+            "for both: run with --stock-timings to measure it"
+        )
+    else:
+        print("stock timings: a requeued job cannot start before requeue + 121 s")
     print(f"folders kept in {work}")
     return 0
 
