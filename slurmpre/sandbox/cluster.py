@@ -104,11 +104,15 @@ class Sandbox:
         tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
         tmp.replace(self.state_file)
 
-    def config(self) -> SandboxConfig:
+    def current(self) -> State:
+        """The recorded state of a sandbox that is up (an error when it is not)."""
         state = self.load()
         if state is None:
             raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
-        return state.config(self.state_dir, self.hostname)
+        return state
+
+    def config(self) -> SandboxConfig:
+        return self.current().config(self.state_dir, self.hostname)
 
     # -- health -------------------------------------------------------------
     def daemons_alive(self, state: State) -> bool:
@@ -332,10 +336,10 @@ class Sandbox:
     def stop_controller(self) -> None:
         """Stop slurmctld (jobs keep running on their nodes), as in a controller outage."""
         with self.lock():
-            state = self.load()
-            if state is None or state.slurmctld is None:
-                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            state = self.current()
             pid = state.slurmctld
+            if pid is None:
+                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
             if procs.is_process_of(pid, "slurmctld"):
                 procs.stop([pid, *procs.descendants([pid])], grace=10.0)
             state.slurmctld = None
@@ -344,9 +348,7 @@ class Sandbox:
     def start_controller(self, timeout: float = 60.0) -> None:
         """Start slurmctld again, recovering its saved state (running jobs included)."""
         with self.lock():
-            state = self.load()
-            if state is None:
-                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            state = self.current()
             cfg = state.config(self.state_dir, self.hostname)
             state.slurmctld = self._spawn(
                 ["slurmctld", "-D", "-f", str(self.etc / "slurm.conf")],
@@ -358,17 +360,13 @@ class Sandbox:
     # -- helpers recorded for down -----------------------------------------
     def add_helper(self, pid: int) -> None:
         with self.lock():
-            state = self.load()
-            if state is None:
-                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            state = self.current()
             state.helpers = [p for p in state.helpers if procs.alive(p)] + [pid]
             self.save(state)
 
     def set_node_pid(self, name: str, pid: int | None) -> None:
         with self.lock():
-            state = self.load()
-            if state is None:
-                raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+            state = self.current()
             for node in state.nodes:
                 if node["name"] == name:
                     node["pid"] = pid

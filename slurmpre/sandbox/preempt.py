@@ -128,10 +128,8 @@ def remove_node(sandbox: Sandbox, name: str) -> int:
 
     Returns how many job processes died with it.
     """
-    cfg = sandbox.config()
-    state = sandbox.load()
-    if state is None:
-        raise SandboxError("the sandbox is not up: run `slurmpre sandbox up`")
+    state = sandbox.current()
+    cfg = state.config(sandbox.state_dir, sandbox.hostname)
     slurmd = next((n.get("pid") for n in state.nodes if n["name"] == name), None)
     steps = procs.holders_of_sockets_under(cfg.spool_dir(name))
     victims = steps | procs.descendants(steps)
