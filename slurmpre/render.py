@@ -15,10 +15,10 @@ import jinja2
 
 from slurmpre import __version__
 from slurmpre.errors import UsageError
+from slurmpre.job.notice import WARN_SIGNAL
 from slurmpre.spec import JobSpec
 
 DEFAULT_TEMPLATE = "default.sbatch.j2"
-WARN_SIGNAL = "USR2"
 
 
 def templates_dir() -> Path:
@@ -95,7 +95,7 @@ def context(spec: JobSpec) -> dict[str, Any]:
         "spec": spec,
         "version": __version__,
         "output": output_pattern(spec),
-        "warn_signal": WARN_SIGNAL,
+        "warn_signal": WARN_SIGNAL.name.removeprefix("SIG"),
         "launch": [shlex.quote(a) for a in launch_argv(spec)],
     }
 

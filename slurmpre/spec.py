@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import UsageError
+from slurmpre.job.notice import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -296,17 +297,17 @@ def _pattern(key: str, value: object) -> str | None:
 
 
 def _signal_name(key: str, value: object) -> str | None:
-    import signal
-
     if value in (None, ""):
         return None
-    text = _one_line(key, value).strip().upper()
-    name = text if text.startswith("SIG") else f"SIG{text}"
-    if name not in signal.Signals.__members__:
+    text = _one_line(key, value)
+    sig = None if text.strip().isdigit() else signal_named(text)  # a spec names its signal
+    if sig is None:
         raise _bad(key, value, "is not a signal name such as USR1 or TERM")
-    if name in ("SIGKILL", "SIGSTOP", "SIGUSR2"):
-        raise _bad(key, value, "is reserved (SIGUSR2 carries Slurm's time-limit warning)")
-    return name
+    if sig in RESERVED_SIGNALS:
+        raise _bad(
+            key, value, f"is reserved ({WARN_SIGNAL.name} carries Slurm's time-limit warning)"
+        )
+    return sig.name
 
 
 def _path(key: str, value: object) -> str:

@@ -11,12 +11,28 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmpre.job.ledger import LEDGER_DIR
+
+WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
+# Signals a notice may not be relayed as: uncatchable, or the wrapper's own warning.
+RESERVED_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP, WARN_SIGNAL})
+
+
+def signal_named(text: str) -> signal.Signals | None:
+    """``USR1``, ``sigusr1`` or ``10`` -> the signal; None when there is no such signal."""
+    text = text.strip().upper()
+    if text.isdigit():
+        try:
+            return signal.Signals(int(text))
+        except ValueError:
+            return None
+    return signal.Signals.__members__.get(text if text.startswith("SIG") else f"SIG{text}")
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,19 @@ from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv, read_job_env
 from slurmpre.job.ledger import Choice, Ledger
-from slurmpre.job.notice import listening_path, notice_path, read_notice
+from slurmpre.job.notice import (
+    RESERVED_SIGNALS,
+    WARN_SIGNAL,
+    listening_path,
+    notice_path,
+    read_notice,
+    signal_named,
+)
 from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
 from slurmpre.job.watch import DrainSource, SignalSource, WatchConfig, Watcher
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 LAUNCHERS = ("torchrun", "plain")
-WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCONT)
 
 
@@ -119,16 +125,10 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
 
 def parse_signal(name: str) -> signal.Signals:
     """``TERM``, ``SIGUSR2`` or ``12`` -> the signal; refuses the ones slurmpre needs for itself."""
-    text = name.strip().upper()
-    try:
-        sig = (
-            signal.Signals(int(text))
-            if text.isdigit()
-            else signal.Signals[text if text.startswith("SIG") else f"SIG{text}"]
-        )
-    except (KeyError, ValueError):
-        raise UsageError(f"--notice-signal {name!r} is not a signal name") from None
-    if sig in (signal.SIGKILL, signal.SIGSTOP, WARN_SIGNAL):
+    sig = signal_named(name)
+    if sig is None:
+        raise UsageError(f"--notice-signal {name!r} is not a signal name")
+    if sig in RESERVED_SIGNALS:
         raise UsageError(f"--notice-signal {name!r} cannot be used: choose e.g. SIGUSR1 or SIGTERM")
     return sig
 
