@@ -13,6 +13,7 @@ Light on purpose (no click, no jinja2, no torch at import): every rank imports i
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -125,7 +126,9 @@ def checkpoint(step: int, folder: str | Path | None = None) -> Iterator[Path]:
 _gate = NoticeGate(lambda: os.environ.get("SLURMPRE_NOTICE_FILE", ""))
 
 
+@functools.cache
 def _torch_agree(dist: Any) -> Agree:
+    """The agreement collective, built once (it is asked for on every step)."""
     torch = sys.modules["torch"]
     device = (
         torch.device("cuda", torch.cuda.current_device())
@@ -158,7 +161,7 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     """
     gate = _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
     dist = _distributed()
-    if gate.calls == 0 and not gate.listening_said and (dist is None or dist.get_rank() == 0):
+    if not gate.listening_said and (dist is None or dist.get_rank() == 0):
         _say_listening(_env(env))
         gate.listening_said = True
     return gate(None if dist is None else _torch_agree(dist))
