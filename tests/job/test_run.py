@@ -137,32 +137,14 @@ def test_exit_code_passes_through_and_a_dead_node_ends_the_step(
     sandbox: Sandbox, shared_tmp: Path
 ) -> None:
     wait_preemptible_idle(CommandLineSlurm())  # so the timing below is the step's alone
-    proc = srun(
-        *WRAPPER,
-        "--launcher",
-        "plain",
-        "--checkpoint-dir",
-        str(shared_tmp),
-        "--",
-        "bash",
-        "-c",
-        "exit 7",
-        nodes=1,
-    )
-    assert proc.returncode == 7
+
+    def plain(script: str, nodes: int) -> subprocess.CompletedProcess[str]:
+        args = ["--launcher", "plain", "--checkpoint-dir", str(shared_tmp)]
+        return srun(*WRAPPER, *args, "--", "bash", "-c", script, nodes=nodes)
+
+    assert plain("exit 7", nodes=1).returncode == 7
     started = time.monotonic()
-    proc = srun(
-        *WRAPPER,
-        "--launcher",
-        "plain",
-        "--checkpoint-dir",
-        str(shared_tmp),
-        "--",
-        "bash",
-        "-c",
-        '[ "$SLURM_NODEID" = 1 ] && exit 3; sleep 600',
-    )
-    assert proc.returncode != 0
+    assert plain('[ "$SLURM_NODEID" = 1 ] && exit 3; sleep 600', nodes=2).returncode != 0
     assert time.monotonic() - started < 60  # ended, not hung for 600 s
 
 
