@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import Event, PreemptPlan, preempt
+from slurmpre.sandbox.preempt import Event, PreemptPlan, preempt, restore_node
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import slurmpre_cli, wait_for
@@ -116,3 +117,37 @@ class Preemption(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.events
+
+
+def restore_all(sandbox: Sandbox, slurm: CommandLineSlurm) -> None:
+    for node in slurm.nodes():
+        if node.down:
+            restore_node(sandbox, node.name)
+        elif node.draining:
+            slurm.update_node(node.name, state="RESUME")
+
+
+def preempt_until_done(
+    sandbox: Sandbox,
+    slurm: CommandLineSlurm,
+    job_id: str,
+    folder: Path,
+    *plans: PreemptPlan,
+    stagger: float = 0.0,
+    until_completed: bool = True,
+) -> list[list[Event]]:
+    """Preempt (in the background, `stagger` s apart) and wait for the job; always restore."""
+    running = []
+    try:
+        for i, plan in enumerate(plans):
+            if i:
+                time.sleep(stagger)
+            running.append(Preemption(sandbox, plan))
+            running[-1].start()
+        if until_completed:
+            wait_done(slurm, job_id, folder, timeout=300)
+        else:
+            wait_for("the job to end", lambda: slurm.job(job_id).finished, timeout=120)
+        return [p.finish() for p in running]
+    finally:
+        restore_all(sandbox, slurm)

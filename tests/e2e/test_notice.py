@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import Event, PreemptPlan, restore_node
+from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
-    Preemption,
     final_weights,
     ledger,
     logs,
     notices,
+    preempt_until_done,
     progress,
     same_weights,
     step_reached,
@@ -38,40 +38,6 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 HONOR = ["--honor-notice"]
 POLL = 5.0
-
-
-def restore_all(sandbox: Sandbox, slurm: CommandLineSlurm) -> None:
-    for node in slurm.nodes():
-        if node.down:
-            restore_node(sandbox, node.name)
-        elif node.draining:
-            slurm.update_node(node.name, state="RESUME")
-
-
-def preempt_until_done(
-    sandbox: Sandbox,
-    slurm: CommandLineSlurm,
-    job_id: str,
-    folder: Path,
-    *plans: PreemptPlan,
-    stagger: float = 0.0,
-    until_completed: bool = True,
-) -> list[list[Event]]:
-    """Preempt (in the background, `stagger` s apart) and wait for the job; always restore."""
-    running = []
-    try:
-        for i, plan in enumerate(plans):
-            if i:
-                time.sleep(stagger)
-            running.append(Preemption(sandbox, plan))
-            running[-1].start()
-        if until_completed:
-            wait_done(slurm, job_id, folder, timeout=300)
-        else:
-            wait_for("the job to end", lambda: slurm.job(job_id).finished, timeout=120)
-        return [p.finish() for p in running]
-    finally:
-        restore_all(sandbox, slurm)
 
 
 def assert_zero_steps_lost(folder: Path, baseline: Any) -> int:

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import PreemptPlan, preempt, restore_node
+from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     STEPS,
     final_weights,
+    preempt_until_done,
     progress,
     same_weights,
     step_reached,
     submit,
-    wait_done,
 )
 
 pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not installed")
@@ -39,11 +39,9 @@ def test_preempted_run_resumes_and_matches_bit_for_bit(
     job_id = submit(tmp_path, nodes="2")
     wait_for("step 12", lambda: step_reached(tmp_path) >= 12, timeout=120)
     victim = slurm.job(job_id).nodes[1]
-    try:
-        preempt(sandbox, PreemptPlan(victim, window=2, return_after=1), say=lambda _: None)
-        wait_done(slurm, job_id, tmp_path)
-    finally:
-        restore_node(sandbox, victim) if slurm.nodes([victim])[0].down else None
+    preempt_until_done(
+        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=2, return_after=1)
+    )
     runs = progress(tmp_path)
     assert [r["attempt"] for r in runs] == [0, 1]
     resumed = runs[1]["resumed_step"]
@@ -61,11 +59,9 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
     marker = tmp_path / "ckpt" / "writing-checkpoint"
     wait_for("the slow checkpoint write", marker.exists, timeout=120)
     victim = slurm.job(job_id).nodes[0]  # the batch host, mid-write
-    try:
-        preempt(sandbox, PreemptPlan(victim, window=0, return_after=1), say=lambda _: None)
-        wait_done(slurm, job_id, tmp_path)
-    finally:
-        restore_node(sandbox, victim) if slurm.nodes([victim])[0].down else None
+    preempt_until_done(
+        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=0, return_after=1)
+    )
     runs = progress(tmp_path)
     assert [(r["attempt"], r["resumed_step"]) for r in runs] == [(0, 0), (1, 5)]
     # The half-written step 10 was never published; it stays hidden, not deleted.
@@ -83,11 +79,7 @@ def test_restart_on_fewer_nodes_sees_the_world_size_change(
     job = wait_for("2 nodes", lambda: len((j := slurm.job(job_id)).nodes) == 2 and j, timeout=60)
     wait_for("step 12", lambda: step_reached(tmp_path) >= 12, timeout=120)
     victim = job.nodes[1]
-    try:
-        preempt(sandbox, PreemptPlan(victim, window=1), say=lambda _: None)
-        wait_done(slurm, job_id, tmp_path)
-    finally:
-        restore_node(sandbox, victim)
+    preempt_until_done(sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=1))
     runs = progress(tmp_path)
     assert [(r["attempt"], r["world"], r["previous_world"]) for r in runs] == [
         (0, 2, None),
