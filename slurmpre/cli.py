@@ -63,10 +63,27 @@ def _sandbox() -> Any:
     is_flag=True,
     help="Slurm's default timeouts and requeue delay, instead of the fast test settings.",
 )
+@click.option(
+    "--tracking",
+    type=click.Choice(["auto", "cgroup", "pgid"]),
+    default="auto",
+    show_default=True,
+    help="proctrack/cgroup with task/affinity,task/cgroup as on GPU clusters (auto: where the "
+    "host mounts cgroup v1), or proctrack/pgid with task/affinity.",
+)
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the nodes.")
-def sandbox_up(nodes: int, preemptible: int, stock_timings: bool, timeout: float) -> None:
+def sandbox_up(
+    nodes: int, preemptible: int, stock_timings: bool, tracking: str, timeout: float
+) -> None:
     """Install (if needed) and start munge, slurmctld and one slurmd per node."""
-    _sandbox().up(nodes, preemptible, stock_timings=stock_timings, timeout=timeout, say=click.echo)
+    _sandbox().up(
+        nodes,
+        preemptible,
+        stock_timings=stock_timings,
+        tracking=tracking,
+        timeout=timeout,
+        say=click.echo,
+    )
 
 
 @sandbox.command("down")

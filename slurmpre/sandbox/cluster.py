@@ -23,16 +23,22 @@ from typing import Any
 from filelock import FileLock
 
 from slurmpre import procs
+from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
 from slurmpre.errors import CommandError, SandboxError, UsageError
 from slurmpre.sandbox.config import (
+    CGROUP,
     CTLD_PORT,
     MARKER,
+    PGID,
     STOCK,
+    TRACKINGS,
     TUNED,
     NodeSpec,
     SandboxConfig,
+    Tracking,
     node_specs,
+    parse_topology,
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,
@@ -63,6 +69,7 @@ class State:
     slurmctld: int | None = None
     munged: int | None = None  # None: munge was already running and is not ours
     helpers: list[int] = field(default_factory=list)
+    tracking: str = PGID.name  # sandboxes recorded before tracking was a choice ran pgid
 
     def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
         return SandboxConfig(
@@ -71,6 +78,7 @@ class State:
             version=(self.version[0], self.version[1], self.version[2]),
             nodes=tuple(NodeSpec(n["name"], n["preemptible"], n["port"]) for n in self.nodes),
             timings=STOCK if self.timings == "stock" else TUNED,
+            tracking=TRACKINGS.get(self.tracking, PGID),
         )
 
 
@@ -100,9 +108,7 @@ class Sandbox:
         return State(**data)
 
     def save(self, state: State) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
-        tmp.replace(self.state_file)
+        write_atomic(self.state_file, json.dumps(asdict(state), indent=2) + "\n")
 
     def current(self) -> State:
         """The recorded state of a sandbox that is up (an error when it is not)."""
@@ -133,6 +139,7 @@ class Sandbox:
         preemptible: int = 2,
         *,
         stock_timings: bool = False,
+        tracking: str = "auto",
         timeout: float = 60.0,
         say: Callable[[str], None] = lambda _: None,
     ) -> State:
@@ -144,10 +151,15 @@ class Sandbox:
                 want = [(s.name, s.preemptible) for s in specs]
                 have = [(n["name"], n["preemptible"]) for n in state.nodes]
                 timings = "stock" if stock_timings else "tuned"
-                if want != have or state.timings != timings:
+                if (
+                    want != have
+                    or state.timings != timings
+                    or (tracking != "auto" and tracking != state.tracking)
+                ):
                     raise UsageError(
                         f"the sandbox is up with {len(have)} nodes "
-                        f"({sum(p for _, p in have)} preemptible, {state.timings} timings); "
+                        f"({sum(p for _, p in have)} preemptible, {state.timings} timings, "
+                        f"proctrack/{state.tracking}); "
                         "run `slurmpre sandbox down` first to change its shape"
                     )
                 self._wait_nodes_up(state, timeout)
@@ -156,12 +168,13 @@ class Sandbox:
             if state is not None:
                 say("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
-            return self._cold_start(specs, stock_timings, timeout, say)
+            return self._cold_start(specs, stock_timings, tracking, timeout, say)
 
     def _cold_start(
         self,
         specs: tuple[NodeSpec, ...],
         stock_timings: bool,
+        tracking: str,
         timeout: float,
         say: Callable[[str], None],
     ) -> State:
@@ -179,13 +192,15 @@ class Sandbox:
             version=version,
             nodes=specs,
             timings=STOCK if stock_timings else TUNED,
-            cpus_per_node=max(2, os.cpu_count() or 2),
+            tracking=choose_tracking(tracking, say),
+            topology=parse_topology(run(["slurmd", "-C"], error=SandboxError).stdout),
         )
         self._lay_out(cfg)
         state = State(
             version=list(version),
             timings=cfg.timings.name,
             nodes=[{**asdict(s), "pid": None} for s in specs],
+            tracking=cfg.tracking.name,
         )
         self.save(state)
         state.munged = start_munge(cfg.log_dir)
@@ -204,7 +219,8 @@ class Sandbox:
         self._wait_nodes_up(state, timeout)
         say(
             f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
-            f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings"
+            f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings, "
+            f"proctrack/{cfg.tracking.proctrack}, TaskPlugin={cfg.tracking.task_plugin}"
         )
         return state
 
@@ -235,6 +251,8 @@ class Sandbox:
         cgroup = render_cgroup_conf(cfg)
         if cgroup is not None:
             write_managed(self.etc / "cgroup.conf", cgroup)
+        else:
+            remove_managed(self.etc / "cgroup.conf")
 
     def _spawn(self, argv: list[str], log: Path) -> int:
         return spawn_detached(argv, log)
@@ -397,9 +415,54 @@ def require_root() -> None:
 
 
 def write_managed(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".slurmpre-tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
+
+
+def remove_managed(path: Path) -> None:
+    """Remove a config file the sandbox wrote earlier (never one it did not write)."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return
+    if MARKER in text:
+        path.unlink()
+
+
+CGROUP_V1_CONTROLLERS = ("freezer", "cpuset")  # proctrack/cgroup, and task/cgroup's cores
+
+
+def cgroup_v1_controllers(mounts: str) -> set[str]:
+    """The cgroup v1 controllers mounted, from /proc/mounts text."""
+    found: set[str] = set()
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "cgroup":
+            found |= set(fields[3].split(","))
+    return found
+
+
+def choose_tracking(wanted: str, say: Callable[[str], None]) -> Tracking:
+    """``cgroup`` where the host mounts the cgroup v1 controllers Slurm needs, else ``pgid``.
+
+    Slurm 22.05 keeps one ``slurm_<node>`` hierarchy per slurmd under cgroup v1,
+    so several slurmd on one host work; its cgroup v2 plugin wants systemd,
+    which the sandbox does not have.
+    """
+    if wanted in TRACKINGS and wanted != CGROUP.name:
+        return TRACKINGS[wanted]
+    try:
+        mounts = Path("/proc/mounts").read_text()
+    except OSError:
+        mounts = ""
+    missing = [c for c in CGROUP_V1_CONTROLLERS if c not in cgroup_v1_controllers(mounts)]
+    writable = all(os.access(f"/sys/fs/cgroup/{c}", os.W_OK) for c in CGROUP_V1_CONTROLLERS)
+    if not missing and writable:
+        return CGROUP
+    why = f"cgroup v1 {', '.join(missing)} not mounted" if missing else "cgroup v1 not writable"
+    if wanted == CGROUP.name:
+        raise SandboxError(f"--tracking cgroup is not possible on this host: {why}")
+    say(f"proctrack/cgroup is not possible here ({why}): tracking processes by pgid")
+    return PGID
 
 
 def port_in_use(port: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,13 +59,70 @@ STOCK = Timings("stock", None, None, 300, 120, 10, 30)
 
 
 @dataclass(frozen=True)
+class Tracking:
+    """How slurmd tracks a job's processes and binds them to CPUs.
+
+    ``cgroup`` is what GPU clusters run (every process of a step in one cgroup,
+    tasks confined to the CPUs they were given); ``pgid`` is the fallback where
+    the host offers no usable cgroup v1 hierarchy. Both bind tasks to CPUs with
+    task/affinity, so a launch that forgets ``--cpus-per-task`` shows up here.
+    """
+
+    name: str
+    proctrack: str  # ProctrackType=proctrack/<this>
+    task_plugin: str  # TaskPlugin=<this>
+
+
+CGROUP = Tracking("cgroup", "cgroup", "task/affinity,task/cgroup")
+PGID = Tracking("pgid", "pgid", "task/affinity")
+TRACKINGS = {t.name: t for t in (CGROUP, PGID)}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A node's CPUs as the host has them (``slurmd -C``): every sandbox node is this host.
+
+    Declaring the real sockets, cores and threads matters under task/affinity:
+    Slurm binds tasks by cores, so a node declared only as ``CPUs=N`` binds
+    differently from a real GPU node.
+    """
+
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores_per_socket * self.threads_per_core
+
+    def line(self) -> str:
+        return (
+            f"CPUs={self.cpus} Sockets={self.sockets} CoresPerSocket={self.cores_per_socket} "
+            f"ThreadsPerCore={self.threads_per_core}"
+        )
+
+
+def parse_topology(text: str) -> Topology:
+    """``slurmd -C`` output -> the host's topology (a clear error when it has none)."""
+    fields = dict(re.findall(r"(\w+)=(\S+)", text))
+    try:
+        sockets = int(fields.get("SocketsPerBoard", "0")) * int(fields.get("Boards", "1"))
+        return Topology(sockets, int(fields["CoresPerSocket"]), int(fields["ThreadsPerCore"]))
+    except (KeyError, ValueError):
+        raise UsageError(
+            f"cannot read the CPU topology from `slurmd -C`: {text.strip()!r}"
+        ) from None
+
+
+@dataclass(frozen=True)
 class SandboxConfig:
     hostname: str
     state_dir: Path
     version: tuple[int, int, int]
     nodes: tuple[NodeSpec, ...]
     timings: Timings = TUNED
-    cpus_per_node: int = 2
+    tracking: Tracking = CGROUP
+    topology: Topology = Topology(1, 2, 1)
 
     @property
     def spool_root(self) -> Path:
@@ -131,9 +189,8 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={cfg.log_dir / 'slurmctld.log'}",
         f"SlurmdLogFile={cfg.log_dir / 'slurmd-%n.log'}",
-        # No cgroups on this host: pgid tracking kills a job's whole tree, where
-        # linuxproc leaked a background child that ignored SIGTERM.
-        "ProctrackType=proctrack/pgid",
+        f"ProctrackType=proctrack/{cfg.tracking.proctrack}",
+        f"TaskPlugin={cfg.tracking.task_plugin}",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill",
@@ -150,14 +207,11 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "GresTypes=gpu",
         *cfg.timings.lines(),
     ]
-    if cfg.version < (24, 5, 0):
-        # 22.05 still knows task/none; 24.x dropped the */none names (unset means none).
-        lines.append("TaskPlugin=task/none")
     for n in cfg.nodes:
         feature = PREEMPTIBLE_FEATURE if n.preemptible else STANDARD_FEATURE
         lines.append(
             f"NodeName={n.name} NodeHostname={cfg.hostname} NodeAddr=127.0.0.1 Port={n.port} "
-            f"CPUs={cfg.cpus_per_node} RealMemory=4096 Gres=gpu:{GPUS_PER_NODE} "
+            f"{cfg.topology.line()} RealMemory=4096 Gres=gpu:{GPUS_PER_NODE} "
             f"Features={feature} State=UNKNOWN"
         )
     lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
@@ -174,7 +228,17 @@ def render_gres_conf(cfg: SandboxConfig) -> str:
 
 
 def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
-    """Slurm 24.05+ always starts a cgroup plugin in slurmd unless told not to."""
+    """cgroup.conf: cgroup v1 with cores confined, or (24.05+, which always starts a
+    cgroup plugin in slurmd) the plugin disabled when processes are tracked by pgid.
+
+    Several slurmd on one host each keep their own ``slurm_<node>`` hierarchy.
+    Devices are not confined: the stand-in GPUs are /dev/null, which every job needs.
+    """
+    if cfg.tracking is CGROUP:
+        return (
+            f"{MARKER}\nCgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
+            "ConstrainCores=yes\nConstrainDevices=no\nConstrainRAMSpace=no\n"
+        )
     if cfg.version < (24, 5, 0):
         return None
     return f"{MARKER}\nCgroupPlugin=disabled\n"

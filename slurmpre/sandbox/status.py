@@ -14,6 +14,7 @@ def describe(sandbox: Sandbox) -> dict[str, Any]:
     state = sandbox.load()
     if state is None:
         return {"up": False, "state_dir": str(sandbox.state_dir)}
+    cfg = state.config(sandbox.state_dir, sandbox.hostname)
     slurm: dict[str, Any] = {}
     try:
         slurm = {n.name: n for n in sandbox.client.nodes()}
@@ -44,6 +45,8 @@ def describe(sandbox: Sandbox) -> dict[str, Any]:
         "state_dir": str(sandbox.state_dir),
         "slurm_version": format_version(state.version),
         "timings": state.timings,
+        "proctrack": f"proctrack/{cfg.tracking.proctrack}",
+        "task_plugin": cfg.tracking.task_plugin,
         "munged": proc(state.munged, "munged") if state.munged else {"pid": None, "ours": False},
         "slurmctld": proc(state.slurmctld, "slurmctld"),
         "helpers": [p for p in state.helpers if procs.alive(p)],
@@ -64,6 +67,7 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [
         f"sandbox: {'up' if report['up'] else 'NOT HEALTHY'}; Slurm {report['slurm_version']}, "
         f"{report['timings']} timings; state in {report['state_dir']}",
+        f"  tracking   {report['proctrack']}, TaskPlugin={report['task_plugin']}",
         "  munged     "
         + (pid(report["munged"]) if report["munged"]["pid"] else "not ours (was running)"),
         f"  slurmctld  {pid(report['slurmctld'])}",

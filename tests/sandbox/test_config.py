@@ -2,9 +2,13 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
+from slurmpre.sandbox.cluster import cgroup_v1_controllers
 from slurmpre.sandbox.config import (
     MARKER,
+    PGID,
     STOCK,
+    Topology,
+    parse_topology,
     SandboxConfig,
     node_specs,
     render_cgroup_conf,
@@ -52,20 +56,58 @@ def test_slurm_conf_22_05() -> None:
     assert text.startswith(MARKER)
     lines = text.splitlines()
     assert "SlurmctldHost=vm" in lines
-    assert "TaskPlugin=task/none" in lines
+    assert "ProctrackType=proctrack/cgroup" in lines
+    assert "TaskPlugin=task/affinity,task/cgroup" in lines
     assert "AuthInfo=cred_expire=5" in lines
     assert "JobRequeue=0" in lines
     assert "SlurmdSpoolDir=/var/lib/slurmpre/sandbox/spool/%n" in lines
     node = next(ln for ln in lines if ln.startswith("NodeName=gpu-preemptible-dp-2"))
     assert "Features=preemptible" in node and "Gres=gpu:2" in node and "NodeAddr=127.0.0.1" in node
-    assert render_cgroup_conf(cfg()) is None
+    assert "CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1" in node
+    cgroup = render_cgroup_conf(cfg())
+    assert cgroup is not None
+    assert "CgroupPlugin=cgroup/v1" in cgroup and "ConstrainCores=yes" in cgroup
 
 
-def test_slurm_conf_24_11_has_no_none_plugins_and_disables_cgroups() -> None:
-    c = cfg((24, 11, 5))
-    assert "TaskPlugin" not in render_slurm_conf(c)
+def test_pgid_tracking_still_binds_cpus() -> None:
+    lines = render_slurm_conf(cfg(tracking=PGID)).splitlines()
+    assert "ProctrackType=proctrack/pgid" in lines
+    assert "TaskPlugin=task/affinity" in lines
+    assert render_cgroup_conf(cfg(tracking=PGID)) is None
+
+
+def test_slurm_conf_24_11_has_no_none_plugins_and_disables_cgroups_under_pgid() -> None:
+    c = cfg((24, 11, 5), tracking=PGID)
+    assert "none" not in render_slurm_conf(c)
     cgroup = render_cgroup_conf(c)
     assert cgroup is not None and "CgroupPlugin=disabled" in cgroup
+
+
+def test_topology_is_read_from_slurmd_c() -> None:
+    text = (
+        "NodeName=vm CPUs=64 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=2 "
+        "RealMemory=24105\nUpTime=0-00:03:41\n"
+    )
+    assert parse_topology(text) == Topology(2, 16, 2)
+    assert parse_topology(text).cpus == 64
+    with pytest.raises(UsageError, match="cannot read the CPU topology"):
+        parse_topology("slurmd: error: oops")
+
+
+@pytest.mark.parametrize(
+    ("mounts", "found"),
+    [
+        (
+            "cgroup /sys/fs/cgroup/freezer cgroup rw,relatime,freezer 0 0\n"
+            "cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0\n"
+            "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n",
+            {"rw", "relatime", "freezer", "cpuset"},
+        ),
+        ("cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n", set()),
+    ],
+)
+def test_cgroup_v1_controllers_from_proc_mounts(mounts: str, found: set[str]) -> None:
+    assert cgroup_v1_controllers(mounts) == found
 
 
 def test_stock_timings_keep_slurm_defaults() -> None:

@@ -1,0 +1,40 @@
+"""Replace a file so that a crash at any instant leaves the old or the new content, whole."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Write a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the folder.
+
+    Raises OSError; the temporary file never outlives a failed write.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # some shared filesystems refuse a folder fsync
+        fsync_dir(path.parent)
