@@ -1,21 +1,17 @@
 """slurmpre: run ML jobs on preemptible Slurm nodes and lose no work when a node is taken back.
 
-This module stays light: training scripts import it inside every rank, so it
-imports neither click nor jinja2 (nor torch).
+This module stays light: training scripts import it inside every rank, and the
+in-job wrapper (``python -m slurmpre.job``) must handle Slurm's time-limit
+warning from its first instant, so the training API is imported on first use
+only. Nothing here imports click, jinja2 or torch.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from slurmpre.api import (
-    checkpoint,
-    checkpoint_dir,
-    preemption_requested,
-    previous_world_size,
-    restart_count,
-    resume_path,
-    resume_step,
-    world_size,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
 
 __all__ = [
     "__version__",
@@ -23,8 +19,28 @@ __all__ = [
     "checkpoint_dir",
     "preemption_requested",
     "previous_world_size",
+    "ranks",
     "restart_count",
     "resume_path",
     "resume_step",
     "world_size",
 ]
+
+if TYPE_CHECKING:
+    from slurmpre.api import (
+        checkpoint,
+        checkpoint_dir,
+        preemption_requested,
+        previous_world_size,
+        ranks,
+        restart_count,
+        resume_path,
+        resume_step,
+        world_size,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("slurmpre.api"), name)
+    raise AttributeError(f"module 'slurmpre' has no attribute {name!r}")

@@ -16,10 +16,13 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from slurmpre.atomic import write_atomic
+from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints
 from slurmpre.job.ledger import Ledger
@@ -79,62 +82,260 @@ def _distributed() -> Any | None:
     return None
 
 
+def _env_int(env: Mapping[str, str], key: str) -> int | None:
+    raw = env.get(key, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def ranks(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(global rank, world size) of this process.
+
+    From torch.distributed when it is initialized; else from the launcher's
+    environment: torchrun's ``RANK``/``WORLD_SIZE``, else srun's
+    ``SLURM_PROCID``/``SLURM_NTASKS`` (the plain launcher: one process per node);
+    else a single process.
+    """
+    dist = _distributed()
+    if dist is not None:
+        return int(dist.get_rank()), int(dist.get_world_size())
+    e = _env(env)
+    for rank_key, world_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, world = _env_int(e, rank_key), _env_int(e, world_key)
+        if rank is not None and world is not None:
+            if not 0 <= rank < world:
+                raise CheckpointError(f"{rank_key}={rank} is not below {world_key}={world}")
+            return rank, world
+    return 0, 1
+
+
+_sequence: dict[str, int] = {}
+
+
+def _attempt_tag(env: Mapping[str, str], folder: Path) -> str:
+    """A name for one checkpoint call that every rank computes alike and no other call shares.
+
+    Ranks call `checkpoint` collectively and in the same order, so the n-th
+    call of this launch is the same checkpoint on every rank; the launch is
+    the job, its restart, the srun step and torchrun's own restart count.
+    """
+    key = str(folder)
+    _sequence[key] = _sequence.get(key, 0) + 1
+    parts = [env.get("SLURMPRE_JOB_TAG") or "local", str(restart_count(env))]
+    for short, name in (("s", "SLURM_STEP_ID"), ("r", "TORCHELASTIC_RESTART_COUNT")):
+        if env.get(name):
+            parts.append(f"{short}{env[name]}")
+    parts.append(f"n{_sequence[key]}")
+    return "-".join(parts)
+
+
 @contextlib.contextmanager
-def checkpoint(step: int, folder: str | Path | None = None) -> Iterator[Path]:
+def checkpoint(
+    step: int, folder: str | Path | None = None, *, timeout: float = CHECKPOINT_TIMEOUT
+) -> Iterator[Path]:
     """Write a checkpoint of ``step`` atomically; call it on every rank.
 
-    Yields an empty hidden folder to write into. When the block ends without an
-    exception on every rank, rank 0 fsyncs, writes the commit marker and renames
-    the folder to ``step-NNNNNNNN``: a kill at any instant leaves either the
-    previous state or a complete new checkpoint. Never deletes or overwrites a
-    complete checkpoint.
+    Yields a hidden folder to write into (the same on every rank). When the
+    block ends without an exception on every rank, global rank 0 fsyncs, writes
+    the commit marker and renames the folder to ``step-NNNNNNNN``: a kill at any
+    instant leaves either the previous state or a complete new checkpoint.
+    Ranks meet through torch.distributed when it is initialized, otherwise
+    through marks in the shared folder (each waits at most ``timeout`` seconds).
+    An exception on any rank aborts the checkpoint on every rank (the others
+    raise CheckpointError) and leaves the previous one the latest. Never deletes
+    or overwrites a complete checkpoint; an empty one is refused.
     """
-    if step < 0:
-        raise CheckpointError(f"checkpoint step must be 0 or more, got {step}")
+    checkpoints.check_step(step)
+    if not timeout > 0:
+        raise CheckpointError(f"checkpoint timeout must be more than 0 seconds, got {timeout!r}")
     target = Path(folder) if folder is not None else checkpoint_dir()
     env = os.environ
-    tag = f"{env.get('SLURMPRE_JOB_TAG', 'local')}-{restart_count()}"
     dist = _distributed()
-    rank0 = dist is None or dist.get_rank() == 0
-    if rank0:
-        target.mkdir(parents=True, exist_ok=True)
-        checkpoints.fresh_incoming(target, step, tag)
-    if dist is not None:
-        dist.barrier()
+    rank, world = ranks(env)
+    tag = _attempt_tag(env, target)
     incoming = checkpoints.incoming_path(target, step, tag)
-    yield incoming
+    try:
+        incoming.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(f"cannot create {str(incoming)!r}: {exc.strerror}") from None
     if dist is not None:
-        dist.barrier()
-    if rank0:
-        final = checkpoints.commit(incoming, target, step)
-        if env.get("SLURMPRE_JOB_TAG"):
-            # The watcher requeues once it sees this: a checkpoint newer than the notice.
-            Ledger(target).append(
-                {
-                    "event": "checkpoint",
-                    "job": env["SLURMPRE_JOB_TAG"],
-                    "attempt": restart_count(),
-                    "step": step,
-                    "path": str(final),
-                    "after_notice": _gate.agreed,
-                }
+        meet: _Meeting = _TorchMeeting(dist)
+    elif world > 1:
+        meet = _FolderMeeting(checkpoints.sync_path(incoming), rank, world, timeout)
+    else:
+        meet = _Alone()
+    try:
+        yield incoming
+    except BaseException as exc:
+        meet.failed(exc)
+        raise
+    meet.written()
+    final = None
+    if rank == 0:
+        try:
+            final = checkpoints.commit(incoming, target, step)
+        except BaseException as exc:
+            meet.verdict(None, exc)
+            raise
+        _record_commit(env, target, step, final)
+    meet.verdict(final, None)
+
+
+def _record_commit(env: Mapping[str, str], target: Path, step: int, final: Path) -> None:
+    if not env.get("SLURMPRE_JOB_TAG"):
+        return
+    # The watcher requeues once it sees this: a checkpoint newer than the notice.
+    try:
+        Ledger(target).append(
+            {
+                "event": "checkpoint",
+                "job": env["SLURMPRE_JOB_TAG"],
+                "attempt": restart_count(env),
+                "step": step,
+                "path": str(final),
+                "after_notice": _gate.agreed,
+            }
+        )
+    except CheckpointError as exc:
+        # The checkpoint is committed and will be found; only the early requeue is lost.
+        print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
+
+
+class _Meeting(Protocol):
+    """How the ranks of one checkpoint learn that all wrote, and what rank 0 made of it."""
+
+    def failed(self, exc: BaseException) -> None: ...
+
+    def written(self) -> None: ...
+
+    def verdict(self, final: Path | None, exc: BaseException | None) -> None: ...
+
+
+class _Alone:
+    def failed(self, exc: BaseException) -> None:
+        pass
+
+    def written(self) -> None:
+        pass
+
+    def verdict(self, final: Path | None, exc: BaseException | None) -> None:
+        pass
+
+
+class _TorchMeeting:
+    """Two small all_reduces: did every rank write, did rank 0 commit. A failing rank
+    takes part too, so an exception on one rank never leaves the others waiting."""
+
+    def __init__(self, dist: Any) -> None:
+        self.dist = dist
+
+    def _all(self, ok: bool) -> bool:
+        torch = sys.modules["torch"]
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int64, device=_device(self.dist))
+        self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def failed(self, exc: BaseException) -> None:
+        self._all(False)
+
+    def written(self) -> None:
+        if not self._all(True):
+            raise CheckpointError("another rank failed while writing the checkpoint: not committed")
+
+    def verdict(self, final: Path | None, exc: BaseException | None) -> None:
+        if not self._all(exc is None) and exc is None:
+            raise CheckpointError("rank 0 could not commit the checkpoint")
+
+
+class _FolderMeeting:
+    """Marks in a folder beside the checkpoint, for ranks without torch.distributed:
+    ``done-<rank>`` or ``abort-<rank>`` from every rank, then rank 0's ``verdict``."""
+
+    POLL = 0.05
+
+    def __init__(self, folder: Path, rank: int, world: int, timeout: float) -> None:
+        self.folder, self.rank, self.world, self.timeout = folder, rank, world, timeout
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"cannot create {str(folder)!r}: {exc.strerror}") from None
+
+    def _mark(self, name: str, text: str = "") -> None:
+        with contextlib.suppress(OSError):
+            write_atomic(self.folder / name, text)
+
+    def _wait(self, what: str, ready: Callable[[], str | None]) -> str:
+        deadline = time.monotonic() + self.timeout
+        while (found := ready()) is None:
+            if time.monotonic() >= deadline:
+                raise CheckpointError(
+                    f"rank {self.rank}: gave up waiting {self.timeout:g} s for {what} "
+                    f"({self.folder}); the checkpoint is not committed"
+                )
+            time.sleep(self.POLL)
+        return found
+
+    def failed(self, exc: BaseException) -> None:
+        self._mark(f"abort-{self.rank}", f"{type(exc).__name__}: {exc}")
+        if self.rank == 0:
+            self._mark("verdict", "aborted")
+
+    def _all_written(self) -> str | None:
+        try:
+            names = {p.name for p in self.folder.iterdir()}
+        except OSError:
+            return None
+        aborted = sorted(n for n in names if n.startswith("abort-"))
+        if aborted:
+            return aborted[0]
+        done = all(f"done-{r}" in names for r in range(self.world))
+        return "done" if done else None
+
+    def written(self) -> None:
+        self._mark(f"done-{self.rank}")
+        if self.rank != 0:
+            return
+        try:
+            outcome = self._wait(f"all {self.world} ranks to finish writing", self._all_written)
+        except CheckpointError:
+            self._mark("verdict", "aborted")
+            raise
+        if outcome != "done":
+            self._mark("verdict", "aborted")
+            raise CheckpointError(
+                f"rank {outcome.removeprefix('abort-')} failed while writing the checkpoint: "
+                "not committed"
             )
-    if dist is not None:
-        dist.barrier()
+
+    def _read_verdict(self) -> str | None:
+        try:
+            return (self.folder / "verdict").read_text() or None
+        except OSError:
+            return None
+
+    def verdict(self, final: Path | None, exc: BaseException | None) -> None:
+        if self.rank == 0:
+            self._mark("verdict", "aborted" if exc is not None else f"committed {final}")
+            return
+        outcome = self._wait("rank 0 to commit the checkpoint", self._read_verdict)
+        if not outcome.startswith("committed"):
+            raise CheckpointError("another rank failed while writing the checkpoint: not committed")
 
 
 _gate = NoticeGate(lambda: os.environ.get("SLURMPRE_NOTICE_FILE", ""))
+
+
+def _device(dist: Any) -> Any:
+    torch = sys.modules["torch"]
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 @functools.cache
 def _torch_agree(dist: Any) -> Agree:
     """The agreement collective, built once (it is asked for on every step)."""
     torch = sys.modules["torch"]
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend() == "nccl"
-        else torch.device("cpu")
-    )
+    device = _device(dist)
 
     def agree(flag: int, every: int) -> tuple[int, int]:
         # One small all_reduce: MAX of the flags, and MIN of the proposals (as MAX of -x).
@@ -161,16 +362,22 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     """
     gate = _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
     dist = _distributed()
-    if not gate.listening_said and (dist is None or dist.get_rank() == 0):
-        _say_listening(_env(env))
+    first_rank = dist is None or dist.get_rank() == 0
+    if not gate.listening_said and first_rank:
+        # The watcher then waits for the checkpoint this script takes on the notice,
+        # not for a periodic one that happens to land first.
+        _mark(_env(env), "SLURMPRE_LISTENING_FILE")
         gate.listening_said = True
-    return gate(None if dist is None else _torch_agree(dist))
+    was = gate.agreed
+    answer = gate(None if dist is None else _torch_agree(dist))
+    if answer and not was and first_rank:
+        # The script stops on this notice: its exit is not the end of its work.
+        _mark(_env(env), "SLURMPRE_TAKEN_FILE")
+    return answer
 
 
-def _say_listening(env: Mapping[str, str]) -> None:
-    """Tell the watcher this script checkpoints on a notice, so it waits for that checkpoint
-    (and does not requeue on a periodic one that happens to land first)."""
-    path = env.get("SLURMPRE_LISTENING_FILE", "")
+def _mark(env: Mapping[str, str], key: str) -> None:
+    path = env.get(key, "")
     if path:
         with contextlib.suppress(OSError):
             Path(path).touch()

@@ -15,7 +15,7 @@ import jinja2
 
 from slurmpre import __version__
 from slurmpre.errors import UsageError
-from slurmpre.job.notice import WARN_SIGNAL
+from slurmpre.signals import WARN_SIGNAL
 from slurmpre.spec import JobSpec
 
 DEFAULT_TEMPLATE = "default.sbatch.j2"
@@ -90,6 +90,14 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return [*argv, "--", *spec.command]
 
 
+def srun_options(spec: JobSpec) -> list[str]:
+    """One task per node, holding all the CPUs the job asked for on it."""
+    options = ["--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    if spec.cpus_per_task:
+        options.append(f"--cpus-per-task={spec.cpus_per_task}")
+    return options
+
+
 def context(spec: JobSpec) -> dict[str, Any]:
     return {
         "spec": spec,
@@ -97,6 +105,7 @@ def context(spec: JobSpec) -> dict[str, Any]:
         "output": output_pattern(spec),
         "warn_signal": WARN_SIGNAL.name.removeprefix("SIG"),
         "launch": [shlex.quote(a) for a in launch_argv(spec)],
+        "srun_options": srun_options(spec),
     }
 
 

@@ -17,8 +17,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from slurmpre import defaults
 from slurmpre.errors import UsageError
-from slurmpre.job.notice import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
+from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -70,10 +71,10 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
     extra_sbatch: tuple[str, ...] = ()
-    warn_before_end: int = 300  # seconds: --signal warning before the time limit
-    poll_interval: float = 5.0  # seconds between the watcher's Slurm queries
-    preempt_window: int = 300  # seconds from drain to node removal (the provider's five minutes)
-    safety_margin: int = 30  # requeue anyway this long before the window closes
+    warn_before_end: int = defaults.WARN_BEFORE_END  # --signal warning before the time limit
+    poll_interval: float = defaults.POLL_INTERVAL  # seconds between the watcher's Slurm queries
+    preempt_window: int = defaults.PREEMPT_WINDOW  # drain -> node removal, in seconds
+    safety_margin: int = defaults.SAFETY_MARGIN  # requeue anyway this long before the window closes
     drain_reason: str | None = None  # only drains whose reason matches this pattern are notices
     notice_signal: str | None = None  # also send this signal to the training processes
     watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)

@@ -101,7 +101,8 @@ def test_default_script_carries_the_preemptible_contract() -> None:
         "--launcher",
         "torchrun",
     ]
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\" in lines
+    # srun does not inherit sbatch's --cpus-per-task (Slurm >= 22.05): it is given again.
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task=32 \\" in lines
     # Elastic: no --ntasks-per-node in the allocation, or Slurm gives only MIN nodes.
     assert not any(ln.startswith("#SBATCH --ntasks-per-node") for ln in lines)
 

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -277,10 +278,27 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def check_step(step: object) -> int:
+    """A checkpoint's step: a whole number, 0 or more (not a bool, not a float or string)."""
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise CheckpointError(f"checkpoint step must be a whole number, got {step!r}")
+    if step < 0:
+        raise CheckpointError(f"checkpoint step must be 0 or more, got {step}")
+    return step
+
+
+def _safe(tag: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+
+
 def incoming_path(folder: Path, step: int, attempt_tag: str) -> Path:
     """Where a checkpoint is written before it is committed: hidden, so never resolved."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", attempt_tag)
-    return folder / f".incoming-{step_dir_name(step)}-{safe}"
+    return folder / f".incoming-{step_dir_name(step)}-{_safe(attempt_tag)}"
+
+
+def sync_path(incoming: Path) -> Path:
+    """Beside an in-flight checkpoint: each rank's done/abort mark, and rank 0's verdict."""
+    return incoming.with_name(f".sync{incoming.name}")
 
 
 def fresh_incoming(folder: Path, step: int, attempt_tag: str) -> Path:
@@ -308,8 +326,10 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
     publishes the folder: a kill at any instant leaves either the previous
     state or a complete new checkpoint. An existing *complete* checkpoint of the
     same step is never replaced (ours is dropped instead); a partial one left
-    by a killed attempt is moved aside, not deleted.
+    by a killed attempt is moved aside, not deleted. A checkpoint with no file
+    in it is refused: it would become "latest" with nothing to resume from.
     """
+    check_step(step)
     if not incoming.is_dir():
         raise CheckpointError(f"nothing was written to {str(incoming)!r}")
     manifest: dict[str, int] = {}
@@ -323,6 +343,10 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
             _fsync_path(full)
             manifest[rel] = full.stat().st_size
         _fsync_path(Path(root), directory=True)
+    if not manifest:
+        raise CheckpointError(
+            f"the checkpoint of step {step} is empty: nothing was written to {str(incoming)!r}"
+        )
     marker = incoming / MARKER
     stamp = time.time() if now is None else now
     marker.write_text(
@@ -330,6 +354,10 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
     )
     _fsync_path(marker)
     _fsync_path(incoming, directory=True)
+    return _publish(incoming, folder, step, stamp)
+
+
+def _publish(sealed: Path, folder: Path, step: int, stamp: float) -> Path:
     final = folder / step_dir_name(step)
     if final.exists():
         ok, _ = _check_marker(final) if (final / MARKER).exists() else (False, "")
@@ -337,10 +365,10 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
             # Already committed (a periodic and a just-in-time save of one step):
             # keep the one that was there, set ours aside.
             aside = folder / f".duplicate-{final.name}-{int(stamp * 1000)}"
-            incoming.rename(aside)
+            sealed.rename(aside)
             return final
         final.rename(folder / f".partial-{final.name}-{int(stamp * 1000)}")
-    incoming.rename(final)
+    sealed.rename(final)
     _fsync_path(folder, directory=True)
     return final
 
@@ -348,7 +376,59 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
 @contextlib.contextmanager
 def writing(folder: Path, step: int, attempt_tag: str = "local") -> Iterator[Path]:
     """Single-process commit: yield a fresh folder to write into, commit it on success."""
+    check_step(step)
     folder.mkdir(parents=True, exist_ok=True)
     incoming = fresh_incoming(folder, step, attempt_tag)
     yield incoming
     commit(incoming, folder, step)
+
+
+# -- leftovers of dead attempts ------------------------------------------------------
+_LEFTOVER = re.compile(
+    r"^\.(?:sync)?\.?incoming-step-(?P<step>\d+)-(?P<tag>[A-Za-z0-9_.-]+?)(?:\.stale-\d+)?$"
+    r"|^\.(?:partial|duplicate)-step-\d+-\d+$"
+)
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    removed: tuple[str, ...]
+    published: tuple[str, ...]  # sealed commits a kill interrupted just before the rename
+
+
+def clean_leftovers(folder: Path, *, live: str) -> Cleaned:
+    """Remove what dead attempts left in ``folder``: in-flight, stale, partial and duplicate
+    folders, and their sync marks. ``live`` is the attempt-tag prefix of the attempt that
+    is starting (its own folders are kept).
+
+    Never touches a complete checkpoint: a leftover that was sealed (a valid
+    marker) but not yet renamed is published instead, when its step has no
+    checkpoint yet; only hidden folders with slurmpre's own names are removed.
+    """
+    removed: list[str] = []
+    published: list[str] = []
+    live_prefix = _safe(live)
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return Cleaned((), ())
+    for entry in entries:
+        m = _LEFTOVER.match(entry.name)
+        if m is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        tag = m.group("tag")
+        if tag is not None and tag.startswith(live_prefix):
+            continue
+        path = Path(entry.path)
+        is_incoming = tag is not None and not entry.name.startswith(".sync")
+        if is_incoming and ".stale-" not in entry.name and (path / MARKER).exists():
+            ok, _ = _check_marker(path)
+            step = int(m.group("step"))
+            if ok and not (folder / step_dir_name(step)).exists():
+                with contextlib.suppress(OSError):
+                    published.append(str(_publish(path, folder, step, time.time())))
+                    continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(path)
+            removed.append(entry.name)
+    return Cleaned(tuple(removed), tuple(published))

@@ -4,12 +4,17 @@ One JSON object per line, never rewritten: an attempt's start (job, attempt,
 nodes, the checkpoint it resumes from), notices, and its end. Node 0 also
 publishes the attempt's checkpoint choice in its own file, which the other
 nodes wait for, so every node of an attempt resumes from the same checkpoint.
+
+It survives crashes: a line torn by a kill mid-write is ended before the next
+record is appended (so it never swallows that record) and skipped on read;
+a line that is not a JSON object is skipped with a warning.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -18,6 +23,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 
 LEDGER_DIR = ".slurmpre"
@@ -40,9 +46,18 @@ class Choice:
 
 
 class Ledger:
-    def __init__(self, checkpoint_dir: Path) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.dir = checkpoint_dir / LEDGER_DIR
         self.path = self.dir / ATTEMPTS
+        self.clock = clock
+        self.warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
+        self._warned: set[int] = set()
 
     def _lock(self, timeout: float = 60.0) -> FileLock:
         return FileLock(str(self.dir / "ledger.lock"), timeout=timeout)
@@ -54,28 +69,49 @@ class Ledger:
             raise CheckpointError(f"cannot create {str(self.dir)!r}: {exc.strerror}") from None
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps({"time": time.time(), **record}, sort_keys=True) + "\n"
+        """Add one record; a CheckpointError naming the file when it cannot be written."""
+        line = json.dumps({"time": self.clock(), **record}, sort_keys=True) + "\n"
         try:
-            with self._lock(), self.path.open("a") as fh:
-                fh.write(line)
+            with self._lock(), self.path.open("ab") as fh:
+                # A kill mid-write leaves a last line without its newline: end it
+                # first, or this record would be glued onto it and lost with it.
+                if fh.tell() > 0 and not _ends_with_newline(self.path):
+                    fh.write(b"\n")
+                fh.write(line.encode())
                 fh.flush()
                 os.fsync(fh.fileno())
         except Timeout:
             raise CheckpointError(
                 f"could not lock {self.dir / 'ledger.lock'} within 60 s"
             ) from None
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write the ledger {str(self.path)!r}: {exc.strerror or exc}"
+            ) from None
 
     def records(self) -> list[dict[str, Any]]:
+        """Every whole record, in order; torn, binary and non-object lines are skipped."""
         try:
-            text = self.path.read_text()
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot read the ledger {str(self.path)!r}: {exc.strerror or exc}"
+            ) from None
         out = []
-        for line in text.splitlines():
+        for number, raw in enumerate(data.split(b"\n"), start=1):
+            if not raw.strip():
+                continue
             try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut short by a kill: the rest still counts
+                value = json.loads(raw.decode())
+            except (UnicodeDecodeError, ValueError):
+                value = None
+            if isinstance(value, dict):
+                out.append(value)
+            elif number not in self._warned:
+                self._warned.add(number)
+                self.warn(f"slurmpre: skipping line {number} of {self.path}: not a JSON object")
         return out
 
     def previous_start(self, job: str, attempt: int) -> dict[str, Any] | None:
@@ -90,10 +126,10 @@ class Ledger:
 
     def publish(self, choice: Choice) -> None:
         path = self._choice_path(choice.job, choice.attempt)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
-        with self._lock():
-            tmp.write_text(json.dumps(asdict(choice), sort_keys=True))
-            tmp.replace(path)
+        try:
+            write_atomic(path, json.dumps(asdict(choice), sort_keys=True))
+        except OSError as exc:
+            raise CheckpointError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
     def wait_choice(
         self,
@@ -121,3 +157,9 @@ class Ledger:
                     f"within {timeout:g} s ({path}); is the checkpoint folder shared by all nodes?"
                 )
             sleep(0.1)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"

@@ -3,7 +3,9 @@
 Node 0's watcher writes ``<checkpoint_dir>/.slurmpre/notice-<job>-<attempt>.json``
 (atomically) when it sees a drain or a time-limit warning; ranks learn of it
 through `slurmpre.preemption_requested()`, and each node's wrapper can relay
-it to its child as a signal.
+it to its child as a signal. The script leaves two marks beside it: that it
+listens (it asks `preemption_requested()`), and that it took the notice (the
+answer was True, so it checkpoints and stops).
 """
 
 from __future__ import annotations
@@ -11,28 +13,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmpre.atomic import write_atomic
 from slurmpre.job.ledger import LEDGER_DIR
-
-WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
-# Signals a notice may not be relayed as: uncatchable, or the wrapper's own warning.
-RESERVED_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP, WARN_SIGNAL})
-
-
-def signal_named(text: str) -> signal.Signals | None:
-    """``USR1``, ``sigusr1`` or ``10`` -> the signal; None when there is no such signal."""
-    text = text.strip().upper()
-    if text.isdigit():
-        try:
-            return signal.Signals(int(text))
-        except ValueError:
-            return None
-    return signal.Signals.__members__.get(text if text.startswith("SIG") else f"SIG{text}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +27,17 @@ class Notice:
     kind: str  # "drain" or "time-limit"
     node: str | None
     reason: str | None
-    seen_at: float  # wall-clock seconds
+    seen_at: float  # wall-clock seconds: when slurmpre saw it
+    at: float | None = None  # wall-clock seconds: when it happened, as Slurm stamped it
+
+    @property
+    def since(self) -> float:
+        """When the window started: Slurm's own time where it gave one, else when seen."""
+        return self.seen_at if self.at is None else min(self.at, self.seen_at)
+
+    @property
+    def anchored_on(self) -> str:
+        return "seen" if self.at is None else "slurm"
 
     def describe(self) -> str:
         where = f" of {self.node}" if self.node else ""
@@ -57,10 +54,13 @@ def listening_path(folder: Path, job_tag: str, attempt: int) -> Path:
     return folder / LEDGER_DIR / f"listening-{job_tag}-{attempt}"
 
 
+def taken_path(folder: Path, job_tag: str, attempt: int) -> Path:
+    """Exists once `preemption_requested()` has answered True: the script stops on the notice."""
+    return folder / LEDGER_DIR / f"taken-{job_tag}-{attempt}"
+
+
 def write_notice(path: Path, notice: Notice) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(notice), sort_keys=True))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(asdict(notice), sort_keys=True))
 
 
 def read_notice(path: Path) -> Notice | None:

@@ -1,31 +1,40 @@
 """The watcher: turn the provider's drain into a notice, the notice into a checkpoint, then requeue.
 
-One watcher per job, on node 0: it asks Slurm about all the job's nodes in one
-query per interval (default 5 s, with jitter). A node of the job entering
-DRAIN (any reason, or one matching a pattern) is a preemption notice for the
-whole job; so is the time-limit warning Slurm sends with ``--signal``. On a
-notice it publishes the notice file for every rank, waits until a checkpoint
-newer than the notice has committed, and requeues the job itself (or, by the
-deadline inside the window, requeues anyway). It never takes the training
-down: when Slurm does not answer it backs off and keeps watching.
+One watcher per job, on node 0, in a thread of its own that alone owns its
+state. It asks every notice source on its own schedule (the drain source:
+one Slurm query for all the job's nodes per interval, default 5 s with
+jitter; a source that fails backs off on its own, up to a minute, without
+slowing the others). A node of the job entering DRAIN, or the time-limit
+warning, is a notice for the whole job: the watcher publishes the notice file
+for every rank and then decides, by `requeue.decide`, when to requeue: after
+the checkpoint taken on the notice, when the training exits, or by the
+deadline, which counts from the drain's own time as Slurm stamped it. It never
+takes the training down.
+
+The wrapper's main thread talks to it only through `post_exit` and reads the
+outcome after `finished` is set.
 """
 
 from __future__ import annotations
 
+import queue
 import random
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from slurmpre import defaults
 from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import Notice, listening_path, notice_path, write_notice
+from slurmpre.job.notice import Notice, listening_path, notice_path, taken_path, write_notice
+from slurmpre.job.requeue import Action, Facts, decide
+from slurmpre.signals import Latch
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -34,8 +43,8 @@ class NoticeSource(Protocol):
 
     name: str
 
-    def poll(self) -> Notice | None:
-        """A notice, None when all is well; raise SlurmpreError when it cannot tell."""
+    def poll(self) -> list[Notice]:
+        """Every notice it sees now (empty when all is well); SlurmpreError when it cannot tell."""
         ...
 
 
@@ -57,7 +66,7 @@ class DrainSource:
         self.wall = wall
         self.queries = 0
 
-    def draining(self) -> list[Notice]:
+    def poll(self) -> list[Notice]:
         self.queries += 1
         found = []
         for node in self.client.nodes(self.nodes):
@@ -65,42 +74,68 @@ class DrainSource:
                 continue
             if self.reason is not None and not self.reason.search(node.reason or ""):
                 continue
-            found.append(Notice("drain", node.name, node.reason, self.wall()))
+            found.append(Notice("drain", node.name, node.reason, self.wall(), node.reason_time))
         return found
-
-    def poll(self) -> Notice | None:
-        found = self.draining()
-        return found[0] if found else None
 
 
 class SignalSource:
-    """The time-limit warning: Slurm's ``--signal`` reaches the wrapper, which calls `trigger`."""
+    """The time-limit warning: Slurm's ``--signal`` reaches the wrapper; a latch keeps its time."""
 
     name = "time-limit"
 
-    def __init__(self, wall: Callable[[], float] = time.time) -> None:
-        self.wall = wall
-        self._at: float | None = None
+    def __init__(self, latch: Latch) -> None:
+        self.latch = latch
 
-    def trigger(self) -> None:  # called from a signal handler: just a store
-        if self._at is None:
-            self._at = self.wall()
-
-    def poll(self) -> Notice | None:
-        if self._at is None:
-            return None
-        return Notice("time-limit", None, "time limit warning from Slurm (--signal)", self._at)
+    def poll(self) -> list[Notice]:
+        at = self.latch.at
+        if at is None:
+            return []
+        return [Notice("time-limit", None, "time limit warning from Slurm (--signal)", at, at)]
 
 
 @dataclass(frozen=True)
 class WatchConfig:
-    interval: float = 5.0  # seconds between Slurm queries
+    interval: float = defaults.POLL_INTERVAL  # seconds between Slurm queries
     jitter: float = 0.2  # +- this fraction of the interval, so jobs do not poll in step
-    window: float = 300.0  # drain -> removal, the provider's five minutes
-    time_warning: float = 300.0  # --signal warning -> time limit
-    margin: float = 30.0  # requeue anyway this long before the window closes
+    window: float = defaults.PREEMPT_WINDOW  # drain -> removal, the provider's five minutes
+    time_warning: float = defaults.WARN_BEFORE_END  # --signal warning -> time limit
+    margin: float = defaults.SAFETY_MARGIN  # requeue anyway this long before the window closes
     commit_poll: float = 1.0  # how often to look for the just-in-time checkpoint
-    max_backoff: float = 60.0  # longest wait between queries while Slurm does not answer
+    max_backoff: float = 60.0  # longest wait between queries while a source does not answer
+    exit_grace: float = 5.0  # after a commit, how long to wait for a script that does not listen
+
+
+@dataclass
+class _Schedule:
+    """One source's own polling schedule and failure count."""
+
+    source: NoticeSource
+    due: float = 0.0
+    failures: int = 0
+
+
+@dataclass
+class Outcome:
+    """What the watcher did; read by the main thread once `finished` is set."""
+
+    notice: Notice | None = None
+    action: Action | None = None  # REQUEUE or SKIP; None without a notice
+    why: str = ""
+    requeued: bool = False
+
+
+@dataclass
+class _State:
+    notice: Notice | None = None
+    deadline: float | None = None  # on the monotonic clock
+    step_at_notice: int | None = None
+    committed: tuple[int | None, str] | None = None
+    committed_at: float | None = None  # monotonic
+    exit_code: int | None = None
+    drained: set[str] = field(default_factory=set)
+
+
+_STOP = object()
 
 
 class Watcher:
@@ -117,10 +152,10 @@ class Watcher:
         say: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] | None = None,
+        wait: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self.sources = list(sources)
+        self.schedules = [_Schedule(s) for s in sources]
         self.job = job
         self.folder = folder
         self.ledger = ledger
@@ -131,175 +166,250 @@ class Watcher:
         self.clock = clock
         self.wall = wall
         self.rng = rng or random.Random()
-        self.stop_event = threading.Event()
-        self.finished = threading.Event()  # set once the requeue is done (or skipped)
-        self.sleep = sleep or self.stop_event.wait
-        self.notice: Notice | None = None
-        self.deadline: float | None = None
-        self.step_at_notice: int | None = None
-        self.done = False
-        self.failures = 0
-        self.drained_seen: set[str] = set()
+        self.inbox: queue.Queue[object] = queue.Queue()
+        self.wait = wait or self._wait_inbox
+        self.finished = threading.Event()
+        self.outcome = Outcome()
+        self._state = _State()
+        self._said_failing: set[str] = set()
 
-    # -- the loop -------------------------------------------------------------
-    def run(self) -> None:
-        next_query = self.clock()
-        while not self.stop_event.is_set() and not self.done:
-            now = self.clock()
-            if now >= next_query:
-                next_query = now + self._poll_sources()
-            if self.notice is not None and not self.done:
-                self._follow_up()
-            wait = next_query - self.clock()
-            if self.notice is not None:
-                wait = min(wait, self.config.commit_poll)
-            self.sleep(max(wait, 0.01))
-
+    # -- the other threads' side ------------------------------------------------------
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._run_guarded, name="slurmpre-watch", daemon=True)
         thread.start()
         return thread
 
+    def post_exit(self, code: int) -> None:
+        """The training exited with ``code`` (called by the main thread)."""
+        self.inbox.put(code)
+
     def stop(self) -> None:
-        self.stop_event.set()
+        self.inbox.put(_STOP)
 
-    def committed_since_notice(self) -> tuple[int | None, str] | None:
-        return None if self.notice is None else self._committed_since_notice(self.notice)
+    def result(self, timeout: float) -> Outcome:
+        """Wait for the watcher to finish (after `post_exit`), then its outcome."""
+        self.finished.wait(timeout)
+        return self.outcome
 
-    def skip(self, why: str) -> None:
-        """Do not requeue for the pending notice (the training finished its work)."""
-        self._ledger({"event": "requeue_skipped", "why": why})
-        self.done = True
-        self.finished.set()
+    def longest_wait(self) -> float:
+        """An upper bound of how long the watcher can take after the training exits."""
+        return max(self.config.window, self.config.time_warning) + 60.0
 
-    def seconds_left(self) -> float:
-        """Until the deadline of a pending notice (0 without one)."""
-        if self.deadline is None:
-            return 0.0
-        return max(self.deadline - self.clock(), 0.0)
+    # -- the loop (the watcher's own thread) ---------------------------------------------
+    def _wait_inbox(self, seconds: float) -> object:
+        try:
+            return self.inbox.get(timeout=seconds)
+        except queue.Empty:
+            return None
 
     def _run_guarded(self) -> None:
         try:
             self.run()
         except Exception as exc:  # noqa: BLE001 - the watcher must never take the training down
             self.say(f"watcher stopped by an unexpected error: {type(exc).__name__}: {exc}")
+        finally:
+            self.finished.set()
 
-    # -- polling ----------------------------------------------------------------
-    def _next_interval(self) -> float:
+    def run(self) -> None:
+        now = self.clock()
+        for schedule in self.schedules:
+            schedule.due = now
+        while not self.finished.is_set():
+            now = self.clock()
+            for schedule in self.schedules:
+                if now >= schedule.due:
+                    schedule.due = now + self._poll(schedule)
+            if self._step():
+                return
+            wait = min(s.due for s in self.schedules) - self.clock()
+            if self._state.notice is not None:
+                wait = min(wait, self.config.commit_poll)
+            message = self.wait(max(wait, 0.01))
+            if message is _STOP:
+                return
+            if isinstance(message, int):
+                self._state.exit_code = message
+                if self._state.notice is None:
+                    return  # the training ended with no notice: nothing to requeue
+                if self._step():
+                    return
+
+    # -- polling -----------------------------------------------------------------------
+    def _interval(self, failures: int) -> float:
+        """The interval, doubled per failure up to the longest backoff; never more than a
+        quarter of the drain's requeue budget, so a drain during an outage is seen in time."""
         base = self.config.interval
-        if self.failures:
-            base = min(self.config.max_backoff, base * 2 ** min(self.failures, 6))
+        if failures:
+            budget = (self.config.window - self.config.margin) / 4
+            longest = max(min(self.config.max_backoff, budget), base)
+            base = min(longest, base * 2 ** min(failures, 6))
         return base * (1 + self.rng.uniform(-self.config.jitter, self.config.jitter))
 
-    def _poll_sources(self) -> float:
-        """Ask every source; returns the seconds until the next query."""
-        for source in self.sources:
-            try:
-                if self.notice is not None and isinstance(source, DrainSource):
-                    for extra in source.draining():
-                        self._record_drain(extra)
-                    continue
-                found = source.poll()
-            except SlurmpreError as exc:
-                self.failures += 1
-                if self.failures == 1 or self.failures % 10 == 0:
-                    first = str(exc).splitlines()[0]
-                    self.say(f"Slurm does not answer ({first}); training goes on, retrying")
-                continue
-            if self.failures:
-                self.say(f"Slurm answers again after {self.failures} failed queries")
-                self.failures = 0
-            if found is not None and self.notice is None:
-                self._on_notice(found)
-        return self._next_interval()
+    def _poll(self, schedule: _Schedule) -> float:
+        """Ask one source; returns the seconds until it is asked again."""
+        name = schedule.source.name
+        try:
+            found = schedule.source.poll()
+        except SlurmpreError as exc:
+            schedule.failures += 1
+            if schedule.failures == 1 or schedule.failures % 10 == 0:
+                first = str(exc).splitlines()[0]
+                self.say(
+                    f"{name}: Slurm does not answer ({first}); training goes on, "
+                    f"retrying with backoff (failure {schedule.failures})"
+                )
+            return self._interval(schedule.failures)
+        if schedule.failures:
+            self.say(f"{name}: Slurm answers again after {schedule.failures} failed queries")
+            schedule.failures = 0
+        for notice in found:
+            if self._state.notice is None:
+                self._on_notice(notice)
+            elif notice.node is not None and notice.node not in self._state.drained:
+                self._state.drained.add(notice.node)
+                self.say(f"another node drained: {notice.describe()}")
+                self._ledger(_notice_record(notice, first=False))
+        return self._interval(0)
 
-    def _record_drain(self, notice: Notice) -> None:
-        if notice.node is None or notice.node in self.drained_seen:
-            return
-        self.drained_seen.add(notice.node)
-        self.say(f"another node drained: {notice.describe()}")
-        self._ledger(_notice_record(notice, first=False))
-
-    # -- after a notice -----------------------------------------------------------
+    # -- after a notice ---------------------------------------------------------------
     def _on_notice(self, notice: Notice) -> None:
-        self.notice = notice
+        state = self._state
+        state.notice = notice
         if notice.node:
-            self.drained_seen.add(notice.node)
+            state.drained.add(notice.node)
         window = self.config.window if notice.kind == "drain" else self.config.time_warning
-        self.deadline = self.clock() + max(window - self.config.margin, 0.0)
-        current = checkpoints.latest(self.folder).checkpoint
-        self.step_at_notice = current.step if current else None
-        write_notice(notice_path(self.folder, self.job.tag, self.job.restart_count), notice)
+        budget = max(window - self.config.margin, 0.0)
+        # The window began when Slurm drained the node, not when this watcher saw it.
+        left = notice.since + budget - self.wall()
+        state.deadline = self.clock() + max(left, 0.0)
+        current = _latest(self.folder)
+        state.step_at_notice = current.step if current else None
+        try:
+            write_notice(notice_path(self.folder, self.job.tag, self.job.restart_count), notice)
+        except OSError as exc:
+            self.say(f"could not write the notice file: {exc}")
+        late = self.wall() - notice.since
         self.say(
-            f"preemption notice: {notice.describe()}; asking every rank to checkpoint, "
-            f"requeue within {max(window - self.config.margin, 0):.0f} s"
+            f"preemption notice: {notice.describe()}, {late:.0f} s ago "
+            f"(time from {notice.anchored_on}); asking every rank to checkpoint, "
+            f"requeue within {max(left, 0.0):.0f} s"
         )
-        self._ledger(_notice_record(notice, first=True, step_at_notice=self.step_at_notice))
-
-    def _committed_since_notice(self, notice: Notice) -> tuple[int | None, str] | None:
-        # A script that asks preemption_requested() checkpoints on the notice itself:
-        # wait for that one, not for a periodic save that lands first, or the steps
-        # it trains between the two would be lost.
-        listening = listening_path(self.folder, self.job.tag, self.job.restart_count).exists()
-        for record in reversed(self.ledger.records()):
-            if (
-                record.get("event") == "checkpoint"
-                and record.get("attempt") == self.job.restart_count
-                and record.get("time", 0) >= notice.seen_at
-                and (record.get("after_notice") or not listening)
-            ):
-                return record.get("step"), str(record.get("path"))
-        if listening:
-            return None
-        found = checkpoints.latest(self.folder).checkpoint
-        if (
-            found is not None
-            and found.step is not None
-            and (self.step_at_notice is None or found.step > self.step_at_notice)
-        ):
-            return found.step, str(found.path)
-        return None
-
-    def _follow_up(self) -> None:
-        if self.notice is None or self.deadline is None:
-            return
-        committed = self._committed_since_notice(self.notice)
-        if committed is not None:
-            step, path = committed
-            self.say(f"checkpoint of step {step} committed after the notice: {path}")
-            self._ledger(
-                {"event": "committed", "step": step, "path": path, "committed_seen_at": self.wall()}
+        self._ledger(
+            _notice_record(
+                notice,
+                first=True,
+                step_at_notice=state.step_at_notice,
+                drained_at=notice.since,
+                deadline_from=notice.anchored_on,
+                deadline_at=notice.since + budget,
             )
-            self._requeue("after the just-in-time checkpoint")
-        elif self.clock() >= self.deadline:
-            self.say("no checkpoint committed before the deadline; requeuing anyway")
-            self._requeue("deadline inside the window")
+        )
 
-    def _requeue(self, why: str) -> None:
+    def _facts(self) -> Facts:
+        state = self._state
+        tag, attempt = self.job.tag, self.job.restart_count
+        if state.committed is None:
+            state.committed = self._committed_since_notice()
+            if state.committed is not None:
+                step, path = state.committed
+                state.committed_at = self.clock()
+                self.say(f"checkpoint of step {step} committed after the notice: {path}")
+                self._ledger(
+                    {
+                        "event": "committed",
+                        "step": step,
+                        "path": path,
+                        "committed_seen_at": self.wall(),
+                    }
+                )
+        now = self.clock()
+        return Facts(
+            listening=listening_path(self.folder, tag, attempt).exists(),
+            taken=taken_path(self.folder, tag, attempt).exists(),
+            committed=state.committed is not None,
+            since_commit=None if state.committed_at is None else now - state.committed_at,
+            exit_code=state.exit_code,
+            past_deadline=state.deadline is not None and now >= state.deadline,
+            exit_grace=self.config.exit_grace,
+        )
+
+    def _step(self) -> bool:
+        """Act on a pending notice; True once the watcher is done."""
+        if self._state.notice is None:
+            return False
+        decision = decide(self._facts())
+        if decision.action is Action.WAIT:
+            return False
+        if decision.action is Action.SKIP:
+            self.say(f"not requeuing: {decision.why}")
+            self._ledger({"event": "requeue_skipped", "why": decision.why})
+            self._finish(Action.SKIP, decision.why)
+            return True
+        return self._requeue(decision.why)
+
+    def _finish(self, action: Action, why: str, *, requeued: bool = False) -> None:
+        self.outcome = Outcome(self._state.notice, action, why, requeued)
+
+    def _requeue(self, why: str) -> bool:
         if not self.requeue_allowed:
             self.say(
                 "the job was submitted without --requeue: not requeuing it "
                 "(the checkpoint is taken; resubmit to resume)"
             )
             self._ledger({"event": "requeue_skipped", "why": "job has no --requeue"})
-            self.done = True
-            self.finished.set()
-            return
+            self._finish(Action.SKIP, "job has no --requeue")
+            return True
         try:
             self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
             self.say(f"requeue failed, retrying: {str(exc).splitlines()[0]}")
-            return  # the next follow-up tries again, until the window closes
+            return False  # the next round tries again
         self.say(f"requeued job {self.job.job_id} ({why})")
         self._ledger({"event": "requeued", "why": why, "requeued_at": self.wall()})
-        self.done = True
-        self.finished.set()
+        self._finish(Action.REQUEUE, why, requeued=True)
+        return True
+
+    def _committed_since_notice(self) -> tuple[int | None, str] | None:
+        # A script that asks preemption_requested() checkpoints on the notice itself:
+        # wait for that one, not for a periodic save that lands first, or the steps
+        # it trains between the two would be lost.
+        attempt = self.job.restart_count
+        listening = listening_path(self.folder, self.job.tag, attempt).exists()
+        for record in reversed(self._records()):
+            if (
+                record.get("event") == "checkpoint"
+                and record.get("attempt") == attempt
+                and record.get("after_notice")
+            ):
+                step = record.get("step")
+                return (step if isinstance(step, int) else None), str(record.get("path"))
+        if listening:
+            return None
+        found = _latest(self.folder)
+        before = self._state.step_at_notice
+        if found is not None and found.step is not None and (before is None or found.step > before):
+            return found.step, str(found.path)
+        return None
+
+    def _records(self) -> list[dict[str, object]]:
+        try:
+            return self.ledger.records()
+        except SlurmpreError as exc:
+            self.say(f"could not read the ledger: {exc}")
+            return []
 
     def _ledger(self, record: dict[str, object]) -> None:
         try:
             self.ledger.append({"job": self.job.tag, "attempt": self.job.restart_count, **record})
         except SlurmpreError as exc:
-            self.say(f"could not write the ledger: {exc}")
+            self.say(f"could not write the ledger (watching goes on): {exc}")
+
+
+def _latest(folder: Path) -> checkpoints.Checkpoint | None:
+    try:
+        return checkpoints.latest(folder).checkpoint
+    except SlurmpreError:
+        return None
 
 
 def _notice_record(notice: Notice, *, first: bool, **extra: object) -> dict[str, object]:

@@ -7,6 +7,7 @@ output captured from real clusters (``tests/data/``).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from slurmpre.errors import SlurmError
@@ -47,6 +48,7 @@ class NodeInfo:
     reason: str | None
     features: tuple[str, ...]
     address: str | None = None
+    reason_time: float | None = None  # when the reason was set (epoch seconds), from its stamp
 
     @property
     def draining(self) -> bool:
@@ -80,12 +82,28 @@ def split_state(state: str) -> tuple[str, frozenset[str]]:
     return base, frozenset(flags)
 
 
-def _reason(raw: str | None) -> str | None:
-    """Strip the ``[user@time]`` that scontrol appends to a reason."""
+_STAMP = re.compile(r"\s*\[[^\]@]*@([^\]]*)\]\s*$")
+
+
+def _reason(raw: str | None) -> tuple[str | None, float | None]:
+    """Split the ``[user@time]`` that scontrol appends to a reason: (text, epoch seconds).
+
+    scontrol prints the time in the local time zone of the process that runs
+    it, so it is read back in the same zone. A stamp that does not parse gives
+    None: the caller falls back to when it saw the reason.
+    """
     raw = _null(raw)
     if raw is None:
-        return None
-    return re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", raw) or None
+        return None, None
+    m = _STAMP.search(raw)
+    if m is None:
+        return raw, None
+    text = raw[: m.start()] or None
+    try:
+        when: float | None = time.mktime(time.strptime(m.group(1).strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        when = None
+    return text, when
 
 
 def _features(raw: str | None) -> tuple[str, ...]:
@@ -101,14 +119,16 @@ def parse_nodes(text: str) -> list[NodeInfo]:
             continue
         rec = parse_record(line)
         base, flags = split_state(rec.get("State", "UNKNOWN"))
+        reason, reason_time = _reason(rec.get("Reason"))
         nodes.append(
             NodeInfo(
                 name=rec["NodeName"],
                 state=base,
                 flags=flags,
-                reason=_reason(rec.get("Reason")),
+                reason=reason,
                 features=_features(rec.get("AvailableFeatures")),
                 address=_null(rec.get("NodeAddr")),
+                reason_time=reason_time,
             )
         )
     return nodes

@@ -1,7 +1,7 @@
 from pathlib import Path
 
 import pytest
-from slurmpre.errors import JobEnvironmentError
+from slurmpre.errors import CheckpointError, JobEnvironmentError
 from slurmpre.job.ledger import Choice, Ledger
 
 
@@ -58,3 +58,52 @@ def test_waiting_for_a_choice_times_out_clearly(tmp_path: Path) -> None:
             "7", 2, 30, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)
         )
     assert now[0] >= 30
+
+
+def test_a_torn_last_line_never_swallows_the_next_record(tmp_path: Path) -> None:
+    """A kill mid-write leaves a line without its newline; the next append must not be
+    glued onto it (it would be lost with it, and previous_start would go back too far)."""
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append({"event": "start", "job": "7", "attempt": 0, "world_size": 4})
+    with ledger.path.open("a") as fh:
+        fh.write('{"event": "end", "jo')
+    ledger.append({"event": "start", "job": "7", "attempt": 1, "world_size": 2})
+    assert [r["attempt"] for r in ledger.records()] == [0, 1]
+    previous = ledger.previous_start("7", 2)
+    assert previous is not None and previous["world_size"] == 2
+
+
+def test_binary_and_non_object_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    warned: list[str] = []
+    ledger = Ledger(tmp_path, warn=warned.append)
+    ledger.ensure()
+    ledger.append({"event": "start", "job": "7", "attempt": 0})
+    with ledger.path.open("ab") as fh:
+        fh.write(b"\xff\xfe\x00binary\n")
+        fh.write(b'["a", "json", "array"]\n')
+        fh.write(b"42\n")
+        fh.write(b'{"event": "torn", "jo')
+    for attempt in (1, 2):
+        ledger.append({"event": "start", "job": "7", "attempt": attempt})
+    assert [r["attempt"] for r in ledger.records()] == [0, 1, 2]
+    assert [w.split(" of ")[0] for w in warned] == [
+        f"slurmpre: skipping line {n}" for n in (2, 3, 4, 5)
+    ]
+    ledger.records()
+    assert len(warned) == 4  # each bad line is said once
+
+
+def test_an_unwritable_ledger_is_a_slurmpre_error_naming_the_file(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.path.mkdir()  # a real OSError, even as root
+    with pytest.raises(CheckpointError, match=r"cannot write the ledger '.*attempts.jsonl'"):
+        ledger.append({"event": "start"})
+
+
+def test_one_clock_for_every_record(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path, clock=lambda: 123.5)
+    ledger.ensure()
+    ledger.append({"event": "start"})
+    assert ledger.records()[0]["time"] == 123.5

@@ -153,7 +153,7 @@ def test_signals_reach_the_whole_child_tree(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     code = (
         "import sys\n"
-        "from slurmpre.job.run import supervise\n"
+        "from slurmpre.job.supervise import supervise\n"
         f"sys.exit(supervise(['bash', '-c', 'sleep 600 & echo $$ $! > {pids}; wait'], {{}}))\n"
     )
     env = {**os.environ, "PATH": os.environ["PATH"]}
@@ -187,7 +187,7 @@ def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> N
     child = f"setsid {sys.executable} -c {shlex.quote(grandchild)} & wait"
     code = (
         "import sys\n"
-        "from slurmpre.job.run import supervise\n"
+        "from slurmpre.job.supervise import supervise\n"
         f"sys.exit(supervise(['bash', '-c', {child!r}], {{}}))\n"
     )
     wrapper = subprocess.Popen([sys.executable, "-c", code])

@@ -1,14 +1,19 @@
-"""The watcher's decisions, with a fast-forwarded clock and a scripted Slurm client.
+"""The watcher's decisions, with one fast-forwarded clock and a scripted Slurm client.
 
-These are unit tests of the state machine; the same paths run against the
-real sandbox in tests/e2e/test_notice.py.
+One `Clock` drives the watcher (monotonic and wall time), the ledger's
+timestamps and the scripted Slurm; the watcher's wait returns as soon as a
+scheduled event fires, as the real inbox does. These are unit tests of the
+state machine; the same paths run against the real sandbox in
+tests/e2e/test_notice.py.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,8 +21,9 @@ from slurmpre.errors import SlurmError
 from slurmpre.job.checkpoints import writing
 from slurmpre.job.env import JobEnv
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import notice_path, read_notice
+from slurmpre.job.notice import listening_path, notice_path, read_notice, taken_path
 from slurmpre.job.watch import DrainSource, SignalSource, WatchConfig, Watcher
+from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
 
 from tests.conftest import DATA
@@ -26,19 +32,27 @@ JOB = JobEnv(
     "42", 0, 0, ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2"), "gpu-preemptible-dp-1", 0
 )
 CAPTURED = parse_nodes((DATA / "slurm-22.05" / "nodes-one-draining.txt").read_text())
+EPOCH = 1_000_000.0
 
 
-def node(name: str, drain: bool = False, reason: str | None = None) -> NodeInfo:
-    flags = frozenset({"DRAIN"}) if drain else frozenset()
-    return NodeInfo(name, "MIXED", flags, reason, ("preemptible",))
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return EPOCH + self.now
 
 
 class ScriptedSlurm:
-    """Answers `nodes` from a script of states; records requeues."""
+    """Answers `nodes` from a script of drains (stamped as Slurm does, to the second)."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.drains: dict[str, tuple[float, str]] = {}
+        self.stamped = True
         self.down_between: tuple[float, float] | None = None
         self.requeued: list[str] = []
         self.queries = 0
@@ -55,8 +69,17 @@ class ScriptedSlurm:
         out = []
         for name in names:
             at = self.drains.get(name)
+            drained = at is not None and now >= at[0]
+            stamp = math.floor(EPOCH + at[0]) if at is not None and self.stamped else None
             out.append(
-                node(name, drain=at is not None and now >= at[0], reason=at[1] if at else None)
+                NodeInfo(
+                    name,
+                    "MIXED",
+                    frozenset({"DRAIN"}) if drained else frozenset(),
+                    at[1] if drained and at else None,
+                    ("preemptible",),
+                    reason_time=stamp if drained else None,
+                )
             )
         return out
 
@@ -67,231 +90,328 @@ class ScriptedSlurm:
         self.requeued.append(job_id)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
+class Harness:
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        requeue_allowed: bool = True,
+        reason: str | None = None,
+        config: WatchConfig | None = None,
+    ) -> None:
+        self.folder = tmp_path
+        self.clock = Clock()
+        self.slurm = ScriptedSlurm(self.clock)
+        self.said: list[str] = []
+        self.latch = Latch(clock=self.clock.wall)
+        self.ledger = Ledger(tmp_path, clock=self.clock.wall)
+        self.ledger.ensure()
+        self.hooks: list[tuple[float, Callable[[], object]]] = []
+        self.watcher = Watcher(
+            [
+                DrainSource(
+                    self.slurm,  # type: ignore[arg-type]
+                    JOB.nodes,
+                    re.compile(reason) if reason else None,
+                    wall=self.clock.wall,
+                ),
+                SignalSource(self.latch),
+            ],
+            JOB,
+            tmp_path,
+            self.ledger,
+            self.slurm,  # type: ignore[arg-type]
+            config or WatchConfig(),
+            requeue_allowed=requeue_allowed,
+            say=self.said.append,
+            clock=self.clock.monotonic,
+            wall=self.clock.wall,
+            wait=self.wait,
+            rng=random.Random(0),
+        )
 
-    def monotonic(self) -> float:
-        return self.now
+    def at(self, when: float, action: Callable[[], object]) -> None:
+        self.hooks.append((when, action))
+        self.hooks.sort(key=lambda h: h[0])
 
-    def wall(self) -> float:
-        return 1_000_000.0 + self.now
+    def wait(self, seconds: float) -> object:
+        """Like the inbox: returns at once when a message arrives, else after ``seconds``."""
+        target = self.clock.now + seconds
+        while self.hooks and self.hooks[0][0] <= target:
+            when, action = self.hooks.pop(0)
+            self.clock.now = max(self.clock.now, when)
+            action()
+            if not self.watcher.inbox.empty():
+                return self.watcher.inbox.get_nowait()
+        self.clock.now = target
+        if self.clock.now > 3000:
+            raise AssertionError("the watcher never finished")
+        return None if self.watcher.inbox.empty() else self.watcher.inbox.get_nowait()
 
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+    def run(self) -> None:
+        self.watcher.run()
 
+    def events(self) -> list[str]:
+        return [r["event"] for r in Ledger(self.folder).records()]
 
-def make(
-    tmp_path: Path,
-    *,
-    requeue_allowed: bool = True,
-    reason: str | None = None,
-    config: WatchConfig | None = None,
-    hooks: dict[float, object] | None = None,
-) -> tuple[Watcher, ScriptedSlurm, Clock, list[str], SignalSource]:
-    clock = Clock()
-    slurm = ScriptedSlurm(clock)
-    said: list[str] = []
-    signal = SignalSource(wall=clock.wall)
-    ledger = Ledger(tmp_path)
-    ledger.ensure()
-    pending = dict(sorted((hooks or {}).items()))
+    def record(self, event: str) -> dict[str, object]:
+        return next(r for r in Ledger(self.folder).records() if r["event"] == event)
 
-    def sleep(seconds: float) -> None:
-        clock.sleep(seconds)
-        for at in list(pending):
-            if clock.now >= at:
-                pending.pop(at)()  # type: ignore[operator]
-        if clock.now > 2000:
-            watcher.stop()
+    def commit(self, step: int, *, after_notice: bool | None = None) -> None:
+        with writing(self.folder, step) as p:
+            (p / "w").write_text(str(step))
+        if after_notice is not None:  # what slurmpre.checkpoint() adds for a running job
+            self.ledger.append(
+                {
+                    "event": "checkpoint",
+                    "attempt": 0,
+                    "step": step,
+                    "path": f"p{step}",
+                    "after_notice": after_notice,
+                }
+            )
 
-    watcher = Watcher(
-        [
-            DrainSource(slurm, JOB.nodes, re.compile(reason) if reason else None, wall=clock.wall),
-            signal,
-        ],  # type: ignore[arg-type]
-        JOB,
-        tmp_path,
-        ledger,
-        slurm,  # type: ignore[arg-type]
-        config or WatchConfig(),
-        requeue_allowed=requeue_allowed,
-        say=said.append,
-        clock=clock.monotonic,
-        wall=clock.wall,
-        sleep=sleep,
-        rng=random.Random(0),
-    )
-    return watcher, slurm, clock, said, signal
+    def listening(self) -> None:
+        listening_path(self.folder, "42", 0).touch()
+
+    def take(self) -> None:
+        taken_path(self.folder, "42", 0).touch()
 
 
-def events(tmp_path: Path) -> list[str]:
-    return [r["event"] for r in Ledger(tmp_path).records()]
-
-
-def commit_at(tmp_path: Path, step: int) -> None:
-    with writing(tmp_path, step) as p:
-        (p / "w").write_text(str(step))
-
-
-def test_captured_draining_node_is_a_notice() -> None:
+def test_captured_draining_node_is_a_notice_with_slurms_own_time() -> None:
     class Captured:
         def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
             return CAPTURED
 
-    found = DrainSource(Captured(), ["gpu-preemptible-dp-1"]).poll()  # type: ignore[arg-type]
-    assert found is not None and (found.node, found.reason) == (
-        "gpu-preemptible-dp-1",
-        "preempted [by test]",
-    )
-    assert DrainSource(Captured(), ["gpu-preemptible-dp-2"]).poll() is None  # type: ignore[arg-type]
+    (found,) = DrainSource(Captured(), ["gpu-preemptible-dp-1"]).poll()  # type: ignore[arg-type]
+    assert (found.node, found.reason) == ("gpu-preemptible-dp-1", "preempted [by test]")
+    assert found.at == time.mktime((2026, 11, 30, 17, 17, 38, 0, 0, -1))
+    assert found.anchored_on == "slurm"
+    assert DrainSource(Captured(), ["gpu-preemptible-dp-2"]).poll() == []  # type: ignore[arg-type]
 
 
 def test_drain_is_seen_within_one_interval_then_requeue_after_the_commit(tmp_path: Path) -> None:
-    commit_at(tmp_path, 10)
-    watcher, slurm, clock, said, _ = make(tmp_path)
-    slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
-    seen: list[float] = []
-    original = watcher._on_notice
-
-    def on_notice(n):  # type: ignore[no-untyped-def]
-        seen.append(clock.now)
-        original(n)
-        clock.now += 3  # the ranks take 3 s to checkpoint
-        commit_at(tmp_path, 14)
-
-    watcher._on_notice = on_notice  # type: ignore[method-assign]
-    watcher.run()
-    assert 12.3 <= seen[0] <= 12.3 + 5 * 1.2
-    assert slurm.requeued == ["42"]
-    assert events(tmp_path) == ["notice", "committed", "requeued"]
-    notice = read_notice(notice_path(tmp_path, "42", 0))
-    assert notice is not None and notice.node == "gpu-preemptible-dp-2"
-    committed = Ledger(tmp_path).records()[1]
-    assert committed["step"] == 14
-    assert any("requeued job 42 (after the just-in-time checkpoint)" in s for s in said)
+    h = Harness(tmp_path)
+    h.commit(10)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))  # the ranks checkpoint after the notice
+    h.run()
+    notice = h.record("notice")
+    assert 12.3 <= notice["seen_at"] - EPOCH <= 12.3 + 5 * 1.2  # type: ignore[operator]
+    assert h.slurm.requeued == ["42"]
+    assert h.events() == ["notice", "committed", "requeued"]
+    on_disk = read_notice(notice_path(tmp_path, "42", 0))
+    assert on_disk is not None and on_disk.node == "gpu-preemptible-dp-2"
+    assert h.record("committed")["step"] == 14
+    assert any("requeued job 42 (after the just-in-time checkpoint)" in s for s in h.said)
 
 
-def test_without_a_commit_it_requeues_at_the_deadline(tmp_path: Path) -> None:
-    watcher, slurm, _, _, _ = make(tmp_path, config=WatchConfig(window=60, margin=10))
-    slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
-    watcher.run()
-    assert slurm.requeued == ["42"]
-    requeued = Ledger(tmp_path).records()[-1]
+def test_without_a_commit_it_requeues_at_the_deadline_counted_from_the_drain(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, config=WatchConfig(window=60, margin=10))
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    requeued = h.record("requeued")
     assert requeued["why"] == "deadline inside the window"
-    notice = Ledger(tmp_path).records()[0]
-    assert requeued["requeued_at"] - notice["seen_at"] == pytest.approx(50, abs=1.5)
+    # Slurm stamps to the second: the drain counts from 1.0, so the requeue is at 51.
+    assert requeued["requeued_at"] - EPOCH == pytest.approx(51, abs=1.1)  # type: ignore[operator]
+    assert h.record("notice")["deadline_from"] == "slurm"
 
 
-def test_periodic_checkpoint_after_the_notice_also_counts(tmp_path: Path) -> None:
-    """A script that ignores the API: the next periodic checkpoint triggers the requeue."""
-    commit_at(tmp_path, 5)
-    watcher, slurm, _, _, _ = make(tmp_path, hooks={20.0: lambda: commit_at(tmp_path, 10)})
-    slurm.drains["gpu-preemptible-dp-1"] = (2.0, "preempted")
-    watcher.run()
-    assert slurm.requeued == ["42"]
-    assert Ledger(tmp_path).records()[1]["step"] == 10
+def test_a_drain_seen_late_is_requeued_before_the_window_closes(tmp_path: Path) -> None:
+    """slurmctld does not answer for 45 s: the drain at 5 s is seen late (the backoff waits up
+    to a minute), and the deadline still counts from the drain, not from when it was seen."""
+    h = Harness(tmp_path, config=WatchConfig(window=60, margin=10))
+    h.slurm.down_between = (0.0, 45.0)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (5.0, "preempted")
+    h.run()
+    notice, requeued = h.record("notice"), h.record("requeued")
+    seen = notice["seen_at"] - EPOCH  # type: ignore[operator]
+    assert seen >= 45
+    assert notice["deadline_from"] == "slurm"
+    assert notice["drained_at"] - EPOCH == 5.0  # type: ignore[operator]
+    assert requeued["requeued_at"] - EPOCH < 5 + 60  # type: ignore[operator]
+    assert requeued["requeued_at"] - EPOCH <= max(seen, 55) + 1.1  # type: ignore[operator]
+
+
+def test_without_slurms_stamp_the_deadline_counts_from_when_it_was_seen(tmp_path: Path) -> None:
+    h = Harness(tmp_path, config=WatchConfig(window=60, margin=10))
+    h.slurm.stamped = False
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.run()
+    notice, requeued = h.record("notice"), h.record("requeued")
+    assert notice["deadline_from"] == "seen"
+    assert requeued["requeued_at"] - notice["seen_at"] == pytest.approx(50, abs=1.1)  # type: ignore[operator]
+
+
+def test_periodic_checkpoint_after_the_notice_counts_for_a_script_that_does_not_listen(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    h.commit(5)
+    h.at(20.0, lambda: h.commit(10))
+    h.slurm.drains["gpu-preemptible-dp-1"] = (2.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert h.record("committed")["step"] == 10
+    # It gave the script exit_grace to show that this was its final save.
+    assert h.record("requeued")["requeued_at"] - EPOCH >= 20 + 5  # type: ignore[operator]
 
 
 def test_reason_pattern_filters_drains(tmp_path: Path) -> None:
-    watcher, slurm, _, _, _ = make(tmp_path, reason="^preempt")
-    slurm.drains["gpu-preemptible-dp-1"] = (1.0, "admin: bad DIMM")
-    watcher.run()
-    assert slurm.requeued == [] and events(tmp_path) == []
+    h = Harness(tmp_path, reason="^preempt")
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "admin: bad DIMM")
+    h.at(100.0, h.watcher.stop)
+    h.run()
+    assert h.slurm.requeued == [] and h.events() == []
 
 
 def test_two_drains_one_after_the_other_make_one_requeue(tmp_path: Path) -> None:
-    watcher, slurm, _, _, _ = make(tmp_path, config=WatchConfig(interval=5, window=60, margin=10))
-    slurm.drains["gpu-preemptible-dp-2"] = (1.0, "preempted")
-    slurm.drains["gpu-preemptible-dp-1"] = (8.0, "preempted")
-    watcher.run()
+    h = Harness(tmp_path, config=WatchConfig(interval=5, window=60, margin=10))
+    h.slurm.drains["gpu-preemptible-dp-2"] = (1.0, "preempted")
+    h.slurm.drains["gpu-preemptible-dp-1"] = (8.0, "preempted")
+    h.run()
     records = Ledger(tmp_path).records()
     notices = [(r["node"], r["first"]) for r in records if r["event"] == "notice"]
     assert notices == [("gpu-preemptible-dp-2", True), ("gpu-preemptible-dp-1", False)]
-    assert slurm.requeued == ["42"]
+    assert h.slurm.requeued == ["42"]
 
 
 def test_without_requeue_it_says_so_and_does_not_requeue(tmp_path: Path) -> None:
-    commit_at(tmp_path, 1)
-    watcher, slurm, _, said, _ = make(
-        tmp_path, requeue_allowed=False, hooks={9.0: lambda: commit_at(tmp_path, 2)}
-    )
-    slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
-    watcher.run()
-    assert slurm.requeued == []
-    assert events(tmp_path) == ["notice", "committed", "requeue_skipped"]
-    assert any("submitted without --requeue: not requeuing" in s for s in said)
-    assert watcher.finished.is_set()
+    h = Harness(tmp_path, requeue_allowed=False)
+    h.commit(1)
+    h.at(9.0, lambda: h.commit(2))
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == []
+    assert h.events() == ["notice", "committed", "requeue_skipped"]
+    assert any("submitted without --requeue: not requeuing" in s for s in h.said)
 
 
-def test_controller_outage_backs_off_without_a_false_notice(tmp_path: Path) -> None:
-    queries: list[int] = []
+def test_a_300_s_controller_outage_backs_off_and_recovers_once(tmp_path: Path) -> None:
+    """The time-limit source always answers; the drain source must still back off."""
+    h = Harness(tmp_path)
+    h.slurm.down_between = (10.0, 310.0)
+    counted: dict[str, int] = {}
 
-    def stop() -> None:
-        queries.append(slurm.queries)
-        watcher.stop()
+    def at_recovery() -> None:
+        counted["outage"] = h.slurm.queries - counted["before"]
 
-    watcher, slurm, _, said, _ = make(tmp_path, hooks={300.0: stop})
-    slurm.down_between = (10.0, 70.0)
-    watcher.run()
-    assert slurm.requeued == [] and events(tmp_path) == []
-    assert watcher.notice is None
-    assert said[0].startswith("Slurm does not answer (command failed (exit 1)")
-    assert any(s.startswith("Slurm answers again after") for s in said)
-    # Backed off while down: fewer queries than one per interval over the run.
-    assert queries[0] < 300 / 5
+    h.at(9.99, lambda: counted.setdefault("before", h.slurm.queries))
+    h.at(310.0, at_recovery)
+    h.at(400.0, h.watcher.stop)
+    h.run()
+    assert h.slurm.requeued == [] and h.events() == []
+    assert counted["outage"] <= 12, counted
+    assert h.said[0].startswith("drain: Slurm does not answer (command failed (exit 1)")
+    assert sum("answers again" in s for s in h.said) == 1
 
 
 def test_time_limit_warning_is_a_notice_with_its_own_window(tmp_path: Path) -> None:
-    config = WatchConfig(time_warning=120, margin=20)
-    watcher, _, _, _, signal = make(tmp_path, config=config, hooks={30.0: lambda: signal.trigger()})
-    watcher.run()
-    records = Ledger(tmp_path).records()
-    assert records[0]["kind"] == "time-limit"
-    assert records[-1]["why"] == "deadline inside the window"
-    assert records[-1]["requeued_at"] - records[0]["seen_at"] == pytest.approx(100, abs=1.5)
+    h = Harness(tmp_path, config=WatchConfig(time_warning=120, margin=20))
+    h.at(30.0, lambda: h.latch(12, None))
+    h.run()
+    notice, requeued = h.record("notice"), h.record("requeued")
+    assert notice["kind"] == "time-limit"
+    assert requeued["why"] == "deadline inside the window"
+    assert requeued["requeued_at"] - EPOCH == pytest.approx(130, abs=1.1)  # type: ignore[operator]
 
 
-def test_failed_requeue_is_retried(tmp_path: Path) -> None:
-    commit_at(tmp_path, 1)
-    watcher, slurm, _, said, _ = make(tmp_path, hooks={6.0: lambda: commit_at(tmp_path, 2)})
-    slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
-    slurm.requeue_fails = 2
-    watcher.run()
-    assert slurm.requeued == ["42"]
-    assert sum("requeue failed, retrying" in s for s in said) == 2
+def test_a_warning_that_came_before_the_watcher_started_is_a_notice(tmp_path: Path) -> None:
+    h = Harness(tmp_path, config=WatchConfig(time_warning=120, margin=20))
+    h.latch(12, None)  # the wrapper's latch caught it during start-up
+    h.clock.now = 40.0
+    h.run()
+    notice = h.record("notice")
+    assert notice["kind"] == "time-limit"
+    assert notice["seen_at"] - EPOCH == 0.0  # type: ignore[operator]
+    assert h.record("requeued")["requeued_at"] - EPOCH == pytest.approx(100, abs=1.1)  # type: ignore[operator]
+
+
+def test_failed_requeue_is_retried_and_each_event_is_written_once(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.commit(1)
+    h.listening()
+    h.at(6.0, lambda: h.commit(2, after_notice=True))
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.slurm.requeue_fails = 2
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert sum("requeue failed, retrying" in s for s in h.said) == 2
+    assert [e for e in h.events() if e != "checkpoint"] == ["notice", "committed", "requeued"]
 
 
 def test_one_query_per_interval(tmp_path: Path) -> None:
-    stop_at = 600.0
-    watcher, slurm, _, _, _ = make(tmp_path, hooks={stop_at: lambda: watcher.stop()})
-    watcher.run()
-    per_minute = slurm.queries / (stop_at / 60)
+    h = Harness(tmp_path)
+    h.at(600.0, h.watcher.stop)
+    h.run()
+    per_minute = h.slurm.queries / 10
     assert 10 <= per_minute <= 14  # 12 a minute at 5 s, +-20 % jitter
 
 
 def test_a_listening_script_is_waited_for_not_its_periodic_save(tmp_path: Path) -> None:
-    """The script asks preemption_requested(): a periodic save after the notice is not enough."""
-    from slurmpre.job.notice import listening_path
+    h = Harness(tmp_path)
+    h.listening()
+    h.at(4.0, lambda: h.commit(10, after_notice=False))
+    h.at(9.0, lambda: h.commit(12, after_notice=True))
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert h.record("committed")["step"] == 12
 
-    ledger = Ledger(tmp_path)
 
-    def periodic() -> None:
-        commit_at(tmp_path, 10)
-        ledger.append(
-            {"event": "checkpoint", "attempt": 0, "step": 10, "path": "p10", "after_notice": False}
-        )
+def test_a_script_that_finished_after_the_notice_is_not_requeued_whatever_it_saved(
+    tmp_path: Path,
+) -> None:
+    """It listens, but its loop ended before the notice reached it: its final save is not
+    a notice checkpoint, it exits 0, and the job must end COMPLETED."""
+    h = Harness(tmp_path)
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.at(8.0, lambda: h.commit(40, after_notice=False))
+    h.at(8.5, lambda: h.watcher.post_exit(0))
+    h.run()
+    assert h.slurm.requeued == []
+    assert h.events()[-1] == "requeue_skipped"
+    assert h.watcher.outcome.why == "the training finished its work after the notice"
 
-    def on_notice_save() -> None:
-        commit_at(tmp_path, 12)
-        ledger.append(
-            {"event": "checkpoint", "attempt": 0, "step": 12, "path": "p12", "after_notice": True}
-        )
 
-    watcher, slurm, _, _, _ = make(tmp_path, hooks={4.0: periodic, 9.0: on_notice_save})
-    listening_path(tmp_path, "42", 0).touch()
-    slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
-    watcher.run()
-    assert slurm.requeued == ["42"]
-    committed = next(r for r in Ledger(tmp_path).records() if r["event"] == "committed")
-    assert committed["step"] == 12
+def test_a_final_save_of_a_script_that_does_not_listen_is_not_requeued(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.commit(30)
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.at(10.0, lambda: h.commit(40))
+    h.at(12.0, lambda: h.watcher.post_exit(0))  # within exit_grace of its commit
+    h.run()
+    assert h.slurm.requeued == []
+    assert h.events() == ["notice", "committed", "requeue_skipped"]
+
+
+def test_a_script_that_took_the_notice_and_exited_is_requeued_at_once(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.at(7.0, h.take)
+    h.at(9.0, lambda: h.watcher.post_exit(0))  # it took the notice but saved nothing
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert h.record("requeued")["requeued_at"] - EPOCH == 9.0  # type: ignore[operator]
+
+
+def test_exit_without_a_notice_ends_the_watcher_quietly(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.at(30.0, lambda: h.watcher.post_exit(0))
+    h.run()
+    assert h.events() == [] and h.slurm.requeued == []
+    assert h.watcher.outcome.notice is None
+
+
+def test_an_unwritable_ledger_does_not_stop_the_watcher(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.ledger.path.mkdir()  # appending to a folder fails with a real OSError
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert any(s.startswith("could not write the ledger (watching goes on)") for s in h.said)

@@ -1,0 +1,14 @@
+"""Every default of the preemption path, defined once.
+
+They travel spec -> template -> the wrapper's arguments -> `WatchConfig`; the
+wrapper's own defaults (for a hand-run ``slurmpre run``) are these too.
+"""
+
+from __future__ import annotations
+
+POLL_INTERVAL = 5.0  # seconds between the watcher's Slurm queries
+PREEMPT_WINDOW = 300  # seconds from drain to node removal: the provider's five minutes
+SAFETY_MARGIN = 30  # requeue anyway this long before the window closes
+WARN_BEFORE_END = 300  # seconds: the time-limit warning (--signal) before the limit
+AGREE_TIMEOUT = 300.0  # seconds the other nodes wait for node 0's checkpoint choice
+CHECKPOINT_TIMEOUT = 1800.0  # seconds a rank waits for the others to finish a checkpoint

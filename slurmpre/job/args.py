@@ -1,0 +1,115 @@
+"""The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``.
+
+The template writes every option from the spec; the defaults here are the
+same `slurmpre.defaults`, for a wrapper run by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from slurmpre import defaults
+from slurmpre.errors import UsageError
+from slurmpre.job.watch import WatchConfig
+from slurmpre.signals import RESERVED_SIGNALS, signal_named
+
+LAUNCHERS = ("torchrun", "plain")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    launcher: str
+    checkpoint_dir: Path
+    command: tuple[str, ...]
+    nproc_per_node: int | None = None
+    resume_arg: str | None = None
+    agree_timeout: float = defaults.AGREE_TIMEOUT
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    watching: bool = True
+    drain_reason: re.Pattern[str] | None = None
+    notice_signal: signal.Signals | None = None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _seconds(flag: str, value: float, *, zero: bool = False) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        least = "0 seconds or more" if zero else "more than 0 seconds"
+        raise UsageError(f"{flag} must be a finite number, {least}, got {value:g}")
+    return value
+
+
+def parse_args(argv: Sequence[str]) -> RunOptions:
+    parser = _Parser(prog="slurmpre run", add_help=True)
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="torchrun")
+    parser.add_argument("--checkpoint-dir", required=True)
+    parser.add_argument("--nproc-per-node", type=int, default=None)
+    parser.add_argument("--resume-arg", default=None)
+    parser.add_argument("--agree-timeout", type=float, default=defaults.AGREE_TIMEOUT)
+    parser.add_argument("--poll-interval", type=float, default=defaults.POLL_INTERVAL)
+    parser.add_argument("--window", type=float, default=defaults.PREEMPT_WINDOW)
+    parser.add_argument("--time-warning", type=float, default=defaults.WARN_BEFORE_END)
+    parser.add_argument("--safety-margin", type=float, default=defaults.SAFETY_MARGIN)
+    parser.add_argument("--drain-reason", default=None)
+    parser.add_argument("--notice-signal", default=None)
+    parser.add_argument("--no-watch", action="store_true")
+    args_list = list(argv)
+    if args_list and args_list[0] == "run":
+        args_list = args_list[1:]
+    cut = args_list.index("--") if "--" in args_list else len(args_list)
+    ns = parser.parse_args(args_list[:cut])
+    if cut == len(args_list):
+        raise UsageError("give the command to run after --, e.g. slurmpre run -- python train.py")
+    command = tuple(args_list[cut + 1 :])
+    if not command:
+        raise UsageError("no command after --")
+    if ns.nproc_per_node is not None and ns.nproc_per_node < 1:
+        raise UsageError(f"--nproc-per-node must be 1 or more, got {ns.nproc_per_node}")
+    watch = WatchConfig(
+        interval=_seconds("--poll-interval", ns.poll_interval),
+        window=_seconds("--window", ns.window),
+        time_warning=_seconds("--time-warning", ns.time_warning),
+        margin=_seconds("--safety-margin", ns.safety_margin, zero=True),
+    )
+    _seconds("--agree-timeout", ns.agree_timeout)
+    reason = None
+    if ns.drain_reason:
+        try:
+            reason = re.compile(ns.drain_reason)
+        except re.error as exc:
+            raise UsageError(
+                f"--drain-reason {ns.drain_reason!r} is not a pattern: {exc}"
+            ) from None
+    notice_signal = parse_signal(ns.notice_signal) if ns.notice_signal else None
+    return RunOptions(
+        launcher=ns.launcher,
+        checkpoint_dir=Path(ns.checkpoint_dir),
+        command=command,
+        nproc_per_node=ns.nproc_per_node,
+        resume_arg=ns.resume_arg,
+        agree_timeout=ns.agree_timeout,
+        watch=watch,
+        watching=not ns.no_watch,
+        drain_reason=reason,
+        notice_signal=notice_signal,
+    )
+
+
+def parse_signal(name: str) -> signal.Signals:
+    """``TERM``, ``SIGUSR2`` or ``12`` -> the signal; refuses the ones slurmpre needs for itself."""
+    sig = signal_named(name)
+    if sig is None:
+        raise UsageError(f"--notice-signal {name!r} is not a signal name")
+    if sig in RESERVED_SIGNALS:
+        raise UsageError(f"--notice-signal {name!r} cannot be used: choose e.g. SIGUSR1 or SIGTERM")
+    return sig

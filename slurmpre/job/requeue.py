@@ -1,0 +1,62 @@
+"""When to requeue after a notice: one pure decision over what the watcher knows.
+
+The rules, in order:
+
+1. The training exited. Exit 0 without having taken the notice (its
+   `preemption_requested()` never answered True) means it finished its work:
+   never requeue, whatever it saved last. Any other exit after a notice
+   (it stopped on the notice, or failed) requeues now.
+2. The deadline inside the window has passed: requeue now.
+3. A checkpoint committed after the notice: a script that listens is requeued
+   at once (that is its notice checkpoint); one that does not listen gets
+   ``exit_grace`` seconds to exit, since its commit may be its final save.
+4. Otherwise wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Action(str, Enum):
+    WAIT = "wait"
+    REQUEUE = "requeue"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Facts:
+    listening: bool  # the script asks preemption_requested()
+    taken: bool  # ... and it answered True: the script stops on the notice
+    committed: bool  # a checkpoint that answers the notice has committed
+    since_commit: float | None  # seconds since that commit was seen
+    exit_code: int | None  # the training's exit code, once it has exited
+    past_deadline: bool
+    exit_grace: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    why: str = ""
+
+
+AFTER_CHECKPOINT = "after the just-in-time checkpoint"
+
+
+def decide(facts: Facts) -> Decision:
+    if facts.exit_code is not None:
+        if facts.exit_code == 0 and not facts.taken:
+            return Decision(Action.SKIP, "the training finished its work after the notice")
+        if facts.committed:
+            return Decision(Action.REQUEUE, AFTER_CHECKPOINT)
+        return Decision(Action.REQUEUE, f"the training exited ({facts.exit_code}) after the notice")
+    if facts.past_deadline:
+        return Decision(Action.REQUEUE, "deadline inside the window")
+    if facts.committed:
+        if facts.listening:
+            return Decision(Action.REQUEUE, AFTER_CHECKPOINT)
+        if facts.since_commit is not None and facts.since_commit >= facts.exit_grace:
+            return Decision(Action.REQUEUE, AFTER_CHECKPOINT)
+    return Decision(Action.WAIT)

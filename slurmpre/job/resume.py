@@ -1,0 +1,172 @@
+"""Where this attempt starts from, the same on every node, and what its child is told.
+
+Node 0 clears what dead attempts left in the checkpoint folder, picks the
+newest complete checkpoint and publishes the choice (with the rendezvous
+endpoint); the other nodes wait for that choice. Then each node builds the
+launcher command and the child's environment from it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
+from slurmpre.job import checkpoints
+from slurmpre.job.args import RunOptions
+from slurmpre.job.env import JobEnv
+from slurmpre.job.ledger import Choice, Ledger
+from slurmpre.job.notice import listening_path, notice_path, taken_path
+from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
+from slurmpre.slurm.client import SlurmClient
+
+
+def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
+    """An array task keeps its own checkpoints: ``<dir>/task-<id>``."""
+    return base / f"task-{job.array_task_id}" if job.array_task_id is not None else base
+
+
+def check_checkpoint_dir(path: Path, job: JobEnv) -> Path:
+    if not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint folder {str(path)!r} does not exist (it must be on the shared volume; "
+            "`slurmpre submit` creates it)"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CheckpointError(f"checkpoint folder {str(path)!r} is not writable")
+    folder = task_checkpoint_dir(path, job)
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(f"cannot create {str(folder)!r}: {exc.strerror}") from None
+    return folder
+
+
+def check_command(command: Sequence[str]) -> None:
+    exe = command[0]
+    found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
+    if found is None and not (exe.endswith(".py") and Path(exe).is_file()):
+        raise UsageError(f"command not found: {exe!r}")
+
+
+def nproc_for(opts: RunOptions, job: JobEnv) -> int:
+    return opts.nproc_per_node or job.gpus_on_node or 1
+
+
+def node_address(client: SlurmClient, node: str) -> str:
+    """Node 0's address as Slurm knows it (NodeAddr), not a guessed hostname."""
+    try:
+        infos = client.nodes([node])
+    except SlurmpreError:
+        return node
+    return (infos[0].address if infos and infos[0].address else None) or node
+
+
+def attempt_prefix(job: JobEnv) -> str:
+    """The start of every in-flight checkpoint name this attempt writes (see api.checkpoint)."""
+    return f"{job.tag}-{job.restart_count}-"
+
+
+def agree(
+    opts: RunOptions,
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    client: SlurmClient,
+    say: Callable[[str], None],
+) -> Choice:
+    """Node 0 chooses the checkpoint for this attempt; the others wait for its choice."""
+    if not job.is_first_node:
+        return ledger.wait_choice(job.tag, job.restart_count, opts.agree_timeout)
+    cleaned = checkpoints.clean_leftovers(folder, live=attempt_prefix(job))
+    for name in cleaned.published:
+        say(f"published {name}: its commit was sealed when a kill stopped it")
+    if cleaned.removed:
+        names = ", ".join(cleaned.removed)
+        say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
+    found = checkpoints.latest(folder)
+    for skipped in found.skipped:
+        say(f"passing over {skipped.path.name}: {skipped.reason}")
+    ckpt = found.checkpoint
+    previous = ledger.previous_start(job.tag, job.restart_count)
+    world = job.num_nodes * nproc_for(opts, job)
+    choice = Choice(
+        job=job.tag,
+        attempt=job.restart_count,
+        resume_from=str(ckpt.path) if ckpt else None,
+        step=ckpt.step if ckpt else None,
+        nodes=job.nodes,
+        world_size=world,
+        previous_world_size=previous.get("world_size") if previous else None,
+        rdzv_endpoint=(
+            f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}"
+            if opts.launcher == "torchrun"
+            else ""
+        ),
+        published_at=time.time(),
+    )
+    ledger.publish(choice)
+    ledger.append(
+        {
+            "event": "start",
+            "job": job.tag,
+            "attempt": job.restart_count,
+            "nodes": list(job.nodes),
+            "num_nodes": job.num_nodes,
+            "world_size": world,
+            "resume_from": choice.resume_from,
+            "step": choice.step,
+        }
+    )
+    if ckpt is None:
+        say("no complete checkpoint yet: starting fresh")
+    else:
+        say(f"resuming from {ckpt.path} (step {ckpt.step}, {ckpt.reason})")
+    return choice
+
+
+def child_command(opts: RunOptions, job: JobEnv, choice: Choice) -> list[str]:
+    command = list(opts.command)
+    if opts.resume_arg and choice.resume_from:
+        command += [opts.resume_arg, choice.resume_from]
+    if opts.launcher == "plain":
+        return command
+    host, _, port = choice.rdzv_endpoint.rpartition(":")
+    rdzv = Rendezvous(
+        host=host,
+        port=int(port),
+        run_id=f"{job.tag}-{job.restart_count}",
+        nnodes=job.num_nodes,
+        nproc_per_node=nproc_for(opts, job),
+        node_rank=job.node_id,
+    )
+    return torchrun_argv(command, rdzv)
+
+
+def child_env(
+    env: Mapping[str, str], opts: RunOptions, job: JobEnv, folder: Path, choice: Choice
+) -> dict[str, str]:
+    """What the training process sees, on top of the job's own environment."""
+    out = dict(env)
+    tag, attempt = job.tag, job.restart_count
+    out.update(
+        {
+            "SLURMPRE_CHECKPOINT_DIR": str(folder),
+            "SLURMPRE_RESUME_FROM": choice.resume_from or "",
+            "SLURMPRE_RESUME_STEP": "" if choice.step is None else str(choice.step),
+            "SLURMPRE_RESTART_COUNT": str(attempt),
+            "SLURMPRE_JOB_TAG": tag,
+            "SLURMPRE_NUM_NODES": str(job.num_nodes),
+            "SLURMPRE_WORLD_SIZE": str(choice.world_size),
+            "SLURMPRE_PREVIOUS_WORLD_SIZE": ""
+            if choice.previous_world_size is None
+            else str(choice.previous_world_size),
+            "SLURMPRE_NOTICE_FILE": str(notice_path(folder, tag, attempt)),
+            "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
+            "SLURMPRE_TAKEN_FILE": str(taken_path(folder, tag, attempt)),
+        }
+    )
+    return out

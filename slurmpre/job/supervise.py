@@ -1,0 +1,161 @@
+"""Run the training command as the wrapper's child, and keep Slurm's signals in order.
+
+- The child runs in a session of its own, with the time-limit warning
+  ignored (a tiny ``sh`` sets it before it execs the command): the warning is
+  the wrapper's, and reaches the training only as the notice.
+- Every catchable signal Slurm or a user sends to the step's task
+  (`slurmpre.signals.FORWARDED`) is passed on to the child's whole process
+  group; one that comes before the child exists is passed on when it starts,
+  and a terminating one then means the child is not started at all.
+- A guard process ends the training tree if the wrapper itself is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from slurmpre import procs
+from slurmpre.errors import UsageError
+from slurmpre.job.notice import read_notice
+from slurmpre.signals import FORWARDED, WARN_SIGNAL
+
+TRACK_SECONDS = 2.0
+# POSIX: a signal ignored when exec is called stays ignored in the new program.
+_IGNORE_WARNING = (
+    "/bin/sh",
+    "-c",
+    f'trap "" {WARN_SIGNAL.name.removeprefix("SIG")}; exec "$@"',
+    "slurmpre-child",
+)
+_TERMINATING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
+
+
+def exit_code(returncode: int) -> int:
+    """Popen's returncode (negative for a signal) -> a shell's exit status."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+class Supervisor:
+    """One child at a time: forward signals to it, guard its tree, wait for it."""
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []
+        self.stopped: int | None = None  # the signal that came before the child could start
+        self._previous: dict[int, object] = {}
+        self._done = threading.Event()
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        child = self.child
+        if child is None:
+            self.pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+
+    def __enter__(self) -> Supervisor:
+        for sig in FORWARDED:
+            self._previous[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        if self.child is not None:
+            # Stragglers of the child's group (a worker that outlived its launcher).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signal.SIGTERM)
+
+    def start(
+        self, command: Sequence[str], env: Mapping[str, str]
+    ) -> subprocess.Popen[bytes] | None:
+        """Start the child (None when a terminating signal came first)."""
+        stopping = [s for s in self.pending if s in _TERMINATING]
+        if stopping:
+            self.stopped = stopping[0]
+            self.pending.clear()
+            return None
+        guard = _start_guard()
+        try:
+            child = subprocess.Popen(
+                [*_IGNORE_WARNING, *command], env=dict(env), start_new_session=True
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
+        self.child = child
+        for signum in self.pending:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signum)
+        self.pending.clear()
+        if guard is not None:
+            threading.Thread(
+                target=_track, args=(guard, child, self._done), name="slurmpre-guard", daemon=True
+            ).start()
+        return child
+
+    def wait(self) -> int:
+        if self.child is None:
+            raise RuntimeError("Supervisor.wait() before a child was started")
+        return exit_code(self.child.wait())
+
+
+def _start_guard() -> subprocess.Popen[str] | None:
+    """The guard (slurmpre.job.guard): if this wrapper dies, its stdin closes and it ends
+    the tree it was last told of, including processes in sessions of their own that
+    Slurm's process-group tracking would leave behind."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "slurmpre.job.guard"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            text=True,
+        )
+    except OSError:
+        return None  # no guard: Slurm's own kill still applies
+
+
+def _track(
+    guard: subprocess.Popen[str], child: subprocess.Popen[bytes], done: threading.Event
+) -> None:
+    stdin = guard.stdin
+    if stdin is None:
+        return
+    while True:
+        tree = {child.pid} | procs.descendants([child.pid])
+        lines = [f"{pid} {start}" for pid in tree if (start := procs.start_time(pid))]
+        try:
+            stdin.write("\n".join(lines) + "\n\n")
+            stdin.flush()
+        except (BrokenPipeError, ValueError):
+            return
+        if done.wait(TRACK_SECONDS):
+            return  # the stream stays open until this process ends
+
+
+def relay_notice(
+    path: Path, child: subprocess.Popen[bytes], sig: signal.Signals, stop: threading.Event
+) -> None:
+    """On every node: when the notice file appears, send ``sig`` to the child's group once."""
+    while not stop.wait(1.0):
+        if read_notice(path) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, sig)
+            return
+
+
+def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run ``command`` to its end under a `Supervisor`; its exit status."""
+    with Supervisor() as supervisor:
+        if supervisor.start(command, env) is None:
+            return 128 + (supervisor.stopped or signal.SIGTERM)
+        return supervisor.wait()

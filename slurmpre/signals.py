@@ -1,0 +1,54 @@
+"""The signals slurmpre gives a meaning to, shared by the login side and the job side.
+
+Slurm sends ``WARN_SIGNAL`` before the time limit (the template's ``--signal``);
+the wrapper keeps it for itself, so a notice may not be relayed as it, nor as
+a signal no process can catch.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
+# Signals a notice may not be relayed as: uncatchable, or the wrapper's own warning.
+RESERVED_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP, WARN_SIGNAL})
+# What the wrapper passes on to the whole training tree: Slurm's cancel/timeout
+# sequence (CONT, TERM), interrupts, and the signals users send with `scancel -s`.
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGCONT,
+)
+
+
+def signal_named(text: str) -> signal.Signals | None:
+    """``USR1``, ``sigusr1`` or ``10`` -> the signal; None when there is no such signal."""
+    text = text.strip().upper()
+    if text.isdigit():
+        try:
+            return signal.Signals(int(text))
+        except ValueError:
+            return None
+    return signal.Signals.__members__.get(text if text.startswith("SIG") else f"SIG{text}")
+
+
+class Latch:
+    """Keeps the time of the first arrival of a signal; install it as the signal's handler.
+
+    The wrapper installs one for `WARN_SIGNAL` before it imports anything else,
+    so a warning that comes during start-up is kept, not fatal, and the watcher
+    takes it as a notice once it runs.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.at: float | None = None
+
+    def __call__(self, _signum: int, _frame: object) -> None:
+        if self.at is None:
+            self.at = self.clock()
