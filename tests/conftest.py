@@ -84,3 +84,20 @@ def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
         lambda: all(n.state == "IDLE" and not n.flags for n in slurm.nodes(PREEMPTIBLE)),
         timeout=120,
     )
+
+
+def set_tracking(tracking: str) -> None:
+    """Restart the sandbox with ``--tracking`` (auto, cgroup or pgid) unless it runs it already."""
+    state = Sandbox(DEFAULT_STATE_DIR).load()
+    if state is not None and tracking != "auto" and state.tracking == tracking:
+        return
+    from slurmpre.sandbox.cluster import choose_tracking
+
+    if (
+        state is not None
+        and tracking == "auto"
+        and state.tracking == choose_tracking("auto", lambda _: None).name
+    ):
+        return
+    slurmpre_cli("sandbox", "down", check=True)
+    slurmpre_cli("sandbox", "up", "--tracking", tracking, check=True)

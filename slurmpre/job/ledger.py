@@ -127,7 +127,12 @@ class Ledger:
     def publish(self, choice: Choice) -> None:
         path = self._choice_path(choice.job, choice.attempt)
         try:
-            write_atomic(path, json.dumps(asdict(choice), sort_keys=True))
+            with self._lock():
+                write_atomic(path, json.dumps(asdict(choice), sort_keys=True))
+        except Timeout:
+            raise CheckpointError(
+                f"could not lock {self.dir / 'ledger.lock'} within 60 s"
+            ) from None
         except OSError as exc:
             raise CheckpointError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 import slurmpre
 import torch
@@ -31,6 +32,17 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
+def hold_for_the_notice(out: Path, rank: int, timeout: float = 300) -> None:
+    if rank == 0:
+        (out / "holding").write_text(str(time.time()))
+    notice = Path(os.environ["SLURMPRE_NOTICE_FILE"])
+    deadline = time.monotonic() + timeout
+    while not notice.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no notice within {timeout:g} s")
+        time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
@@ -45,6 +57,13 @@ def main() -> None:
         "complete or not (for the side-by-side benchmark)",
     )
     parser.add_argument("--work-ms", type=float, default=0.0, help="busy compute per step")
+    parser.add_argument(
+        "--hold-at",
+        type=int,
+        default=-1,
+        help="in the first attempt, wait at this step until the notice file exists, so a test "
+        "can preempt at a chosen step without racing the watcher's poll against the training",
+    )
     parser.add_argument(
         "--honor-notice",
         action="store_true",
@@ -89,6 +108,8 @@ def main() -> None:
             )
 
     for step in range(start, args.steps):
+        if step == args.hold_at and slurmpre.restart_count() == 0:
+            hold_for_the_notice(out, rank)
         if args.honor_notice and slurmpre.preemption_requested():
             # Every rank agrees on this step: save it, record it, and stop;
             # slurmpre requeues the job once the checkpoint has committed.
