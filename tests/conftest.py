@@ -58,7 +58,16 @@ def sandbox() -> Iterator[Sandbox]:
     if os.geteuid() != 0:
         pytest.fail("the integration tests need root to run the Slurm sandbox")
     slurmpre_cli("sandbox", "up", check=True)
-    yield Sandbox(DEFAULT_STATE_DIR)
+    box = Sandbox(DEFAULT_STATE_DIR)
+    # Every timeout in the integration tests assumes the tuned timings (a requeued job
+    # can start about 6 s after its requeue); on stock timings each requeue costs
+    # at least 121 s (cred_expire=120), which bench/notice_drill.py --stock-timings measures.
+    if box.current().timings != "tuned":
+        pytest.fail(
+            "the integration tests assume the sandbox's tuned timings: run it without "
+            "--stock-timings (slurmpre sandbox down; slurmpre sandbox up)"
+        )
+    yield box
 
 
 @pytest.fixture(scope="session")
