@@ -20,12 +20,14 @@ from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
+    Preemption,
     final_weights,
     ledger,
     logs,
     notices,
     preempt_until_done,
     progress,
+    restore_all,
     same_weights,
     step_reached,
     submit,
@@ -197,7 +199,10 @@ def test_controller_outage_of_60_s_is_no_notice(sandbox: Sandbox, tmp_path: Path
     assert [r["attempt"] for r in progress(tmp_path)] == [0]
     assert final_weights(tmp_path)["step"] == steps
     text = logs(tmp_path)
-    assert "Slurm does not answer" in text and "Slurm answers again after" in text
+    assert "Slurm does not answer" in text
+    # Backed off while it was down, and said so once when it came back.
+    (attempt_log,) = (tmp_path / "ckpt" / "logs").glob("*.attempt-0.out")
+    assert attempt_log.read_text().count("drain: Slurm answers again after") == 1
 
 
 def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
@@ -232,3 +237,54 @@ def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
         r["why"] == "deadline inside the window" for r in records if r["event"] == "requeued"
     )
     assert final_weights(tmp_path)["step"] == steps
+
+
+def test_a_drain_seen_late_is_requeued_by_the_deadline_counted_from_the_drain(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A 40 s poll interval sees the drain up to 48 s after it happened. With no checkpoint to
+    wait for, the requeue comes at the deadline: drain + window - margin, from Slurm's own
+    stamp of the drain, so before the node is removed however late the drain was seen."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    window, margin = 60, 10
+    job_id = submit(
+        tmp_path,
+        nodes="2",
+        extra=["--every", "100000"],  # no checkpoint at all: only the deadline can requeue
+        steps=2000,
+        spec_lines=[
+            "poll_interval = 40",
+            f"preempt_window = {window}",
+            f"safety_margin = {margin}",
+        ],
+    )
+    wait_for("step 3", lambda: step_reached(tmp_path) >= 3, timeout=120)
+    victim = slurm.job(job_id).nodes[1]
+    preemption = Preemption(sandbox, PreemptPlan(victim, window=window, return_after=2))
+    preemption.start()
+    try:
+        requeued = wait_for(
+            "the requeue",
+            lambda: next((r for r in ledger(tmp_path) if r["event"] == "requeued"), None),
+            timeout=window + 30,
+        )
+        slurm.cancel(job_id)
+        drained_at = preemption.finish()[0].at
+    finally:
+        restore_all(sandbox, slurm)
+    notice = next(r for r in ledger(tmp_path) if r["event"] == "notice")
+    assert notice["deadline_from"] == "slurm"
+    assert requeued["why"] == "deadline inside the window"
+    # Slurm stamps to the second, so the deadline may come up to 1 s early.
+    late = notice["seen_at"] - drained_at
+    assert (
+        window - margin - 1.5
+        <= requeued["requeued_at"] - drained_at
+        <= max(late, window - margin) + 2.0
+    ), (drained_at, notice, requeued)
+    assert requeued["requeued_at"] < drained_at + window
+    print(
+        f"drain seen {late:.1f} s late; requeued {requeued['requeued_at'] - drained_at:.1f} s "
+        "after the drain"
+    )

@@ -224,14 +224,21 @@ def test_racing_writer_never_shows_a_partial(tmp_path: Path) -> None:
     slurmpre_ckpt(tmp_path, 0)
     stop = threading.Event()
     seen: list[int] = []
+    errors: list[BaseException] = []  # what the reader saw wrong, raised below in pytest's thread
 
-    def reader() -> None:
+    def read_all() -> None:
         while not stop.is_set():
             found = latest(tmp_path).checkpoint
             assert found is not None and found.complete
             marker = json.loads((found.path / ck.MARKER).read_text())
             assert marker["step"] == found.step
             seen.append(found.step or 0)
+
+    def reader() -> None:
+        try:
+            read_all()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's own thread
+            errors.append(exc)
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -241,7 +248,9 @@ def test_racing_writer_never_shows_a_partial(tmp_path: Path) -> None:
     finally:
         stop.set()
         thread.join()
-    assert seen == sorted(seen) and seen[-1] <= 39
+    if errors:
+        raise errors[0]
+    assert seen and seen == sorted(seen) and seen[-1] <= 39
 
 
 def test_list_reports_every_checkpoint(tmp_path: Path) -> None:

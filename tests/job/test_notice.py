@@ -79,11 +79,22 @@ def test_ranks_agree_on_the_same_call_and_sync_about_once_a_second() -> None:
             clock.now += 0.1  # 100 ms steps
             results[r].append(gate(agree))
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    errors: list[BaseException] = []
+
+    def guarded(r: int) -> None:
+        try:
+            rank(r)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's own thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(r,)) for r in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    if errors:
+        raise errors[0]
     first = [res.index(True) for res in results]
     assert first[0] == first[1]  # the same call on both ranks
     assert 49 <= first[0] <= 49 + 11  # within about a second of 100 ms steps

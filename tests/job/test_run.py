@@ -196,3 +196,33 @@ def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> N
     wrapper.kill()
     wrapper.wait(timeout=10)
     wait_for(f"grandchild {pid} to be ended by the guard", lambda: not _alive(pid), timeout=15)
+
+
+def test_the_warning_is_kept_never_reaches_the_training_and_other_signals_do(
+    tmp_path: Path,
+) -> None:
+    """SIGUSR2 to the wrapper is latched, not forwarded; the child starts with it ignored, so
+    even one sent straight to its group kills nothing; SIGUSR1 is forwarded to the child."""
+    ready, usr1 = tmp_path / "ready", tmp_path / "usr1"
+    child = f"trap 'echo usr1 >> {usr1}' USR1; echo $$ > {ready}; while :; do sleep 0.1; done"
+    code = (
+        "import signal, sys\n"
+        "from slurmpre.signals import WARN_SIGNAL, Latch\n"
+        "latch = Latch()\n"
+        "signal.signal(WARN_SIGNAL, latch)\n"
+        "from slurmpre.job.supervise import supervise\n"
+        f"status = supervise(['bash', '-c', {child!r}], dict(PATH='/usr/bin:/bin'))\n"
+        "print('warned' if latch.at else 'not warned', flush=True)\n"
+        "sys.exit(status)\n"
+    )
+    wrapper = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pid = int(wait_for("the child", lambda: ready.exists() and ready.read_text().strip()))
+    wrapper.send_signal(signal.SIGUSR2)
+    os.killpg(pid, signal.SIGUSR2)  # as if Slurm signalled every process it tracks
+    wrapper.send_signal(signal.SIGUSR1)
+    wait_for("SIGUSR1 to reach the child", usr1.exists, timeout=10)
+    assert _alive(pid)
+    wrapper.send_signal(signal.SIGTERM)
+    out, _ = wrapper.communicate(timeout=10)
+    assert out.strip() == "warned"
+    assert wrapper.returncode == 128 + signal.SIGTERM
