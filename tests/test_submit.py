@@ -126,7 +126,9 @@ def test_log_keeps_every_attempt_across_a_preemption(
     job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
     logs = shared_tmp / "ticks" / "logs"
     job = wait_for("the job to run", lambda: (j := slurm.job(job_id)).state == "RUNNING" and j)
-    wait_for("a first tick", lambda: "tick 2" in (logs / f"ticks-{job_id}.out").read_text())
+    # RUNNING comes before slurmd has created the log: wait for the file, too.
+    main = logs / f"ticks-{job_id}.out"
+    wait_for("a first tick", lambda: main.exists() and "tick 2" in main.read_text())
     victim = job.nodes[0]
     try:
         preempt(sandbox, PreemptPlan(victim, window=2), say=lambda _: None)

@@ -20,6 +20,7 @@ from tests.conftest import wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     STEPS,
     final_weights,
+    logs,
     preempt_until_done,
     progress,
     same_weights,
@@ -64,8 +65,10 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
     )
     runs = progress(tmp_path)
     assert [(r["attempt"], r["resumed_step"]) for r in runs] == [(0, 0), (1, 5)]
-    # The half-written step 10 was never published; it stays hidden, not deleted.
-    assert list((tmp_path / "ckpt").glob(".incoming-step-00000010-*"))
+    # The half-written step 10 was never published; the next attempt cleared it away
+    # (it was never complete) and said so.
+    assert not list((tmp_path / "ckpt").glob(".incoming-step-00000010-*"))
+    assert "leftover(s) of dead attempts: .incoming-step-00000010-" in logs(tmp_path)
     assert same_weights(final_weights(tmp_path), baseline)
 
 
