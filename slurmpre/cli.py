@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from slurmpre import __version__
-from slurmpre.errors import SlurmpreError
+from slurmpre.errors import SlurmpreError, UsageError
 
 EXIT_UNEXPECTED = 3
 EXIT_INTERRUPTED = 130
@@ -170,7 +170,10 @@ def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> N
     if output is None:
         click.echo(script, nl=False)
     else:
-        output.write_text(script)
+        try:
+            output.write_text(script)
+        except OSError as exc:
+            raise UsageError(f"cannot write {str(output)!r}: {exc.strerror or exc}") from None
 
 
 @cli.command("submit")

@@ -12,3 +12,17 @@ SAFETY_MARGIN = 30  # requeue anyway this long before the window closes
 WARN_BEFORE_END = 300  # seconds: the time-limit warning (--signal) before the limit
 AGREE_TIMEOUT = 300.0  # seconds the other nodes wait for node 0's checkpoint choice
 CHECKPOINT_TIMEOUT = 1800.0  # seconds a rank waits for the others to finish a checkpoint
+
+# The range of every number a spec (and the wrapper's command line) accepts: finite,
+# and inside what Slurm itself takes (--signal's time is at most 65535 s).
+RANGES: dict[str, tuple[float, float]] = {
+    "nodes": (1, 100_000),
+    "gpus_per_node": (0, 1_024),
+    "cpus_per_task": (1, 65_536),
+    "nproc_per_node": (1, 1_024),
+    "warn_before_end": (0, 65_535),
+    "preempt_window": (1, 86_400),
+    "safety_margin": (0, 86_400),
+    "poll_interval": (0.1, 3_600),
+    "agree_timeout": (1, 86_400),
+}

@@ -64,13 +64,16 @@ def log_path(spec: JobSpec, job_id: str) -> Path:
 
 
 def launch_argv(spec: JobSpec) -> list[str]:
-    """The command srun runs on every node: the wrapper, then the user's command."""
+    """The command srun runs on every node: the wrapper, then the user's command.
+
+    Values go as ``--flag=value``, so one that starts with ``-`` reaches the wrapper intact.
+    """
     argv = [spec.python, "-m", "slurmpre.job", "run", "--launcher", spec.launcher.value]
-    argv += ["--checkpoint-dir", spec.checkpoint_dir]
+    argv.append(f"--checkpoint-dir={spec.checkpoint_dir}")
     if spec.nproc_per_node is not None:
         argv += ["--nproc-per-node", str(spec.nproc_per_node)]
     if spec.resume_arg:
-        argv += ["--resume-arg", spec.resume_arg]
+        argv.append(f"--resume-arg={spec.resume_arg}")
     argv += [
         "--poll-interval",
         f"{spec.poll_interval:g}",
@@ -82,9 +85,9 @@ def launch_argv(spec: JobSpec) -> list[str]:
     if spec.warn_before_end:
         argv += ["--time-warning", str(spec.warn_before_end)]
     if spec.drain_reason:
-        argv += ["--drain-reason", spec.drain_reason]
+        argv.append(f"--drain-reason={spec.drain_reason}")
     if spec.notice_signal:
-        argv += ["--notice-signal", spec.notice_signal]
+        argv.append(f"--notice-signal={spec.notice_signal}")
     if not spec.watch:
         argv.append("--no-watch")
     return [*argv, "--", *spec.command]

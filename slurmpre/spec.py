@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import getpass
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from slurmpre import defaults
+from slurmpre import defaults, sbatch_options
 from slurmpre.errors import UsageError
 from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
@@ -89,39 +90,6 @@ class JobSpec:
 
 KEYS = tuple(f.name for f in fields(JobSpec))
 
-# Directives slurmpre writes itself: setting them through extra_sbatch would
-# silently fight the generated ones, so the matching key must be used instead.
-_MANAGED = {
-    "--job-name": "name",
-    "-J": "name",
-    "--nodes": "nodes",
-    "-N": "nodes",
-    "--requeue": "requeue",
-    "--no-requeue": "requeue",
-    "--constraint": "constraint",
-    "-C": "constraint",
-    "--output": "log_dir",
-    "-o": "log_dir",
-    "--error": "log_dir",
-    "-e": "log_dir",
-    "--open-mode": "log_dir",
-    "--array": "array",
-    "-a": "array",
-    "--ntasks-per-node": "nproc_per_node",
-    "--signal": "warn_before_end",
-    "--partition": "partition",
-    "-p": "partition",
-    "--account": "account",
-    "-A": "account",
-    "--qos": "qos",
-    "-q": "qos",
-    "--time": "time",
-    "-t": "time",
-    "--mem": "mem",
-    "--gpus-per-node": "gpus_per_node",
-    "--cpus-per-task": "cpus_per_task",
-    "-c": "cpus_per_task",
-}
 
 _TIME = re.compile(
     r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
@@ -131,21 +99,26 @@ _MEM = re.compile(r"^\d+[KMGT]?$")
 _WORD = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,*\[\]():!-]+$")
 _ARRAY = re.compile(r"^\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _bad(key: str, value: object, why: str) -> SpecError:
     return SpecError(f"{key} = {value!r}: {why}")
 
 
-def _int(key: str, value: object, *, minimum: int) -> int:
+def _int(key: str, value: object, *, minimum: int | None = None) -> int:
+    """A whole number within the key's range (`defaults.RANGES`)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        if isinstance(value, str) and re.fullmatch(r"-?\d{1,30}", value.strip()):
             value = int(value)
         else:
             raise _bad(key, value, "must be a whole number")
-    if value < minimum:
-        raise _bad(key, value, f"must be {minimum} or more")
+    low, high = defaults.RANGES[key]
+    low = low if minimum is None else minimum
+    if value < low:
+        raise _bad(key, value, f"must be {low:g} or more")
+    if value > high:
+        raise _bad(key, value, f"must be {high:g} or less")
     return value
 
 
@@ -155,9 +128,14 @@ def _str(key: str, value: object) -> str:
     return value
 
 
+def _has_line_break(text: str) -> bool:
+    """Any of Unicode's line breaks (\\n, \\r, U+0085, U+2028, U+2029, ...), as splitlines sees."""
+    return len(f"x{text}x".splitlines()) > 1
+
+
 def _one_line(key: str, value: object) -> str:
     text = _str(key, value)
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if _has_line_break(text) or any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise _bad(key, value, "must be one line without control characters")
     return text
 
@@ -179,12 +157,15 @@ def parse_nodes(value: object) -> NodeRange:
         text = value.strip()
     else:
         raise _bad(key, value, 'must be a count such as 4 or a range such as "2-4"')
-    m = re.fullmatch(r"(-?\d+)(?:-(-?\d+))?", text)
+    m = re.fullmatch(r"(-?\d{1,30})(?:-(-?\d{1,30}))?", text)
     if not m:
         raise _bad(key, value, 'must be a count such as 4 or a range such as "2-4"')
     lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
     if lo < 1:
         raise _bad(key, value, "needs at least 1 node")
+    most = int(defaults.RANGES["nodes"][1])
+    if hi > most:
+        raise _bad(key, value, f"is more than {most} nodes")
     if hi < lo:
         raise _bad(key, value, f"the range's minimum {lo} is larger than its maximum {hi}")
     return NodeRange(lo, hi)
@@ -228,25 +209,39 @@ def _lines(key: str, value: object) -> tuple[str, ...]:
     raise _bad(key, value, "must be a string or a list of strings")
 
 
+# Line breaks other than \\n: bash reads them as part of a word, sbatch and scontrol do not.
+_ODD_BREAKS = "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def parse_setup(value: object) -> tuple[str, ...]:
+    lines = _lines("setup", value)
+    for line in lines:
+        if "\0" in line or any(c in line for c in _ODD_BREAKS):
+            raise _bad("setup", line, "must not contain NUL, \\r or Unicode line separators")
+    return lines
+
+
 def parse_extra_sbatch(value: object) -> tuple[str, ...]:
+    """Each entry read as sbatch reads an ``#SBATCH`` line; one normalized option per line.
+
+    An option slurmpre manages is refused however it is spelled (a unique
+    prefix, a short option, one of several on a line), naming the key to use.
+    """
     items = _lines("extra_sbatch", value)
-    out = []
+    out: list[str] = []
     for item in items:
-        item = item.strip()
-        if item.startswith("#SBATCH"):
-            item = item[len("#SBATCH") :].strip()
-        if not item:
+        entry = item.strip()
+        if entry.startswith("#SBATCH"):
+            entry = entry[len("#SBATCH") :].strip()
+        if not entry:
             continue
-        if not item.startswith("-") or any(ord(c) < 32 for c in item):
-            raise _bad(
-                "extra_sbatch", item, "each entry must be one sbatch option such as --mail-type=END"
-            )
-        flag = re.split(r"[= ]", item, maxsplit=1)[0]
-        if flag in _MANAGED:
-            raise _bad(
-                "extra_sbatch", item, f"slurmpre sets {flag} itself: use the key {_MANAGED[flag]!r}"
-            )
-        out.append(item)
+        if _has_line_break(entry) or any(ord(c) < 32 for c in entry):
+            raise _bad("extra_sbatch", item, "must be one line without control characters")
+        try:
+            options = sbatch_options.parse_entry(entry)
+        except sbatch_options.OptionError as exc:
+            raise _bad("extra_sbatch", item, str(exc)) from None
+        out += [option.render() for option in options]
     return tuple(out)
 
 
@@ -255,8 +250,8 @@ def parse_env(value: object) -> dict[str, str]:
         raise _bad("env", value, 'must be a table of NAME = "value"')
     env = {}
     for k, v in value.items():
-        if not isinstance(k, str) or not _ENV_NAME.match(k):
-            raise _bad(f"env.{k}", v, "is not a valid environment variable name")
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
+            raise SpecError(f"env key {k!r} is not a valid environment variable name")
         if isinstance(v, bool) or not isinstance(v, str | int | float):
             raise _bad(f"env.{k}", v, "must be a string or a number")
         text = str(v)
@@ -274,16 +269,33 @@ def _bool(key: str, value: object) -> bool:
     raise _bad(key, value, "must be true or false")
 
 
-def _positive_float(key: str, value: object) -> float:
+def _seconds(key: str, value: object) -> float:
+    """A finite number of seconds within the key's range (`defaults.RANGES`)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise _bad(key, value, "must be a number of seconds")
     try:
         number = float(value)
     except ValueError:
         raise _bad(key, value, "must be a number of seconds") from None
-    if not number > 0:
-        raise _bad(key, value, "must be more than 0 seconds")
+    low, high = defaults.RANGES[key]
+    if not math.isfinite(number) or not low <= number <= high:
+        raise _bad(key, value, f"must be from {low:g} to {high:g} seconds")
     return number
+
+
+# The wrapper's own options: as the resume argument they could only be a mistake.
+WRAPPER_OPTIONS = (
+    "--launcher", "--checkpoint-dir", "--nproc-per-node", "--resume-arg", "--agree-timeout",
+    "--poll-interval", "--window", "--time-warning", "--safety-margin", "--drain-reason",
+    "--notice-signal", "--no-watch", "--help", "-h",
+)  # fmt: skip
+
+
+def parse_resume_arg(value: object) -> str:
+    text = _one_line("resume_arg", value).strip()
+    if text in ("", "--") or text in WRAPPER_OPTIONS:
+        raise _bad("resume_arg", value, "cannot be right: give the flag your script reads")
+    return text
 
 
 def _pattern(key: str, value: object) -> str | None:
@@ -341,16 +353,12 @@ def validate(
             continue
         if key == "nodes":
             kw[key] = parse_nodes(value)
-        elif key in ("gpus_per_node",):
-            kw[key] = _int(key, value, minimum=0)
+        elif key in ("gpus_per_node", "warn_before_end", "safety_margin", "preempt_window"):
+            kw[key] = _int(key, value)
         elif key in ("cpus_per_task", "nproc_per_node"):
-            kw[key] = None if value in (None, "", "auto") else _int(key, value, minimum=1)
-        elif key in ("warn_before_end", "safety_margin"):
-            kw[key] = _int(key, value, minimum=0)
-        elif key == "preempt_window":
-            kw[key] = _int(key, value, minimum=1)
+            kw[key] = None if value in (None, "", "auto") else _int(key, value)
         elif key == "poll_interval":
-            kw[key] = _positive_float(key, value)
+            kw[key] = _seconds(key, value)
         elif key == "drain_reason":
             kw[key] = _pattern(key, value)
         elif key == "notice_signal":
@@ -388,11 +396,11 @@ def validate(
         elif key == "env":
             kw[key] = parse_env(value)
         elif key == "setup":
-            kw[key] = _lines(key, value)
+            kw[key] = parse_setup(value)
         elif key == "extra_sbatch":
             kw[key] = parse_extra_sbatch(value)
         elif key == "resume_arg":
-            kw[key] = None if value in (None, "") else _one_line(key, value)
+            kw[key] = None if value in (None, "") else parse_resume_arg(value)
         elif key == "python":
             kw[key] = _path(key, value)
         elif key == "template":
@@ -403,6 +411,13 @@ def validate(
             "safety_margin",
             spec.safety_margin,
             f"must be smaller than preempt_window ({spec.preempt_window})",
+        )
+    if spec.poll_interval >= spec.preempt_window - spec.safety_margin:
+        raise _bad(
+            "poll_interval",
+            spec.poll_interval,
+            f"must be shorter than preempt_window - safety_margin "
+            f"({spec.preempt_window - spec.safety_margin} s), or a drain is seen too late",
         )
     if not spec.checkpoint_dir:
         spec = replace(spec, checkpoint_dir=f"/home/{user}/checkpoints/{name}")
@@ -452,8 +467,15 @@ def load(
         raise SpecError(f"cannot read spec file {str(path)!r}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a job spec") from None
     overrides = parse_sets(sets)
-    env = {**raw.get("env", {}), **overrides.pop("env", {})} if "env" in overrides else None
+    env = None
+    if "env" in overrides:
+        base = raw.get("env", {})
+        if not isinstance(base, Mapping):
+            raise _bad("env", base, 'must be a table of NAME = "value"')
+        env = {**base, **overrides.pop("env")}
     raw.update(overrides)
     if env is not None:
         raw["env"] = env

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from slurmpre import __version__
 from slurmpre.cli import main
@@ -71,3 +73,31 @@ def test_sandbox_shape_errors_are_one_line_exit_2() -> None:
     proc = slurmpre_cli("sandbox", "up", "--nodes", "2", "--preemptible", "3")
     assert proc.returncode == 2
     assert proc.stderr == "slurmpre: error: --preemptible 3 is larger than --nodes 2\n"
+
+
+@pytest.mark.parametrize(
+    ("spec_text", "args", "message"),
+    [
+        ('name = "a"\ncommand = "true"\nenv = "oops"\n', ["--set", "env.A=1"], "env = 'oops'"),
+        ('name = "a"\ncommand = ' + "[" * 5000 + "]" * 5000 + "\n", [], "nested too deeply"),
+        ('name = "a"\ncommand = "true"\n', ["-o", "/nonexistent/dir/x.sh"], "cannot write"),
+        ('name = "a"\ncommand = "true"\n', ["-o", "/proc/version"], "cannot write"),
+    ],
+)
+def test_bad_input_to_render_is_one_line_exit_2_never_3(
+    tmp_path: Path, spec_text: str, args: list[str], message: str
+) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text)
+    proc = slurmpre_cli("render", str(spec), *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_symlink_loop_in_a_checkpoint_folder_is_passed_over(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    proc = slurmpre_cli("ckpt", "latest", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"slurmpre: error: no complete checkpoint under {str(tmp_path)!r}"

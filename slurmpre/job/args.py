@@ -42,10 +42,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _seconds(flag: str, value: float, *, zero: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        least = "0 seconds or more" if zero else "more than 0 seconds"
-        raise UsageError(f"{flag} must be a finite number, {least}, got {value:g}")
+def _in_range(flag: str, key: str, value: float) -> float:
+    """The same finite ranges as the spec's (`defaults.RANGES`): the wrapper can be run by hand."""
+    low, high = defaults.RANGES[key]
+    if not math.isfinite(value) or not low <= value <= high:
+        raise UsageError(f"{flag} must be from {low:g} to {high:g}, got {value:g}")
     return value
 
 
@@ -73,15 +74,15 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     command = tuple(args_list[cut + 1 :])
     if not command:
         raise UsageError("no command after --")
-    if ns.nproc_per_node is not None and ns.nproc_per_node < 1:
-        raise UsageError(f"--nproc-per-node must be 1 or more, got {ns.nproc_per_node}")
+    if ns.nproc_per_node is not None:
+        _in_range("--nproc-per-node", "nproc_per_node", ns.nproc_per_node)
     watch = WatchConfig(
-        interval=_seconds("--poll-interval", ns.poll_interval),
-        window=_seconds("--window", ns.window),
-        time_warning=_seconds("--time-warning", ns.time_warning),
-        margin=_seconds("--safety-margin", ns.safety_margin, zero=True),
+        interval=_in_range("--poll-interval", "poll_interval", ns.poll_interval),
+        window=_in_range("--window", "preempt_window", ns.window),
+        time_warning=_in_range("--time-warning", "warn_before_end", ns.time_warning),
+        margin=_in_range("--safety-margin", "safety_margin", ns.safety_margin),
     )
-    _seconds("--agree-timeout", ns.agree_timeout)
+    _in_range("--agree-timeout", "agree_timeout", ns.agree_timeout)
     reason = None
     if ns.drain_reason:
         try:

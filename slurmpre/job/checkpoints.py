@@ -112,7 +112,11 @@ def _scan(folder: Path) -> tuple[list[_Candidate], str | None]:
                 with contextlib.suppress(OSError, UnicodeDecodeError):
                     tag = Path(entry.path).read_text().strip() or None
                 continue
-            if entry.is_dir():
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue  # a symlink loop or an entry that cannot be read: not a checkpoint
+            if is_dir:
                 candidates.append(_Candidate(entry.path, name, step_of(name), True))
             elif name.endswith(".ckpt"):
                 candidates.append(_Candidate(entry.path, name, step_of(name), False))

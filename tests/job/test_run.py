@@ -58,7 +58,7 @@ def test_outside_a_job_is_one_line_exit_1(tmp_path: Path) -> None:
         (
             ["--nproc-per-node", "0", "--checkpoint-dir", "/tmp", "--", "true"],
             2,
-            "--nproc-per-node must be 1 or more, got 0",
+            "--nproc-per-node must be from 1 to 1024, got 0",
         ),
         (["--checkpoint-dir", "/tmp"], 2, "give the command to run after --"),
         (
