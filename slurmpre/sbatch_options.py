@@ -12,6 +12,7 @@ its back. Pure functions, no Slurm needed.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -129,8 +130,12 @@ def _check(option: Option) -> Option:
     return option
 
 
-def parse_entry(entry: str) -> list[Option]:
-    """One ``extra_sbatch`` entry (one or several options) -> the options sbatch will see."""
+def parse_entry(entry: str, *, refuse: bool = True) -> list[Option]:
+    """One ``extra_sbatch`` entry (one or several options) -> the options sbatch will see.
+
+    With ``refuse=False`` it only reads (e.g. a rendered script's own directives).
+    """
+    check = _check if refuse else (lambda option: option)
     try:
         words = shlex.split(entry)
     except ValueError as exc:
@@ -147,26 +152,28 @@ def parse_entry(entry: str) -> list[Option]:
             if eq:
                 if kind is Arg.NONE:
                     raise OptionError(f"--{long} takes no value, got {word!r}")
-                out.append(_check(Option(long, value)))
+                out.append(check(Option(long, value)))
             elif kind is Arg.REQUIRED:
                 if i >= len(words):
                     raise OptionError(f"--{long} needs a value")
-                out.append(_check(Option(long, words[i])))
+                out.append(check(Option(long, words[i])))
                 i += 1
             elif kind is None and i < len(words) and not words[i].startswith("-"):
                 raise OptionError(
                     f"--{long} is not an option slurmpre knows: write its value as --{long}=VALUE"
                 )
             else:
-                out.append(_check(Option(long, None)))
+                out.append(check(Option(long, None)))
         elif word.startswith("-") and len(word) > 1 and word != "--":
-            i = _short_bundle(word, words, i, out)
+            i = _short_bundle(word, words, i, out, check)
         else:
             raise OptionError(f"{word!r} is not an sbatch option (options start with -)")
     return out
 
 
-def _short_bundle(word: str, words: list[str], i: int, out: list[Option]) -> int:
+def _short_bundle(
+    word: str, words: list[str], i: int, out: list[Option], check: Callable[[Option], Option]
+) -> int:
     j = 1
     while j < len(word):
         letter = word[j]
@@ -181,8 +188,8 @@ def _short_bundle(word: str, words: list[str], i: int, out: list[Option]) -> int
                 value, i = words[i], i + 1
             else:
                 raise OptionError(f"-{letter} (--{long}) needs a value")
-            out.append(_check(Option(long, value)))
+            out.append(check(Option(long, value)))
             return i
-        out.append(_check(Option(long, None)))
+        out.append(check(Option(long, None)))
         j += 1
     return i

@@ -1,0 +1,138 @@
+"""Property: a spec built from hostile strings is refused with a SpecError or rendered safely.
+
+Safe means: the script passes ``bash -n``; its ``#SBATCH`` lines are exactly the
+ones the spec asks for (no value adds a directive or changes a managed one);
+every environment line is one ``export NAME=VALUE`` word that gives back the
+value; the wrapper's command line reads back the spec's values. Hypothesis
+prints the failing example (and its seed with --hypothesis-seed) when one breaks.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from slurmpre import sbatch_options
+from slurmpre.errors import UsageError
+from slurmpre.job.args import parse_args
+from slurmpre.render import launch_argv, render
+from slurmpre.spec import SpecError, validate
+
+PIECES = [
+    "a", "b", "Z", "0", "7", "-", "--", "_", ".", "/", " ", "'", '"', "\\", "$", "$(id)", "`id`",
+    ";", "&", "|", "#", "#SBATCH --nodes=5", "--nodes=5", "--no-requeue", "-N5", "-HN5",
+    "--constr=standard", "%", "%j", "\n", "\r", "\t", "\0", "\u2028", "\u2029", "\x85", "é",
+    "中", "=", ":", ",", "*", "[", "]", "{{", "}}", "{%", "%}", "!",
+]  # fmt: skip
+
+hostile = st.lists(st.sampled_from(PIECES), min_size=0, max_size=8).map("".join)
+maybe = st.one_of(st.none(), hostile)
+
+
+def mostly(valid: list[Any]) -> st.SearchStrategy[Any]:
+    """Valid values most of the time, so most examples render; hostile text sometimes."""
+    return st.one_of(
+        st.sampled_from(valid), st.sampled_from(valid), st.sampled_from(valid), hostile
+    )
+
+
+# Free text a user types (names, commands, paths, env values, patterns) is hostile;
+# structured keys are mostly valid so that most examples reach the template.
+OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
+    "nodes": mostly([1, 2, "2-4", "1-100"]),
+    "partition": mostly(["gpu", "a.b_c-1"]),
+    "constraint": mostly(["preemptible", "standard", "a&b"]),
+    "mem": mostly(["64G", "0"]),
+    "time": mostly(["90", "2-00:00:00"]),
+    "array": mostly(["0-9", "1,3%2"]),
+    "checkpoint_dir": hostile.map(lambda s: "/" + s),
+    "log_dir": hostile.map(lambda s: "/" + s),
+    "resume_arg": hostile,
+    "drain_reason": hostile,
+    "notice_signal": mostly(["USR1", "TERM"]),
+    "env": st.dictionaries(mostly(["A", "B_2", "_X"]), hostile, max_size=3),
+    "extra_sbatch": st.lists(
+        mostly(
+            [
+                *["--mail-type=END", "--comment 'x y'", "-H"],
+                # ... and what sbatch would read as an option slurmpre manages:
+                *["--mail-type=END --nodes=5", "-HN5", "--no-req", "--constr=standard", "-c 4"],
+            ]
+        ),
+        max_size=3,
+    ),
+    "warn_before_end": mostly([0, 60, 300]),
+    "poll_interval": mostly([1, 2.5, 5]),
+    "gpus_per_node": mostly([0, 1, 8]),
+    "launcher": mostly(["torchrun", "plain"]),
+}
+
+
+@st.composite
+def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "name": draw(st.one_of(hostile, st.just("job"))),
+        "command": draw(st.lists(hostile, min_size=1, max_size=4).map(lambda c: ["python", *c])),
+    }
+    for key, strategy in OPTIONAL.items():
+        if draw(st.integers(0, 2)) == 0:
+            raw[key] = draw(strategy)
+    return raw
+
+
+def sbatch_lines(script: str) -> list[str]:
+    """The directives sbatch reads: ``#SBATCH`` lines before the first command (sbatch(1))."""
+    out = []
+    for line in script.split("\n"):
+        if line.strip() and not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH "):
+            out.append(line[len("#SBATCH ") :])
+    return out
+
+
+@settings(
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(raw_specs())
+def test_hostile_specs_are_refused_or_rendered_safely(raw: dict[str, Any]) -> None:
+    try:
+        spec = validate(raw, user="alice", python="/opt/venv/bin/python")
+        script = render(spec)
+    except (SpecError, UsageError):
+        event("refused")
+        return  # refused with a message: exit 2 at the CLI, never 3
+    event("rendered")
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+    directives = sbatch_lines(script)
+    options = [opt for line in directives for opt in sbatch_options.parse_entry(line, refuse=False)]
+    assert len(options) == len(directives)  # one option per #SBATCH line
+    names = [o.name for o in options]
+    managed = [n for n in names if n in sbatch_options.MANAGED]
+    assert len(managed) == len(set(managed)), names  # nothing set twice
+    values = {o.name: o.value for o in options}
+    assert values["job-name"] == spec.name
+    assert values["nodes"] == str(spec.nodes)
+    assert ("requeue" in values) == spec.requeue and ("no-requeue" in values) != spec.requeue
+    assert values.get("constraint") == spec.constraint
+    extra = [line for line in directives if line in spec.extra_sbatch]
+    assert extra == list(spec.extra_sbatch)
+
+    # The environment block: slurmpre's three exports, then one per env key, each value
+    # shell-quoted whole (a quoted value may span lines; it never starts a command).
+    assert script.count("\nexport ") == 3 + len(spec.env)
+    for key, value in spec.env.items():
+        assert f"\nexport {key}={shlex.quote(value)}\n" in script
+
+    argv = launch_argv(spec)
+    opts = parse_args(argv[argv.index("run") :])
+    assert opts.command == spec.command
+    assert opts.resume_arg == spec.resume_arg
+    assert opts.checkpoint_dir == Path(spec.checkpoint_dir)
