@@ -181,7 +181,12 @@ def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> N
 @_set_opt
 @click.option("--dry-run", is_flag=True, help="Print the script; submit nothing.")
 @click.option("--test-only", is_flag=True, help="Ask Slurm to validate it (sbatch --test-only).")
-def submit_cmd(spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only: bool) -> None:
+@click.option(
+    "--force", is_flag=True, help="Submit even while another live job uses the checkpoint folder."
+)
+def submit_cmd(
+    spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only: bool, force: bool
+) -> None:
     """Render SPEC.toml and submit it with sbatch; print the job id."""
     from slurmpre.render import render
     from slurmpre.slurm.client import default_client
@@ -196,7 +201,7 @@ def submit_cmd(spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only:
     if test_only:
         click.echo(sbatch_test_only(spec, default_client()))
         return
-    done = submit(spec, default_client())
+    done = submit(spec, default_client(), force=force)
     click.echo(done.job_id)
     click.echo(f"log: {done.log}  script: {done.script_copy}", err=True)
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import UsageError
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.owner import describe, live_holders
 from slurmpre.render import log_path, render
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.spec import JobSpec
@@ -25,12 +27,25 @@ def _make_dir(key: str, path: str) -> None:
         raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
 
 
-def submit(spec: JobSpec, client: SlurmClient) -> Submitted:
-    """Create the shared folders, submit, and keep a copy of the script next to the log."""
+def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submitted:
+    """Create the shared folders, submit, and keep a copy of the script next to the log.
+
+    Refused while another live job uses the checkpoint folder (unless ``force``);
+    the job is recorded in the folder's ledger, so the next submit can tell.
+    """
     script = render(spec)
     _make_dir("checkpoint_dir", spec.checkpoint_dir)
     _make_dir("log_dir", spec.log_dir)
+    ledger = Ledger(Path(spec.checkpoint_dir))
+    ledger.ensure()
+    holders = live_holders(ledger, client)
+    if holders and not force:
+        raise UsageError(
+            f"checkpoint folder {spec.checkpoint_dir!r} is in use by {describe(holders)}: "
+            "wait for it or cancel it (or pass --force to share the folder anyway)"
+        )
     job_id = client.submit(script)
+    ledger.append({"event": "submitted", "job": job_id, "name": spec.name})
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
     copy.write_text(script)
     tag = f"{job_id}_*" if spec.is_array else job_id

@@ -155,3 +155,48 @@ def test_log_keeps_every_attempt_across_a_preemption(
     second = (logs / f"ticks-{job_id}.attempt-1.out").read_text()
     assert "tick 2" in first and "tick 2" in second
     assert main_log.index("attempt 0 on") < main_log.index("attempt 1 on")
+
+
+def test_one_live_job_per_checkpoint_folder(
+    sandbox: Sandbox, slurm: CommandLineSlurm, shared_tmp: Path
+) -> None:
+    """Submitting the same spec twice: refused while the first is live; forced, the second
+    job's wrapper refuses to train over the first's checkpoints; once the first is gone, a
+    resubmission trains (a dead holder never blocks)."""
+    ckpt = shared_tmp / "twice"
+    started = 'echo started > "$SLURMPRE_CHECKPOINT_DIR/started-$SLURM_JOB_ID"; sleep 300'
+    spec = write_spec(
+        shared_tmp / "twice.toml",
+        [
+            'name = "twice"',
+            f"command = {json.dumps(['bash', '-c', started])}",
+            'launcher = "plain"',
+            'constraint = "standard"',
+            f"checkpoint_dir = {toml_str(str(ckpt))}",
+        ],
+    )
+    jobs: list[str] = []
+    try:
+        jobs.append(first := slurmpre_cli("submit", str(spec), check=True).stdout.strip())
+        wait_for("the first job to train", (ckpt / f"started-{first}").exists, timeout=60)
+        again = slurmpre_cli("submit", str(spec))
+        assert again.returncode == 2, again.stderr
+        assert f"is in use by job {first} (RUNNING)" in again.stderr
+        assert len(again.stderr.splitlines()) == 1
+        # Forced onto the other nodes, it runs beside the first: its wrapper refuses.
+        forced = slurmpre_cli(
+            "submit", str(spec), "--force", "--set", "constraint=preemptible", check=True
+        ).stdout.strip()
+        jobs.append(forced)
+        wait_for(f"job {forced} to end", lambda: slurm.job(forced).finished, timeout=120)
+        assert slurm.job(forced).state == "FAILED"
+        log = (ckpt / "logs" / f"twice-{forced}.out").read_text()
+        assert f"is in use by job {first} (RUNNING): refusing to train" in log
+        assert not (ckpt / f"started-{forced}").exists()
+        slurm.cancel(first)
+        wait_for(f"job {first} to end", lambda: slurm.job(first).finished, timeout=60)
+        jobs.append(third := slurmpre_cli("submit", str(spec), check=True).stdout.strip())
+        wait_for("the resubmitted job to train", (ckpt / f"started-{third}").exists, timeout=60)
+    finally:
+        for job in jobs:
+            slurm.cancel(job)

@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
+from slurmpre.errors import CheckpointError, JobEnvironmentError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import JobEnv
 from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
+from slurmpre.job.owner import describe, live_holders
 from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
 from slurmpre.slurm.client import SlurmClient
 
@@ -81,6 +82,12 @@ def agree(
     """Node 0 chooses the checkpoint for this attempt; the others wait for its choice."""
     if not job.is_first_node:
         return ledger.wait_choice(job.tag, job.restart_count, opts.agree_timeout)
+    holders = live_holders(ledger, client, besides=job.tag, say=say)
+    if holders:
+        raise JobEnvironmentError(
+            f"checkpoint folder {str(folder)!r} is in use by {describe(holders)}: refusing to "
+            "train over its checkpoints (cancel one of the jobs; a finished job does not block)"
+        )
     cleaned = checkpoints.clean_leftovers(folder, live=attempt_prefix(job))
     for name in cleaned.published:
         say(f"published {name}: its commit was sealed when a kill stopped it")

@@ -1,0 +1,65 @@
+"""One live job per checkpoint folder.
+
+Submitting the same spec twice is a common slip: the second job would resume
+from the first one's checkpoints while the first still writes them, and both
+would then write into one folder. The ledger names every job that was
+submitted to or started in a folder; Slurm says which of them still live
+(pending, running, requeued, completing...). `submit` refuses while another
+is live (``--force`` overrides), and the wrapper refuses to train over a live
+one. A job Slurm no longer knows is dead: a dead holder never blocks a
+resubmission, which is how a finished or cancelled job's work is resumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from slurmpre.errors import SlurmpreError
+from slurmpre.job.ledger import Ledger
+from slurmpre.slurm.client import SlurmClient
+
+RECENT = 10  # how many of the folder's latest jobs are asked about
+
+
+@dataclass(frozen=True)
+class Holder:
+    job: str
+    state: str
+
+
+def recorded_jobs(ledger: Ledger) -> list[str]:
+    """The jobs the ledger names, newest last, each once."""
+    seen: dict[str, None] = {}
+    for record in ledger.records():
+        if record.get("event") in ("submitted", "start") and record.get("job"):
+            job = str(record["job"])
+            seen.pop(job, None)
+            seen[job] = None
+    return list(seen)
+
+
+def live_holders(
+    ledger: Ledger,
+    client: SlurmClient,
+    *,
+    besides: str | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> list[Holder]:
+    """The other jobs recorded in this folder that Slurm says are still live."""
+    live = []
+    for job in [j for j in recorded_jobs(ledger) if j != besides][-RECENT:]:
+        try:
+            info = client.job(job)
+        except SlurmpreError as exc:
+            text = str(exc)
+            if "Invalid job id" not in text and "knows no job" not in text:
+                say(f"cannot tell whether job {job} still runs ({text.splitlines()[0]})")
+            continue
+        if not info.finished:
+            live.append(Holder(job, info.state))
+    return live
+
+
+def describe(holders: list[Holder]) -> str:
+    return ", ".join(f"job {h.job} ({h.state})" for h in holders)
