@@ -8,6 +8,7 @@ a signal no process can catch.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -52,3 +53,24 @@ class Latch:
     def __call__(self, _signum: int, _frame: object) -> None:
         if self.at is None:
             self.at = self.clock()
+
+
+def quiet_thread(
+    target: Callable[..., object], *, name: str, args: tuple[object, ...] = ()
+) -> threading.Thread:
+    """Start a daemon thread that never receives the signals the wrapper handles.
+
+    Python runs signal handlers in the main thread only, but the kernel gives a
+    process-wide signal to any thread that does not block it: one delivered to a
+    helper thread leaves the main thread asleep in waitpid(), and the handler
+    (forwarding SIGTERM, latching the warning) waits until the child exits. The
+    new thread inherits a blocked mask, set and restored around its creation.
+    """
+    handled = {*FORWARDED, WARN_SIGNAL}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+    try:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return thread

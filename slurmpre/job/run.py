@@ -29,7 +29,7 @@ from slurmpre.job.resume import (
 )
 from slurmpre.job.supervise import Supervisor, relay_notice
 from slurmpre.job.watch import DrainSource, SignalSource, Watcher
-from slurmpre.signals import Latch
+from slurmpre.signals import Latch, quiet_thread
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 
@@ -89,8 +89,8 @@ def run_attempt(
                 say(f"stopped by signal {supervisor.stopped} before the training started")
             else:
                 if opts.notice_signal is not None:
-                    threading.Thread(
-                        target=relay_notice,
+                    quiet_thread(
+                        relay_notice,
                         args=(
                             notice_path(folder, job.tag, job.restart_count),
                             child,
@@ -98,8 +98,7 @@ def run_attempt(
                             stop_relay,
                         ),
                         name="slurmpre-relay",
-                        daemon=True,
-                    ).start()
+                    )
                 code = supervisor.wait()
         if watcher is not None:
             # The watcher alone decides: requeue (it stopped on the notice), or not

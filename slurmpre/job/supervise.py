@@ -24,7 +24,7 @@ from pathlib import Path
 from slurmpre import procs
 from slurmpre.errors import UsageError
 from slurmpre.job.notice import read_notice
-from slurmpre.signals import FORWARDED, WARN_SIGNAL
+from slurmpre.signals import FORWARDED, WARN_SIGNAL, quiet_thread
 
 TRACK_SECONDS = 2.0
 # POSIX: a signal ignored when exec is called stays ignored in the new program.
@@ -96,9 +96,7 @@ class Supervisor:
                 os.killpg(child.pid, signum)
         self.pending.clear()
         if guard is not None:
-            threading.Thread(
-                target=_track, args=(guard, child, self._done), name="slurmpre-guard", daemon=True
-            ).start()
+            quiet_thread(_track, args=(guard, child, self._done), name="slurmpre-guard")
         return child
 
     def wait(self) -> int:

@@ -34,7 +34,7 @@ from slurmpre.job.env import JobEnv
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import Notice, listening_path, notice_path, taken_path, write_notice
 from slurmpre.job.requeue import Action, Facts, decide
-from slurmpre.signals import Latch
+from slurmpre.signals import Latch, quiet_thread
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -175,9 +175,7 @@ class Watcher:
 
     # -- the other threads' side ------------------------------------------------------
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._run_guarded, name="slurmpre-watch", daemon=True)
-        thread.start()
-        return thread
+        return quiet_thread(self._run_guarded, name="slurmpre-watch")
 
     def post_exit(self, code: int) -> None:
         """The training exited with ``code`` (called by the main thread)."""
