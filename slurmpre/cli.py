@@ -212,36 +212,53 @@ def ckpt() -> None:
     """Checkpoints in a folder: the newest complete one, or all of them."""
 
 
+def _folder(value: str) -> Path:
+    if not value.strip():
+        raise UsageError("FOLDER is empty: name the checkpoint folder")
+    return Path(value)
+
+
 @ckpt.command("latest")
-@click.argument("folder", type=click.Path(path_type=Path))
-def ckpt_latest(folder: Path) -> None:
+@click.argument("folder")
+def ckpt_latest(folder: str) -> None:
     """Print the newest complete checkpoint under FOLDER (exit 1 if there is none)."""
     from slurmpre.errors import CheckpointError
-    from slurmpre.job.checkpoints import latest
+    from slurmpre.job.checkpoints import latest, summarize
 
-    found = latest(folder)
-    for skipped in found.skipped:
-        click.echo(f"passing over {skipped.path.name}: {skipped.reason}", err=True)
+    found = latest(_folder(folder))
+    for line in summarize(found.skipped):
+        click.echo(line, err=True)
     if found.checkpoint is None:
         raise CheckpointError(f"no complete checkpoint under {str(folder)!r}")
     click.echo(str(found.checkpoint.path))
 
 
 @ckpt.command("list")
-@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("folder")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def ckpt_list(folder: Path, as_json: bool) -> None:
+@click.option("--all", "show_all", is_flag=True, help="Also what is not a checkpoint, and why.")
+def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
     """Every checkpoint under FOLDER, newest first: step, format, complete or not and why."""
-    from slurmpre.job.checkpoints import list_all
+    from slurmpre.job.checkpoints import ignored, list_all
 
-    found = list_all(folder)
+    path = _folder(folder)
+    found = list_all(path)
+    others = ignored(path) if show_all else []
     if as_json:
-        click.echo(json.dumps([c.as_dict() for c in found], indent=2))
+        out: dict[str, object] | list[dict[str, object]] = [c.as_dict() for c in found]
+        if show_all:
+            out = {
+                "checkpoints": out,
+                "ignored": [{"name": i.name, "reason": i.reason} for i in others],
+            }
+        click.echo(json.dumps(out, indent=2))
         return
     for c in found:
         step = "-" if c.step is None else str(c.step)
         state = "complete" if c.complete else "INCOMPLETE"
         click.echo(f"{step:>10}  {state:<10}  {c.format.value:<10}  {c.path.name}  ({c.reason})")
+    for i in others:
+        click.echo(f"{'-':>10}  {'ignored':<10}  {'':<10}  {i.name}  ({i.reason})")
 
 
 @cli.command(

@@ -12,6 +12,7 @@ import getpass
 import math
 import re
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
@@ -303,7 +304,9 @@ def _pattern(key: str, value: object) -> str | None:
         return None
     text = _one_line(key, value)
     try:
-        re.compile(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": still valid
+            re.compile(text)
     except re.error as exc:
         raise _bad(key, value, f"is not a regular expression ({exc})") from None
     return text

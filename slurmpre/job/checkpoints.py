@@ -18,15 +18,18 @@ directory read and a few checks. It understands:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import shutil
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 from slurmpre.errors import CheckpointError
 
@@ -34,12 +37,21 @@ MARKER = ".slurmpre-complete"
 DCP_METADATA = ".metadata"
 HF_STATE = "trainer_state.json"
 DEEPSPEED_TAG = "latest"
-_STEP = re.compile(r"step[=_-]?(\d+)", re.IGNORECASE)
-_TRAILING = re.compile(r"(\d+)$")
+# The names a checkpoint can have, one grammar per layout; anything else is not one.
+# One alternation, so 10,000 junk names cost one regex call each.
+_DIR_NAME = re.compile(
+    r"(?:.*[-_. ])?step[-_=]?(\d{1,18})"  # slurmpre step-N, DCP step_N, ...
+    r"|checkpoint[-_](\d{1,18})"  # Hugging Face checkpoint-N, Accelerate checkpoint_N
+    r"|global_step(\d{1,18})"  # DeepSpeed
+)
+_CKPT_STEPPED = re.compile(r"(?:.*[-_])?step=(\d{1,18})(?:-v\d+)?\.ckpt")  # epoch=1-step=200.ckpt
+_CKPT_UNSTEPPED = re.compile(r"(?:last|epoch=\d{1,18})(?:-v\d+)?\.ckpt")  # last.ckpt, epoch=3.ckpt
 _HF_WEIGHTS = re.compile(
     r"^(model|pytorch_model|adapter_model|tf_model|flax_model)[^/]*\.(safetensors|bin|pt|h5|msgpack)$"
-    r"|^model\.safetensors\.index\.json$|^pytorch_model\.bin\.index\.json$"
 )
+_HF_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_HF_SHARD = re.compile(r"-\d{5}-of-\d{5}\.")
+_DCP_FILE = re.compile(rb"__\d+_\d+\.distcp")
 
 
 class Format(str, Enum):
@@ -78,23 +90,54 @@ class Resolution:
 
 
 def step_of(name: str) -> int | None:
-    stem = name[:-5] if name.endswith(".ckpt") else name
-    m = _STEP.search(stem) or _TRAILING.search(stem)
-    return int(m.group(1)) if m else None
+    """The step a checkpoint's name gives, by the grammar of its layout (None: no step)."""
+    m = _DIR_NAME.fullmatch(name) or _CKPT_STEPPED.fullmatch(name)
+    return None if m is None or m.lastindex is None else int(m[m.lastindex])
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    path: str  # plain strings: 10,000 pathlib objects cost more than the scan itself
+def is_checkpoint_name(name: str, *, is_dir: bool) -> bool:
+    if is_dir:
+        return _DIR_NAME.fullmatch(name) is not None
+    return bool(_CKPT_STEPPED.fullmatch(name) or _CKPT_UNSTEPPED.fullmatch(name))
+
+
+def canonical(name: str, step: int | None) -> bool:
+    """slurmpre's own spelling of a step (``step-00000010``), which wins a tie."""
+    return step is not None and name == step_dir_name(step)
+
+
+class _Candidate(NamedTuple):
+    # A tuple of plain strings: 10,000 pathlib objects (or frozen dataclasses) cost
+    # more than the scan itself.
+    path: str
     name: str
     step: int | None
     is_dir: bool
 
 
-def _scan(folder: Path) -> tuple[list[_Candidate], str | None]:
-    """One directory read: candidates, and the DeepSpeed tag if there is one."""
-    candidates: list[_Candidate] = []
-    tag: str | None = None
+@dataclass(frozen=True)
+class Ignored:
+    """An entry of the folder that is not a checkpoint, and why (``ckpt list --all``)."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class _Scan:
+    candidates: list[_Candidate]
+    tag: str | None
+    ignored: list[Ignored]
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root + os.sep)
+
+
+def _scan(folder: Path) -> _Scan:
+    """One directory read: candidates by name, the DeepSpeed tag, and what was ignored."""
+    scan = _Scan([], None, [])
     try:
         entries = os.scandir(folder)
     except FileNotFoundError:
@@ -103,31 +146,48 @@ def _scan(folder: Path) -> tuple[list[_Candidate], str | None]:
         raise CheckpointError(f"checkpoint folder {str(folder)!r} is not a folder") from None
     except PermissionError:
         raise CheckpointError(f"checkpoint folder {str(folder)!r} cannot be read") from None
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
+    root = os.path.realpath(folder)
     with entries:
         for entry in entries:
             name = entry.name
             if name.startswith("."):
                 continue  # our own in-flight commits, and other hidden files
-            if name == DEEPSPEED_TAG and entry.is_file():
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    tag = Path(entry.path).read_text().strip() or None
-                continue
             try:
                 is_dir = entry.is_dir()
-            except OSError:
-                continue  # a symlink loop or an entry that cannot be read: not a checkpoint
-            if is_dir:
-                candidates.append(_Candidate(entry.path, name, step_of(name), True))
-            elif name.endswith(".ckpt"):
-                candidates.append(_Candidate(entry.path, name, step_of(name), False))
-    return candidates, tag
+                is_file = not is_dir and entry.is_file()
+                linked = entry.is_symlink()
+            except OSError as exc:
+                loop = exc.errno == errno.ELOOP
+                why = "a broken symlink, or a symlink loop" if loop else f"cannot be read: {exc}"
+                scan.ignored.append(Ignored(name, why))
+                continue
+            if linked and not (is_dir or is_file):
+                scan.ignored.append(Ignored(name, "a broken symlink, or a symlink loop"))
+                continue
+            if name == DEEPSPEED_TAG and is_file:
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    scan.tag = Path(entry.path).read_text().strip() or None
+                continue
+            m = (_DIR_NAME if is_dir else _CKPT_STEPPED).fullmatch(name)
+            if m is None and (is_dir or not _CKPT_UNSTEPPED.fullmatch(name)):
+                scan.ignored.append(Ignored(name, "not a checkpoint name"))
+                continue
+            if linked and not _inside(entry.path, root):
+                scan.ignored.append(Ignored(name, "a symlink to outside the checkpoint folder"))
+                continue
+            step = None if m is None or m.lastindex is None else int(m[m.lastindex])
+            scan.candidates.append(_Candidate(entry.path, name, step, is_dir))
+    return scan
 
 
 def _order(candidates: list[_Candidate]) -> list[_Candidate]:
-    """Newest first: by step; those without a step in their name after, newest mtime first."""
+    """Newest first: by step; for one step in two spellings, slurmpre's canonical
+    ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first."""
     stepped = sorted(
         (c for c in candidates if c.step is not None),
-        key=lambda c: (c.step, c.name),
+        key=lambda c: (c.step, canonical(c.name, c.step), c.name),
         reverse=True,
     )
     unstepped = [c for c in candidates if c.step is None]
@@ -160,47 +220,83 @@ def _check_marker(path: Path) -> tuple[bool, str]:
 
 
 def _zip_complete(path: Path) -> tuple[bool, str]:
+    """A Lightning/torch.save checkpoint: a zip archive that opens and holds a data.pkl."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            head = fh.read(4)
-            fh.seek(max(0, size - 65557))
-            tail = fh.read()
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+        return False, f"partial or corrupt: not a zip archive that opens ({exc})"
+    if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return False, "corrupt: the archive holds no data.pkl"
+    return True, "a torch zip archive that opens"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _check_dcp(path: Path) -> tuple[bool, str]:
+    """``.metadata`` names the shard files (as pickled strings); every one must be there."""
+    try:
+        meta = (path / DCP_METADATA).read_bytes()
     except OSError as exc:
-        return False, f"unreadable: {exc.strerror}"
-    if head != b"PK\x03\x04":
-        return False, "not a torch zip archive (partial, or a format that cannot be verified)"
-    if b"PK\x05\x06" not in tail:
-        return False, "partial: the zip archive has no end record"
-    return True, "a whole torch zip archive"
+        return False, f"corrupt: .metadata cannot be read ({exc.strerror})"
+    if not meta:
+        return False, "corrupt: .metadata is empty"
+    named = sorted({m.decode() for m in _DCP_FILE.findall(meta)})
+    if not named:
+        return False, "corrupt: .metadata names no shard file"
+    missing = [n for n in named if _size(path / n) <= 0]
+    if missing:
+        return False, f"partial: {missing[0]} is missing or empty ({len(named)} shards named)"
+    return True, f".metadata and its {len(named)} shard file(s) written"
+
+
+def _check_hf(path: Path) -> tuple[bool, str]:
+    try:
+        json.loads((path / HF_STATE).read_text())
+    except (OSError, ValueError):
+        return False, f"corrupt: {HF_STATE} does not parse"
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        names = []
+    for index_name in _HF_INDEXES:
+        if index_name in names:
+            try:
+                weight_map = json.loads((path / index_name).read_text())["weight_map"]
+                shards = sorted(set(weight_map.values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                return False, f"corrupt: {index_name} does not parse"
+            missing = [s for s in shards if _size(path / str(s)) <= 0]
+            if not shards or missing:
+                what = missing[0] if missing else "no shard"
+                return False, f"partial: {what} of the {len(shards)} in {index_name}"
+            return True, f"{HF_STATE} and {len(shards)} weight shards written"
+    weights = [n for n in names if _HF_WEIGHTS.match(n)]
+    if not weights:
+        return False, "partial: no model weights next to trainer_state.json"
+    if any(_HF_SHARD.search(n) for n in weights):
+        return False, "partial: sharded weights without their index"
+    empty = [n for n in weights if _size(path / n) <= 0]
+    if empty:
+        return False, f"partial: {empty[0]} is empty"
+    return True, f"{HF_STATE} and weights written"
 
 
 def _check_dir(path: Path, ds_tag_step: int | None, ds_tag: str | None) -> tuple[Format, bool, str]:
     if (path / MARKER).exists():
         ok, why = _check_marker(path)
         return Format.SLURMPRE, ok, why
-    meta = path / DCP_METADATA
-    if meta.exists():
-        try:
-            empty = meta.stat().st_size == 0
-        except OSError:
-            empty = True
-        if empty:
-            return Format.DCP, False, "corrupt: .metadata is empty"
-        return Format.DCP, True, ".metadata written"
-    state = path / HF_STATE
-    if state.exists():
-        try:
-            json.loads(state.read_text())
-        except (OSError, ValueError):
-            return Format.HF, False, f"corrupt: {HF_STATE} does not parse"
-        try:
-            names = [p.name for p in path.iterdir()]
-        except OSError:
-            names = []
-        if not any(_HF_WEIGHTS.match(n) for n in names):
-            return Format.HF, False, "partial: no model weights next to trainer_state.json"
-        return Format.HF, True, f"{HF_STATE} and weights written"
+    if (path / DCP_METADATA).exists():
+        ok, why = _check_dcp(path)
+        return Format.DCP, ok, why
+    if (path / HF_STATE).exists():
+        ok, why = _check_hf(path)
+        return Format.HF, ok, why
     if ds_tag is not None and path.name.startswith("global_step"):
         step = step_of(path.name)
         if path.name == ds_tag or (
@@ -227,7 +323,10 @@ def _judge(c: _Candidate, ds_tag: str | None) -> Checkpoint:
         ok, why = _zip_complete(path)
         return Checkpoint(path, c.step, Format.LIGHTNING, ok, why)
     ds_step = step_of(ds_tag) if ds_tag else None
-    fmt, ok, why = _check_dir(path, ds_step, ds_tag)
+    try:
+        fmt, ok, why = _check_dir(path, ds_step, ds_tag)
+    except OSError as exc:
+        fmt, ok, why = Format.UNKNOWN, False, f"cannot be read: {exc.strerror}"
     return Checkpoint(path, c.step, fmt, ok, why)
 
 
@@ -245,23 +344,16 @@ def _deepspeed_target_missing(
     )
 
 
-def _not_a_checkpoint(judged: Checkpoint) -> bool:
-    """A folder with no step in its name and no completion mark (``logs``) is not a checkpoint."""
-    return judged.step is None and judged.format is Format.UNKNOWN
-
-
 def latest(folder: Path | str) -> Resolution:
     """The newest complete checkpoint under ``folder`` (None if there is none)."""
     folder = Path(folder)
-    candidates, tag = _scan(folder)
+    scan = _scan(folder)
     skipped: list[Checkpoint] = []
-    missing = _deepspeed_target_missing(folder, tag, candidates)
+    missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
     if missing is not None:
         skipped.append(missing)
-    for cand in _order(candidates):
-        judged = _judge(cand, tag)
-        if _not_a_checkpoint(judged):
-            continue
+    for cand in _order(scan.candidates):
+        judged = _judge(cand, scan.tag)
         if judged.complete:
             return Resolution(judged, tuple(skipped))
         skipped.append(judged)
@@ -271,10 +363,23 @@ def latest(folder: Path | str) -> Resolution:
 def list_all(folder: Path | str) -> list[Checkpoint]:
     """Every checkpoint candidate, newest first, each judged."""
     folder = Path(folder)
-    candidates, tag = _scan(folder)
-    out = [j for j in (_judge(c, tag) for c in _order(candidates)) if not _not_a_checkpoint(j)]
-    missing = _deepspeed_target_missing(folder, tag, candidates)
+    scan = _scan(folder)
+    out = [_judge(c, scan.tag) for c in _order(scan.candidates)]
+    missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
     return ([missing] if missing else []) + out
+
+
+def ignored(folder: Path | str) -> list[Ignored]:
+    """What in ``folder`` is not a checkpoint, and why."""
+    return sorted(_scan(Path(folder)).ignored, key=lambda i: i.name)
+
+
+def summarize(skipped: tuple[Checkpoint, ...], shown: int = 3) -> list[str]:
+    """'passing over' lines for the first few; one summary line for the rest."""
+    lines = [f"passing over {s.path.name}: {s.reason}" for s in skipped[:shown]]
+    if len(skipped) > shown:
+        lines.append(f"... and {len(skipped) - shown} more newer ones that are not complete")
+    return lines
 
 
 # -- committing ------------------------------------------------------------------

@@ -68,11 +68,11 @@ class Ledger:
         except OSError as exc:
             raise CheckpointError(f"cannot create {str(self.dir)!r}: {exc.strerror}") from None
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: dict[str, Any], *, timeout: float = 60.0) -> None:
         """Add one record; a CheckpointError naming the file when it cannot be written."""
         line = json.dumps({"time": self.clock(), **record}, sort_keys=True) + "\n"
         try:
-            with self._lock(), self.path.open("ab") as fh:
+            with self._lock(timeout), self.path.open("ab") as fh:
                 # A kill mid-write leaves a last line without its newline: end it
                 # first, or this record would be glued onto it and lost with it.
                 if fh.tell() > 0 and not _ends_with_newline(self.path):
@@ -82,7 +82,7 @@ class Ledger:
                 os.fsync(fh.fileno())
         except Timeout:
             raise CheckpointError(
-                f"could not lock {self.dir / 'ledger.lock'} within 60 s"
+                f"could not lock {self.dir / 'ledger.lock'} within {timeout:g} s"
             ) from None
         except OSError as exc:
             raise CheckpointError(
@@ -124,14 +124,16 @@ class Ledger:
     def _choice_path(self, job: str, attempt: int) -> Path:
         return self.dir / f"choice-{job}-{attempt}.json"
 
-    def publish(self, choice: Choice) -> None:
+    def publish(self, choice: Choice, *, timeout: float = 60.0) -> None:
+        """Node 0's choice for the attempt; the other nodes wait up to their agree timeout
+        for it, so node 0 may wait as long for the lock."""
         path = self._choice_path(choice.job, choice.attempt)
         try:
-            with self._lock():
+            with self._lock(timeout):
                 write_atomic(path, json.dumps(asdict(choice), sort_keys=True))
         except Timeout:
             raise CheckpointError(
-                f"could not lock {self.dir / 'ledger.lock'} within 60 s"
+                f"could not lock {self.dir / 'ledger.lock'} within {timeout:g} s"
             ) from None
         except OSError as exc:
             raise CheckpointError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None

@@ -95,8 +95,8 @@ def agree(
         names = ", ".join(cleaned.removed)
         say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
     found = checkpoints.latest(folder)
-    for skipped in found.skipped:
-        say(f"passing over {skipped.path.name}: {skipped.reason}")
+    for line in checkpoints.summarize(found.skipped):
+        say(line)
     ckpt = found.checkpoint
     previous = ledger.previous_start(job.tag, job.restart_count)
     world = job.num_nodes * nproc_for(opts, job)
@@ -115,7 +115,7 @@ def agree(
         ),
         published_at=time.time(),
     )
-    ledger.publish(choice)
+    ledger.publish(choice, timeout=opts.agree_timeout)
     ledger.append(
         {
             "event": "start",
@@ -126,7 +126,8 @@ def agree(
             "world_size": world,
             "resume_from": choice.resume_from,
             "step": choice.step,
-        }
+        },
+        timeout=opts.agree_timeout,
     )
     if ckpt is None:
         say("no complete checkpoint yet: starting fresh")

@@ -12,7 +12,7 @@ from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints as ck
 from slurmpre.job.checkpoints import Format, fresh_incoming, latest, list_all, writing
 
-from tests.conftest import slurmpre_cli
+from tests.conftest import DATA, slurmpre_cli
 
 HOSTILE = "ckpt 'q' \"dq\" $(x) `y`; é中 "
 
@@ -25,12 +25,18 @@ def slurmpre_ckpt(folder: Path, step: int, files: dict[str, bytes] | None = None
     return folder / ck.step_dir_name(step)
 
 
-def dcp(folder: Path, name: str, *, complete: bool = True) -> Path:
+# A real .metadata, written by torch.distributed.checkpoint.save (torch 2.13) with one
+# shard: it names __0_0.distcp inside its pickle.
+DCP_METADATA = (DATA / "torch-2.13" / "dcp-one-shard.metadata").read_bytes()
+
+
+def dcp(folder: Path, name: str, *, complete: bool = True, shard: bool = True) -> Path:
     path = folder / name
     path.mkdir(parents=True)
-    (path / "__0_0.distcp").write_bytes(b"x" * 100)
+    if shard:
+        (path / "__0_0.distcp").write_bytes(b"x" * 100)
     if complete:
-        (path / ".metadata").write_bytes(b"meta")
+        (path / ".metadata").write_bytes(DCP_METADATA)
     return path
 
 
@@ -270,3 +276,111 @@ def test_ckpt_latest_without_any_is_exit_1(tmp_path: Path) -> None:
     proc = slurmpre_cli("ckpt", "latest", str(tmp_path))
     assert proc.returncode == 1
     assert proc.stderr == f"slurmpre: error: no complete checkpoint under '{tmp_path}'\n"
+
+
+def test_names_outside_every_layouts_grammar_are_ignored_silently(tmp_path: Path) -> None:
+    for name in ("junk-5", "model-v2", "step-1e9", "step--1", "step-10.5", "run_7", "logs"):
+        dcp(tmp_path, name)
+    good = dcp(tmp_path, "step_3")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path == good
+    assert found.skipped == ()
+    assert [c.path.name for c in list_all(tmp_path)] == ["step_3"]
+    ignored = {i.name: i.reason for i in ck.ignored(tmp_path)}
+    assert ignored["step-1e9"] == "not a checkpoint name" and len(ignored) == 7
+    proc = slurmpre_cli("ckpt", "list", str(tmp_path), "--all", check=True)
+    assert "ignored" in proc.stdout and "step-10.5  (not a checkpoint name)" in proc.stdout
+
+
+def test_one_step_in_two_spellings_resolves_to_slurmpres_own(tmp_path: Path) -> None:
+    dcp(tmp_path, "step-10")
+    canonical_one = slurmpre_ckpt(tmp_path, 10)
+    dcp(tmp_path, "step_10")
+    for _ in range(3):
+        assert latest(tmp_path).checkpoint.path == canonical_one  # type: ignore[union-attr]
+
+
+def test_entries_that_lead_outside_the_folder_are_never_chosen(tmp_path: Path) -> None:
+    inside, outside = tmp_path / "ckpt", tmp_path / "elsewhere"
+    good = slurmpre_ckpt(inside, 5)
+    far = slurmpre_ckpt(outside, 99)
+    (inside / "step-99").symlink_to(far)
+    (inside / "global_step50").symlink_to(far)
+    (inside / "loop-a").symlink_to(inside / "loop-b")
+    (inside / "loop-b").symlink_to(inside / "loop-a")
+    (inside / "step-6").symlink_to(inside / "step-6")
+    found = latest(inside)
+    assert found.checkpoint is not None and found.checkpoint.path == good
+    reasons = {i.name: i.reason for i in ck.ignored(inside)}
+    assert reasons["step-99"] == "a symlink to outside the checkpoint folder"
+    assert reasons["global_step50"] == "a symlink to outside the checkpoint folder"
+    assert reasons["step-6"] == "a broken symlink, or a symlink loop"
+    # A symlink that stays inside is followed.
+    (inside / "step-7").symlink_to(good)
+    assert latest(inside).checkpoint.path.name == "step-7"  # type: ignore[union-attr]
+
+
+def test_hf_weights_are_looked_into(tmp_path: Path) -> None:
+    hf(tmp_path, 100)
+    empty = hf(tmp_path, 200)
+    (empty / "model.safetensors").write_bytes(b"")
+    one_of_four = hf(tmp_path, 300, weights=False)
+    (one_of_four / "model-00001-of-00004.safetensors").write_bytes(b"w")
+    indexed = hf(tmp_path, 400, weights=False)
+    shards = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    (indexed / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": shards[0], "b": shards[1]}})
+    )
+    (indexed / shards[0]).write_bytes(b"w")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 100
+    assert [s.reason for s in found.skipped] == [
+        f"partial: {shards[1]} of the 2 in model.safetensors.index.json",
+        "partial: sharded weights without their index",
+        "partial: model.safetensors is empty",
+    ]
+    (indexed / shards[1]).write_bytes(b"w")
+    assert latest(tmp_path).checkpoint.step == 400  # type: ignore[union-attr]
+
+
+def test_dcp_metadata_must_name_shards_that_are_there(tmp_path: Path) -> None:
+    dcp(tmp_path, "step-1")
+    tiny = dcp(tmp_path, "step-2", shard=False)
+    (tiny / ".metadata").write_bytes(b"\x80\x04N.\x00\x00")  # 6 bytes, no shard named
+    dcp(tmp_path, "step-3", shard=False)  # real metadata, its shard never written
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 1
+    assert [s.reason for s in found.skipped] == [
+        "partial: __0_0.distcp is missing or empty (1 shards named)",
+        "corrupt: .metadata names no shard file",
+    ]
+
+
+def test_a_ckpt_that_is_not_a_zip_that_opens_is_passed_over(tmp_path: Path) -> None:
+    lightning(tmp_path, "step=1.ckpt")
+    (tmp_path / "step=2.ckpt").write_bytes(b"PK\x03\x04" + b"x" * 100 + b"PK\x05\x06" + b"\0" * 18)
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 1
+    assert found.skipped[0].reason == "corrupt: the archive holds no data.pkl"
+    (tmp_path / "step=3.ckpt").write_bytes(b"PK\x03\x04" + b"x" * 100)  # cut before its end
+    assert (
+        latest(tmp_path)
+        .skipped[0]
+        .reason.startswith("partial or corrupt: not a zip archive that opens")
+    )
+
+
+def test_many_partial_checkpoints_make_one_summary_line(tmp_path: Path) -> None:
+    slurmpre_ckpt(tmp_path, 0)
+    for step in range(1, 2001):
+        (tmp_path / ck.step_dir_name(step)).mkdir()
+    proc = slurmpre_cli("ckpt", "latest", str(tmp_path), check=True)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 4
+    assert lines[-1] == "... and 1997 more newer ones that are not complete"
+
+
+def test_an_empty_folder_argument_is_refused() -> None:
+    proc = slurmpre_cli("ckpt", "latest", "")
+    assert proc.returncode == 2
+    assert proc.stderr == "slurmpre: error: FOLDER is empty: name the checkpoint folder\n"
