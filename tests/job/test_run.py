@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -222,22 +223,29 @@ def test_the_warning_is_kept_never_reaches_the_training_and_other_signals_do(
         "sys.exit(status)\n"
     )
     wrapper = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    pid = int(wait_for("the child", lambda: ready.exists() and ready.read_text().strip()))
-    wrapper.send_signal(signal.SIGUSR2)
-    os.killpg(pid, signal.SIGUSR2)  # as if Slurm signalled every process it tracks
-    # The kernel gives a signal to any of the wrapper's threads that does not block it,
-    # and skips a thread with one already pending: a warning followed at once by another
-    # signal is how one lands on a helper thread. Each must still reach the child at once.
-    for n in range(1, 21):
+    pid = None
+    try:
+        pid = int(wait_for("the child", lambda: ready.exists() and ready.read_text().strip()))
         wrapper.send_signal(signal.SIGUSR2)
-        wrapper.send_signal(signal.SIGUSR1)
-        wait_for(
-            f"SIGUSR1 number {n} to reach the child",
-            lambda n=n: usr1.exists() and usr1.read_text().count("usr1") == n,
-            timeout=10,
-        )
-    assert _alive(pid)
-    wrapper.send_signal(signal.SIGTERM)
-    out, _ = wrapper.communicate(timeout=10)
+        os.killpg(pid, signal.SIGUSR2)  # as if Slurm signalled every process it tracks
+        # The kernel gives a signal to any of the wrapper's threads that does not block it,
+        # and skips a thread with one already pending: a warning followed at once by another
+        # signal is how one lands on a helper thread. Each must still reach the child at once.
+        for n in range(1, 21):
+            wrapper.send_signal(signal.SIGUSR2)
+            wrapper.send_signal(signal.SIGUSR1)
+            wait_for(
+                f"SIGUSR1 number {n} to reach the child",
+                lambda n=n: usr1.exists() and usr1.read_text().count("usr1") == n,
+                timeout=10,
+            )
+        assert _alive(pid)
+        wrapper.send_signal(signal.SIGTERM)
+        out, _ = wrapper.communicate(timeout=10)
+    finally:  # a failed run leaves nothing behind
+        wrapper.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
     assert out.strip() == "warned"
     assert wrapper.returncode == 128 + signal.SIGTERM
