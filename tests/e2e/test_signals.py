@@ -97,9 +97,10 @@ def test_warning_while_node_0_chooses_the_checkpoint(
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     ckpt = tmp_path / "ckpt"
-    (ckpt / ".slurmpre").mkdir(parents=True)
+    # Submitted held (submit itself writes the ledger), released once the lock is ours.
+    job_id = submit(tmp_path, nodes="2", extra=HONOR, spec_lines=['extra_sbatch = ["--hold"]'])
     with FileLock(str(ckpt / ".slurmpre" / "ledger.lock")):
-        job_id = submit(tmp_path, nodes="2", extra=HONOR)
+        subprocess.run(["scontrol", "release", job_id], check=True, timeout=30)
         wait_for(
             "both wrappers to catch SIGUSR2",
             lambda: len(pids := wrappers(ckpt)) == 2 and all(map(catches_usr2, pids)),
