@@ -55,7 +55,8 @@ def wrappers(ckpt: Path) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:4] == [b"-m", b"slurmpre.job", b"run"] and str(ckpt).encode() in argv:
+        wanted = f"--checkpoint-dir={ckpt}".encode()  # as the template passes it
+        if argv[1:4] == [b"-m", b"slurmpre.job", b"run"] and wanted in argv:
             found.append(int(proc.name))
     return found
 
