@@ -200,9 +200,11 @@ def test_controller_outage_of_60_s_is_no_notice(sandbox: Sandbox, tmp_path: Path
     assert final_weights(tmp_path)["step"] == steps
     text = logs(tmp_path)
     assert "Slurm does not answer" in text
-    # Backed off while it was down, and said so once when it came back.
+    # Backed off while it was down: a recovery is said once at most (the training may end
+    # before the backed-off query that sees the controller again; the unit test with a
+    # fake clock checks that it is said exactly once).
     (attempt_log,) = (tmp_path / "ckpt" / "logs").glob("*.attempt-0.out")
-    assert attempt_log.read_text().count("drain: Slurm answers again after") == 1
+    assert attempt_log.read_text().count("drain: Slurm answers again after") <= 1
 
 
 def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
