@@ -95,12 +95,6 @@ def step_of(name: str) -> int | None:
     return None if m is None or m.lastindex is None else int(m[m.lastindex])
 
 
-def is_checkpoint_name(name: str, *, is_dir: bool) -> bool:
-    if is_dir:
-        return _DIR_NAME.fullmatch(name) is not None
-    return bool(_CKPT_STEPPED.fullmatch(name) or _CKPT_UNSTEPPED.fullmatch(name))
-
-
 def canonical(name: str, step: int | None) -> bool:
     """slurmpre's own spelling of a step (``step-00000010``), which wins a tie."""
     return step is not None and name == step_dir_name(step)
