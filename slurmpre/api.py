@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from slurmpre.access import Access, make_dir, make_dirs, touch
+from slurmpre.access import from_env as access_from_env
 from slurmpre.atomic import write_atomic
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
-from slurmpre.errors import CheckpointError
+from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import Agree, NoticeGate
@@ -153,14 +155,16 @@ def checkpoint(
     rank, world = ranks(env)
     tag = _attempt_tag(env, target)
     incoming = checkpoints.incoming_path(target, step, tag)
+    access = _access(env)
     try:
-        incoming.mkdir(parents=True, exist_ok=True)
+        make_dirs(target, access)
+        make_dir(incoming, access, exist_ok=True)  # every rank may be first
     except OSError as exc:
         raise CheckpointError(f"cannot create {str(incoming)!r}: {exc.strerror}") from None
     if dist is not None:
         meet: _Meeting = _TorchMeeting(dist)
     elif world > 1:
-        meet = _FolderMeeting(checkpoints.sync_path(incoming), rank, world, timeout)
+        meet = _FolderMeeting(checkpoints.sync_path(incoming), rank, world, timeout, access)
     else:
         meet = _Alone()
     try:
@@ -172,20 +176,29 @@ def checkpoint(
     final = None
     if rank == 0:
         try:
-            final = checkpoints.commit(incoming, target, step)
+            final = checkpoints.commit(incoming, target, step, access=access)
         except BaseException as exc:
             meet.verdict(None, exc)
             raise
-        _record_commit(env, target, step, final)
+        _record_commit(env, target, step, final, access)
     meet.verdict(final, None)
 
 
-def _record_commit(env: Mapping[str, str], target: Path, step: int, final: Path) -> None:
+def _access(env: Mapping[str, str]) -> Access:
+    try:
+        return access_from_env(env)
+    except UsageError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def _record_commit(
+    env: Mapping[str, str], target: Path, step: int, final: Path, access: Access
+) -> None:
     if not env.get("SLURMPRE_JOB_TAG"):
         return
     # The watcher requeues once it sees this: a checkpoint newer than the notice.
     try:
-        Ledger(target).append(
+        Ledger(target, access=access).append(
             {
                 "event": "checkpoint",
                 "job": env["SLURMPRE_JOB_TAG"],
@@ -252,16 +265,17 @@ class _FolderMeeting:
 
     POLL = 0.05
 
-    def __init__(self, folder: Path, rank: int, world: int, timeout: float) -> None:
+    def __init__(self, folder: Path, rank: int, world: int, timeout: float, access: Access) -> None:
         self.folder, self.rank, self.world, self.timeout = folder, rank, world, timeout
+        self.access = access
         try:
-            folder.mkdir(exist_ok=True)
+            make_dir(folder, access, exist_ok=True)
         except OSError as exc:
             raise CheckpointError(f"cannot create {str(folder)!r}: {exc.strerror}") from None
 
     def _mark(self, name: str, text: str = "") -> None:
         with contextlib.suppress(OSError):
-            write_atomic(self.folder / name, text)
+            write_atomic(self.folder / name, text, mode=self.access.file_mode)
 
     def _wait(self, what: str, ready: Callable[[], str | None]) -> str:
         deadline = time.monotonic() + self.timeout
@@ -379,5 +393,5 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
 def _mark(env: Mapping[str, str], key: str) -> None:
     path = env.get(key, "")
     if path:
-        with contextlib.suppress(OSError):
-            Path(path).touch()
+        with contextlib.suppress(OSError, UsageError):
+            touch(Path(path), access_from_env(env))

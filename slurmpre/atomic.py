@@ -18,6 +18,7 @@ def fsync_dir(path: Path) -> None:
 def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
     """Write a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the folder.
 
+    With ``mode`` the file gets exactly that mode, whatever the umask.
     Raises OSError; the temporary file never outlives a failed write.
     """
     raw = data.encode() if isinstance(data, str) else data
@@ -25,6 +26,8 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             view = memoryview(raw)
             while view:
                 view = view[os.write(fd, view) :]

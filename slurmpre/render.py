@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__
+from slurmpre import __version__, access
 from slurmpre.errors import UsageError
 from slurmpre.signals import WARN_SIGNAL
 from slurmpre.spec import JobSpec
@@ -90,6 +90,8 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv.append(f"--notice-signal={spec.notice_signal}")
     if not spec.watch:
         argv.append("--no-watch")
+    if spec.file_access != access.OWNER.name:
+        argv.append(f"--file-access={spec.file_access}")
     return [*argv, "--", *spec.command]
 
 
@@ -109,6 +111,7 @@ def context(spec: JobSpec) -> dict[str, Any]:
         "warn_signal": WARN_SIGNAL.name.removeprefix("SIG"),
         "launch": [shlex.quote(a) for a in launch_argv(spec)],
         "srun_options": srun_options(spec),
+        "dir_mode": f"{access.NAMES[spec.file_access].dir_mode:04o}",
     }
 
 

@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from slurmpre import defaults, sbatch_options
+from slurmpre import access, defaults, sbatch_options
 from slurmpre.errors import UsageError
 from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
@@ -81,6 +81,7 @@ class JobSpec:
     notice_signal: str | None = None  # also send this signal to the training processes
     watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
+    file_access: str = "owner"  # who may read what slurmpre creates: "owner" or "group"
     python: str = ""  # the interpreter that has slurmpre on the nodes
     template: str | None = None
 
@@ -396,6 +397,10 @@ def validate(
                 kw[key] = Launcher(value)
             except ValueError:
                 raise _bad(key, value, "must be 'torchrun' or 'plain'") from None
+        elif key == "file_access":
+            if not isinstance(value, str) or value not in access.NAMES:
+                raise _bad(key, value, "must be 'owner' or 'group'")
+            kw[key] = value
         elif key == "env":
             kw[key] = parse_env(value)
         elif key == "setup":

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmpre import access
+from slurmpre.access import Access, make_dirs
+from slurmpre.atomic import write_atomic
 from slurmpre.errors import UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
@@ -20,9 +23,9 @@ class Submitted:
     log: Path
 
 
-def _make_dir(key: str, path: str) -> None:
+def _make_dir(key: str, path: str, mode: Access) -> None:
     try:
-        Path(path).mkdir(parents=True, exist_ok=True)
+        make_dirs(Path(path), mode)
     except OSError as exc:
         raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
 
@@ -34,9 +37,10 @@ def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submit
     the job is recorded in the folder's ledger, so the next submit can tell.
     """
     script = render(spec)
-    _make_dir("checkpoint_dir", spec.checkpoint_dir)
-    _make_dir("log_dir", spec.log_dir)
-    ledger = Ledger(Path(spec.checkpoint_dir))
+    mode = access.NAMES[spec.file_access]
+    _make_dir("checkpoint_dir", spec.checkpoint_dir, mode)
+    _make_dir("log_dir", spec.log_dir, mode)
+    ledger = Ledger(Path(spec.checkpoint_dir), access=mode)
     ledger.ensure()
     holders = live_holders(ledger, client)
     if holders and not force:
@@ -47,7 +51,7 @@ def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submit
     job_id = client.submit(script)
     ledger.append({"event": "submitted", "job": job_id, "name": spec.name})
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
-    copy.write_text(script)
+    write_atomic(copy, script, mode=mode.file_mode)
     tag = f"{job_id}_*" if spec.is_array else job_id
     return Submitted(job_id, copy, log_path(spec, tag))
 

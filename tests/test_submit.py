@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +94,63 @@ def test_hostile_values_do_exactly_what_they_say(
     assert out == {"argv": HOSTILE_ARGS, "env": HOSTILE_ENV, "name": HOSTILE_NAME}
     for folder in (tmp_path, ckpt, ckpt / "logs", Path.home()):
         assert not list(folder.glob("pwned*")), folder
+
+
+SAVE_ONE = (
+    "import os, slurmpre\n"
+    "with slurmpre.checkpoint(1) as path:\n"
+    "    (path / ('w' + os.environ['SLURM_PROCID'])).write_bytes(b'x')\n"
+)
+
+
+def test_under_umask_000_what_slurmpre_creates_stays_owner_only(
+    slurm: CommandLineSlurm, shared_tmp: Path
+) -> None:
+    """sbatch hands the submitting umask to the job: with 000, every file slurmpre
+    creates on the way (folders, ledger, locks, choice, the committed checkpoint of
+    two nodes meeting through the folder) must still be the owner's alone."""
+    ckpt = shared_tmp / "private"
+    spec = write_spec(
+        shared_tmp / "private.toml",
+        [
+            'name = "private"',
+            "command = " + json.dumps([sys.executable, "-c", SAVE_ONE]),
+            "nodes = 2",
+            'launcher = "plain"',
+            f"checkpoint_dir = {toml_str(str(ckpt))}",
+        ],
+    )
+    old = os.umask(0o000)
+    try:
+        job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+    finally:
+        os.umask(old)
+    wait_for("the job to finish", lambda: slurm.job(job_id).finished, timeout=120)
+    assert slurm.job(job_id).state == "COMPLETED", list((ckpt / "logs").iterdir())
+    ledger = ckpt / ".slurmpre"
+    want = {
+        ckpt: 0o700,
+        ckpt / "logs": 0o700,
+        ckpt / "logs" / f"private-{job_id}.sbatch": 0o600,
+        ledger: 0o700,
+        ledger / "attempts.jsonl": 0o600,
+        ledger / "ledger.lock": 0o600,
+        ledger / f"choice-{job_id}-0.json": 0o600,
+        ckpt / "step-00000001": 0o700,
+        ckpt / "step-00000001" / ".slurmpre-complete": 0o600,
+    }
+    assert {p: stat.S_IMODE(p.stat().st_mode) for p in want} == want
+    assert sorted(p.name for p in (ckpt / "step-00000001").iterdir()) == [
+        ".slurmpre-complete",
+        "w0",
+        "w1",
+    ]
+    loose = [
+        f"{p} {stat.S_IMODE(p.stat().st_mode):o}"
+        for p in ledger.iterdir()
+        if stat.S_IMODE(p.stat().st_mode) & 0o077
+    ]
+    assert not loose
 
 
 def test_test_only_asks_slurm_without_queuing(slurm: CommandLineSlurm, shared_tmp: Path) -> None:

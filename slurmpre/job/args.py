@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from slurmpre import defaults
+from slurmpre import access, defaults
 from slurmpre.errors import UsageError
 from slurmpre.job.watch import WatchConfig
 from slurmpre.signals import RESERVED_SIGNALS, signal_named
@@ -35,6 +35,7 @@ class RunOptions:
     watching: bool = True
     drain_reason: re.Pattern[str] | None = None
     notice_signal: signal.Signals | None = None
+    file_access: access.Access = access.OWNER
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,6 +65,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     parser.add_argument("--drain-reason", default=None)
     parser.add_argument("--notice-signal", default=None)
     parser.add_argument("--no-watch", action="store_true")
+    parser.add_argument("--file-access", choices=tuple(access.NAMES), default=access.OWNER.name)
     args_list = list(argv)
     if args_list and args_list[0] == "run":
         args_list = args_list[1:]
@@ -103,6 +105,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         watching=not ns.no_watch,
         drain_reason=reason,
         notice_signal=notice_signal,
+        file_access=access.NAMES[ns.file_access],
     )
 
 

@@ -31,6 +31,8 @@ from enum import Enum
 from pathlib import Path
 from typing import NamedTuple
 
+from slurmpre.access import OWNER, Access, make_dir, make_dirs, set_mode
+from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError
 
 MARKER = ".slurmpre-complete"
@@ -65,15 +67,23 @@ class Format(str, Enum):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    path: Path
+    where: str  # its path; a string, as 10,000 Path objects cost more than the whole scan
     step: int | None
     format: Format
     complete: bool
     reason: str
 
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
+
+    @property
+    def name(self) -> str:
+        return self.where.rpartition(os.sep)[2]
+
     def as_dict(self) -> dict[str, object]:
         return {
-            "path": str(self.path),
+            "path": self.where,
             "step": self.step,
             "format": self.format.value,
             "complete": self.complete,
@@ -249,15 +259,11 @@ def _check_dcp(path: Path) -> tuple[bool, str]:
     return True, f".metadata and its {len(named)} shard file(s) written"
 
 
-def _check_hf(path: Path) -> tuple[bool, str]:
+def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
     try:
         json.loads((path / HF_STATE).read_text())
     except (OSError, ValueError):
         return False, f"corrupt: {HF_STATE} does not parse"
-    try:
-        names = [p.name for p in path.iterdir()]
-    except OSError:
-        names = []
     for index_name in _HF_INDEXES:
         if index_name in names:
             try:
@@ -275,53 +281,51 @@ def _check_hf(path: Path) -> tuple[bool, str]:
         return False, "partial: no model weights next to trainer_state.json"
     if any(_HF_SHARD.search(n) for n in weights):
         return False, "partial: sharded weights without their index"
-    empty = [n for n in weights if _size(path / n) <= 0]
+    empty = [n for n in sorted(weights) if _size(path / n) <= 0]
     if empty:
         return False, f"partial: {empty[0]} is empty"
     return True, f"{HF_STATE} and weights written"
 
 
-def _check_dir(path: Path, ds_tag_step: int | None, ds_tag: str | None) -> tuple[Format, bool, str]:
-    if (path / MARKER).exists():
-        ok, why = _check_marker(path)
-        return Format.SLURMPRE, ok, why
-    if (path / DCP_METADATA).exists():
-        ok, why = _check_dcp(path)
-        return Format.DCP, ok, why
-    if (path / HF_STATE).exists():
-        ok, why = _check_hf(path)
-        return Format.HF, ok, why
-    if ds_tag is not None and path.name.startswith("global_step"):
-        step = step_of(path.name)
-        if path.name == ds_tag or (
-            step is not None and ds_tag_step is not None and step < ds_tag_step
-        ):
-            try:
-                has_files = any(True for _ in os.scandir(path))
-            except OSError:
-                has_files = False
-            if has_files:
+_NO_MARK = "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)"
+
+
+def _has(path: str) -> bool:
+    # access(2) answers without raising: a third of a failed stat's cost, which
+    # matters when 10,000 partial folders newer than the last complete one are judged.
+    return os.access(path, os.F_OK)
+
+
+def _check_dir(
+    path: str, name: str, ds_tag_step: int | None, ds_tag: str | None
+) -> tuple[Format, bool, str]:
+    inside = path + os.sep
+    if _has(inside + MARKER):
+        return (Format.SLURMPRE, *_check_marker(Path(path)))
+    if _has(inside + DCP_METADATA):
+        return (Format.DCP, *_check_dcp(Path(path)))
+    if _has(inside + HF_STATE):
+        return (Format.HF, *_check_hf(Path(path), set(os.listdir(path))))  # noqa: PTH208
+    if ds_tag is not None and name.startswith("global_step"):
+        step = step_of(name)
+        if name == ds_tag or (step is not None and ds_tag_step is not None and step < ds_tag_step):
+            if os.listdir(path):  # noqa: PTH208
                 return Format.DEEPSPEED, True, f"at or before the '{DEEPSPEED_TAG}' tag {ds_tag}"
             return Format.DEEPSPEED, False, "empty folder"
         return Format.DEEPSPEED, False, f"newer than the '{DEEPSPEED_TAG}' tag {ds_tag}: unfinished"
-    return (
-        Format.UNKNOWN,
-        False,
-        "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)",
-    )
+    return Format.UNKNOWN, False, _NO_MARK
 
 
 def _judge(c: _Candidate, ds_tag: str | None) -> Checkpoint:
-    path = Path(c.path)
     if not c.is_dir:
-        ok, why = _zip_complete(path)
-        return Checkpoint(path, c.step, Format.LIGHTNING, ok, why)
+        ok, why = _zip_complete(Path(c.path))
+        return Checkpoint(c.path, c.step, Format.LIGHTNING, ok, why)
     ds_step = step_of(ds_tag) if ds_tag else None
     try:
-        fmt, ok, why = _check_dir(path, ds_step, ds_tag)
+        fmt, ok, why = _check_dir(c.path, c.name, ds_step, ds_tag)
     except OSError as exc:
         fmt, ok, why = Format.UNKNOWN, False, f"cannot be read: {exc.strerror}"
-    return Checkpoint(path, c.step, fmt, ok, why)
+    return Checkpoint(c.path, c.step, fmt, ok, why)
 
 
 def _deepspeed_target_missing(
@@ -330,7 +334,7 @@ def _deepspeed_target_missing(
     if tag is None or any(c.name == tag for c in candidates):
         return None
     return Checkpoint(
-        folder / tag,
+        str(Path(folder) / tag),
         step_of(tag),
         Format.DEEPSPEED,
         False,
@@ -370,7 +374,7 @@ def ignored(folder: Path | str) -> list[Ignored]:
 
 def summarize(skipped: tuple[Checkpoint, ...], shown: int = 3) -> list[str]:
     """'passing over' lines for the first few; one summary line for the rest."""
-    lines = [f"passing over {s.path.name}: {s.reason}" for s in skipped[:shown]]
+    lines = [f"passing over {s.name}: {s.reason}" for s in skipped[:shown]]
     if len(skipped) > shown:
         lines.append(f"... and {len(skipped) - shown} more newer ones that are not complete")
     return lines
@@ -404,12 +408,13 @@ def sync_path(incoming: Path) -> Path:
     return incoming.with_name(f".sync{incoming.name}")
 
 
-def fresh_incoming(folder: Path, step: int, attempt_tag: str) -> Path:
+def fresh_incoming(folder: Path, step: int, attempt_tag: str, access: Access = OWNER) -> Path:
     """An empty in-flight folder; leftovers of an earlier try are set aside, not reused."""
     incoming = incoming_path(folder, step, attempt_tag)
     if incoming.exists():
         incoming.rename(incoming.with_name(f"{incoming.name}.stale-{time.time_ns()}"))
-    incoming.mkdir(parents=True)
+    make_dirs(folder, access)
+    make_dir(incoming, access)
     return incoming
 
 
@@ -422,7 +427,9 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
         os.close(fd)
 
 
-def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None) -> Path:
+def commit(
+    incoming: Path, folder: Path, step: int, *, now: float | None = None, access: Access = OWNER
+) -> Path:
     """Seal ``incoming`` as the complete checkpoint of ``step`` and move it into place.
 
     Files are fsynced, a marker with their sizes is written, then one rename
@@ -431,6 +438,8 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
     same step is never replaced (ours is dropped instead); a partial one left
     by a killed attempt is moved aside, not deleted. A checkpoint with no file
     in it is refused: it would become "latest" with nothing to resume from.
+    The published folder has the access's mode (0700 by default), so only its
+    owner can read the weights, whatever the umask was when they were written.
     """
     check_step(step)
     if not incoming.is_dir():
@@ -452,10 +461,9 @@ def commit(incoming: Path, folder: Path, step: int, *, now: float | None = None)
         )
     marker = incoming / MARKER
     stamp = time.time() if now is None else now
-    marker.write_text(
-        json.dumps({"step": step, "committed_at": stamp, "files": manifest}, sort_keys=True) + "\n"
-    )
-    _fsync_path(marker)
+    text = json.dumps({"step": step, "committed_at": stamp, "files": manifest}, sort_keys=True)
+    write_atomic(marker, text + "\n", mode=access.file_mode)
+    set_mode(incoming, access.dir_mode)
     _fsync_path(incoming, directory=True)
     return _publish(incoming, folder, step, stamp)
 
@@ -477,13 +485,14 @@ def _publish(sealed: Path, folder: Path, step: int, stamp: float) -> Path:
 
 
 @contextlib.contextmanager
-def writing(folder: Path, step: int, attempt_tag: str = "local") -> Iterator[Path]:
+def writing(
+    folder: Path, step: int, attempt_tag: str = "local", access: Access = OWNER
+) -> Iterator[Path]:
     """Single-process commit: yield a fresh folder to write into, commit it on success."""
     check_step(step)
-    folder.mkdir(parents=True, exist_ok=True)
-    incoming = fresh_incoming(folder, step, attempt_tag)
+    incoming = fresh_incoming(folder, step, attempt_tag, access)
     yield incoming
-    commit(incoming, folder, step)
+    commit(incoming, folder, step, access=access)
 
 
 # -- leftovers of dead attempts ------------------------------------------------------

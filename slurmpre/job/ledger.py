@@ -23,6 +23,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 
@@ -52,19 +53,24 @@ class Ledger:
         *,
         clock: Callable[[], float] = time.time,
         warn: Callable[[str], None] | None = None,
+        access: Access = OWNER,
     ) -> None:
+        self.folder = checkpoint_dir
         self.dir = checkpoint_dir / LEDGER_DIR
+        self.access = access
         self.path = self.dir / ATTEMPTS
         self.clock = clock
         self.warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
         self._warned: set[int] = set()
 
     def _lock(self, timeout: float = 60.0) -> FileLock:
-        return FileLock(str(self.dir / "ledger.lock"), timeout=timeout)
+        return FileLock(str(self.dir / "ledger.lock"), timeout=timeout, mode=self.access.file_mode)
 
     def ensure(self) -> None:
+        """Create the ledger folder; an existing one is set to the access's mode."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if not make_dirs(self.dir, self.access):
+                set_mode(self.dir, self.access.dir_mode)
         except OSError as exc:
             raise CheckpointError(f"cannot create {str(self.dir)!r}: {exc.strerror}") from None
 
@@ -72,7 +78,7 @@ class Ledger:
         """Add one record; a CheckpointError naming the file when it cannot be written."""
         line = json.dumps({"time": self.clock(), **record}, sort_keys=True) + "\n"
         try:
-            with self._lock(timeout), self.path.open("ab") as fh:
+            with self._lock(timeout), self._open_for_append() as fh:
                 # A kill mid-write leaves a last line without its newline: end it
                 # first, or this record would be glued onto it and lost with it.
                 if fh.tell() > 0 and not _ends_with_newline(self.path):
@@ -88,6 +94,11 @@ class Ledger:
             raise CheckpointError(
                 f"cannot write the ledger {str(self.path)!r}: {exc.strerror or exc}"
             ) from None
+
+    def _open_for_append(self) -> Any:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.access.file_mode)
+        set_mode(fd, self.access.file_mode)
+        return os.fdopen(fd, "ab")
 
     def records(self) -> list[dict[str, Any]]:
         """Every whole record, in order; torn, binary and non-object lines are skipped."""
@@ -130,7 +141,9 @@ class Ledger:
         path = self._choice_path(choice.job, choice.attempt)
         try:
             with self._lock(timeout):
-                write_atomic(path, json.dumps(asdict(choice), sort_keys=True))
+                write_atomic(
+                    path, json.dumps(asdict(choice), sort_keys=True), mode=self.access.file_mode
+                )
         except Timeout:
             raise CheckpointError(
                 f"could not lock {self.dir / 'ledger.lock'} within {timeout:g} s"
@@ -151,19 +164,70 @@ class Ledger:
         deadline = clock() + timeout
         while True:
             try:
-                data = json.loads(path.read_text())
-                data["nodes"] = tuple(data["nodes"])
-                return Choice(**data)
+                text = path.read_text()
             except FileNotFoundError:
                 pass
-            except (ValueError, TypeError) as exc:
-                raise CheckpointError(f"{path} is unreadable: {exc}") from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CheckpointError(f"cannot read {path}: {exc}") from None
+            else:
+                return self._trusted_choice(path, text, job, attempt)
             if clock() >= deadline:
                 raise JobEnvironmentError(
                     f"node 0 did not publish the checkpoint choice for job {job} attempt {attempt} "
                     f"within {timeout:g} s ({path}); is the checkpoint folder shared by all nodes?"
                 )
             sleep(0.1)
+
+    def _trusted_choice(self, path: Path, text: str, job: str, attempt: int) -> Choice:
+        """The choice in ``text``, once every field has the type it must have and the
+        checkpoint it names lies inside this folder; a CheckpointError otherwise."""
+
+        def bad(why: str) -> CheckpointError:
+            return CheckpointError(f"{path} is not a choice this node can trust: {why}")
+
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise bad(f"not JSON ({exc})") from None
+        if not isinstance(data, dict) or set(data) != set(_CHOICE_TYPES):
+            raise bad(f"it must hold exactly the keys {', '.join(sorted(_CHOICE_TYPES))}")
+        for key, types in _CHOICE_TYPES.items():
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, types):
+                raise bad(f"{key} = {value!r} has the wrong type")
+        if data["job"] != job or data["attempt"] != attempt:
+            raise bad(f"it is for job {data['job']!r} attempt {data['attempt']!r}")
+        if not all(isinstance(n, str) and n for n in data["nodes"]) or not data["nodes"]:
+            raise bad(f"nodes = {data['nodes']!r} must be node names")
+        if data["world_size"] < 1 or (data["step"] is not None and data["step"] < 0):
+            raise bad("world_size and step must not be negative")
+        resume = data["resume_from"]
+        if resume is not None and not _inside(Path(resume), self.folder):
+            raise bad(f"resume_from = {resume!r} is not inside {str(self.folder)!r}")
+        data["nodes"] = tuple(data["nodes"])
+        return Choice(**data)
+
+
+_CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "job": str,
+    "attempt": int,
+    "resume_from": (str, type(None)),
+    "step": (int, type(None)),
+    "nodes": list,
+    "world_size": int,
+    "previous_world_size": (int, type(None)),
+    "rdzv_endpoint": str,
+    "published_at": (int, float),
+}
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` names an entry below ``folder`` once symlinks and ``..`` are resolved."""
+    try:
+        real, base = path.resolve(), folder.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return real != base and real.is_relative_to(base)
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -59,8 +59,8 @@ def taken_path(folder: Path, job_tag: str, attempt: int) -> Path:
     return folder / LEDGER_DIR / f"taken-{job_tag}-{attempt}"
 
 
-def write_notice(path: Path, notice: Notice) -> None:
-    write_atomic(path, json.dumps(asdict(notice), sort_keys=True))
+def write_notice(path: Path, notice: Notice, *, mode: int = 0o600) -> None:
+    write_atomic(path, json.dumps(asdict(notice), sort_keys=True), mode=mode)
 
 
 def read_notice(path: Path) -> Notice | None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from slurmpre.access import ENV as ACCESS_ENV
+from slurmpre.access import OWNER, Access, make_dir
 from slurmpre.errors import CheckpointError, JobEnvironmentError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.args import RunOptions
@@ -30,7 +32,7 @@ def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
     return base / f"task-{job.array_task_id}" if job.array_task_id is not None else base
 
 
-def check_checkpoint_dir(path: Path, job: JobEnv) -> Path:
+def check_checkpoint_dir(path: Path, job: JobEnv, access: Access = OWNER) -> Path:
     if not path.is_dir():
         raise CheckpointError(
             f"checkpoint folder {str(path)!r} does not exist (it must be on the shared volume; "
@@ -40,7 +42,7 @@ def check_checkpoint_dir(path: Path, job: JobEnv) -> Path:
         raise CheckpointError(f"checkpoint folder {str(path)!r} is not writable")
     folder = task_checkpoint_dir(path, job)
     try:
-        folder.mkdir(exist_ok=True)
+        make_dir(folder, access, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot create {str(folder)!r}: {exc.strerror}") from None
     return folder
@@ -175,6 +177,7 @@ def child_env(
             "SLURMPRE_NOTICE_FILE": str(notice_path(folder, tag, attempt)),
             "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
             "SLURMPRE_TAKEN_FILE": str(taken_path(folder, tag, attempt)),
+            ACCESS_ENV: opts.file_access.name,
         }
     )
     return out

@@ -58,8 +58,8 @@ def run_attempt(
     say = say or log
     warning = warning or Latch()
     check_command(opts.command)
-    folder = check_checkpoint_dir(opts.checkpoint_dir, job)
-    ledger = Ledger(folder)
+    folder = check_checkpoint_dir(opts.checkpoint_dir, job, opts.file_access)
+    ledger = Ledger(folder, access=opts.file_access)
     ledger.ensure()
     client = client or CommandLineSlurm()
     watcher: Watcher | None = None

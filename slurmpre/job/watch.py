@@ -283,7 +283,11 @@ class Watcher:
         current = _latest(self.folder)
         state.step_at_notice = current.step if current else None
         try:
-            write_notice(notice_path(self.folder, self.job.tag, self.job.restart_count), notice)
+            write_notice(
+                notice_path(self.folder, self.job.tag, self.job.restart_count),
+                notice,
+                mode=self.ledger.access.file_mode,
+            )
         except OSError as exc:
             self.say(f"could not write the notice file: {exc}")
         late = self.wall() - notice.since

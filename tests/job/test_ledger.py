@@ -1,3 +1,6 @@
+import json
+import re
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -45,8 +48,64 @@ def test_a_line_cut_short_by_a_kill_is_skipped(tmp_path: Path) -> None:
 def test_published_choice_is_read_back(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    ledger.publish(choice())
-    assert ledger.wait_choice("7", 1, timeout=1) == choice()
+    mine = choice(resume_from=str(tmp_path / "step-00000010"))
+    ledger.publish(mine)
+    assert ledger.wait_choice("7", 1, timeout=1) == mine
+    ledger.publish(choice(attempt=2, resume_from=None, step=None))
+    assert ledger.wait_choice("7", 2, timeout=1).resume_from is None
+
+
+def _forged(ledger: Ledger, **changes: object) -> None:
+    record = {**asdict(choice(resume_from=str(ledger.folder / "step-00000010"))), **changes}
+    (ledger.dir / "choice-7-1.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"resume_from": "/etc"}, "resume_from = '/etc' is not inside"),
+        ({"resume_from": "{folder}/../other/step-00000010"}, "is not inside"),
+        ({"resume_from": "{folder}"}, "is not inside"),
+        ({"resume_from": "{folder}/escape/step-00000010"}, "is not inside"),  # a symlink out
+        ({"resume_from": 5}, "resume_from = 5 has the wrong type"),
+        ({"step": "10"}, "step = '10' has the wrong type"),
+        ({"step": True}, "step = True has the wrong type"),
+        ({"step": -1}, "must not be negative"),
+        ({"world_size": 0}, "must not be negative"),
+        ({"nodes": []}, "must be node names"),
+        ({"nodes": ["n1", 3]}, "must be node names"),
+        ({"job": "8"}, "it is for job '8' attempt 1"),
+        ({"extra": 1}, "exactly the keys"),
+    ],
+)
+def test_a_choice_that_cannot_be_right_is_refused(
+    tmp_path: Path, changes: dict[str, object], why: str
+) -> None:
+    """Other nodes resume from what the choice file says: a choice naming a path outside
+    the checkpoint folder, or of the wrong shape, is refused before anything loads it."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (tmp_path / "other").mkdir()
+    (folder / "escape").symlink_to(tmp_path / "other")
+    ledger = Ledger(folder)
+    ledger.ensure()
+    fixed = {
+        k: v.replace("{folder}", str(folder)) if isinstance(v, str) else v
+        for k, v in changes.items()
+    }
+    _forged(ledger, **fixed)
+    with pytest.raises(CheckpointError, match=re.escape(why)):
+        ledger.wait_choice("7", 1, timeout=1)
+
+
+@pytest.mark.parametrize("text", ["", "[1]", "{not json", "\xff"])
+def test_a_garbled_choice_is_refused_in_one_line(tmp_path: Path, text: str) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    (ledger.dir / "choice-7-1.json").write_bytes(text.encode("latin-1"))
+    with pytest.raises(CheckpointError, match=r"choice-7-1\.json") as caught:
+        ledger.wait_choice("7", 1, timeout=1)
+    assert "\n" not in str(caught.value)
 
 
 def test_waiting_for_a_choice_times_out_clearly(tmp_path: Path) -> None:
