@@ -25,11 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from slurmpre.drill.train import LOG
 from slurmpre.render import render
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.spec import validate
-
-TRAIN = Path(__file__).resolve().parent.parent / "tests" / "e2e" / "train_tiny.py"
 
 
 def rpc_counts() -> dict[str, int]:
@@ -86,7 +85,10 @@ def throughput(
     folder = work / name
     command = [
         sys.executable,
-        str(TRAIN),
+        "-m",
+        "slurmpre.drill.train",
+        "--mode",
+        "slurmpre" if watch else "seeds",
         "--steps",
         str(steps),
         "--every",
@@ -96,8 +98,6 @@ def throughput(
         "--work-ms",
         str(work_ms),
     ]
-    if watch:
-        command.append("--honor-notice")
     spec = validate(
         {
             "name": name,
@@ -113,8 +113,9 @@ def throughput(
     state = wait_finished(box, job_id)
     if state != "COMPLETED":
         raise SystemExit(f"bench: job {job_id} ended {state}; logs in {folder / 'logs'}")
-    started = json.loads((folder / "progress.jsonl").read_text().splitlines()[0])["started_at"]
-    done = float((folder / "done-at").read_text())
+    log = [json.loads(line) for line in (folder / LOG).read_text().splitlines()]
+    started = next(e["t"] for e in log if e["event"] == "begin")
+    done = next(e["t"] for e in log if e["event"] == "done")
     return steps / (done - started)
 
 

@@ -281,21 +281,59 @@ def run_cmd(args: tuple[str, ...]) -> None:
 
 # -- drill -------------------------------------------------------------------
 @cli.command()
+@click.option("--preemptions", default=3, show_default=True, help="How many preemptions.")
 @click.option(
-    "--window", default=10.0, show_default=True, help="Seconds from drain to node removal."
+    "--window", default=15.0, show_default=True, help="Seconds from drain to node removal."
 )
+@click.option("--seed", type=int, default=None, help="Replay a schedule (printed by each run).")
+@click.option(
+    "--baseline", is_flag=True, help="Also run the seeds' recipe under the same schedule."
+)
+@click.option(
+    "--stock-timings", is_flag=True, help="Slurm's default timings (each requeue >= 121 s)."
+)
+@click.option(
+    "--steps", type=int, default=None, help="Training steps (default: enough for every preemption)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the timeline and summary as JSON.")
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("/var/lib/slurmpre/drill"),
     show_default=True,
-    help="Shared folder for the drill job's log.",
+    help="Where each run keeps its checkpoints and logs (a folder per run).",
 )
-def drill(window: float, workdir: Path) -> None:
-    """Rehearse a preemption on the local sandbox and report what happened."""
-    from slurmpre.drill import run_drill
+def drill(
+    preemptions: int,
+    window: float,
+    seed: int | None,
+    baseline: bool,
+    stock_timings: bool,
+    steps: int | None,
+    as_json: bool,
+    workdir: Path,
+) -> None:
+    """Preempt a real training job on the local sandbox and show that no work is lost."""
+    from slurmpre.drill.run import DrillOptions, render, run_drill
 
-    run_drill(_sandbox(), window=window, workdir=workdir, say=click.echo)
+    opts = DrillOptions(
+        preemptions=preemptions,
+        window=window,
+        seed=seed,
+        baseline=baseline,
+        stock_timings=stock_timings,
+        steps=steps,
+        workdir=workdir,
+    )
+    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    result = run_drill(_sandbox(), opts, say=say)
+    for line in render(result):
+        say(line)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    failures = result.failures()
+    if failures:
+        raise SlurmpreError("drill failed: " + "; ".join(failures))
 
 
 # -- entry point ---------------------------------------------------------------

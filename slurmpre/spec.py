@@ -459,16 +459,10 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def load(
-    path: Path,
-    sets: Sequence[str] = (),
-    *,
-    user: str | None = None,
-    python: str | None = None,
-) -> JobSpec:
-    """Read a TOML spec, apply ``--set`` overrides (command line wins), validate."""
+def read(path: Path) -> dict[str, Any]:
+    """The spec file's TOML as a mapping, not yet validated; a SpecError naming the file."""
     try:
-        raw = tomllib.loads(path.read_text())
+        raw: dict[str, Any] = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise SpecError(f"spec file {str(path)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -477,6 +471,18 @@ def load(
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a job spec") from None
+    return raw
+
+
+def load(
+    path: Path,
+    sets: Sequence[str] = (),
+    *,
+    user: str | None = None,
+    python: str | None = None,
+) -> JobSpec:
+    """Read a TOML spec, apply ``--set`` overrides (command line wins), validate."""
+    raw = read(path)
     overrides = parse_sets(sets)
     env = None
     if "env" in overrides:

@@ -61,7 +61,7 @@ def sandbox() -> Iterator[Sandbox]:
     box = Sandbox(DEFAULT_STATE_DIR)
     # Every timeout in the integration tests assumes the tuned timings (a requeued job
     # can start about 6 s after its requeue); on stock timings each requeue costs
-    # at least 121 s (cred_expire=120), which bench/notice_drill.py --stock-timings measures.
+    # at least 121 s (cred_expire=120), which bench/drill.py --stock-timings measures.
     if box.current().timings != "tuned":
         pytest.fail(
             "the integration tests assume the sandbox's tuned timings: run it without "

@@ -10,6 +10,7 @@ replacement, a node comes back under the same name, idle and undrained.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,11 +62,13 @@ def preempt(
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    events: list[Event] | None = None,
 ) -> list[Event]:
+    """Replay the timeline; each event is appended to ``events`` (if given) as it happens."""
     cfg = sandbox.config()
     cfg.node(plan.node)  # unknown node -> UsageError naming it
     client = sandbox.client
-    events: list[Event] = []
+    events = [] if events is None else events
     t0 = clock()
 
     def note(what: str) -> None:
@@ -101,6 +104,33 @@ def preempt(
     restore_node(sandbox, plan.node)
     note(f"return {plan.node}: a replacement node is up and idle")
     return events
+
+
+class InBackground(threading.Thread):
+    """`preempt` in a thread of this process, keeping its timeline; ``finish`` re-raises."""
+
+    def __init__(
+        self, sandbox: Sandbox, plan: PreemptPlan, say: Callable[[str], None] | None = None
+    ) -> None:
+        super().__init__(daemon=True, name=f"preempt-{plan.node}")
+        self.sandbox, self.plan = sandbox, plan
+        self.say = say or (lambda _: None)
+        self.events: list[Event] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            preempt(self.sandbox, self.plan, say=self.say, events=self.events)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by finish()
+            self.error = exc
+
+    def finish(self, timeout: float = 400) -> list[Event]:
+        self.join(timeout)
+        if self.is_alive():
+            raise SandboxError(f"preempting {self.plan.node} did not finish within {timeout:g} s")
+        if self.error is not None:
+            raise self.error
+        return self.events
 
 
 def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]:

@@ -1,0 +1,507 @@
+"""The drill on the sandbox: submit, preempt on schedule, watch, and collect what happened.
+
+The job is `examples/drill.toml` through `slurmpre.submit`, as a user would
+submit it: the template, the wrapper and the watcher all take part. An
+uninterrupted copy runs at the same time on the standard node (its weights and
+wall time are the reference); with ``baseline`` the seeds' recipe then runs
+under the same schedule of preemptions, on the same two preemptible nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpre.drill import report
+from slurmpre.drill.plan import Moment, schedule
+from slurmpre.drill.train import FINAL, LOG
+from slurmpre.errors import SandboxError, SlurmpreError, UsageError
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node
+from slurmpre.spec import JobSpec, read, validate
+from slurmpre.submit import submit
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drill.toml"
+POLL = 0.25
+
+SEEDS_SCRIPT = """#!/bin/bash
+#SBATCH --job-name=drill-seeds
+#SBATCH --nodes=1-2
+#SBATCH --constraint=preemptible
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output={log}
+# The provider's recipe (the seeds' docs): --requeue, periodic checkpoints, and
+# after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1.
+export GLOO_SOCKET_IFNAME=lo
+export SLURMPRE_CHECKPOINT_DIR={ckpt}
+srun --ntasks-per-node=1 {python} -m torch.distributed.run \\
+  --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=1 --rdzv_id=$SLURM_JOB_ID \\
+  --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\
+  -m slurmpre.drill.train {args} --mode seeds
+"""
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    preemptions: int = 3
+    window: float = 15.0
+    seed: int | None = None
+    baseline: bool = False
+    stock_timings: bool = False
+    steps: int | None = None  # None: enough for every preemption (`training_steps`)
+    every: int = 40
+    step_seconds: float = 0.2
+    save_seconds: float = 1.0
+    return_after: float = 10.0
+    workdir: Path = Path("/var/lib/slurmpre/drill")
+    prices: report.Prices = field(default_factory=report.Prices)
+
+    def check(self) -> None:
+        if not 0 <= self.preemptions <= 100:
+            raise UsageError(f"--preemptions must be from 0 to 100, got {self.preemptions}")
+        if not 5 <= self.window <= 3600:
+            raise UsageError(f"--window must be from 5 to 3600 seconds, got {self.window:g}")
+        if self.steps is not None and not 20 <= self.steps <= 100_000:
+            raise UsageError(f"--steps must be from 20 to 100000, got {self.steps}")
+
+    def training_steps(self) -> int:
+        """Long enough that every preemption can happen: an attempt runs at most a periodic
+        interval before its moment comes (and the seeds' recipe trains through the window)."""
+        if self.steps is not None:
+            return self.steps
+        per = self.every + (round(self.window / self.step_seconds) if self.baseline else 0)
+        return max(200, self.preemptions * per + self.every)
+
+
+@dataclass
+class DrillResult:
+    seed: int
+    options: DrillOptions
+    timings: str
+    schedule: list[Moment]
+    runs: dict[str, report.Observed]
+    identical: dict[str, bool]
+    workdir: Path
+
+    def failures(self) -> list[str]:
+        """What breaks slurmpre's promise in this run (empty: it was kept)."""
+        out = []
+        run = self.runs["slurmpre"]
+        summary = report.summarize(run, self.runs.get("reference"))
+        if run.state != "COMPLETED":
+            out.append(f"the slurmpre job ended {run.state}")
+        if not self.identical.get("slurmpre"):
+            out.append("its final weights differ from the uninterrupted run's")
+        if summary.steps_lost != 0:
+            out.append(f"it lost {summary.steps_lost} steps")
+        if summary.partial_checkpoint_loaded:
+            out.append("an attempt resumed from a partial checkpoint")
+        if len(run.hits) < len(self.schedule):
+            out.append(f"only {len(run.hits)} of {len(self.schedule)} preemptions happened")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        ref = self.runs.get("reference")
+        return {
+            "seed": self.seed,
+            "timings": self.timings,
+            "window_s": self.options.window,
+            "return_after_s": self.options.return_after,
+            "steps": self.options.training_steps(),
+            "checkpoint_every": self.options.every,
+            "prices": {
+                "on_demand_node_hour": self.options.prices.on_demand_node_hour,
+                "preemptible_discount": self.options.prices.preemptible_discount,
+            },
+            "schedule": [{"moment": m.kind, "after": m.after} for m in self.schedule],
+            "identical_weights": self.identical,
+            "runs": {
+                name: report.as_dict(run, ref, self.options.prices)
+                for name, run in self.runs.items()
+            },
+            "failures": self.failures(),
+            "workdir": str(self.workdir),
+        }
+
+
+def load_example(path: Path = EXAMPLE) -> dict[str, Any]:
+    if not path.is_file():
+        raise UsageError(
+            f"{path} is missing: run the drill from a slurmpre checkout (it submits that spec)"
+        )
+    return read(path)
+
+
+def drill_spec(raw: dict[str, Any], opts: DrillOptions, folder: Path, **overrides: Any) -> JobSpec:
+    """The example spec as the drill submits it: this interpreter, these steps, this folder."""
+    command = list(raw["command"])
+    if command[:1] == ["python"]:
+        command[0] = sys.executable
+    command += train_args(opts)
+    return validate(
+        {
+            **raw,
+            "command": command,
+            "checkpoint_dir": str(folder),
+            "preempt_window": int(opts.window),
+            "safety_margin": min(int(raw.get("safety_margin", 30)), int(opts.window) // 3),
+            "poll_interval": min(float(raw.get("poll_interval", 1)), opts.window / 6),
+            **overrides,
+        }
+    )
+
+
+def train_args(opts: DrillOptions) -> list[str]:
+    return [
+        "--steps",
+        str(opts.training_steps()),
+        "--every",
+        str(opts.every),
+        "--step-seconds",
+        f"{opts.step_seconds:g}",
+        "--save-seconds",
+        f"{opts.save_seconds:g}",
+    ]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue  # the line being written
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+class Driver:
+    """Runs one job to its end, preempting it at the schedule's moments."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        mode: str,
+        job_id: str,
+        folder: Path,
+        moments: list[Moment],
+        opts: DrillOptions,
+        rng: random.Random,
+        say: Callable[[str], None],
+        submitted_at: float,
+    ) -> None:
+        self.sandbox, self.client = sandbox, sandbox.client
+        self.mode, self.job_id, self.folder = mode, job_id, folder
+        self.pending = list(moments)
+        self.opts, self.rng, self.say = opts, rng, say
+        self.submitted_at = submitted_at
+        self.samples: list[report.Sample] = []
+        self.hits: list[report.Hit] = []
+        self.threads: list[tuple[InBackground, Moment, int]] = []
+        self.preempted: set[int] = set()
+        self.shown = 0
+        self.shown_ledger = 0
+
+    def _say(self, what: str) -> None:
+        self.say(f"[{self.mode} {time.time() - self.submitted_at:6.1f}s] {what}")
+
+    def step(self) -> bool:
+        """One look at the job; False once it has ended."""
+        job = self.client.job(self.job_id)
+        now = time.time()
+        self.samples.append(report.Sample(now, job.state, job.restarts, job.nodes))
+        log = read_jsonl(self.folder / LOG)
+        self._show(log)
+        if job.finished:
+            return False
+        if self.pending and job.state == "RUNNING" and job.restarts not in self.preempted:
+            moment = self.pending[0]
+            if self._due(moment, job.restarts, log):
+                self._preempt(moment, job.restarts, job.nodes)
+        return True
+
+    def _due(self, moment: Moment, attempt: int, log: list[dict[str, Any]]) -> bool:
+        mine = [e for e in log if e.get("attempt") == attempt]
+        steps = [e for e in mine if e.get("event") == "step"]
+        if moment.kind == "startup":
+            return not steps
+        if moment.kind == "checkpoint":
+            return (
+                bool(mine)
+                and mine[-1].get("event") == "save-start"
+                and mine[-1]["why"] == "periodic"
+            )
+        begin = [e for e in mine if e.get("event") == "begin"]
+        return bool(begin) and len(steps) >= moment.after
+
+    def _preempt(self, moment: Moment, attempt: int, nodes: tuple[str, ...]) -> None:
+        usable = {n.name for n in self.client.nodes(list(nodes)) if n.usable}
+        candidates = [n for n in nodes if n in usable]
+        if not candidates:
+            return
+        node = self.rng.choice(sorted(candidates))
+        plan = PreemptPlan(node, window=self.opts.window, return_after=self.opts.return_after)
+        thread = InBackground(self.sandbox, plan)
+        thread.start()
+        self.pending.pop(0)
+        self.preempted.add(attempt)
+        self.threads.append((thread, moment, attempt))
+        self._say(f"drain {node} {moment.describe()} (attempt {attempt})")
+
+    def _show(self, log: list[dict[str, Any]]) -> None:
+        for e in log[self.shown :]:
+            kind = e.get("event")
+            if kind == "begin":
+                world, start = e["world"], e["resumed_step"]
+                self._say(f"attempt {e['attempt']} trains on {world} node(s) from step {start}")
+            elif kind == "step" and e["step"] % 40 == 0:
+                self._say(f"step {e['step']}")
+            elif kind == "save-end" and e.get("why") == "notice":
+                self._say(f"checkpoint of step {e['step']} written on the notice")
+            elif kind == "done":
+                self._say(f"training done at step {e['step']}")
+        self.shown = len(log)
+        if self.mode != "slurmpre":
+            return
+        ledger = read_jsonl(self.folder / ".slurmpre" / "attempts.jsonl")
+        for r in ledger[self.shown_ledger :]:
+            if r.get("event") == "notice" and r.get("first", True):
+                self._say(f"slurmpre saw the notice ({r.get('kind')} of {r.get('node')})")
+            elif r.get("event") == "requeued":
+                self._say(f"slurmpre requeued the job ({r.get('why')})")
+        self.shown_ledger = len(ledger)
+
+    def collect(self) -> report.Observed:
+        """What happened, once the job has ended and each preemption has run its course."""
+        ended = self.samples[-1].t if self.samples else time.time()
+        for thread, moment, attempt in self.threads:
+            at = [e.at for e in thread.finish()]
+            self.hits.append(
+                report.Hit(
+                    moment.kind,
+                    attempt,
+                    thread.plan.node,
+                    drained_at=at[0],
+                    removed_at=at[1] if len(at) > 1 else None,
+                    returned_at=at[2] if len(at) > 2 else None,
+                )
+            )
+        return report.Observed(
+            self.mode,
+            self.job_id,
+            self.submitted_at,
+            ended,
+            self.samples[-1].state if self.samples else "UNKNOWN",
+            read_jsonl(self.folder / LOG),
+            self.samples,
+            self.hits,
+            read_jsonl(self.folder / ".slurmpre" / "attempts.jsonl"),
+        )
+
+
+def drive(drivers: list[Driver], timeout: float) -> list[report.Observed]:
+    """Look at every job in turn until all have ended; then collect each."""
+    deadline = time.monotonic() + timeout
+    running = list(drivers)
+    while running:
+        running = [d for d in running if d.step()]
+        if running and time.monotonic() > deadline:
+            for d in running:
+                d.client.cancel(d.job_id)
+            names = ", ".join(f"{d.job_id} ({d.mode})" for d in running)
+            raise SlurmpreError(
+                f"drill: job {names} did not finish within {timeout:g} s; cancelled "
+                f"(logs in {running[0].folder / 'logs'})"
+            )
+        time.sleep(POLL)
+    return [d.collect() for d in drivers]
+
+
+def _timeout(opts: DrillOptions, timings: str) -> float:
+    per_restart = 200.0 if timings == "stock" else 90.0
+    training = opts.training_steps() * (opts.step_seconds + 0.05) * 3
+    return 300.0 + training + opts.preemptions * (per_restart + opts.window + opts.return_after)
+
+
+def _wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
+    """Every preemptible node idle again before the next run starts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nodes = [n for n in sandbox.client.nodes() if n.name.startswith("gpu-preemptible")]
+        if nodes and all(n.state == "IDLE" and not n.flags for n in nodes):
+            return
+        time.sleep(0.5)
+    raise SandboxError(f"the preemptible nodes were not all idle within {timeout:g} s")
+
+
+def bring_up(sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None]) -> str:
+    """The sandbox with the drill's timings; restarted only when no job is queued on it."""
+    try:
+        state = sandbox.up(stock_timings=opts.stock_timings, say=say)
+    except UsageError:
+        if _queued():
+            raise
+        say("restarting the sandbox with the drill's timings and shape (no job was queued)")
+        sandbox.down(say=say)
+        state = sandbox.up(stock_timings=opts.stock_timings, say=say)
+    return state.timings
+
+
+def _queued() -> bool:
+    from slurmpre.cmd import run
+
+    return bool(run(["squeue", "-h", "-o", "%i"], check=False, timeout=15).stdout.strip())
+
+
+def run_drill(
+    sandbox: Sandbox, opts: DrillOptions, *, say: Callable[[str], None] = print
+) -> DrillResult:
+    opts.check()
+    seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**32)
+    say(f"drill seed {seed} (rerun the same preemptions with --seed {seed})")
+    moments = schedule(opts.preemptions, seed)
+    for i, m in enumerate(moments, 1):
+        say(f"  preemption {i}: {m.describe()}")
+    raw = load_example()
+    timings = bring_up(sandbox, opts, say)
+    say(f"sandbox timings: {timings}")
+    work = opts.workdir / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    work.mkdir(parents=True, exist_ok=True)
+    say(f"folders: {work}")
+    timeout = _timeout(opts, timings)
+    _wait_whole(sandbox)
+
+    jobs: list[str] = []
+    try:
+        runs = _runs(sandbox, opts, raw, work, moments, seed, timeout, jobs, say)
+    except BaseException:
+        _clean_up(sandbox, jobs, say)
+        raise
+    _wait_whole(sandbox)
+    identical = _compare(work, runs, opts.training_steps())
+    return DrillResult(seed, opts, timings, moments, runs, identical, work)
+
+
+def _runs(
+    sandbox: Sandbox,
+    opts: DrillOptions,
+    raw: dict[str, Any],
+    work: Path,
+    moments: list[Moment],
+    seed: int,
+    timeout: float,
+    jobs: list[str],
+    say: Callable[[str], None],
+) -> dict[str, report.Observed]:
+    runs: dict[str, report.Observed] = {}
+    ref_spec = drill_spec(
+        raw, opts, work / "reference", name="drill-reference", nodes="1", constraint="standard"
+    )
+    spec = drill_spec(raw, opts, work / "slurmpre")
+    started = time.time()
+    jobs.append(ref_job := submit(ref_spec, sandbox.client).job_id)
+    jobs.append(job := submit(spec, sandbox.client).job_id)
+    say(
+        f"submitted job {job} (slurmpre, {spec.nodes} preemptible nodes) and {ref_job} "
+        "(uninterrupted reference, the standard node)"
+    )
+
+    def driver(mode: str, job_id: str, plan: list[Moment], at: float) -> Driver:
+        return Driver(sandbox, mode, job_id, work / mode, plan, opts, random.Random(seed), say, at)
+
+    runs["slurmpre"], runs["reference"] = drive(
+        [driver("slurmpre", job, moments, started), driver("reference", ref_job, [], started)],
+        timeout,
+    )
+    if opts.baseline:
+        _wait_whole(sandbox)
+        folder = work / "seeds"
+        (folder / "logs").mkdir(parents=True)
+        script = SEEDS_SCRIPT.format(
+            log=shlex.quote(str(folder / "logs" / "drill-seeds-%j.out")),
+            ckpt=shlex.quote(str(folder)),
+            python=shlex.quote(sys.executable),
+            args=" ".join(train_args(opts)),
+        )
+        started = time.time()
+        jobs.append(seeds_job := sandbox.client.submit(script))
+        say(f"submitted job {seeds_job} (the seeds' recipe, same preemptions)")
+        (runs["seeds"],) = drive([driver("seeds", seeds_job, moments, started)], timeout)
+    return runs
+
+
+def _clean_up(sandbox: Sandbox, jobs: list[str], say: Callable[[str], None]) -> None:
+    """After a failure or Ctrl-C: cancel the drill's jobs, put every node back in service."""
+    client = sandbox.client
+    for job_id in jobs:
+        with contextlib.suppress(SlurmpreError):
+            client.cancel(job_id)
+    with contextlib.suppress(SlurmpreError):
+        for node in client.nodes():
+            if node.down:
+                say(f"bringing {node.name} back")
+                restore_node(sandbox, node.name)
+            elif node.draining:
+                client.update_node(node.name, state="RESUME")
+
+
+def _compare(work: Path, runs: dict[str, report.Observed], steps: int) -> dict[str, bool]:
+    """Each run's final weights against the uninterrupted result, bit for bit."""
+    import torch
+
+    from slurmpre.drill.train import reference
+
+    expected = reference(steps)
+    out = {}
+    for name in runs:
+        path = work / name / FINAL
+        try:
+            got = torch.load(path)
+        except (OSError, RuntimeError):
+            out[name] = False
+            continue
+        out[name] = bool(got["step"] == expected["step"] and torch.equal(got["w"], expected["w"]))
+    return out
+
+
+def render(result: DrillResult) -> list[str]:
+    lines: list[str] = []
+    ref = result.runs.get("reference")
+    for name in ("slurmpre", "seeds"):
+        if name in result.runs:
+            lines += ["", *report.timeline_lines(result.runs[name])]
+    order = [n for n in ("seeds", "slurmpre") if n in result.runs]
+    summaries = [report.summarize(result.runs[n], ref, prices=result.options.prices) for n in order]
+    lines += [
+        "",
+        f"summary (sandbox timings: {result.timings}; window {result.options.window:g} s;"
+        f" seed {result.seed})",
+        *report.summary_lines(summaries),
+    ]
+    for name, same in result.identical.items():
+        lines.append(
+            f"final weights of {name}: {'identical to' if same else 'DIFFERENT from'} "
+            "the uninterrupted run's, bit for bit"
+        )
+    failures = result.failures()
+    lines.append("")
+    lines.append(
+        "slurmpre kept its promise: zero steps lost, identical weights"
+        if not failures
+        else "DRILL FAILED: " + "; ".join(failures)
+    )
+    return lines

@@ -1,0 +1,182 @@
+"""The drill's training job: small, real, and bit-for-bit deterministic.
+
+``python -m slurmpre.drill.train --steps N`` under torchrun (gloo, CPU). A
+linear model trained with SGD and momentum on data generated from the step
+number, so the result depends on nothing but the number of steps: each rank
+writes the gradient of its own samples into its rows of a (batch, dim) table,
+the table is summed over ranks (every element has one non-zero term, so the sum
+is exact), and every rank adds the rows up in the same order. The final weights
+are therefore the same bits on 1 node or 2, however often the world changes.
+
+Two ways to checkpoint:
+- ``--mode slurmpre``: resume from ``slurmpre.resume_path()``, save through
+  ``slurmpre.checkpoint`` (atomic), and on ``slurmpre.preemption_requested()``
+  save at once and stop; slurmpre requeues;
+- ``--mode seeds``: the provider's recipe: periodic saves straight into
+  ``step-N``, and after a restart (``SLURM_RESTART_COUNT`` > 0) resume from the
+  highest-numbered ``step-N``, whatever state it is in.
+
+Rank 0 appends what happened to ``<checkpoint dir>/drill-steps.jsonl`` (one
+line per step, per save, per start and end of an attempt); the drill reads it.
+Imports torch: never imported by slurmpre itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+DIM = 16
+BATCH = 32
+LOG = "drill-steps.jsonl"
+FINAL = "final.pt"
+
+
+def _batch(torch: Any, step: int) -> tuple[Any, Any]:
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(BATCH, DIM, generator=g, dtype=torch.float64)
+    w_true = torch.linspace(-1, 1, DIM, dtype=torch.float64)
+    y = x @ w_true + 0.01 * torch.randn(BATCH, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def train_step(
+    torch: Any, state: dict[str, Any], step: int, rank: int, world: int, reduce: Any
+) -> None:
+    """One step; ``reduce`` sums a tensor over ranks in place (identity when alone)."""
+    x, y = _batch(torch, step)
+    rows = torch.zeros(BATCH, DIM, dtype=torch.float64)
+    mine = torch.arange(rank, BATCH, world)
+    err = x[mine] @ state["w"] - y[mine]
+    rows[mine] = 2 * x[mine] * err[:, None] / BATCH
+    reduce(rows)
+    grad = rows.sum(dim=0)
+    state["momentum"].mul_(0.9).add_(grad)
+    state["w"].sub_(0.05 * state["momentum"])
+    state["step"].fill_(step + 1)
+
+
+def fresh_state(torch: Any) -> dict[str, Any]:
+    return {
+        "w": torch.zeros(DIM, dtype=torch.float64),
+        "momentum": torch.zeros(DIM, dtype=torch.float64),
+        "step": torch.zeros((), dtype=torch.int64),
+    }
+
+
+def reference(steps: int) -> dict[str, Any]:
+    """The uninterrupted result, computed in this process (no Slurm, no torchrun)."""
+    import torch
+
+    state = fresh_state(torch)
+    for step in range(steps):
+        train_step(torch, state, step, 0, 1, lambda _: None)
+    return {"w": state["w"], "step": int(state["step"])}
+
+
+class _Log:
+    def __init__(self, folder: Path, rank: int, attempt: int) -> None:
+        self.path = folder / LOG
+        self.rank, self.attempt = rank, attempt
+
+    def __call__(self, event: str, **fields: object) -> None:
+        if self.rank != 0:
+            return
+        line = json.dumps({"event": event, "attempt": self.attempt, "t": time.time(), **fields})
+        with self.path.open("a") as fh:
+            fh.write(line + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m slurmpre.drill.train")
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--every", type=int, default=40, help="periodic checkpoint every N steps")
+    parser.add_argument("--step-seconds", type=float, default=0.2)
+    parser.add_argument(
+        "--save-seconds", type=float, default=1.0, help="how long a checkpoint write takes"
+    )
+    parser.add_argument("--work-ms", type=float, default=0.0, help="busy compute per step")
+    parser.add_argument("--mode", choices=("slurmpre", "seeds"), default="slurmpre")
+    parser.add_argument("--checkpoint-dir", default=None, help="(seeds mode) where to save")
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint import load as dcp_load  # type: ignore[attr-defined]
+    from torch.distributed.checkpoint import save as dcp_save  # type: ignore[attr-defined]
+
+    import slurmpre
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    if args.mode == "slurmpre":
+        out = slurmpre.checkpoint_dir()
+        resume = slurmpre.resume_path()
+    else:
+        out = Path(args.checkpoint_dir or os.environ["SLURMPRE_CHECKPOINT_DIR"])
+        # The seeds' recipe: the highest-numbered folder, complete or not.
+        folders = sorted(out.glob("step-*"))
+        resume = folders[-1] if restarts and folders else None
+    log = _Log(out, rank, restarts)
+    state = fresh_state(torch)
+    if resume is not None:
+        dcp_load(state, checkpoint_id=str(resume))
+    start = int(state["step"])
+    log(
+        "begin",
+        resumed_step=start,
+        resume_path=None if resume is None else str(resume),
+        world=world,
+    )
+
+    def reduce(t: Any) -> None:
+        dist.all_reduce(t)
+
+    def save(step: int, why: str) -> None:
+        log("save-start", step=step, why=why)
+        if args.mode == "slurmpre":
+            with slurmpre.checkpoint(step) as path:
+                dcp_save(state, checkpoint_id=str(path))
+                time.sleep(args.save_seconds)
+        else:
+            path = out / f"step-{step:08d}"
+            dcp_save(state, checkpoint_id=str(path))
+            time.sleep(args.save_seconds)
+            dist.barrier()
+        log("save-end", step=step, why=why)
+
+    for step in range(start, args.steps):
+        if args.mode == "slurmpre" and slurmpre.preemption_requested():
+            # Every rank agrees on this step: save it and stop; slurmpre requeues.
+            save(step, "notice")
+            log("stop", step=step)
+            dist.barrier()
+            dist.destroy_process_group()
+            return
+        train_step(torch, state, step, rank, world, reduce)
+        log("step", step=step + 1)
+        time.sleep(args.step_seconds)
+        if args.work_ms:
+            busy_until = time.perf_counter() + args.work_ms / 1000
+            while time.perf_counter() < busy_until:
+                pass
+        done = step + 1
+        if done % args.every == 0 and done < args.steps:
+            save(done, "periodic")
+
+    if rank == 0:
+        torch.save({"w": state["w"], "step": int(state["step"])}, out / FINAL)
+    log("done", step=int(state["step"]))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    main()
