@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import Event, PreemptPlan, preempt, restore_node
+from slurmpre.sandbox.preempt import Event, InBackground, PreemptPlan, restore_node
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import slurmpre_cli, wait_for
@@ -96,27 +95,7 @@ def same_weights(a: Any, b: Any, steps: int = STEPS) -> bool:
     return bool(a["step"] == b["step"] == steps and torch.equal(a["w"], b["w"]))
 
 
-class Preemption(threading.Thread):
-    """`sandbox preempt` in the background, keeping its timeline."""
-
-    def __init__(self, sandbox: Sandbox, plan: PreemptPlan) -> None:
-        super().__init__(daemon=True)
-        self.sandbox, self.plan = sandbox, plan
-        self.events: list[Event] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.events = preempt(self.sandbox, self.plan, say=lambda _: None)
-        except BaseException as exc:  # noqa: BLE001 - reported by finish()
-            self.error = exc
-
-    def finish(self, timeout: float = 400) -> list[Event]:
-        self.join(timeout)
-        assert not self.is_alive(), "sandbox preempt did not finish"
-        if self.error is not None:
-            raise self.error
-        return self.events
+Preemption = InBackground  # `sandbox preempt` in the background, keeping its timeline
 
 
 def restore_all(sandbox: Sandbox, slurm: CommandLineSlurm) -> None:
