@@ -5,7 +5,8 @@ one listing of the folder (os.listdir), and the naive way, a stat of every
 folder's completion marker. Prints the ratios. A second folder adds 10,000 junk
 names (ignored by name, no syscall each) beside the checkpoints; a third holds
 10,000 partial checkpoints newer than the only complete one, where each must be
-looked at. Usage: python bench/resolver.py [N]
+looked at; then 10,000 junk names join them (the issue's case: target <= 50 ms
+beyond os.listdir, at most one summary line). Usage: python bench/resolver.py [N]
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmpre.job.checkpoints import MARKER, latest, step_dir_name, writing
+from slurmpre.job.checkpoints import MARKER, latest, step_dir_name, summarize, writing
 
 TARGET_MS = 50.0
 
@@ -83,13 +84,25 @@ def main() -> int:
             (folder / step_dir_name(step)).mkdir()
         partial = best_ms(lambda: latest(folder), repeat=5)
         partial_listing = best_ms(lambda: os.listdir(folder), repeat=5)
+        # The issue's case: 10,000 junk names and 10,000 partial checkpoints side by side.
+        for i in range(n):
+            (folder / f"junk-{i}").mkdir()
+        both = best_ms(lambda: latest(folder), repeat=5)
+        both_listing = best_ms(lambda: os.listdir(folder), repeat=5)
+        assert len(summarize(latest(folder).skipped)) <= 4
     print(
         f"+ {n} junk names:          best {junk[0]:7.2f} ms  median {junk[1]:7.2f} ms  "
         f"(listdir {junk_listing[1]:.2f} ms; beyond it {junk[1] - junk_listing[1]:.2f} ms)"
     )
     print(
         f"{n} partial, 1 complete:  best {partial[0]:7.2f} ms  median {partial[1]:7.2f} ms  "
-        f"(listdir {partial_listing[1]:.2f} ms; every partial is looked at)"
+        f"(listdir {partial_listing[1]:.2f} ms; beyond it {partial[1] - partial_listing[1]:.2f} ms;"
+        " every partial is looked at)"
+    )
+    beyond = both[1] - both_listing[1]
+    print(
+        f"{n} junk + {n} partial:    best {both[0]:7.2f} ms  median {both[1]:7.2f} ms  "
+        f"(listdir {both_listing[1]:.2f} ms; beyond it {beyond:.2f} ms, target <= {TARGET_MS:g})"
     )
     verdict = "meets" if resolver[1] <= TARGET_MS else "MISSES"
     print(f"{verdict} the {TARGET_MS:g} ms target (median)")

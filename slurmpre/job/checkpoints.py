@@ -304,7 +304,9 @@ def _check_dir(
         return (Format.SLURMPRE, *_check_marker(Path(path)))
     if _has(inside + DCP_METADATA):
         return (Format.DCP, *_check_dcp(Path(path)))
-    if _has(inside + HF_STATE):
+    # Only the Trainer's own `checkpoint-N` can be one of its checkpoints: one call
+    # fewer for each of the other folders.
+    if name.startswith("checkpoint") and _has(inside + HF_STATE):
         return (Format.HF, *_check_hf(Path(path), set(os.listdir(path))))  # noqa: PTH208
     if ds_tag is not None and name.startswith("global_step"):
         step = step_of(name)
