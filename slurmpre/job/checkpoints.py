@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import operator
 import os
 import re
 import shutil
@@ -48,6 +49,11 @@ _DIR_NAME = re.compile(
 )
 _CKPT_STEPPED = re.compile(r"(?:.*[-_])?step=(\d{1,18})(?:-v\d+)?\.ckpt")  # epoch=1-step=200.ckpt
 _CKPT_UNSTEPPED = re.compile(r"(?:last|epoch=\d{1,18})(?:-v\d+)?\.ckpt")  # last.ckpt, epoch=3.ckpt
+# Any name of any layout, in one call: a junk name costs one regex call, no more.
+_ANY_NAME = re.compile(
+    "|".join(f"(?:{p.pattern})" for p in (_DIR_NAME, _CKPT_STEPPED, _CKPT_UNSTEPPED))
+    + f"|{DEEPSPEED_TAG}"
+)
 _HF_WEIGHTS = re.compile(
     r"^(model|pytorch_model|adapter_model|tf_model|flax_model)[^/]*\.(safetensors|bin|pt|h5|msgpack)$"
 )
@@ -65,9 +71,11 @@ class Format(str, Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    where: str  # its path; a string, as 10,000 Path objects cost more than the whole scan
+class Checkpoint(NamedTuple):
+    """One candidate, judged. A tuple of plain values: 10,000 partial folders newer than
+    the last complete one each become one, and a frozen dataclass costs twice as much."""
+
+    where: str  # its path, as a string (a Path each costs more than the whole scan)
     step: int | None
     format: Format
     complete: bool
@@ -139,8 +147,12 @@ def _inside(path: str, root: str) -> bool:
     return real == root or real.startswith(root + os.sep)
 
 
-def _scan(folder: Path) -> _Scan:
-    """One directory read: candidates by name, the DeepSpeed tag, and what was ignored."""
+def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
+    """One directory read: candidates by name, the DeepSpeed tag, and what was ignored.
+
+    Names are matched first: a name no layout's grammar allows costs one regex call
+    and nothing else (``keep_ignored=False`` does not even record it).
+    """
     scan = _Scan([], None, [])
     try:
         entries = os.scandir(folder)
@@ -153,47 +165,78 @@ def _scan(folder: Path) -> _Scan:
     except OSError as exc:
         raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
     root = os.path.realpath(folder)
+    any_name, dir_name, file_stepped, file_unstepped = (
+        _ANY_NAME.fullmatch,
+        _DIR_NAME.fullmatch,
+        _CKPT_STEPPED.fullmatch,
+        _CKPT_UNSTEPPED.fullmatch,
+    )
+    ignored = scan.ignored.append if keep_ignored else (lambda _: None)
     with entries:
         for entry in entries:
             name = entry.name
-            if name.startswith("."):
+            if name[0] == ".":
                 continue  # our own in-flight commits, and other hidden files
+            if any_name(name) is None:
+                ignored(Ignored(name, "not a checkpoint name"))
+                continue
+            as_dir = dir_name(name)
+            as_file = None if as_dir else (file_stepped(name) or file_unstepped(name))
             try:
                 is_dir = entry.is_dir()
                 is_file = not is_dir and entry.is_file()
                 linked = entry.is_symlink()
             except OSError as exc:
                 loop = exc.errno == errno.ELOOP
-                why = "a broken symlink, or a symlink loop" if loop else f"cannot be read: {exc}"
-                scan.ignored.append(Ignored(name, why))
+                ignored(
+                    Ignored(
+                        name,
+                        "a broken symlink, or a symlink loop" if loop else f"cannot be read: {exc}",
+                    )
+                )
                 continue
             if linked and not (is_dir or is_file):
-                scan.ignored.append(Ignored(name, "a broken symlink, or a symlink loop"))
+                ignored(Ignored(name, "a broken symlink, or a symlink loop"))
                 continue
-            if name == DEEPSPEED_TAG and is_file:
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    scan.tag = Path(entry.path).read_text().strip() or None
+            if name == DEEPSPEED_TAG:
+                if is_file:
+                    with contextlib.suppress(OSError, UnicodeDecodeError):
+                        scan.tag = Path(entry.path).read_text().strip() or None
+                else:
+                    ignored(Ignored(name, "not a checkpoint name"))
                 continue
-            m = (_DIR_NAME if is_dir else _CKPT_STEPPED).fullmatch(name)
-            if m is None and (is_dir or not _CKPT_UNSTEPPED.fullmatch(name)):
-                scan.ignored.append(Ignored(name, "not a checkpoint name"))
+            m = as_dir if is_dir else as_file
+            if m is None:
+                ignored(Ignored(name, "not a checkpoint name"))
                 continue
             if linked and not _inside(entry.path, root):
-                scan.ignored.append(Ignored(name, "a symlink to outside the checkpoint folder"))
+                ignored(Ignored(name, "a symlink to outside the checkpoint folder"))
                 continue
-            step = None if m is None or m.lastindex is None else int(m[m.lastindex])
+            step = None if m.lastindex is None else int(m[m.lastindex])
             scan.candidates.append(_Candidate(entry.path, name, step, is_dir))
     return scan
+
+
+_BY_STEP_AND_NAME = operator.attrgetter("step", "name")
 
 
 def _order(candidates: list[_Candidate]) -> list[_Candidate]:
     """Newest first: by step; for one step in two spellings, slurmpre's canonical
     ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first."""
     stepped = sorted(
-        (c for c in candidates if c.step is not None),
-        key=lambda c: (c.step, canonical(c.name, c.step), c.name),
-        reverse=True,
+        (c for c in candidates if c.step is not None), key=_BY_STEP_AND_NAME, reverse=True
     )
+    # Ties are rare: fix their order afterwards rather than format a name per candidate.
+    i = 0
+    while i < len(stepped):
+        j = i + 1
+        while j < len(stepped) and stepped[j].step == stepped[i].step:
+            j += 1
+        if j - i > 1:
+            stepped[i:j] = sorted(
+                stepped[i:j], key=lambda c: (canonical(c.name, c.step), c.name), reverse=True
+            )
+        i = j
     unstepped = [c for c in candidates if c.step is None]
 
     def mtime(c: _Candidate) -> float:
@@ -290,23 +333,18 @@ def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
 _NO_MARK = "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)"
 
 
-def _has(path: str) -> bool:
-    # access(2) answers without raising: a third of a failed stat's cost, which
-    # matters when 10,000 partial folders newer than the last complete one are judged.
-    return os.access(path, os.F_OK)
-
-
 def _check_dir(
     path: str, name: str, ds_tag_step: int | None, ds_tag: str | None
 ) -> tuple[Format, bool, str]:
+    # access(2) answers without raising, a third of a failed stat's cost: 10,000 partial
+    # folders newer than the last complete one each cost two calls here, and nothing more.
     inside = path + os.sep
-    if _has(inside + MARKER):
+    if os.access(inside + MARKER, os.F_OK):
         return (Format.SLURMPRE, *_check_marker(Path(path)))
-    if _has(inside + DCP_METADATA):
+    if os.access(inside + DCP_METADATA, os.F_OK):
         return (Format.DCP, *_check_dcp(Path(path)))
-    # Only the Trainer's own `checkpoint-N` can be one of its checkpoints: one call
-    # fewer for each of the other folders.
-    if name.startswith("checkpoint") and _has(inside + HF_STATE):
+    # Only the Trainer writes trainer_state.json, and always into its `checkpoint-N`.
+    if name.startswith("checkpoint") and os.access(inside + HF_STATE, os.F_OK):
         return (Format.HF, *_check_hf(Path(path), set(os.listdir(path))))  # noqa: PTH208
     if ds_tag is not None and name.startswith("global_step"):
         step = step_of(name)
@@ -315,14 +353,16 @@ def _check_dir(
                 return Format.DEEPSPEED, True, f"at or before the '{DEEPSPEED_TAG}' tag {ds_tag}"
             return Format.DEEPSPEED, False, "empty folder"
         return Format.DEEPSPEED, False, f"newer than the '{DEEPSPEED_TAG}' tag {ds_tag}: unfinished"
-    return Format.UNKNOWN, False, _NO_MARK
+    return _UNMARKED
 
 
-def _judge(c: _Candidate, ds_tag: str | None) -> Checkpoint:
+_UNMARKED = (Format.UNKNOWN, False, _NO_MARK)
+
+
+def _judge(c: _Candidate, ds_tag: str | None, ds_step: int | None) -> Checkpoint:
     if not c.is_dir:
         ok, why = _zip_complete(Path(c.path))
         return Checkpoint(c.path, c.step, Format.LIGHTNING, ok, why)
-    ds_step = step_of(ds_tag) if ds_tag else None
     try:
         fmt, ok, why = _check_dir(c.path, c.name, ds_step, ds_tag)
     except OSError as exc:
@@ -347,13 +387,14 @@ def _deepspeed_target_missing(
 def latest(folder: Path | str) -> Resolution:
     """The newest complete checkpoint under ``folder`` (None if there is none)."""
     folder = Path(folder)
-    scan = _scan(folder)
+    scan = _scan(folder, keep_ignored=False)
     skipped: list[Checkpoint] = []
     missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
     if missing is not None:
         skipped.append(missing)
+    ds_step = step_of(scan.tag) if scan.tag else None
     for cand in _order(scan.candidates):
-        judged = _judge(cand, scan.tag)
+        judged = _judge(cand, scan.tag, ds_step)
         if judged.complete:
             return Resolution(judged, tuple(skipped))
         skipped.append(judged)
@@ -364,7 +405,8 @@ def list_all(folder: Path | str) -> list[Checkpoint]:
     """Every checkpoint candidate, newest first, each judged."""
     folder = Path(folder)
     scan = _scan(folder)
-    out = [_judge(c, scan.tag) for c in _order(scan.candidates)]
+    ds_step = step_of(scan.tag) if scan.tag else None
+    out = [_judge(c, scan.tag, ds_step) for c in _order(scan.candidates)]
     missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
     return ([missing] if missing else []) + out
 
