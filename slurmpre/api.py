@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from filelock import Timeout
+
 from slurmpre.access import Access, make_dir, make_dirs, touch
 from slurmpre.access import from_env as access_from_env
 from slurmpre.atomic import write_atomic
@@ -156,6 +158,46 @@ def checkpoint(
     tag = _attempt_tag(env, target)
     incoming = checkpoints.incoming_path(target, step, tag)
     access = _access(env)
+    with _writing(target, access, rank, timeout):
+        yield from _write(target, step, env, dist, rank, world, tag, incoming, access, timeout)
+
+
+@contextlib.contextmanager
+def _writing(target: Path, access: Access, rank: int, timeout: float) -> Iterator[None]:
+    """Rank 0 holds the folder's writing lock from the first byte to the commit, so
+    `slurmpre ckpt prune` never decides while a checkpoint is being written."""
+    ledger = Ledger(target, access=access)
+    if rank != 0 or not ledger.dir.is_dir():
+        yield
+        return
+    try:
+        lock = ledger.writing_lock(timeout)
+        lock.acquire()
+    except Timeout:
+        raise CheckpointError(
+            f"could not take {ledger.dir / 'writing.lock'} within {timeout:g} s "
+            "(is `slurmpre ckpt prune` stuck?)"
+        ) from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot lock {ledger.dir}: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _write(
+    target: Path,
+    step: int,
+    env: Mapping[str, str],
+    dist: Any,
+    rank: int,
+    world: int,
+    tag: str,
+    incoming: Path,
+    access: Access,
+    timeout: float,
+) -> Iterator[Path]:
     try:
         make_dirs(target, access)
         make_dir(incoming, access, exist_ok=True)  # every rank may be first

@@ -209,7 +209,7 @@ def submit_cmd(
 # -- checkpoints -----------------------------------------------------------------
 @cli.group()
 def ckpt() -> None:
-    """Checkpoints in a folder: the newest complete one, or all of them."""
+    """Checkpoints in a folder: the newest complete one, all of them, one checked, pruning."""
 
 
 def _folder(value: str) -> Path:
@@ -259,6 +259,77 @@ def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
         click.echo(f"{step:>10}  {state:<10}  {c.format.value:<10}  {c.path.name}  ({c.reason})")
     for i in others:
         click.echo(f"{'-':>10}  {'ignored':<10}  {'':<10}  {i.name}  ({i.reason})")
+
+
+@ckpt.command("verify")
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ckpt_verify(path: str, as_json: bool) -> None:
+    """Say whether the checkpoint at PATH is complete, and why (exit 1 if it is not)."""
+    from slurmpre.errors import CheckpointError
+    from slurmpre.job.checkpoints import judge
+
+    found = judge(_folder(path))
+    if as_json:
+        click.echo(json.dumps(found.as_dict(), indent=2))
+    else:
+        state = "complete" if found.complete else "INCOMPLETE"
+        step = "-" if found.step is None else found.step
+        click.echo(f"{state}: {found.where} (step {step}, {found.format.value}): {found.reason}")
+    if not found.complete:
+        raise CheckpointError(f"{path!r} is not a complete checkpoint: {found.reason}")
+
+
+@ckpt.command("prune")
+@click.argument("folder")
+@click.option("--keep", type=int, required=True, help="How many newest complete ones to keep.")
+@click.option("--dry-run", is_flag=True, help="Say what would go; remove nothing.")
+@click.option(
+    "--wait",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait while a checkpoint is being written.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool) -> None:
+    """Remove old checkpoints and dead attempts' leftovers from FOLDER, never what a job needs.
+
+    Kept whatever --keep says: the newest complete checkpoint, any a live job
+    resumed from, partial ones newer than the newest complete, and everything
+    while a checkpoint is being written.
+    """
+    from slurmpre.prune import human, prune
+    from slurmpre.slurm.client import default_client
+
+    done = prune(
+        _folder(folder),
+        keep,
+        default_client(),
+        dry_run=dry_run,
+        wait=wait,
+        say=lambda line: click.echo(f"slurmpre: {line}", err=True),
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "dry_run": done.dry_run,
+                    "removed": [e.__dict__ for e in done.removed],
+                    "kept": [{"name": e.name, "why": e.why} for e in done.kept],
+                    "freed_bytes": done.freed,
+                },
+                indent=2,
+            )
+        )
+        return
+    verb = "would remove" if dry_run else "removed"
+    for e in done.removed:
+        click.echo(f"{verb} {e.name} ({human(e.size)}): {e.why}")
+    for e in done.kept:
+        click.echo(f"kept {e.name}: {e.why}")
+    freed = "would free" if dry_run else "freed"
+    click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
 
 
 @cli.command(

@@ -401,6 +401,20 @@ def latest(folder: Path | str) -> Resolution:
     return Resolution(None, tuple(skipped))
 
 
+def judge(path: Path | str) -> Checkpoint:
+    """One checkpoint (a folder or a Lightning file), judged as the resolver would."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{str(path)!r} does not exist")
+    if not (path.is_dir() or path.is_file()):
+        raise CheckpointError(f"{str(path)!r} is neither a folder nor a file")
+    tag = None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        tag = (path.parent / DEEPSPEED_TAG).read_text().strip() or None
+    cand = _Candidate(str(path), path.name, step_of(path.name), path.is_dir())
+    return _judge(cand, tag, step_of(tag) if tag else None)
+
+
 def list_all(folder: Path | str) -> list[Checkpoint]:
     """Every checkpoint candidate, newest first, each judged."""
     folder = Path(folder)
@@ -543,6 +557,7 @@ def writing(
 _LEFTOVER = re.compile(
     r"^\.(?:sync)?\.?incoming-step-(?P<step>\d+)-(?P<tag>[A-Za-z0-9_.-]+?)(?:\.stale-\d+)?$"
     r"|^\.(?:partial|duplicate)-step-\d+-\d+$"
+    r"|^\.pruned-.+$"  # what `ckpt prune` set aside and did not get to delete
 )
 
 

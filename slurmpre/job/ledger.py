@@ -66,6 +66,11 @@ class Ledger:
     def _lock(self, timeout: float = 60.0) -> FileLock:
         return FileLock(str(self.dir / "ledger.lock"), timeout=timeout, mode=self.access.file_mode)
 
+    def writing_lock(self, timeout: float) -> FileLock:
+        """Held by rank 0 while a checkpoint is written and committed, and by
+        `ckpt prune` while it decides what to remove: never both at once."""
+        return FileLock(str(self.dir / "writing.lock"), timeout=timeout, mode=self.access.file_mode)
+
     def ensure(self) -> None:
         """Create the ledger folder; an existing one is set to the access's mode."""
         try:

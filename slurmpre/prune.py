@@ -1,0 +1,237 @@
+"""Pruning a checkpoint folder from the login node: old checkpoints go, what a job needs stays.
+
+`slurmpre ckpt prune DIR --keep N` never removes, whatever N says:
+- the newest complete checkpoint (the next attempt resumes from it);
+- a checkpoint any attempt of a live job resumed from (the ledger's start
+  records; Slurm says which jobs are live, and a job it cannot judge counts as live);
+- a partial checkpoint newer than the newest complete one (it may still be written);
+- the in-flight folders of live jobs;
+- anything while a checkpoint is being written: it takes the folder's writing
+  lock, which rank 0 holds from a checkpoint's first byte to its commit.
+
+It removes complete checkpoints older than the newest N, partial ones older than
+the newest complete, and what dead attempts left (in-flight, stale, partial and
+duplicate folders). Under the lock it only renames each victim to a hidden
+``.pruned-`` name (fast, and invisible to the resolver); the deletion happens
+after the lock is released, and a prune killed midway leaves only such names,
+which the next prune (or the next attempt's start) removes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import Timeout
+
+from slurmpre.errors import CheckpointError, SlurmError, UsageError
+from slurmpre.job.checkpoints import Checkpoint, list_all
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.owner import recorded_jobs
+from slurmpre.slurm.client import SlurmClient
+
+PRUNED = ".pruned-"
+# Hidden folders slurmpre itself leaves: in-flight (with the attempt tag that wrote
+# them), their sync marks, stale tries, partial and duplicate steps set aside, and
+# what an earlier prune renamed but did not get to delete.
+_LEFTOVER = re.compile(
+    r"^\.(?:sync)?\.?incoming-step-\d+-(?P<tag>[A-Za-z0-9_.-]+?)(?:\.stale-\d+)?$"
+    r"|^\.(?:partial|duplicate)-step-\d+-\d+$"
+    r"|^\.pruned-.+$"
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    why: str
+    size: int  # bytes, -1 when it could not be measured
+
+
+@dataclass(frozen=True)
+class Pruned:
+    removed: tuple[Entry, ...]
+    kept: tuple[Entry, ...]
+    dry_run: bool
+
+    @property
+    def freed(self) -> int:
+        return sum(e.size for e in self.removed if e.size > 0)
+
+
+def size_of(path: Path) -> int:
+    """Bytes under ``path`` (symlinks not followed); -1 if it cannot be read."""
+    try:
+        if not path.is_dir() or path.is_symlink():
+            return path.lstat().st_size
+        total = 0
+        for root, _, files in os.walk(path):
+            for name in files:
+                total += (Path(root) / name).lstat().st_size
+        return total
+    except OSError:
+        return -1
+
+
+def live_jobs(
+    ledger: Ledger, client: SlurmClient, say: Callable[[str], None] = lambda _: None
+) -> set[str]:
+    """Jobs the ledger names that may still run: live in Slurm, or not judged."""
+    live = set()
+    for job in recorded_jobs(ledger):
+        try:
+            info = client.job(job)
+        except SlurmError as exc:
+            text = str(exc)
+            if "Invalid job id" in text:
+                continue  # long gone
+            say(f"cannot tell whether job {job} still runs: keeping what it may need")
+            live.add(job)
+            continue
+        if not info.finished:
+            live.add(job)
+    return live
+
+
+def decide(
+    folder: Path, keep: int, live: set[str], ledger: Ledger
+) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+    """(to remove, to keep), each with why; reads the folder and the ledger only."""
+    found = [c for c in list_all(folder) if os.path.lexists(c.where)]
+    complete = [c for c in found if c.complete]
+    newest = complete[0] if complete else None
+    resumed = {
+        os.path.realpath(str(r["resume_from"]))
+        for r in ledger.records()
+        if r.get("event") == "start" and str(r.get("job")) in live and r.get("resume_from")
+    }
+    remove: list[tuple[Path, str]] = []
+    kept: list[tuple[Path, str]] = []
+    position = {c.where: i for i, c in enumerate(found)}
+
+    def verdict(c: Checkpoint) -> str | None:
+        """Why ``c`` stays, or None if it can go."""
+        if c is newest:
+            return "the newest complete checkpoint"
+        if os.path.realpath(c.where) in resumed:
+            return "a live job resumed from it"
+        if newest is None or position[c.where] < position[newest.where]:
+            return "partial, newer than the newest complete: it may still be written"
+        if c.complete and complete.index(c) < keep:
+            return f"among the newest {keep} complete"
+        return None
+
+    for c in found:
+        why = verdict(c)
+        if why is None:
+            what = "complete" if c.complete else "partial"
+            reason = f"{what}, older than the newest {keep} complete"
+            if not c.complete:
+                reason = "partial, older than the newest complete checkpoint"
+            remove.append((Path(c.where), reason))
+        else:
+            kept.append((Path(c.where), why))
+    live_tags = tuple(f"{job}-" for job in live)
+    try:
+        names = sorted(os.listdir(folder))  # noqa: PTH208
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {str(folder)!r}: {exc.strerror}") from None
+    for name in names:
+        m = _LEFTOVER.match(name)
+        if m is None:
+            continue
+        tag = m.group("tag")
+        if tag is not None and tag.startswith(live_tags):
+            kept.append((folder / name, "in flight in a live job"))
+        else:
+            remove.append((folder / name, "left by a dead attempt"))
+    return remove, kept
+
+
+def prune(
+    folder: Path,
+    keep: int,
+    client: SlurmClient,
+    *,
+    dry_run: bool = False,
+    wait: float = 60.0,
+    say: Callable[[str], None] = lambda _: None,
+) -> Pruned:
+    if keep < 1:
+        raise UsageError(f"--keep {keep}: keep 1 or more (the newest complete one always stays)")
+    if not wait >= 0:
+        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist")
+    ledger = Ledger(folder)
+    if not ledger.dir.is_dir():
+        # Nothing of slurmpre's here, so no rank 0 takes the writing lock: refuse
+        # rather than guess whether something writes into the folder right now.
+        raise CheckpointError(
+            f"{str(folder)!r} has no {ledger.dir.name}/ folder: slurmpre does not know "
+            "what writes here, so it prunes nothing"
+        )
+    live = live_jobs(ledger, client, say)
+    try:
+        with ledger.writing_lock(wait):
+            remove, kept = decide(folder, keep, live, ledger)
+            sized = [(path, why, size_of(path)) for path, why in remove]
+            if not dry_run:
+                sized = [(_set_aside(path), why, size) for path, why, size in sized]
+    except Timeout:
+        raise CheckpointError(
+            f"a checkpoint is being written in {str(folder)!r} (its writing lock was held for "
+            f"{wait:g} s): nothing removed; try again, or wait longer with --wait"
+        ) from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot prune {str(folder)!r}: {exc.strerror or exc}") from None
+    removed = []
+    for aside, why, size in sized:
+        if not dry_run:
+            _delete(aside)
+        removed.append(Entry(_shown_name(aside), why, size))
+    return Pruned(
+        tuple(removed),
+        tuple(Entry(path.name, why, -1) for path, why in kept),
+        dry_run,
+    )
+
+
+def _set_aside(path: Path) -> Path:
+    if path.name.startswith(PRUNED):
+        return path
+    aside = path.with_name(f"{PRUNED}{path.name}-{time.time_ns()}")
+    path.rename(aside)
+    return aside
+
+
+def _shown_name(path: Path) -> str:
+    name = path.name
+    if name.startswith(PRUNED) and name.count("-") >= 2:
+        inner = name[len(PRUNED) :]
+        head, _, stamp = inner.rpartition("-")
+        return head if stamp.isdigit() else inner
+    return name
+
+
+def _delete(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def human(size: int) -> str:
+    if size < 0:
+        return "?"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
