@@ -198,6 +198,7 @@ def _write(
     access: Access,
     timeout: float,
 ) -> Iterator[Path]:
+    began = time.time()
     try:
         make_dirs(target, access)
         make_dir(incoming, access, exist_ok=True)  # every rank may be first
@@ -222,7 +223,7 @@ def _write(
         except BaseException as exc:
             meet.verdict(None, exc)
             raise
-        _record_commit(env, target, step, final, access)
+        _record_commit(env, target, step, final, access, time.time() - began)
     meet.verdict(final, None)
 
 
@@ -234,7 +235,7 @@ def _access(env: Mapping[str, str]) -> Access:
 
 
 def _record_commit(
-    env: Mapping[str, str], target: Path, step: int, final: Path, access: Access
+    env: Mapping[str, str], target: Path, step: int, final: Path, access: Access, seconds: float
 ) -> None:
     if not env.get("SLURMPRE_JOB_TAG"):
         return
@@ -248,6 +249,7 @@ def _record_commit(
                 "step": step,
                 "path": str(final),
                 "after_notice": _gate.agreed,
+                "seconds": round(seconds, 3),  # writing and committing it (`slurmpre plan`)
             }
         )
     except CheckpointError as exc:

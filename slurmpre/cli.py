@@ -332,6 +332,80 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
     click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
 
 
+# -- plan ----------------------------------------------------------------------
+@cli.command()
+@click.argument("folders", nargs=-1)
+@click.option("--checkpoint-seconds", type=float, default=None, help="One checkpoint's write.")
+@click.option("--mtbf", type=float, default=None, help="Seconds of running per preemption.")
+@click.option("--restart-seconds", type=float, default=None, help="Requeue to training again.")
+@click.option("--window", type=float, default=None, help="Drain to removal (default 300).")
+@click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
+@click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
+@click.option("--price", type=float, default=2.0, show_default=True, help="On-demand $/GPU-hour.")
+@click.option(
+    "--discount", type=float, default=0.5, show_default=True, help="Preemptible discount."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plan(
+    folders: tuple[str, ...],
+    checkpoint_seconds: float | None,
+    mtbf: float | None,
+    restart_seconds: float | None,
+    window: float | None,
+    margin: float | None,
+    notice_seconds: float | None,
+    price: float,
+    discount: float,
+    as_json: bool,
+) -> None:
+    """How often to checkpoint, the goodput, and the cost per useful GPU-hour.
+
+    Measures what it can in the ledgers of the checkpoint FOLDERS given (checkpoint
+    write time, running time per preemption, requeue to next start); options override.
+    """
+    from slurmpre import defaults
+    from slurmpre.job.ledger import Ledger
+    from slurmpre.plan import Inputs, lines, make_plan, measure
+
+    records: list[dict[str, Any]] = []
+    for folder in folders:
+        ledger = Ledger(_folder(folder))
+        if not ledger.path.is_file():
+            raise UsageError(f"{folder!r} has no ledger ({ledger.path} does not exist)")
+        records += ledger.records()
+    seen = measure(records)
+    sources = []
+
+    def pick(given: float | None, measured: float | None, flag: str, what: str) -> float:
+        if given is not None:
+            return given
+        if measured is None:
+            where = "in the ledger(s)" if folders else "(no checkpoint folder given)"
+            raise UsageError(f"no {what} measured {where}: give {flag}")
+        sources.append(f"{what} {measured:.4g} s")
+        return measured
+
+    inputs = Inputs(
+        checkpoint_s=pick(
+            checkpoint_seconds, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint write"
+        ),
+        mtbf_s=pick(mtbf, seen.mtbf_s, "--mtbf", "running time per preemption"),
+        restart_s=pick(restart_seconds, seen.restart_s, "--restart-seconds", "restart"),
+        window_s=defaults.PREEMPT_WINDOW if window is None else window,
+        margin_s=defaults.SAFETY_MARGIN if margin is None else margin,
+        notice_s=defaults.POLL_INTERVAL if notice_seconds is None else notice_seconds,
+        price=price,
+        discount=discount,
+        sources=tuple(sources),
+    )
+    result = make_plan(inputs)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    for line in lines(result):
+        click.echo(line)
+
+
 @cli.command(
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},

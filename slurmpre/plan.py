@@ -1,0 +1,225 @@
+"""How often to checkpoint on preemptible nodes, and what a useful GPU-hour then costs.
+
+The model (docs/plan.md has it with a worked example). Preemptions come at
+random, a mean ``mtbf`` seconds of running apart. A checkpoint takes
+``checkpoint`` seconds to write; after a preemption the job needs ``restart``
+seconds (requeue, queue, start-up, loading) before it trains again.
+
+- Periodic checkpoints only (the seeds' recipe): the interval is Daly's optimum
+  ``tau = sqrt(2 d M) (1 + sqrt(d / 2M) / 3 + (d / 2M) / 9) - d`` (``M`` when
+  ``d >= 2M``; Young's first-order ``sqrt(2 d M)`` is given beside it), and the
+  goodput is Daly's expectation for exponential failures,
+  ``tau / (M e^(R/M) (e^((tau + d)/M) - 1))``.
+- Just in time (slurmpre): the drain is seen within ``notice`` seconds, during
+  which training goes on, then one checkpoint is written and the job requeues:
+  nothing is lost, and each preemption costs ``d + R``, so the goodput is
+  ``M / (M + d + R)``; if ``notice + d`` does not fit in the window minus the
+  safety margin, just in time cannot work and the plan says so.
+
+A useful GPU-hour costs the preemptible price divided by the goodput, against
+the on-demand price (goodput 1: nothing preempts it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from slurmpre import defaults
+from slurmpre.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Inputs:
+    checkpoint_s: float
+    mtbf_s: float
+    restart_s: float
+    window_s: float = float(defaults.PREEMPT_WINDOW)
+    margin_s: float = float(defaults.SAFETY_MARGIN)
+    notice_s: float = float(defaults.POLL_INTERVAL)
+    price: float = 2.0  # on-demand, per GPU-hour
+    discount: float = 0.5  # preemptible = price * (1 - discount)
+    sources: tuple[str, ...] = ()  # where each measured value came from
+
+    def check(self) -> None:
+        for name, value, low in (
+            ("--checkpoint-seconds", self.checkpoint_s, 0.0),
+            ("--mtbf", self.mtbf_s, 1e-9),
+            ("--restart-seconds", self.restart_s, 0.0),
+            ("--window", self.window_s, 1e-9),
+            ("--margin", self.margin_s, 0.0),
+            ("--notice-seconds", self.notice_s, 0.0),
+            ("--price", self.price, 0.0),
+        ):
+            if not math.isfinite(value) or value < low:
+                more = "more than 0" if low else "0 or more"
+                raise UsageError(f"{name} {value:g}: must be a finite number, {more}")
+        if not 0 <= self.discount < 1:
+            raise UsageError(f"--discount {self.discount:g}: must be from 0 to below 1")
+
+
+@dataclass(frozen=True)
+class Plan:
+    inputs: Inputs
+    young_interval_s: float
+    daly_interval_s: float
+    periodic_goodput: float
+    jit_fits: bool
+    jit_goodput: float | None
+    on_demand_cost: float  # per useful GPU-hour
+    periodic_cost: float
+    jit_cost: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        i = self.inputs
+        return {
+            "inputs": {
+                "checkpoint_seconds": i.checkpoint_s,
+                "mtbf_seconds": i.mtbf_s,
+                "restart_seconds": i.restart_s,
+                "window_seconds": i.window_s,
+                "margin_seconds": i.margin_s,
+                "notice_seconds": i.notice_s,
+                "price_per_gpu_hour": i.price,
+                "discount": i.discount,
+                "measured": list(i.sources),
+            },
+            "periodic": {
+                "young_interval_seconds": self.young_interval_s,
+                "daly_interval_seconds": self.daly_interval_s,
+                "goodput": self.periodic_goodput,
+                "cost_per_useful_gpu_hour": self.periodic_cost,
+            },
+            "just_in_time": {
+                "fits_in_window": self.jit_fits,
+                "goodput": self.jit_goodput,
+                "cost_per_useful_gpu_hour": self.jit_cost,
+            },
+            "on_demand_cost_per_gpu_hour": self.on_demand_cost,
+        }
+
+
+def young(d: float, m: float) -> float:
+    return math.sqrt(2 * d * m)
+
+
+def daly(d: float, m: float) -> float:
+    if d >= 2 * m:
+        return m
+    x = d / (2 * m)
+    return math.sqrt(2 * d * m) * (1 + math.sqrt(x) / 3 + x / 9) - d
+
+
+def periodic_goodput(tau: float, d: float, m: float, r: float) -> float:
+    if tau <= 0:
+        return 0.0
+    return tau / (m * math.exp(r / m) * math.expm1((tau + d) / m))
+
+
+def make_plan(i: Inputs) -> Plan:
+    i.check()
+    d, m, r = i.checkpoint_s, i.mtbf_s, i.restart_s
+    tau = daly(d, m)
+    periodic = periodic_goodput(tau, d, m, r) if d > 0 else m / (m + r)
+    fits = i.notice_s + d <= i.window_s - i.margin_s
+    jit = m / (m + d + r) if fits else None
+    pre = i.price * (1 - i.discount)
+    return Plan(
+        inputs=i,
+        young_interval_s=young(d, m),
+        daly_interval_s=tau,
+        periodic_goodput=periodic,
+        jit_fits=fits,
+        jit_goodput=jit,
+        on_demand_cost=i.price,
+        periodic_cost=pre / periodic if periodic > 0 else math.inf,
+        jit_cost=pre / jit if jit else None,
+    )
+
+
+@dataclass(frozen=True)
+class Measured:
+    checkpoint_s: float | None
+    mtbf_s: float | None
+    restart_s: float | None
+    checkpoints: int
+    preemptions: int
+    running_s: float
+
+
+def measure(records: list[dict[str, Any]]) -> Measured:
+    """From attempt ledgers: the median checkpoint write, the running time per preemption
+    (drain notices that ended an attempt), and the median requeue -> next start."""
+    writes = [
+        float(r["seconds"])
+        for r in records
+        if r.get("event") == "checkpoint" and isinstance(r.get("seconds"), int | float)
+    ]
+    running = sum(
+        float(r["seconds"])
+        for r in records
+        if r.get("event") == "end" and isinstance(r.get("seconds"), int | float)
+    )
+    preempted = {
+        (r.get("job"), r.get("attempt"))
+        for r in records
+        if r.get("event") == "notice" and r.get("kind") == "drain"
+    }
+    starts = {
+        (r.get("job"), r.get("attempt")): float(r["time"])
+        for r in records
+        if r.get("event") == "start" and isinstance(r.get("time"), int | float)
+    }
+    restarts = []
+    for r in records:
+        if r.get("event") != "requeued" or not isinstance(r.get("requeued_at"), int | float):
+            continue
+        attempt = r.get("attempt")
+        nxt = starts.get((r.get("job"), attempt + 1 if isinstance(attempt, int) else None))
+        if nxt is not None:
+            restarts.append(nxt - float(r["requeued_at"]))
+    return Measured(
+        checkpoint_s=statistics.median(writes) if writes else None,
+        mtbf_s=running / len(preempted) if preempted and running > 0 else None,
+        restart_s=statistics.median(restarts) if restarts else None,
+        checkpoints=len(writes),
+        preemptions=len(preempted),
+        running_s=running,
+    )
+
+
+def lines(plan: Plan) -> list[str]:
+    i = plan.inputs
+
+    def money(value: float | None) -> str:
+        return "-" if value is None else f"${value:.3f}"
+
+    out = [
+        f"checkpoint write {i.checkpoint_s:g} s, one preemption per {i.mtbf_s / 3600:.2f} h "
+        f"of running, restart {i.restart_s:g} s, window {i.window_s:g} s "
+        f"(margin {i.margin_s:g} s, notice within {i.notice_s:g} s)",
+    ]
+    if i.sources:
+        out.append("measured in the ledger(s): " + ", ".join(i.sources))
+    out += [
+        "",
+        f"{'':38}{'goodput':>9}{'per useful GPU-hour':>22}",
+        f"{'on-demand':38}{1.0:>9.3f}{money(plan.on_demand_cost):>22}",
+        f"{'preemptible, periodic every ' + f'{plan.daly_interval_s:.0f} s':38}"
+        f"{plan.periodic_goodput:>9.3f}{money(plan.periodic_cost):>22}",
+    ]
+    if plan.jit_goodput is not None:
+        out.append(
+            f"{'preemptible, just in time (slurmpre)':38}"
+            f"{plan.jit_goodput:>9.3f}{money(plan.jit_cost):>22}"
+        )
+    else:
+        out.append(
+            f"just in time does not fit: notice {i.notice_s:g} s + write {i.checkpoint_s:g} s "
+            f"> window {i.window_s:g} s - margin {i.margin_s:g} s; checkpoint periodically"
+        )
+    daly_s, young_s = plan.daly_interval_s, plan.young_interval_s
+    out.append(f"periodic interval: Daly {daly_s:.0f} s (Young {young_s:.0f} s)")
+    return out

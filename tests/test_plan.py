@@ -1,0 +1,120 @@
+"""`slurmpre plan`: Young/Daly interval, goodput and cost, against values computed by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from slurmpre.errors import UsageError
+from slurmpre.job.ledger import Ledger
+from slurmpre.plan import Inputs, make_plan, measure
+
+from tests.conftest import slurmpre_cli
+
+# (checkpoint s, mtbf s, restart s) -> Young, Daly, periodic goodput, just-in-time goodput,
+# periodic and just-in-time cost per useful GPU-hour at $2.00 on demand, 50 % off.
+# Worked by hand (docs/plan.md shows the first one step by step).
+HAND = [
+    ((60, 14400, 300), 1314.53, 1274.84, 0.89268, 0.97561, 1.1202, 1.0250),
+    # a 10-minute checkpoint cannot fit in 300 s - 30 s: no just in time
+    ((600, 7200, 600), 2939.39, 2553.00, 0.59373, None, 1.6843, None),
+    # d >= 2M: Daly's interval is M itself; goodput 1 / (e^3.5 - 1)
+    ((100, 40, 0), 89.44, 40.00, 0.03114, 0.28571, 32.1155, 3.5000),
+    # a free checkpoint: only the restart costs
+    ((0, 1000, 100), 0.00, 0.00, 0.90909, 0.90909, 1.1000, 1.1000),
+]
+
+
+@pytest.mark.parametrize(("given", "young", "daly", "periodic", "jit", "p_cost", "j_cost"), HAND)
+def test_matches_hand_computed_values(
+    given: tuple[float, float, float],
+    young: float,
+    daly: float,
+    periodic: float,
+    jit: float | None,
+    p_cost: float,
+    j_cost: float | None,
+) -> None:
+    plan = make_plan(Inputs(*given))
+    assert plan.young_interval_s == pytest.approx(young, abs=0.01)
+    assert plan.daly_interval_s == pytest.approx(daly, abs=0.01)
+    assert plan.periodic_goodput == pytest.approx(periodic, abs=1e-4)
+    assert plan.periodic_cost == pytest.approx(p_cost, abs=1e-3)
+    if jit is None:
+        assert not plan.jit_fits and plan.jit_goodput is None and plan.jit_cost is None
+    else:
+        assert plan.jit_goodput == pytest.approx(jit, abs=1e-5)
+        assert plan.jit_cost == pytest.approx(j_cost, abs=1e-3)
+    assert plan.on_demand_cost == 2.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("mtbf_s", 0.0, "--mtbf"),
+        ("checkpoint_s", -1.0, "--checkpoint-seconds"),
+        ("restart_s", float("nan"), "--restart-seconds"),
+        ("price", float("inf"), "--price"),
+        ("discount", 1.0, "--discount"),
+    ],
+)
+def test_impossible_inputs_are_refused_by_name(field: str, value: float, flag: str) -> None:
+    base = {"checkpoint_s": 60.0, "mtbf_s": 3600.0, "restart_s": 60.0}
+    with pytest.raises(UsageError, match=flag):
+        make_plan(Inputs(**{**base, field: value}))  # type: ignore[arg-type]
+
+
+def ledger_records() -> list[dict[str, object]]:
+    """Two attempts of job 9: 1000 s, a drain, a requeue, 80 s later a start, 500 s more."""
+    return [
+        {"event": "start", "job": "9", "attempt": 0, "time": 0.0},
+        {"event": "checkpoint", "job": "9", "attempt": 0, "seconds": 10.0},
+        {"event": "notice", "job": "9", "attempt": 0, "kind": "drain", "first": True},
+        {"event": "notice", "job": "9", "attempt": 0, "kind": "drain", "first": False},
+        {"event": "checkpoint", "job": "9", "attempt": 0, "seconds": 14.0},
+        {"event": "requeued", "job": "9", "attempt": 0, "requeued_at": 1000.0},
+        {"event": "end", "job": "9", "attempt": 0, "seconds": 1000.0},
+        {"event": "start", "job": "9", "attempt": 1, "time": 1080.0},
+        {"event": "notice", "job": "9", "attempt": 1, "kind": "time-limit"},
+        {"event": "checkpoint", "job": "9", "attempt": 1, "seconds": 12.0},
+        {"event": "end", "job": "9", "attempt": 1, "seconds": 500.0},
+    ]
+
+
+def test_measures_what_the_ledger_holds() -> None:
+    seen = measure(ledger_records())  # type: ignore[arg-type]
+    assert seen.checkpoint_s == 12.0  # the median write
+    assert seen.preemptions == 1  # the time-limit warning is no preemption
+    assert seen.mtbf_s == 1500.0  # running seconds per preemption
+    assert seen.restart_s == 80.0
+
+
+def test_cli_reads_ledgers_and_options_win(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    for record in ledger_records():
+        ledger.append(record)
+    proc = slurmpre_cli("plan", str(tmp_path), "--json", "--restart-seconds", "300")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["inputs"]["checkpoint_seconds"] == 12.0
+    assert doc["inputs"]["restart_seconds"] == 300.0
+    assert doc["inputs"]["mtbf_seconds"] == 1500.0
+    assert set(doc) == {"inputs", "periodic", "just_in_time", "on_demand_cost_per_gpu_hour"}
+    text = slurmpre_cli("plan", str(tmp_path)).stdout
+    assert "preemptible, just in time (slurmpre)" in text and "measured in the ledger" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--checkpoint-seconds", "60", "--restart-seconds", "60"], "give --mtbf"),
+        (["--checkpoint-seconds", "60", "--mtbf", "-5", "--restart-seconds", "1"], "--mtbf -5"),
+        (["/nonexistent/folder"], "has no ledger"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:
+    proc = slurmpre_cli("plan", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.splitlines()) == 1
