@@ -332,6 +332,25 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
     click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
 
 
+# -- nodes ---------------------------------------------------------------------
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def nodes(as_json: bool) -> None:
+    """Preemptible against standard capacity; draining nodes and your jobs on them."""
+    import getpass
+
+    from slurmpre.capacity import capacity, lines
+    from slurmpre.slurm.client import default_client
+
+    client = default_client()
+    cap = capacity(client.nodes(), client.jobs(), getpass.getuser())
+    if as_json:
+        click.echo(json.dumps(cap.as_dict(), indent=2))
+        return
+    for line in lines(cap):
+        click.echo(line)
+
+
 # -- plan ----------------------------------------------------------------------
 @cli.command()
 @click.argument("folders", nargs=-1)

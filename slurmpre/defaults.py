@@ -26,3 +26,5 @@ RANGES: dict[str, tuple[float, float]] = {
     "poll_interval": (0.1, 3_600),
     "agree_timeout": (1, 86_400),
 }
+
+PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes

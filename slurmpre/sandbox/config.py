@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmpre.defaults import PREEMPTIBLE_FEATURE
 from slurmpre.errors import UsageError
 
 MARKER = "# Managed by `slurmpre sandbox`: rewritten by `sandbox up`, do not edit."
-PREEMPTIBLE_FEATURE = "preemptible"
 STANDARD_FEATURE = "standard"
 CTLD_PORT = 6817
 FIRST_NODE_PORT = 6818

@@ -30,6 +30,10 @@ class SlurmClient(Protocol):
 
     def job(self, job_id: str) -> JobInfo: ...
 
+    def jobs(self) -> list[JobInfo]:
+        """Every job slurmctld knows (one query, whoever's)."""
+        ...
+
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
         """Submit a batch script; return the job id (with ``test_only``, Slurm's verdict)."""
         ...
@@ -66,6 +70,9 @@ class CommandLineSlurm:
         if not jobs:
             raise SlurmError(f"Slurm knows no job {job_id}")
         return jobs[0]
+
+    def jobs(self) -> list[JobInfo]:
+        return parse_jobs(self._run(["scontrol", "show", "job", "-o"]))
 
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
         if test_only:

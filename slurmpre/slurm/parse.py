@@ -49,6 +49,10 @@ class NodeInfo:
     features: tuple[str, ...]
     address: str | None = None
     reason_time: float | None = None  # when the reason was set (epoch seconds), from its stamp
+    cpus: int = 0
+    cpus_alloc: int = 0
+    gpus: int = 0  # from Gres=gpu:N (every type summed)
+    gpus_alloc: int = 0  # from AllocTRES gres/gpu=N
 
     @property
     def draining(self) -> bool:
@@ -111,6 +115,33 @@ def _features(raw: str | None) -> tuple[str, ...]:
     return tuple(f for f in (raw or "").split(",") if f)
 
 
+def _count(raw: str | None) -> int:
+    raw = _null(raw)
+    return int(raw) if raw is not None and raw.isdigit() else 0
+
+
+_GRES_GPU = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
+
+
+def gres_gpus(raw: str | None) -> int:
+    """``gpu:2``, ``gpu:h100:8(S:0-1)``, ``gpu:a100:2,gpu:h100:4`` -> GPUs on the node."""
+    total = 0
+    for part in re.split(r",(?=gpu)", _null(raw) or ""):
+        m = _GRES_GPU.match(part.strip())
+        if m:
+            total += int(m.group(1))
+    return total
+
+
+def _tres(raw: str | None, key: str) -> int:
+    """``cpu=2,mem=4G,gres/gpu=2,gres/gpu:h100=2`` -> the untyped ``key``'s count."""
+    for item in (_null(raw) or "").split(","):
+        name, _, value = item.partition("=")
+        if name == key and value.isdigit():
+            return int(value)
+    return 0
+
+
 def parse_nodes(text: str) -> list[NodeInfo]:
     """``scontrol show node -o`` -> nodes, in Slurm's order."""
     nodes = []
@@ -129,6 +160,10 @@ def parse_nodes(text: str) -> list[NodeInfo]:
                 features=_features(rec.get("AvailableFeatures")),
                 address=_null(rec.get("NodeAddr")),
                 reason_time=reason_time,
+                cpus=_count(rec.get("CPUTot")),
+                cpus_alloc=_count(rec.get("CPUAlloc")),
+                gpus=gres_gpus(rec.get("Gres")),
+                gpus_alloc=_tres(rec.get("AllocTRES"), "gres/gpu"),
             )
         )
     return nodes
@@ -150,6 +185,11 @@ class JobInfo:
     batch_host: str | None
     stdout: str | None
     raw: dict[str, str]
+
+    @property
+    def user(self) -> str:
+        """``UserId=alice(1000)`` -> ``alice``."""
+        return self.raw.get("UserId", "").partition("(")[0]
 
     @property
     def finished(self) -> bool:
