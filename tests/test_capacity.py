@@ -3,7 +3,6 @@ from scontrol output captured on the sandbox."""
 
 from __future__ import annotations
 
-
 from slurmpre.capacity import capacity, lines
 from slurmpre.slurm.parse import gres_gpus, parse_jobs, parse_nodes
 
