@@ -7,6 +7,7 @@ unexpected 3, with its traceback only under ``--debug``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -330,6 +331,233 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
         click.echo(f"kept {e.name}: {e.why}")
     freed = "would free" if dry_run else "freed"
     click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
+
+
+# -- status, logs, cancel --------------------------------------------------------
+def _slurm_job(client: Any, job: str) -> Any:
+    """Slurm's view of ``job``, or None when Slurm has forgotten it."""
+    from slurmpre.errors import SlurmError
+
+    try:
+        return client.job(job)
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc) or "knows no job" in str(exc):
+            return None
+        raise
+
+
+def _mine(info: Any, job: str) -> None:
+    import getpass
+
+    me = getpass.getuser()
+    if info is not None and info.user and info.user != me:
+        raise UsageError(f"job {job} belongs to {info.user}, not to you ({me}): refused")
+
+
+@cli.command()
+@click.argument("job", required=False)
+@click.option("--checkpoint-dir", default=None, help="Find the job in this folder's ledger.")
+@click.option("--follow", is_flag=True, help="Keep the view updated until the job ends.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--price", type=float, default=2.0, show_default=True, help="On-demand $/GPU-hour.")
+@click.option(
+    "--discount", type=float, default=0.5, show_default=True, help="Preemptible discount."
+)
+def status(
+    job: str | None,
+    checkpoint_dir: str | None,
+    follow: bool,
+    as_json: bool,
+    price: float,
+    discount: float,
+) -> None:
+    """A job's attempts, how each ended, steps lost and cost; without JOB, your jobs."""
+    import time
+
+    from slurmpre import jobs
+    from slurmpre.job.ledger import Ledger
+    from slurmpre.slurm.client import default_client
+    from slurmpre.status import JobStatus, Prices, gpus_of, job_status, lines
+
+    if not (price >= 0 and 0 <= discount < 1):
+        raise UsageError(
+            f"--price {price:g} --discount {discount:g}: price >= 0, 0 <= discount < 1"
+        )
+    client = default_client()
+    if job is None and checkpoint_dir is None:
+        _list_jobs(client, as_json)
+        return
+    entry = jobs.locate(job or "", checkpoint_dir)
+
+    def once() -> JobStatus:
+        info = _slurm_job(client, entry.job)
+        _mine(info, entry.job)
+        records = Ledger(Path(entry.checkpoint_dir)).records()
+        return job_status(
+            entry.job,
+            entry.name,
+            entry.checkpoint_dir,
+            records,
+            info,
+            gpus_per_node=gpus_of(info),
+            prices=Prices(price, discount),
+            now=time.time(),
+        )
+
+    while True:
+        st = once()
+        if as_json:
+            click.echo(json.dumps(st.as_dict(), indent=2))
+        else:
+            for line in lines(st):
+                click.echo(line)
+        finished = st.state not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING")
+        if not follow or finished:
+            return
+        time.sleep(5)
+        click.echo("")
+
+
+def _list_jobs(client: Any, as_json: bool) -> None:
+    import getpass
+
+    from slurmpre import jobs
+    from slurmpre.job.ledger import Ledger
+
+    me = getpass.getuser()
+    live = {j.job_id: j for j in client.jobs() if j.user == me}
+    rows = []
+    for e in jobs.known()[-50:]:
+        info = live.get(e.job)
+        try:
+            records = Ledger(Path(e.checkpoint_dir)).records()
+        except SlurmpreError:
+            records = []
+        attempts = len(
+            {
+                r.get("attempt")
+                for r in records
+                if str(r.get("job")) == e.job and r.get("event") == "start"
+            }
+        )
+        rows.append(
+            {
+                "job": e.job,
+                "name": e.name,
+                "state": info.state if info else "UNKNOWN TO SLURM",
+                "restarts": info.restarts if info else max(attempts - 1, 0),
+                "attempts": attempts,
+                "checkpoint_dir": e.checkpoint_dir,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'job':>8}  {'name':<24} {'state':<17} {'restarts':>8}  checkpoints")
+    for r in rows:
+        click.echo(
+            f"{r['job']:>8}  {str(r['name'])[:24]:<24} {r['state']:<17} {r['restarts']:>8}  "
+            f"{r['checkpoint_dir']}"
+        )
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--checkpoint-dir", default=None, help="Find the job in this folder's ledger.")
+@click.option("--attempt", type=int, default=None, help="Only this attempt's own log.")
+@click.option("--follow", is_flag=True, help="Keep printing until the job ends, across requeues.")
+def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool) -> None:
+    """The job's log: every attempt, appended; or one attempt's own log."""
+    import time
+
+    from slurmpre import jobs
+    from slurmpre.slurm.client import default_client
+
+    entry = jobs.locate(job, checkpoint_dir)
+    folder = Path(entry.log_dir)
+    if attempt is not None:
+        if attempt < 0:
+            raise UsageError(f"--attempt {attempt}: attempts count from 0")
+        path = folder / f"{entry.name}-{entry.job}.attempt-{attempt}.out"
+    else:
+        path = folder / f"{entry.name}-{entry.job}.out"
+    client = default_client()
+    info = _slurm_job(client, entry.job)
+    _mine(info, entry.job)
+    if info is not None and info.stdout and attempt is None:
+        path = Path(info.stdout)
+    offset = 0
+    while True:
+        try:
+            with path.open("rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            chunk = b""
+            if not follow:
+                raise SlurmpreError(f"no log at {path} (has the job started?)") from None
+        if chunk:
+            click.echo(chunk.decode(errors="replace"), nl=False)
+            offset += len(chunk)
+        if not follow:
+            return
+        info = _slurm_job(client, entry.job)
+        if info is None or info.finished:
+            time.sleep(1)  # what the last attempt wrote as it ended
+            with contextlib.suppress(FileNotFoundError), path.open("rb") as fh:
+                fh.seek(offset)
+                click.echo(fh.read().decode(errors="replace"), nl=False)
+            return
+        time.sleep(1)
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--checkpoint-dir", default=None, help="Find the job in this folder's ledger.")
+@click.option("--after-checkpoint", is_flag=True, help="Wait until no checkpoint is being written.")
+@click.option("--wait", type=float, default=1800.0, show_default=True, help="At most this long.")
+def cancel(job: str, checkpoint_dir: str | None, after_checkpoint: bool, wait: float) -> None:
+    """Cancel a job, saying whether a checkpoint was being written at that moment."""
+    from filelock import Timeout
+
+    from slurmpre import jobs
+    from slurmpre.job.ledger import Ledger
+    from slurmpre.slurm.client import default_client
+
+    entry = jobs.locate(job, checkpoint_dir)
+    client = default_client()
+    info = _slurm_job(client, entry.job)
+    if info is None:
+        raise SlurmpreError(f"Slurm knows no job {entry.job}: nothing to cancel")
+    _mine(info, entry.job)
+    if info.finished:
+        raise SlurmpreError(f"job {entry.job} has already ended ({info.state})")
+    ledger = Ledger(Path(entry.checkpoint_dir))
+    if not ledger.dir.is_dir():
+        client.cancel(entry.job)
+        click.echo(f"cancelled job {entry.job}")
+        return
+    lock = ledger.writing_lock(wait if after_checkpoint else 0)
+    try:
+        lock.acquire()
+    except Timeout:
+        if after_checkpoint:
+            raise SlurmpreError(
+                f"a checkpoint was still being written after {wait:g} s: job {entry.job} "
+                "not cancelled"
+            ) from None
+        client.cancel(entry.job)
+        click.echo(
+            f"cancelled job {entry.job} while a checkpoint was being written: that checkpoint "
+            "is lost, the one before it stays the newest complete"
+        )
+        return
+    try:
+        # Holding the writing lock, no checkpoint can begin before the cancel lands.
+        client.cancel(entry.job)
+    finally:
+        lock.release()
+    click.echo(f"cancelled job {entry.job}; no checkpoint was being written")
 
 
 # -- nodes ---------------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpre import access
+from slurmpre import access, jobs
 from slurmpre.access import Access, make_dirs
 from slurmpre.atomic import write_atomic
-from slurmpre.errors import UsageError
+from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
 from slurmpre.render import log_path, render
@@ -52,6 +54,12 @@ def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submit
     ledger.append({"event": "submitted", "job": job_id, "name": spec.name})
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
     write_atomic(copy, script, mode=mode.file_mode)
+    try:
+        jobs.remember(
+            jobs.Submitted(job_id, spec.name, spec.checkpoint_dir, spec.log_dir, time.time())
+        )
+    except SlurmpreError as exc:
+        print(f"slurmpre: {exc} (status and logs will need --checkpoint-dir)", file=sys.stderr)
     tag = f"{job_id}_*" if spec.is_array else job_id
     return Submitted(job_id, copy, log_path(spec, tag))
 

@@ -18,6 +18,14 @@ DATA = Path(__file__).parent / "data"
 T = TypeVar("T")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`slurmpre submit` records each job in the user's own list: keep the tests' jobs
+    out of the real one (subprocesses inherit this)."""
+    import tempfile
+
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="slurmpre-test-state-")
+
+
 def slurmpre_cli(
     *args: str, check: bool = False, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:

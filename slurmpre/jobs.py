@@ -1,0 +1,111 @@
+"""The user's own list of the jobs `slurmpre submit` queued, so the login-node commands
+find a job's checkpoint folder and logs by its id or its name, long after Slurm
+has forgotten it.
+
+One JSON line per submission in ``$XDG_STATE_HOME/slurmpre/jobs.jsonl``
+(``~/.local/state/slurmpre/jobs.jsonl``), appended under a lock, owner-only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from slurmpre.access import OWNER, make_dirs, set_mode
+from slurmpre.errors import SlurmpreError, UsageError
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: str
+    name: str
+    checkpoint_dir: str
+    log_dir: str
+    submitted_at: float
+
+
+def index_path(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
+    return Path(base) / "slurmpre" / "jobs.jsonl"
+
+
+def remember(entry: Submitted, path: Path | None = None) -> None:
+    """Add a submission. A SlurmpreError if it cannot: the caller says so (the job is
+    queued all the same; only the lookup by name is lost)."""
+    path = path or index_path()
+    try:
+        make_dirs(path.parent, OWNER)
+        with FileLock(str(path) + ".lock", timeout=10, mode=OWNER.file_mode):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, OWNER.file_mode)
+            set_mode(fd, OWNER.file_mode)
+            with os.fdopen(fd, "a") as fh:
+                fh.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
+    except (OSError, Timeout) as exc:
+        raise SlurmpreError(f"could not record the job in {path}: {exc}") from None
+
+
+def known(path: Path | None = None) -> list[Submitted]:
+    """Every recorded submission, oldest first; unreadable lines are skipped."""
+    path = path or index_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise SlurmpreError(f"cannot read {path}: {exc.strerror}") from None
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(Submitted(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def find(which: str, path: Path | None = None) -> Submitted | None:
+    """By job id, else the newest job of that name."""
+    entries = known(path)
+    for e in reversed(entries):
+        if e.job == which:
+            return e
+    for e in reversed(entries):
+        if e.name == which:
+            return e
+    return None
+
+
+def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = None) -> Submitted:
+    """A job by id or name: from the user's list, else from a checkpoint folder's ledger."""
+    which = which.strip()
+    if not which:
+        raise UsageError("JOB is empty: give a job id or a job name")
+    if checkpoint_dir is None:
+        found = find(which, path)
+        if found is not None:
+            return found
+        raise UsageError(
+            f"job {which!r} is not among the jobs you submitted with slurmpre "
+            f"({path or index_path()}): give its --checkpoint-dir"
+        )
+    from slurmpre.job.ledger import Ledger
+
+    folder = Path(checkpoint_dir)
+    ledger = Ledger(folder)
+    if not ledger.path.is_file():
+        raise UsageError(f"--checkpoint-dir {checkpoint_dir!r} has no ledger ({ledger.path})")
+    records = ledger.records()
+    named = [r for r in records if r.get("event") in ("submitted", "start")]
+    for r in reversed(named):
+        if str(r.get("job")) == which or r.get("name") == which:
+            job = str(r["job"])
+            name = next(
+                (str(x.get("name")) for x in named if str(x.get("job")) == job and x.get("name")),
+                folder.name,
+            )
+            return Submitted(job, name, str(folder), str(folder / "logs"), float(r["time"]))
+    raise UsageError(f"no job {which!r} in the ledger of {checkpoint_dir!r}")

@@ -1,0 +1,221 @@
+"""A job's story from its attempt ledger and Slurm: attempts, how each ended, what it cost.
+
+One row per attempt: its nodes, start and end, how it ended (a notice and
+slurmpre's requeue, a node failure, the time limit, completed, failed), the
+checkpoint it resumed from, the step checkpointed on the notice and the steps
+lost, and the seconds without training before the next attempt. Totals: node-
+and GPU-hours, and what they cost at the preemptible price against on demand.
+
+Steps lost are known where slurmpre knows them: 0 when the next attempt resumed
+from the checkpoint taken on the notice; the gap between the newest checkpoint
+of the attempt and the next resume when it resumed from an older one; unknown
+(None) when the attempt was killed without a notice checkpoint, since slurmpre
+does not see the training's steps between checkpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from slurmpre.slurm.parse import JobInfo
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt: int
+    nodes: tuple[str, ...]
+    started_at: float | None
+    ended_at: float | None
+    ended: str
+    resumed_from: str | None
+    resume_step: int | None
+    notice: str | None  # "drain of NODE (reason)" / "time-limit"
+    step_at_notice: int | None  # the newest complete checkpoint when the notice came
+    checkpoint_step: int | None  # the checkpoint taken on the notice
+    steps_lost: int | None
+    gap_s: float | None  # this attempt's end -> the next one's start
+
+
+@dataclass(frozen=True)
+class Prices:
+    price: float = 2.0  # on demand, per GPU-hour (per node-hour for a job without GPUs)
+    discount: float = 0.5
+
+
+@dataclass
+class JobStatus:
+    job: str
+    name: str
+    state: str  # Slurm's, or "UNKNOWN TO SLURM" for a job it has forgotten
+    restarts: int
+    checkpoint_dir: str
+    attempts: list[AttemptRow] = field(default_factory=list)
+    node_hours: float = 0.0
+    gpu_hours: float = 0.0
+    cost_preemptible: float = 0.0
+    cost_on_demand: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _of(records: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:
+    return [r for r in records if str(r.get("job")) == job]
+
+
+def _ended(
+    attempt: int,
+    recs: list[dict[str, Any]],
+    has_next: bool,
+    slurm: JobInfo | None,
+) -> str:
+    end = next((r for r in recs if r.get("event") == "end"), None)
+    requeued = next((r for r in recs if r.get("event") == "requeued"), None)
+    notices = [r for r in recs if r.get("event") == "notice"]
+    kind = notices[0].get("kind") if notices else None
+    if requeued is not None:
+        return "time limit -> requeue" if kind == "time-limit" else "notice -> requeue"
+    if end is None:
+        if has_next:
+            return "node failure"  # killed with its node; Slurm requeued it
+        if slurm is not None and slurm.state in ("RUNNING", "COMPLETING"):
+            return "running"
+        return "killed" if slurm is None else slurm.state.lower()
+    code = end.get("exit_code")
+    if code == 0:
+        return "completed"
+    if slurm is not None and slurm.state == "TIMEOUT" and not has_next:
+        return "time limit"
+    return f"failed (exit {code})"
+
+
+def job_status(
+    job: str,
+    name: str,
+    checkpoint_dir: str,
+    records: list[dict[str, Any]],
+    slurm: JobInfo | None,
+    *,
+    gpus_per_node: int = 0,
+    prices: Prices = Prices(),
+    now: float,
+) -> JobStatus:
+    """Rows from the ledger's records of ``job``; ``slurm`` is None when Slurm forgot it."""
+    mine = _of(records, job)
+    attempts = sorted({int(r["attempt"]) for r in mine if isinstance(r.get("attempt"), int)})
+    starts = {int(r["attempt"]): r for r in mine if r.get("event") == "start" and "attempt" in r}
+    rows: list[AttemptRow] = []
+    node_seconds = 0.0
+    for i, k in enumerate(attempts):
+        recs = [r for r in mine if r.get("attempt") == k]
+        start = starts.get(k, {})
+        nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
+        end = next((r for r in recs if r.get("event") == "end"), None)
+        notices = [r for r in recs if r.get("event") == "notice"]
+        notice = notices[0] if notices else None
+        on_notice = [r for r in recs if r.get("event") == "checkpoint" and r.get("after_notice")]
+        committed = [r for r in recs if r.get("event") == "checkpoint"]
+        started = start.get("time")
+        ended_at = end.get("time") if end else (nxt.get("time") if nxt else None)
+        running = slurm is not None and slurm.state in ("RUNNING", "COMPLETING")
+        held_until: Any = now if ended_at is None and running else ended_at
+        if isinstance(started, int | float) and isinstance(held_until, int | float):
+            node_seconds += max(held_until - started, 0.0) * len(start.get("nodes") or [])
+        checkpoint_step = on_notice[-1]["step"] if on_notice else None
+        newest = committed[-1]["step"] if committed else start.get("step")
+        next_step = nxt.get("step") if nxt else None
+        lost: int | None = None
+        if nxt is not None:
+            if checkpoint_step is not None and next_step == checkpoint_step:
+                lost = 0
+            elif isinstance(newest, int) and isinstance(next_step, int) and checkpoint_step:
+                lost = max(newest - next_step, 0)
+            elif isinstance(newest, int) and isinstance(next_step, int) and newest > next_step:
+                lost = newest - next_step  # at least: steps after `newest` are not seen
+        describe = None
+        if notice is not None:
+            where = f" of {notice['node']}" if notice.get("node") else ""
+            why = f" ({notice['reason']})" if notice.get("reason") else ""
+            describe = f"{notice.get('kind')}{where}{why}"
+        rows.append(
+            AttemptRow(
+                attempt=k,
+                nodes=tuple(start.get("nodes") or ()),
+                started_at=started if isinstance(started, int | float) else None,
+                ended_at=ended_at,
+                ended=_ended(k, recs, nxt is not None, slurm if nxt is None else None),
+                resumed_from=start.get("resume_from"),
+                resume_step=start.get("step"),
+                notice=describe,
+                step_at_notice=notice.get("step_at_notice") if notice else None,
+                checkpoint_step=checkpoint_step,
+                steps_lost=lost,
+                gap_s=(
+                    nxt["time"] - ended_at
+                    if nxt and isinstance(nxt.get("time"), int | float) and ended_at
+                    else None
+                ),
+            )
+        )
+    node_hours = node_seconds / 3600
+    gpu_hours = node_hours * gpus_per_node
+    billed = gpu_hours if gpus_per_node else node_hours
+    return JobStatus(
+        job=job,
+        name=name,
+        state=slurm.state if slurm is not None else "UNKNOWN TO SLURM",
+        restarts=slurm.restarts if slurm is not None else max(len(rows) - 1, 0),
+        checkpoint_dir=checkpoint_dir,
+        attempts=rows,
+        node_hours=node_hours,
+        gpu_hours=gpu_hours,
+        cost_preemptible=billed * prices.price * (1 - prices.discount),
+        cost_on_demand=billed * prices.price,
+    )
+
+
+def gpus_of(info: JobInfo | None) -> int:
+    """GPUs per node from the job's TRES (``gres/gpu=16`` over ``node=2``)."""
+    if info is None:
+        return 0
+    tres = dict(
+        item.partition("=")[::2] for item in info.raw.get("TRES", "").split(",") if "=" in item
+    )
+    try:
+        gpus, nodes = int(tres.get("gres/gpu", "0")), int(tres.get("node", "1"))
+    except ValueError:
+        return 0
+    return gpus // nodes if nodes else 0
+
+
+def _clock(t: float | None, t0: float | None) -> str:
+    return "-" if t is None or t0 is None else f"+{t - t0:.0f}s"
+
+
+def lines(st: JobStatus) -> list[str]:
+    out = [
+        f"job {st.job} ({st.name}): {st.state}, {st.restarts} restart(s); "
+        f"checkpoints in {st.checkpoint_dir}"
+    ]
+    t0 = next((a.started_at for a in st.attempts if a.started_at is not None), None)
+    out.append(
+        f"  {'#':>2} {'nodes':<40} {'start':>7} {'end':>7}  {'ended':<22} {'resumed':>7} "
+        f"{'notice ckpt':>11} {'lost':>4} {'gap s':>6}"
+    )
+    for a in st.attempts:
+        out.append(
+            f"  {a.attempt:>2} {','.join(a.nodes) or '-':<40} {_clock(a.started_at, t0):>7} "
+            f"{_clock(a.ended_at, t0):>7}  {a.ended:<22} "
+            f"{'-' if a.resume_step is None else a.resume_step:>7} "
+            f"{'-' if a.checkpoint_step is None else a.checkpoint_step:>11} "
+            f"{'-' if a.steps_lost is None else a.steps_lost:>4} "
+            f"{'-' if a.gap_s is None else f'{a.gap_s:.0f}':>6}"
+        )
+        if a.notice:
+            out.append(f"     notice: {a.notice}")
+    out.append(
+        f"  used {st.node_hours:.3f} node-hours, {st.gpu_hours:.3f} GPU-hours: "
+        f"${st.cost_preemptible:.2f} preemptible against ${st.cost_on_demand:.2f} on demand"
+    )
+    return out

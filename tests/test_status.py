@@ -1,0 +1,90 @@
+"""`slurmpre status`: attempt rows and totals from a ledger the sandbox wrote (a drill run
+of three preemptions), and from variations of it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from slurmpre.slurm.parse import parse_jobs
+from slurmpre.status import Prices, gpus_of, job_status, lines
+
+from tests.conftest import DATA
+
+LEDGER = DATA / "ledgers" / "drill-three-preemptions.jsonl"
+RUNNING = parse_jobs((DATA / "slurm-22.05" / "job-running-elastic.txt").read_text())[-1]
+
+
+def records() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in LEDGER.read_text().splitlines()]
+
+
+def test_three_preemptions_four_attempts() -> None:
+    recs = records()
+    end = max(r["time"] for r in recs)
+    st = job_status("6", "drill", "/c", recs, None, prices=Prices(2.0, 0.5), now=end)
+    assert st.state == "UNKNOWN TO SLURM" and st.restarts == 3
+    assert [a.ended for a in st.attempts] == [
+        "notice -> requeue",
+        "notice -> requeue",
+        "notice -> requeue",
+        "completed",
+    ]
+    assert [a.resume_step for a in st.attempts] == [None, None, 41, 82]
+    assert [a.checkpoint_step for a in st.attempts] == [None, 41, 82, None]
+    # attempt 0 was requeued before the training asked about the notice: its steps are unseen
+    assert [a.steps_lost for a in st.attempts] == [None, 0, 0, None]
+    assert st.attempts[1].nodes == ("gpu-preemptible-dp-1",)
+    assert st.attempts[1].notice == "drain of gpu-preemptible-dp-1 (preempted)"
+    gaps = [a.gap_s for a in st.attempts]
+    assert gaps[3] is None and all(g is not None and 5 < g < 30 for g in gaps[:3])
+    held = sum(
+        (a.ended_at - a.started_at) * len(a.nodes)  # type: ignore[operator]
+        for a in st.attempts
+    )
+    assert st.node_hours == pytest.approx(held / 3600)
+    assert st.gpu_hours == 0
+    assert st.cost_on_demand == pytest.approx(st.node_hours * 2.0)
+    assert st.cost_preemptible == pytest.approx(st.cost_on_demand / 2)
+    text = lines(st)
+    assert text[0].startswith("job 6 (drill): UNKNOWN TO SLURM, 3 restart(s)")
+    assert sum(1 for line in text if "notice -> requeue" in line) == 3
+
+
+def test_a_node_failure_and_an_older_resume_lose_steps() -> None:
+    """Attempt 2 is killed with its node (no notice checkpoint, no end record), and attempt 3
+    resumes from step 41 though step 80 was committed: at least 39 steps lost."""
+    recs = [
+        r
+        for r in records()
+        if not (r.get("attempt") == 2 and r["event"] in ("notice", "requeued", "end", "committed"))
+        and not (r.get("attempt") == 2 and r["event"] == "checkpoint" and r["step"] == 82)
+    ]
+    for r in recs:
+        if r.get("attempt") == 3 and r["event"] == "start":
+            r["step"], r["resume_from"] = 41, r["resume_from"].replace("82", "41")
+    st = job_status("6", "drill", "/c", recs, None, now=0.0)
+    a2 = st.attempts[2]
+    assert a2.ended == "node failure" and a2.steps_lost == 80 - 41
+
+
+def test_a_running_job_counts_its_time_until_now_and_gpus_from_tres() -> None:
+    recs = [r for r in records() if not (r.get("attempt") == 3 and r["event"] == "end")]
+    start = next(r["time"] for r in recs if r.get("attempt") == 3 and r["event"] == "start")
+    st = job_status("6", "drill", "/c", recs, RUNNING, gpus_per_node=8, now=start + 3600)
+    assert st.attempts[-1].ended == "running" and st.state == "RUNNING"
+    assert st.gpu_hours == pytest.approx(st.node_hours * 8)
+    assert st.node_hours > 1.0  # the running attempt's hour on its one node
+
+
+def test_gpus_per_node_from_the_jobs_tres() -> None:
+    raw = {**RUNNING.raw, "TRES": "cpu=4,mem=8G,node=2,billing=4,gres/gpu=16"}
+    assert gpus_of(RUNNING.__class__(**{**RUNNING.__dict__, "raw": raw})) == 8
+    assert gpus_of(RUNNING) == 0 and gpus_of(None) == 0
+
+
+def test_only_this_jobs_records_count() -> None:
+    recs = [*records(), {"event": "start", "job": "7", "attempt": 0, "time": 1.0, "nodes": ["x"]}]
+    st = job_status("6", "drill", "/c", recs, None, now=0.0)
+    assert len(st.attempts) == 4
