@@ -103,6 +103,16 @@ def srun_options(spec: JobSpec) -> list[str]:
     return options
 
 
+_SYSTEM_BIN = {"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"}
+
+
+def python_bin(python: str) -> str | None:
+    """The folder of a virtual or conda environment's python, to put first on the job's PATH;
+    None for a system interpreter (its folder is on PATH already, in its usual place)."""
+    folder = str(Path(python).parent)
+    return None if folder in _SYSTEM_BIN else folder
+
+
 def context(spec: JobSpec) -> dict[str, Any]:
     return {
         "spec": spec,
@@ -112,6 +122,7 @@ def context(spec: JobSpec) -> dict[str, Any]:
         "launch": [shlex.quote(a) for a in launch_argv(spec)],
         "srun_options": srun_options(spec),
         "dir_mode": f"{access.NAMES[spec.file_access].dir_mode:04o}",
+        "python_bin": python_bin(spec.python),
     }
 
 

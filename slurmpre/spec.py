@@ -8,7 +8,6 @@ command line wins). Every error names the key and the bad value, and is a
 from __future__ import annotations
 
 import difflib
-import getpass
 import math
 import re
 import sys
@@ -350,7 +349,7 @@ def validate(
     if "command" not in raw:
         raise SpecError("command: missing (what should the job run?)")
     name = parse_name(raw["name"])
-    user = user or getpass.getuser()
+    explicit_user = user
     kw: dict[str, Any] = {"name": name, "command": parse_command(raw["command"])}
     for key, value in raw.items():
         if key in ("name", "command"):
@@ -428,7 +427,10 @@ def validate(
             f"({spec.preempt_window - spec.safety_margin} s), or a drain is seen too late",
         )
     if not spec.checkpoint_dir:
-        spec = replace(spec, checkpoint_dir=f"/home/{user}/checkpoints/{name}")
+        # $HOME is on the shared volume (/home on the provider's clusters); a user given
+        # explicitly (tests, another account) gets /home/<user>.
+        home = f"/home/{explicit_user}" if explicit_user else str(Path.home())
+        spec = replace(spec, checkpoint_dir=f"{home}/checkpoints/{name}")
     if not spec.log_dir:
         spec = replace(spec, log_dir=f"{spec.checkpoint_dir}/logs")
     if not spec.python:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +33,29 @@ def _make_dir(key: str, path: str, mode: Access) -> None:
         raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
 
 
+def check_python(python: str, cwd: Path | None = None) -> None:
+    """The nodes run the wrapper with ``python``: it must import slurmpre, or every node
+    fails at once after the job has waited for its allocation. Checked here, on the
+    login node, which sees the same shared volume, from the folder the job will run in
+    (sbatch's default: this one)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import slurmpre"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=cwd,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"python = {python!r} cannot run: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(
+            f"python = {python!r} cannot import slurmpre ({last}): install slurmpre into it, "
+            "or set python to the interpreter that has it"
+        )
+
+
 def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submitted:
     """Create the shared folders, submit, and keep a copy of the script next to the log.
 
@@ -39,6 +63,7 @@ def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submit
     the job is recorded in the folder's ledger, so the next submit can tell.
     """
     script = render(spec)
+    check_python(spec.python)
     mode = access.NAMES[spec.file_access]
     _make_dir("checkpoint_dir", spec.checkpoint_dir, mode)
     _make_dir("log_dir", spec.log_dir, mode)

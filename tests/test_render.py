@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.render import launch_argv, output_pattern, render
+from slurmpre.render import launch_argv, output_pattern, python_bin, render
 from slurmpre.spec import JobSpec, load, validate
 
 ROOT = Path(__file__).parent.parent
@@ -154,3 +154,18 @@ def test_template_errors_are_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "job.toml").write_text('name = "j"\ncommand = ["x"]\ntemplate = "missing.j2"\n')
     with pytest.raises(UsageError, match=r"template = .*missing\.j2': no such file"):
         render(load(tmp_path / "job.toml", user="u", python="/p"))
+
+
+def test_the_job_finds_the_environment_slurmpre_runs_from() -> None:
+    """A command of "python" or "python3" must reach the interpreter that has slurmpre (the
+    venv it was installed in), unless setup activates another environment after it."""
+    assert python_bin("/home/u/venv/bin/python") == "/home/u/venv/bin"
+    assert python_bin("/usr/bin/python3") is None
+    base = {"name": "j", "command": ["python", "train.py"]}
+    venv = render(
+        validate(
+            {**base, "setup": ["source /opt/other/bin/activate"]}, python="/home/u/venv/bin/python"
+        )
+    )
+    assert venv.index('export PATH=/home/u/venv/bin:"$PATH"') < venv.index("source /opt/other")
+    assert "export PATH=" not in render(validate(base, python="/usr/bin/python3"))

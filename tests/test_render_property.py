@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from slurmpre import sbatch_options
 from slurmpre.errors import UsageError
 from slurmpre.job.args import parse_args
-from slurmpre.render import launch_argv, render
+from slurmpre.render import launch_argv, python_bin, render
 from slurmpre.spec import SpecError, validate
 
 PIECES = [
@@ -125,9 +125,11 @@ def test_hostile_specs_are_refused_or_rendered_safely(raw: dict[str, Any]) -> No
     extra = [line for line in directives if line in spec.extra_sbatch]
     assert extra == list(spec.extra_sbatch)
 
-    # The environment block: slurmpre's three exports, then one per env key, each value
-    # shell-quoted whole (a quoted value may span lines; it never starts a command).
-    assert script.count("\nexport ") == 3 + len(spec.env)
+    # The environment block: slurmpre's three exports and PATH (for a python outside the
+    # system folders), then one per env key, each value shell-quoted whole (a quoted value
+    # may span lines; it never starts a command).
+    ours = 3 + (python_bin(spec.python) is not None)
+    assert script.count("\nexport ") == ours + len(spec.env)
     for key, value in spec.env.items():
         assert f"\nexport {key}={shlex.quote(value)}\n" in script
 

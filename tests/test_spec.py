@@ -208,3 +208,9 @@ def test_a_value_that_starts_with_a_dash_reaches_the_wrapper_intact() -> None:
     opts = parse_args(argv[argv.index("run") :])
     assert opts.resume_arg == "-r"
     assert opts.drain_reason is not None and opts.drain_reason.pattern == "-preempt"
+
+
+def test_the_default_checkpoint_folder_follows_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/shared/home/bob")
+    s = validate({**BASE}, python="/opt/venv/bin/python")
+    assert s.checkpoint_dir == f"/shared/home/bob/checkpoints/{s.name}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -259,3 +260,21 @@ def test_one_live_job_per_checkpoint_folder(
     finally:
         for job in jobs:
             slurm.cancel(job)
+
+
+@pytest.mark.parametrize(
+    ("python", "message"),
+    [
+        ("/usr/bin/python3", "cannot import slurmpre (ModuleNotFoundError"),
+        ("/nonexistent/bin/python", "cannot run"),
+    ],
+)
+def test_a_python_without_slurmpre_is_refused_before_the_job_waits(
+    python: str, message: str, tmp_path: Path
+) -> None:
+    from slurmpre.errors import UsageError
+    from slurmpre.submit import check_python
+
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_python(python, cwd=tmp_path)  # not the checkout, where any python finds it
+    check_python(sys.executable, cwd=tmp_path)
