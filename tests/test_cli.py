@@ -101,3 +101,30 @@ def test_a_symlink_loop_in_a_checkpoint_folder_is_passed_over(tmp_path: Path) ->
     proc = slurmpre_cli("ckpt", "latest", str(tmp_path))
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"slurmpre: error: no complete checkpoint under {str(tmp_path)!r}"
+
+
+def test_run_help_describes_every_option() -> None:
+    from slurmpre.job.args import parse_args
+
+    proc = slurmpre_cli("run", "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: slurmpre run [options] --")
+    options = [o for o in proc.stdout.split() if o.startswith("--") and o != "--"]
+    for flag in (
+        "--launcher", "--checkpoint-dir", "--nproc-per-node", "--resume-arg", "--agree-timeout",
+        "--poll-interval", "--window", "--time-warning", "--safety-margin", "--drain-reason",
+        "--notice-signal", "--no-watch", "--file-access",
+    ):  # fmt: skip
+        assert flag in options, flag
+    # Each option's entry (its line and the indented ones under it) says what it does.
+    entries: dict[str, str] = {}
+    current = ""
+    for line in proc.stdout.split("options:")[1].splitlines():
+        if line.startswith("  -"):
+            current = line.split()[0].rstrip(",")
+            entries[current] = line
+        elif current:
+            entries[current] += " " + line
+    for flag, text in entries.items():
+        words = [w for w in text.split() if w.isalpha() and w.islower()]
+        assert len(words) >= 3, f"{flag} has no description: {text!r}"
+    assert parse_args(["--checkpoint-dir=/c", "--", "x"]).launcher == "torchrun"

@@ -52,20 +52,86 @@ def _in_range(flag: str, key: str, value: float) -> float:
 
 
 def parse_args(argv: Sequence[str]) -> RunOptions:
-    parser = _Parser(prog="slurmpre run", add_help=True)
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="torchrun")
-    parser.add_argument("--checkpoint-dir", required=True)
-    parser.add_argument("--nproc-per-node", type=int, default=None)
-    parser.add_argument("--resume-arg", default=None)
-    parser.add_argument("--agree-timeout", type=float, default=defaults.AGREE_TIMEOUT)
-    parser.add_argument("--poll-interval", type=float, default=defaults.POLL_INTERVAL)
-    parser.add_argument("--window", type=float, default=defaults.PREEMPT_WINDOW)
-    parser.add_argument("--time-warning", type=float, default=defaults.WARN_BEFORE_END)
-    parser.add_argument("--safety-margin", type=float, default=defaults.SAFETY_MARGIN)
-    parser.add_argument("--drain-reason", default=None)
-    parser.add_argument("--notice-signal", default=None)
-    parser.add_argument("--no-watch", action="store_true")
-    parser.add_argument("--file-access", choices=tuple(access.NAMES), default=access.OWNER.name)
+    parser = _Parser(
+        prog="slurmpre run",
+        add_help=True,
+        usage="slurmpre run [options] -- COMMAND [ARGS...]",
+        description="Inside a Slurm job, on every node (srun --ntasks-per-node=1): resume from "
+        "the newest complete checkpoint (node 0 chooses, the others follow), launch COMMAND "
+        "(under torchrun, or as is), and on node 0 watch for a drain or the time-limit "
+        "warning: tell the training, wait for its checkpoint, requeue the job. The sbatch "
+        "script slurmpre renders writes every option from the spec.",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="torchrun",
+        help="torchrun: one torchrun per node, c10d rendezvous on node 0 (default); "
+        "plain: COMMAND once per node",
+    )
+    parser.add_argument(
+        "--checkpoint-dir", required=True, help="the job's checkpoint folder (shared volume)"
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="torchrun processes per node (default: the GPUs Slurm gave the node, else 1)",
+    )
+    parser.add_argument(
+        "--resume-arg",
+        default=None,
+        help="after a restart, append this flag and the checkpoint path to COMMAND",
+    )
+    parser.add_argument(
+        "--agree-timeout",
+        type=float,
+        default=defaults.AGREE_TIMEOUT,
+        help="seconds the other nodes wait for node 0's checkpoint choice",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=defaults.POLL_INTERVAL,
+        help="seconds between the watcher's Slurm queries",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=defaults.PREEMPT_WINDOW,
+        help="seconds from drain to node removal on this provider",
+    )
+    parser.add_argument(
+        "--time-warning",
+        type=float,
+        default=defaults.WARN_BEFORE_END,
+        help="seconds before the time limit that sbatch's --signal warning comes",
+    )
+    parser.add_argument(
+        "--safety-margin",
+        type=float,
+        default=defaults.SAFETY_MARGIN,
+        help="requeue anyway this long before the window closes",
+    )
+    parser.add_argument(
+        "--drain-reason",
+        default=None,
+        help="only drains whose reason matches this regular expression are notices",
+    )
+    parser.add_argument(
+        "--notice-signal",
+        default=None,
+        help="also send this signal (e.g. USR1) to the training processes on a notice",
+    )
+    parser.add_argument(
+        "--no-watch", action="store_true", help="no watcher: resume and rendezvous only"
+    )
+    parser.add_argument(
+        "--file-access",
+        choices=tuple(access.NAMES),
+        default=access.OWNER.name,
+        help="who may read what slurmpre creates: owner (default) or group",
+    )
     args_list = list(argv)
     if args_list and args_list[0] == "run":
         args_list = args_list[1:]
