@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmpre.errors import CommandError, SlurmpreError
+from slurmpre.signals import warning_blocked
 
 log = logging.getLogger(__name__)
 
@@ -58,25 +59,32 @@ def run(
     argv = tuple(argv)
     log.debug("run: %s", shlex.join(argv))
     try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=dict(env) if env is not None else None,
-            input=input,
-            cwd=cwd,
-            check=False,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
+        # The warning Slurm sends to the whole job step must not kill an `scontrol` the
+        # wrapper runs at that instant: every command starts with it blocked.
+        with warning_blocked():
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                text=True,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+            )
+        try:
+            stdout, stderr = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
     except FileNotFoundError:
         raise error(f"{argv[0]}: command not found (is it installed and on PATH?)") from None
     except PermissionError:
         raise error(f"{argv[0]}: permission denied") from None
     except subprocess.TimeoutExpired:
         raise error(f"command timed out after {timeout:g} s: {shlex.join(argv)}") from None
-    result = Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    result = Result(argv, proc.returncode, stdout, stderr)
     log.debug("exit %d: %s", proc.returncode, argv[0])
     if check and proc.returncode != 0:
-        raise error(render_failure(argv, proc.returncode, proc.stdout, proc.stderr))
+        raise error(render_failure(argv, proc.returncode, stdout, stderr))
     return result

@@ -7,10 +7,11 @@ a signal no process can catch.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
 # Signals a notice may not be relayed as: uncatchable, or the wrapper's own warning.
@@ -74,3 +75,20 @@ def quiet_thread(
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return thread
+
+
+@contextlib.contextmanager
+def warning_blocked() -> Iterator[None]:
+    """Block `WARN_SIGNAL` in this thread while a child is forked inside the block.
+
+    Slurm sends the time-limit warning to every process of the job step (its
+    process group under proctrack/pgid, its whole cgroup under proctrack/cgroup):
+    an `scontrol` the wrapper runs at that instant, or its guard, would die of it.
+    A child keeps the blocked mask across exec, so the warning stays pending there
+    and never acts; the mask of the calling thread is restored on leaving.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {WARN_SIGNAL})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

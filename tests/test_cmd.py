@@ -34,3 +34,17 @@ def test_timeout() -> None:
 def test_check_false_returns_failure() -> None:
     res = run([sys.executable, "-c", "import sys; sys.exit(3)"], check=False)
     assert res.returncode == 3
+
+
+def test_a_command_survives_the_time_limit_warning_sent_to_the_whole_step() -> None:
+    """Slurm sends SIGUSR2 to every process of the job step (process group or cgroup): an
+    scontrol the wrapper runs at that instant must not die of it (it once turned node 0's
+    address query into a failure, and the rendezvous went to an unresolvable name)."""
+    import signal as sig
+
+    from slurmpre.signals import WARN_SIGNAL
+
+    res = run(["sh", "-c", f"kill -{WARN_SIGNAL.name.removeprefix('SIG')} $$; echo alive"])
+    assert res.returncode == 0 and res.stdout == "alive\n"
+    # ... and the caller's own mask is what it was: the warning still reaches the wrapper.
+    assert WARN_SIGNAL not in sig.pthread_sigmask(sig.SIG_BLOCK, set())

@@ -24,7 +24,7 @@ from pathlib import Path
 from slurmpre import procs
 from slurmpre.errors import UsageError
 from slurmpre.job.notice import read_notice
-from slurmpre.signals import FORWARDED, WARN_SIGNAL, quiet_thread
+from slurmpre.signals import FORWARDED, WARN_SIGNAL, quiet_thread, warning_blocked
 
 TRACK_SECONDS = 2.0
 # POSIX: a signal ignored when exec is called stays ignored in the new program.
@@ -85,9 +85,10 @@ class Supervisor:
             return None
         guard = _start_guard()
         try:
-            child = subprocess.Popen(
-                [*_IGNORE_WARNING, *command], env=dict(env), start_new_session=True
-            )
+            with warning_blocked():  # and the shim ignores it: no window at the fork
+                child = subprocess.Popen(
+                    [*_IGNORE_WARNING, *command], env=dict(env), start_new_session=True
+                )
         except OSError as exc:
             raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
         self.child = child
@@ -110,14 +111,15 @@ def _start_guard() -> subprocess.Popen[str] | None:
     the tree it was last told of, including processes in sessions of their own that
     Slurm's process-group tracking would leave behind."""
     try:
-        return subprocess.Popen(
-            [sys.executable, "-m", "slurmpre.job.guard"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            text=True,
-        )
+        with warning_blocked():  # Slurm's warning reaches every process of the step
+            return subprocess.Popen(
+                [sys.executable, "-m", "slurmpre.job.guard"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                text=True,
+            )
     except OSError:
         return None  # no guard: Slurm's own kill still applies
 
