@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import operator
 import os
 import re
 import shutil
@@ -54,6 +53,12 @@ _ANY_NAME = re.compile(
     "|".join(f"(?:{p.pattern})" for p in (_DIR_NAME, _CKPT_STEPPED, _CKPT_UNSTEPPED))
     + f"|{DEEPSPEED_TAG}"
 )
+# In a match of _ANY_NAME, groups 1.._DIR_GROUPS are a folder's step, the next a file's.
+_DIR_GROUPS = _DIR_NAME.groups
+if (
+    _ANY_NAME.groups != _DIR_GROUPS + _CKPT_STEPPED.groups + _CKPT_UNSTEPPED.groups
+):  # pragma: no cover
+    raise ImportError("checkpoint name grammar: a pattern gained a capturing group")
 _HF_WEIGHTS = re.compile(
     r"^(model|pytorch_model|adapter_model|tf_model|flax_model)[^/]*\.(safetensors|bin|pt|h5|msgpack)$"
 )
@@ -118,12 +123,18 @@ def canonical(name: str, step: int | None) -> bool:
     return step is not None and name == step_dir_name(step)
 
 
+# A NamedTuple's own constructor is Python code; tuple.__new__ builds the same object
+# in C. Used where 10,000 of them are made in one call.
+_new = tuple.__new__
+
+
 class _Candidate(NamedTuple):
-    # A tuple of plain strings: 10,000 pathlib objects (or frozen dataclasses) cost
-    # more than the scan itself.
-    path: str
-    name: str
+    # A tuple of plain values, step and name first so that a list of them sorts by
+    # tuple comparison alone: 10,000 pathlib objects (or frozen dataclasses, or a key
+    # function per item) cost more than the scan itself.
     step: int | None
+    name: str
+    path: str
     is_dir: bool
 
 
@@ -165,27 +176,26 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
     except OSError as exc:
         raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
     root = os.path.realpath(folder)
-    any_name, dir_name, file_stepped, file_unstepped = (
-        _ANY_NAME.fullmatch,
-        _DIR_NAME.fullmatch,
-        _CKPT_STEPPED.fullmatch,
-        _CKPT_UNSTEPPED.fullmatch,
-    )
+    any_name = _ANY_NAME.fullmatch
     ignored = scan.ignored.append if keep_ignored else (lambda _: None)
+    add = scan.candidates.append
     with entries:
         for entry in entries:
             name = entry.name
             if name[0] == ".":
                 continue  # our own in-flight commits, and other hidden files
-            if any_name(name) is None:
-                ignored(Ignored(name, "not a checkpoint name"))
+            m = any_name(name)
+            if m is None:
+                if keep_ignored:  # not even a record each for 10,000 junk names
+                    ignored(Ignored(name, "not a checkpoint name"))
                 continue
-            as_dir = dir_name(name)
-            as_file = None if as_dir else (file_stepped(name) or file_unstepped(name))
+            # Which layout's grammar matched: groups 1-3 name folders, 4 a stepped
+            # Lightning file; no group, an unstepped Lightning file or the DeepSpeed tag.
+            group = m.lastindex
             try:
+                linked = entry.is_symlink()  # both from the listing's d_type: no syscall
                 is_dir = entry.is_dir()
                 is_file = not is_dir and entry.is_file()
-                linked = entry.is_symlink()
             except OSError as exc:
                 loop = exc.errno == errno.ELOOP
                 ignored(
@@ -205,27 +215,24 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
                 else:
                     ignored(Ignored(name, "not a checkpoint name"))
                 continue
-            m = as_dir if is_dir else as_file
-            if m is None:
+            if (is_dir and group is not None and group <= _DIR_GROUPS) or (
+                is_file and (group is None or group > _DIR_GROUPS)
+            ):
+                if linked and not _inside(entry.path, root):
+                    ignored(Ignored(name, "a symlink to outside the checkpoint folder"))
+                    continue
+                step = None if group is None else int(m[group])
+                add(_new(_Candidate, (step, name, entry.path, is_dir)))
+            else:
                 ignored(Ignored(name, "not a checkpoint name"))
-                continue
-            if linked and not _inside(entry.path, root):
-                ignored(Ignored(name, "a symlink to outside the checkpoint folder"))
-                continue
-            step = None if m.lastindex is None else int(m[m.lastindex])
-            scan.candidates.append(_Candidate(entry.path, name, step, is_dir))
     return scan
-
-
-_BY_STEP_AND_NAME = operator.attrgetter("step", "name")
 
 
 def _order(candidates: list[_Candidate]) -> list[_Candidate]:
     """Newest first: by step; for one step in two spellings, slurmpre's canonical
     ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first."""
-    stepped = sorted(
-        (c for c in candidates if c.step is not None), key=_BY_STEP_AND_NAME, reverse=True
-    )
+    # (step, name, ...) tuples: sorted by plain tuple comparison, no key function.
+    stepped = sorted((c for c in candidates if c.step is not None), reverse=True)
     # Ties are rare: fix their order afterwards rather than format a name per candidate.
     i = 0
     while i < len(stepped):
@@ -392,9 +399,24 @@ def latest(folder: Path | str) -> Resolution:
     missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
     if missing is not None:
         skipped.append(missing)
-    ds_step = step_of(scan.tag) if scan.tag else None
+    tag = scan.tag
+    ds_step = step_of(tag) if tag else None
+    access, exists, sep = os.access, os.F_OK, os.sep
+    unknown, no_mark = _UNMARKED[0], _UNMARKED[2]
     for cand in _order(scan.candidates):
-        judged = _judge(cand, scan.tag, ds_step)
+        # The hot path: 10,000 partial folders newer than the last complete one. A
+        # folder with no mark of any layout costs its two or three access(2) calls.
+        path, name = cand.path, cand.name
+        if (
+            cand.is_dir
+            and not access(path + sep + MARKER, exists)
+            and not access(path + sep + DCP_METADATA, exists)
+            and not (name.startswith("checkpoint") and access(path + sep + HF_STATE, exists))
+            and not (tag is not None and name.startswith("global_step"))
+        ):
+            skipped.append(_new(Checkpoint, (path, cand.step, unknown, False, no_mark)))
+            continue
+        judged = _judge(cand, tag, ds_step)
         if judged.complete:
             return Resolution(judged, tuple(skipped))
         skipped.append(judged)
@@ -411,7 +433,7 @@ def judge(path: Path | str) -> Checkpoint:
     tag = None
     with contextlib.suppress(OSError, UnicodeDecodeError):
         tag = (path.parent / DEEPSPEED_TAG).read_text().strip() or None
-    cand = _Candidate(str(path), path.name, step_of(path.name), path.is_dir())
+    cand = _Candidate(step_of(path.name), path.name, str(path), path.is_dir())
     return _judge(cand, tag, step_of(tag) if tag else None)
 
 
