@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import operator
 import os
 import re
 import shutil
@@ -129,9 +130,8 @@ _new = tuple.__new__
 
 
 class _Candidate(NamedTuple):
-    # A tuple of plain values, step and name first so that a list of them sorts by
-    # tuple comparison alone: 10,000 pathlib objects (or frozen dataclasses, or a key
-    # function per item) cost more than the scan itself.
+    # A tuple of plain values, the step first (the sort key): 10,000 pathlib objects
+    # (or frozen dataclasses) cost more than the scan itself.
     step: int | None
     name: str
     path: str
@@ -184,7 +184,15 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
             name = entry.name
             if name[0] == ".":
                 continue  # our own in-flight commits, and other hidden files
-            m = any_name(name)
+            # Every grammar needs one of these: a cheaper test than the regex for junk.
+            m = (
+                any_name(name)
+                if "step" in name
+                or "checkpoint" in name
+                or name[-5:] == ".ckpt"
+                or name == DEEPSPEED_TAG
+                else None
+            )
             if m is None:
                 if keep_ignored:  # not even a record each for 10,000 junk names
                     ignored(Ignored(name, "not a checkpoint name"))
@@ -228,11 +236,15 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
     return scan
 
 
+_STEP = operator.itemgetter(0)
+
+
 def _order(candidates: list[_Candidate]) -> list[_Candidate]:
     """Newest first: by step; for one step in two spellings, slurmpre's canonical
     ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first."""
-    # (step, name, ...) tuples: sorted by plain tuple comparison, no key function.
-    stepped = sorted((c for c in candidates if c.step is not None), reverse=True)
+    # Sorted by the step alone (ints compare fastest); stable, and ties are put in
+    # order below.
+    stepped = sorted([c for c in candidates if c.step is not None], key=_STEP, reverse=True)
     # Ties are rare: fix their order afterwards rather than format a name per candidate.
     i = 0
     while i < len(stepped):
@@ -401,25 +413,34 @@ def latest(folder: Path | str) -> Resolution:
         skipped.append(missing)
     tag = scan.tag
     ds_step = step_of(tag) if tag else None
-    access, exists, sep = os.access, os.F_OK, os.sep
     unknown, no_mark = _UNMARKED[0], _UNMARKED[2]
-    for cand in _order(scan.candidates):
-        # The hot path: 10,000 partial folders newer than the last complete one. A
-        # folder with no mark of any layout costs its two or three access(2) calls.
-        path, name = cand.path, cand.name
-        if (
-            cand.is_dir
-            and not access(path + sep + MARKER, exists)
-            and not access(path + sep + DCP_METADATA, exists)
-            and not (name.startswith("checkpoint") and access(path + sep + HF_STATE, exists))
-            and not (tag is not None and name.startswith("global_step"))
-        ):
-            skipped.append(_new(Checkpoint, (path, cand.step, unknown, False, no_mark)))
-            continue
-        judged = _judge(cand, tag, ds_step)
-        if judged.complete:
-            return Resolution(judged, tuple(skipped))
-        skipped.append(judged)
+    access, exists = os.access, os.F_OK
+    mark, meta, hf = os.sep + MARKER, os.sep + DCP_METADATA, os.sep + HF_STATE
+    # Marks are looked up relative to the folder: a shorter path walk per call.
+    try:
+        at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
+    try:
+        for cand in _order(scan.candidates):
+            # The hot path: 10,000 partial folders newer than the last complete one.
+            # A folder with no mark of any layout costs its two or three access(2) calls.
+            name = cand.name
+            if (
+                cand.is_dir
+                and not access(name + mark, exists, dir_fd=at)
+                and not access(name + meta, exists, dir_fd=at)
+                and not (name.startswith("checkpoint") and access(name + hf, exists, dir_fd=at))
+                and not (tag is not None and name.startswith("global_step"))
+            ):
+                skipped.append(_new(Checkpoint, (cand.path, cand.step, unknown, False, no_mark)))
+                continue
+            judged = _judge(cand, tag, ds_step)
+            if judged.complete:
+                return Resolution(judged, tuple(skipped))
+            skipped.append(judged)
+    finally:
+        os.close(at)
     return Resolution(None, tuple(skipped))
 
 
