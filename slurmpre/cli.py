@@ -72,19 +72,38 @@ def _sandbox() -> Any:
     help="proctrack/cgroup with task/affinity,task/cgroup as on GPU clusters (auto: where the "
     "host mounts cgroup v1), or proctrack/pgid with task/affinity.",
 )
+@click.option(
+    "--slurm",
+    metavar="RELEASE",
+    default=None,
+    help="Slurm release: 22.05, 24.11 or 26.05 (default: the host's packages). Another "
+    "release than the host's runs from a Debian root made with debootstrap, cached.",
+)
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the nodes.")
 def sandbox_up(
-    nodes: int, preemptible: int, stock_timings: bool, tracking: str, timeout: float
+    nodes: int,
+    preemptible: int,
+    stock_timings: bool,
+    tracking: str,
+    slurm: str | None,
+    timeout: float,
 ) -> None:
     """Install (if needed) and start munge, slurmctld and one slurmd per node."""
-    _sandbox().up(
+    box = _sandbox()
+    box.up(
         nodes,
         preemptible,
         stock_timings=stock_timings,
         tracking=tracking,
+        slurm=slurm,
         timeout=timeout,
         say=click.echo,
     )
+    if box.root is not None:
+        click.echo(
+            f"Slurm's commands for this sandbox run in {box.root.path}: "
+            f"export PATH={box.root.shims}:$PATH"
+        )
 
 
 @sandbox.command("down")

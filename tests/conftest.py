@@ -15,6 +15,8 @@ from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 
 DATA = Path(__file__).parent / "data"
+# Slurm releases with captures in tests/data/slurm-<release>/ (tests/data/capture.py).
+RELEASES = ("22.05", "24.11", "26.05")
 T = TypeVar("T")
 
 
@@ -58,6 +60,14 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(params=RELEASES)
+def captured(request: pytest.FixtureRequest) -> Path:
+    """The folder of Slurm output captured on one release: a test using it runs on each."""
+    folder = DATA / f"slurm-{request.param}"
+    assert folder.is_dir(), f"no captures for Slurm {request.param}: run tests/data/capture.py"
+    return folder
 
 
 @pytest.fixture(scope="session")

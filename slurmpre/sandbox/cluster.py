@@ -43,6 +43,7 @@ from slurmpre.sandbox.config import (
     render_gres_conf,
     render_slurm_conf,
 )
+from slurmpre.sandbox.roots import ROOTS_DIR, SUITES, Root, deactivate, suite_of
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
 
@@ -70,6 +71,8 @@ class State:
     munged: int | None = None  # None: munge was already running and is not ours
     helpers: list[int] = field(default_factory=list)
     tracking: str = PGID.name  # sandboxes recorded before tracking was a choice ran pgid
+    root: str | None = None  # a Debian root the Slurm daemons run in (None: the host's Slurm)
+    suite: str | None = None  # that root's Debian suite
 
     def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
         return SandboxConfig(
@@ -85,9 +88,30 @@ class State:
 class Sandbox:
     def __init__(self, state_dir: Path = DEFAULT_STATE_DIR, *, etc: Path = SLURM_ETC) -> None:
         self.state_dir = state_dir
-        self.etc = etc
+        self.etc = self.host_etc = etc
         self.hostname = socket.gethostname().split(".")[0]
         self.client = CommandLineSlurm(timeout=15)
+        self.root: Root | None = None  # set from the state: a Slurm other than the host's
+
+    def _enter(self, root: Root | None) -> None:
+        """Slurm's commands and config are the root's from now on (or the host's)."""
+        self.root = root
+        if root is not None:
+            root.activate()
+            self.etc = root.path / "etc" / "slurm"
+        else:
+            deactivate()
+            self.etc = self.host_etc
+
+    @property
+    def conf_arg(self) -> str:
+        """slurm.conf as the daemons see it (inside the root, when there is one)."""
+        return (
+            str(SLURM_ETC / "slurm.conf") if self.root is not None else str(self.etc / "slurm.conf")
+        )
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        return argv if self.root is None else self.root.argv(argv)
 
     # -- state file ---------------------------------------------------------
     @property
@@ -105,7 +129,10 @@ class Sandbox:
             return None
         except (OSError, ValueError) as exc:
             raise SandboxError(f"cannot read {self.state_file}: {exc}") from None
-        return State(**data)
+        state = State(**data)
+        has_root = state.root is not None and state.suite is not None
+        self._enter(Root(state.suite, Path(state.root)) if has_root else None)  # type: ignore[arg-type]
+        return state
 
     def save(self, state: State) -> None:
         write_atomic(self.state_file, json.dumps(asdict(state), indent=2) + "\n")
@@ -140,10 +167,14 @@ class Sandbox:
         *,
         stock_timings: bool = False,
         tracking: str = "auto",
+        slurm: str | None = None,
         timeout: float = 60.0,
         say: Callable[[str], None] = lambda _: None,
     ) -> State:
         specs = node_specs(nodes, preemptible)
+        suite = None if slurm is None else suite_of(slurm)
+        if suite is not None and suite == host_suite():
+            suite = None  # the host's own packages are that release
         require_root()
         with self.lock():
             state = self.load()
@@ -155,11 +186,12 @@ class Sandbox:
                     want != have
                     or state.timings != timings
                     or (tracking != "auto" and tracking != state.tracking)
+                    or (slurm is not None and suite != state.suite)
                 ):
                     raise UsageError(
                         f"the sandbox is up with {len(have)} nodes "
                         f"({sum(p for _, p in have)} preemptible, {state.timings} timings, "
-                        f"proctrack/{state.tracking}); "
+                        f"proctrack/{state.tracking}, Slurm {format_version(state.version)}); "
                         "run `slurmpre sandbox down` first to change its shape"
                     )
                 self._wait_nodes_up(state, timeout)
@@ -168,32 +200,40 @@ class Sandbox:
             if state is not None:
                 say("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
-            return self._cold_start(specs, stock_timings, tracking, timeout, say)
+            return self._cold_start(specs, stock_timings, tracking, suite, timeout, say)
 
     def _cold_start(
         self,
         specs: tuple[NodeSpec, ...],
         stock_timings: bool,
         tracking: str,
+        suite: str | None,
         timeout: float,
         say: Callable[[str], None],
     ) -> State:
-        ensure_installed(say)
+        root = None
+        if suite is None:
+            ensure_installed(say)
+        else:
+            root = Root(suite, ROOTS_DIR / suite)
+            root.ensure(say)
+        self._enter(root)
         self._refuse_foreign_config()
         if port_in_use(CTLD_PORT):
             raise SandboxError(
                 f"port {CTLD_PORT} is in use: another slurmctld runs here that the sandbox did not "
                 "start; stop it first"
             )
-        version = parse_version(run(["slurmd", "-V"], error=SandboxError).stdout)
+        mounts = [] if root is None else root.mount(self.state_dir)
+        version = parse_version(run(self._argv(["slurmd", "-V"]), error=SandboxError).stdout)
         cfg = SandboxConfig(
             hostname=self.hostname,
             state_dir=self.state_dir,
             version=version,
             nodes=specs,
             timings=STOCK if stock_timings else TUNED,
-            tracking=choose_tracking(tracking, say),
-            topology=parse_topology(run(["slurmd", "-C"], error=SandboxError).stdout),
+            tracking=choose_tracking(tracking, say, slurm_plugins(root)),
+            topology=parse_topology(run(self._argv(["slurmd", "-C"]), error=SandboxError).stdout),
         )
         self._lay_out(cfg)
         state = State(
@@ -201,12 +241,15 @@ class Sandbox:
             timings=cfg.timings.name,
             nodes=[{**asdict(s), "pid": None} for s in specs],
             tracking=cfg.tracking.name,
+            root=None if root is None else str(root.path),
+            suite=suite,
         )
+        del mounts  # `down` finds every mount under the root itself
         self.save(state)
-        state.munged = start_munge(cfg.log_dir)
+        state.munged = start_munge(cfg.log_dir, root)
         self.save(state)
         state.slurmctld = self._spawn(
-            ["slurmctld", "-D", "-i", "-f", str(self.etc / "slurm.conf")],
+            ["slurmctld", "-D", "-i", "-f", self.conf_arg],
             cfg.log_dir / "slurmctld.out",
         )
         self.save(state)
@@ -255,13 +298,13 @@ class Sandbox:
             remove_managed(self.etc / "cgroup.conf")
 
     def _spawn(self, argv: list[str], log: Path) -> int:
-        return spawn_detached(argv, log)
+        return spawn_detached(self._argv(argv), log)
 
     def start_slurmd(self, cfg: SandboxConfig, name: str) -> int:
         spool = cfg.spool_dir(name)
         spool.mkdir(parents=True, exist_ok=True)
         return self._spawn(
-            ["slurmd", "-D", "-N", name, "-f", str(self.etc / "slurm.conf")],
+            ["slurmd", "-D", "-N", name, "-f", self.conf_arg],
             cfg.log_dir / f"slurmd-{name}.out",
         )
 
@@ -282,7 +325,7 @@ class Sandbox:
     def _require_multiple_slurmd(self) -> None:
         conf = run(["scontrol", "show", "config"], error=SandboxError).stdout
         for line in conf.splitlines():
-            if line.replace(" ", "").startswith("MULTIPLE_SLURMD=Yes"):
+            if line.replace(" ", "").lower().startswith("multiple_slurmd=yes"):
                 return
         raise SandboxError(
             "this Slurm build cannot run several slurmd on one host (MULTIPLE_SLURMD is not Yes); "
@@ -348,6 +391,8 @@ class Sandbox:
             procs.stop([state.slurmctld, *procs.descendants([state.slurmctld])], grace=10.0)
         if state.munged and procs.is_process_of(state.munged, "munged"):
             procs.stop([state.munged], grace=5.0)
+        if self.root is not None:
+            self.root.unmount()
         self.state_file.unlink(missing_ok=True)
 
     # -- the controller, for outage drills ----------------------------------
@@ -369,7 +414,7 @@ class Sandbox:
             state = self.current()
             cfg = state.config(self.state_dir, self.hostname)
             state.slurmctld = self._spawn(
-                ["slurmctld", "-D", "-f", str(self.etc / "slurm.conf")],
+                ["slurmctld", "-D", "-f", self.conf_arg],
                 cfg.log_dir / "slurmctld.out",
             )
             self.save(state)
@@ -441,7 +486,18 @@ def cgroup_v1_controllers(mounts: str) -> set[str]:
     return found
 
 
-def choose_tracking(wanted: str, say: Callable[[str], None]) -> Tracking:
+def slurm_plugins(root: Root | None = None) -> set[str] | None:
+    """The plugin names Slurm's packages installed (``cgroup_v1``, ...); None if unknown."""
+    base = Path("/") if root is None else root.path
+    found = set()
+    for lib in base.glob("usr/lib/*/slurm-wlm"):
+        found |= {p.name.removesuffix(".so") for p in lib.glob("*.so")}
+    return found or None
+
+
+def choose_tracking(
+    wanted: str, say: Callable[[str], None], plugins: set[str] | None = None
+) -> Tracking:
     """``cgroup`` where the host mounts the cgroup v1 controllers Slurm needs, else ``pgid``.
 
     Slurm 22.05 keeps one ``slurm_<node>`` hierarchy per slurmd under cgroup v1,
@@ -450,6 +506,11 @@ def choose_tracking(wanted: str, say: Callable[[str], None]) -> Tracking:
     """
     if wanted in TRACKINGS and wanted != CGROUP.name:
         return TRACKINGS[wanted]
+    if plugins is not None and "cgroup_v1" not in plugins:
+        if wanted == CGROUP.name:
+            raise SandboxError("--tracking cgroup: this Slurm has no cgroup/v1 plugin")
+        say("this Slurm has no cgroup/v1 plugin: tracking processes by pgid")
+        return PGID
     try:
         mounts = Path("/proc/mounts").read_text()
     except OSError:
@@ -494,38 +555,71 @@ def ensure_installed(say: Callable[[str], None]) -> None:
         raise SandboxError(f"could not install Slurm with apt-get: {detail}") from None
 
 
-def munge_works() -> bool:
+def munge_works(root: Root | None = None) -> bool:
+    wrap = (lambda argv: argv) if root is None else root.argv
     try:
-        encoded = run(["munge", "-n"], timeout=5, error=SandboxError).stdout
-        run(["unmunge"], input=encoded, timeout=5, error=SandboxError)
+        encoded = run(wrap(["munge", "-n"]), timeout=5, error=SandboxError).stdout
+        run(wrap(["unmunge"]), input=encoded, timeout=5, error=SandboxError)
     except SandboxError:
         return False
     return True
 
 
-def start_munge(log_dir: Path) -> int | None:
+def _ids_in(root: Root, user: str) -> tuple[int, int]:
+    """A user's uid and gid as the root's /etc/passwd has them (not the host's)."""
+    for line in (root.path / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) > 3 and fields[0] == user:
+            return int(fields[2]), int(fields[3])
+    raise SandboxError(f"the root {root.path} has no user {user}")
+
+
+def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
     """Start munged as user munge, unless a working munged is already there (then None)."""
-    if munge_works():
+    if munge_works(root):
         return None
-    run_dir = Path("/run/munge")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    shutil.chown(run_dir, "munge", "munge")
+    if root is None:
+        run_dir = Path("/run/munge")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.chown(run_dir, "munge", "munge")
+        argv = [EXECUTABLES["munged"], "-F", "--force"]
+        ids: dict[str, Any] = {"user": "munge", "group": "munge"}
+    else:
+        uid, gid = _ids_in(root, "munge")
+        run_dir = root.path / "run/munge"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        os.chown(run_dir, uid, gid)
+        argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
+        argv += ["-F", "--force"]
+        ids = {}
     with (log_dir / "munged.out").open("ab") as out:
         proc = subprocess.Popen(
-            [EXECUTABLES["munged"], "-F", "--force"],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            user="munge",
-            group="munge",
+            **ids,
         )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if munge_works():
+        if munge_works(root):
             return proc.pid
         if proc.poll() is not None:
             break
         time.sleep(0.1)
     tail = (log_dir / "munged.out").read_text(errors="replace").strip().splitlines()[-3:]
     raise SandboxError("munged did not start: " + (" | ".join(tail) or "no output"))
+
+
+def host_suite() -> str | None:
+    """The host's Debian suite (its packages' Slurm), from /etc/os-release."""
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VERSION_CODENAME="):
+            name = line.partition("=")[2].strip().strip('"')
+            return name if name in SUITES.values() else None
+    return None

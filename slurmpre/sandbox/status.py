@@ -45,6 +45,8 @@ def describe(sandbox: Sandbox) -> dict[str, Any]:
         "state_dir": str(sandbox.state_dir),
         "slurm_version": format_version(state.version),
         "timings": state.timings,
+        "root": state.root,  # a Debian root the daemons run in (None: the host's Slurm)
+        "commands": None if sandbox.root is None else str(sandbox.root.shims),
         "proctrack": f"proctrack/{cfg.tracking.proctrack}",
         "task_plugin": cfg.tracking.task_plugin,
         "munged": proc(state.munged, "munged") if state.munged else {"pid": None, "ours": False},
@@ -68,6 +70,13 @@ def format_report(report: dict[str, Any]) -> str:
         f"sandbox: {'up' if report['up'] else 'NOT HEALTHY'}; Slurm {report['slurm_version']}, "
         f"{report['timings']} timings; state in {report['state_dir']}",
         f"  tracking   {report['proctrack']}, TaskPlugin={report['task_plugin']}",
+    ]
+    if report.get("root"):
+        lines.append(
+            f"  root       {report['root']} "
+            f"(its Slurm commands: export PATH={report['commands']}:$PATH)"
+        )
+    lines += [
         "  munged     "
         + (pid(report["munged"]) if report["munged"]["pid"] else "not ours (was running)"),
         f"  slurmctld  {pid(report['slurmctld'])}",

@@ -1,4 +1,8 @@
-"""Parsers over output captured from the real Slurm 22.05 sandbox (tests/data/slurm-22.05)."""
+"""Parsers over output captured from the real sandbox on each supported Slurm release
+(tests/data/slurm-<release>/, written by tests/data/capture.py): every test that reads
+a capture runs once per release."""
+
+from pathlib import Path
 
 import pytest
 from slurmpre.errors import SlurmError
@@ -12,10 +16,6 @@ from slurmpre.slurm.parse import (
     split_state,
 )
 
-from tests.conftest import DATA
-
-D = DATA / "slurm-22.05"
-
 
 def test_record_keeps_values_with_spaces() -> None:
     rec = parse_record("NodeName=n1 OS=Linux 6.1 #1 SMP  RealMemory=10 Reason=pre empted [root@t]")
@@ -24,8 +24,8 @@ def test_record_keeps_values_with_spaces() -> None:
     assert rec["Reason"] == "pre empted [root@t]"
 
 
-def test_nodes_with_one_draining() -> None:
-    nodes = {n.name: n for n in parse_nodes((D / "nodes-one-draining.txt").read_text())}
+def test_nodes_with_one_draining(captured: Path) -> None:
+    nodes = {n.name: n for n in parse_nodes((captured / "nodes-one-draining.txt").read_text())}
     assert set(nodes) == {"gpu-preemptible-dp-1", "gpu-preemptible-dp-2", "gpu-dp-1"}
     drained = nodes["gpu-preemptible-dp-1"]
     assert drained.draining and not drained.down and not drained.usable
@@ -36,8 +36,8 @@ def test_nodes_with_one_draining() -> None:
     assert nodes["gpu-dp-1"].usable
 
 
-def test_node_down_and_drained() -> None:
-    (node,) = parse_nodes((D / "node-down-drain.txt").read_text())
+def test_node_down_and_drained(captured: Path) -> None:
+    (node,) = parse_nodes((captured / "node-down-drain.txt").read_text())
     assert node.state == "DOWN" and "DRAIN" in node.flags
     assert node.down and node.draining
     assert node.reason == "gone"
@@ -57,8 +57,8 @@ def test_split_state(text: str, base: str, flags: set[str]) -> None:
     assert split_state(text) == (base, frozenset(flags))
 
 
-def test_job_running_on_an_elastic_range() -> None:
-    (job,) = parse_jobs((D / "job-running-elastic.txt").read_text())
+def test_job_running_on_an_elastic_range(captured: Path) -> None:
+    (job,) = parse_jobs((captured / "job-running-elastic.txt").read_text())
     assert job.name == "name with space"
     assert job.state == "RUNNING"
     assert job.requeue and job.restarts == 0
@@ -68,19 +68,20 @@ def test_job_running_on_an_elastic_range() -> None:
     assert not job.finished
 
 
-def test_job_after_requeue_counts_restarts() -> None:
-    (job,) = parse_jobs((D / "job-pending-requeued.txt").read_text())
+def test_job_after_requeue_counts_restarts(captured: Path) -> None:
+    (job,) = parse_jobs((captured / "job-pending-requeued.txt").read_text())
     assert job.restarts == 1 and job.requeue
 
 
-def test_job_cancelled_is_finished() -> None:
-    (job,) = parse_jobs((D / "job-cancelled.txt").read_text())
+def test_job_cancelled_is_finished(captured: Path) -> None:
+    (job,) = parse_jobs((captured / "job-cancelled.txt").read_text())
     assert job.state == "CANCELLED" and job.finished
 
 
-def test_versions() -> None:
-    assert parse_version((D / "sinfo-version.txt").read_text()) == (22, 5, 8)
-    assert parse_version((D / "slurmd-version.txt").read_text()) == (22, 5, 8)
+def test_versions(captured: Path) -> None:
+    major, minor = (int(x) for x in captured.name.removeprefix("slurm-").split("."))
+    for capture in ("sinfo-version.txt", "slurmd-version.txt"):
+        assert parse_version((captured / capture).read_text())[:2] == (major, minor)
     assert parse_version("slurm 24.11.5") == (24, 11, 5)
     assert format_version((22, 5, 8)) == "22.05.8"
     with pytest.raises(SlurmError):

@@ -1,0 +1,269 @@
+"""A Slurm other than the host's: a Debian root made with debootstrap, entered with chroot.
+
+Debian ships one Slurm per suite (bookworm 22.05, trixie 24.11, sid 26.05). For a
+version the host's packages are not, the sandbox builds that suite's root once
+(cached under ``/var/cache/slurmpre/roots/<suite>``) and runs munge, slurmctld and
+every slurmd inside it. The folders jobs and tests use are bound into the root at
+their own paths (``/tmp``, ``/home``, ``/var/lib/slurmpre``, slurmpre's source), so
+a path means the same inside and outside; the host reaches the root's Slurm through
+small shims (``scontrol`` = chroot + the root's ``scontrol``) on ``PATH``.
+
+slurmpre is "installed" in the root's own Python by a ``.pth`` file naming its
+source folder, with Debian's jinja2, click and filelock: a spec's ``python`` is then
+``/usr/bin/python3`` (the root's), and the job's wrapper runs the same code as the host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import slurmpre
+from slurmpre.cmd import run
+from slurmpre.errors import SandboxError, UsageError
+
+ROOTS_DIR = Path(os.environ.get("SLURMPRE_ROOTS_DIR", "/var/cache/slurmpre/roots"))
+MIRROR = os.environ.get("SLURMPRE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# Slurm release -> the Debian suite that ships it.
+SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
+PACKAGES = (
+    "slurmd",
+    "slurmctld",
+    "slurm-client",
+    "munge",
+    "python3",
+    "python3-jinja2",
+    "python3-click",
+    "python3-filelock",
+    "procps",
+)
+# The Slurm commands the host reaches through shims.
+CLIENTS = ("scontrol", "sbatch", "squeue", "sinfo", "scancel", "srun", "salloc", "sacct", "sprio")
+READY = ".slurmpre-root"  # written last: a root without it is half made
+
+
+def suite_of(version: str) -> str:
+    try:
+        return SUITES[version]
+    except KeyError:
+        known = ", ".join(SUITES)
+        raise UsageError(f"--slurm {version!r} is not one of {known}") from None
+
+
+def source_dir() -> Path:
+    """The folder that holds the ``slurmpre`` package (bound into the root)."""
+    return Path(slurmpre.__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Root:
+    """One suite's root; ``path`` is where it lives on the host."""
+
+    suite: str
+    path: Path
+
+    @classmethod
+    def for_version(cls, version: str, roots_dir: Path = ROOTS_DIR) -> Root:
+        suite = suite_of(version)
+        return cls(suite, roots_dir / suite)
+
+    # -- commands -------------------------------------------------------------
+    def argv(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the root."""
+        return ["chroot", str(self.path), *argv]
+
+    @property
+    def shims(self) -> Path:
+        return self.path.parent / f"{self.suite}-bin"
+
+    def activate(self) -> None:
+        """This process and its children use the root's Slurm commands."""
+        deactivate()
+        os.environ["PATH"] = os.pathsep.join([str(self.shims), os.environ.get("PATH", "")])
+
+    # -- making it ------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return (self.path / READY).exists()
+
+    def ensure(self, say: Callable[[str], None]) -> None:
+        """Make the root once (debootstrap from Debian's registry), then reuse it."""
+        if not self.ready:
+            self._bootstrap(say)
+        self._install_slurmpre()
+        self._write_shims()
+
+    def _bootstrap(self, say: Callable[[str], None]) -> None:
+        if shutil.which("debootstrap") is None:
+            say("installing debootstrap")
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            run(["apt-get", "update", "-qq"], timeout=600, env=env, error=SandboxError)
+            run(
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "debootstrap"],
+                timeout=600,
+                env=env,
+                error=SandboxError,
+            )
+        if not Path("/usr/share/debootstrap/scripts", self.suite).exists():
+            raise SandboxError(f"this debootstrap has no script for Debian {self.suite}")
+        work = self.path.with_name(self.path.name + ".incoming")
+        self._unmount_under(work)
+        shutil.rmtree(work, ignore_errors=True)
+        work.parent.mkdir(parents=True, exist_ok=True)
+        say(f"making a Debian {self.suite} root with its Slurm in {self.path} (about a minute)")
+        try:
+            run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(PACKAGES)}",
+                    self.suite,
+                    str(work),
+                    MIRROR,
+                ],
+                timeout=1800,
+                error=SandboxError,
+            )
+        except SandboxError as exc:
+            tail = [ln for ln in str(exc).splitlines() if ln.strip()][-1:]
+            raise SandboxError(
+                f"debootstrap of Debian {self.suite} failed: {tail[0] if tail else exc}"
+            ) from None
+        slurmd = work / "usr/sbin/slurmd"
+        if not slurmd.exists():
+            raise SandboxError(f"the Debian {self.suite} root has no slurmd")
+        (work / READY).write_text(f"{self.suite}\n")
+        self._unmount_under(self.path)
+        shutil.rmtree(self.path, ignore_errors=True)
+        work.rename(self.path)
+
+    def _install_slurmpre(self) -> None:
+        """A .pth naming slurmpre's source in the root's python, and a `slurmpre` command."""
+        found = sorted((self.path / "usr/lib").glob("python3*/"))
+        found = [p for p in found if (p / "os.py").exists()]
+        if not found:
+            raise SandboxError(f"the root {self.path} has no python3")
+        site = Path("/usr/local/lib") / found[-1].name / "dist-packages"
+        (self.path / site.relative_to("/")).mkdir(parents=True, exist_ok=True)
+        (self.path / site.relative_to("/") / "slurmpre-source.pth").write_text(f"{source_dir()}\n")
+        cli = self.path / "usr/local/bin/slurmpre"
+        cli.write_text(
+            "#!/usr/bin/python3\nimport sys\nfrom slurmpre.cli import main\nsys.exit(main())\n"
+        )
+        cli.chmod(0o755)
+
+    def _write_shims(self) -> None:
+        self.shims.mkdir(parents=True, exist_ok=True)
+        for name in CLIENTS:
+            shim = self.shims / name
+            # The command runs in the caller's folder: every folder a job uses is bound
+            # into the root at its own path.
+            shim.write_text(
+                "#!/bin/sh\n"
+                f"# slurmpre sandbox: {name} of the Debian {self.suite} root\n"
+                f"exec chroot {self.path} /bin/sh -c "
+                '\'cd "$1" 2>/dev/null || cd /; shift; exec "$0" "$@"\' '
+                f'{name} "$PWD" "$@"\n'
+            )
+            shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+    @staticmethod
+    def python(state_dir: Path) -> Path:
+        """The root's python with slurmpre, at a path that works inside and outside it."""
+        return state_dir / "root-python3"
+
+    def _write_python(self, state_dir: Path) -> None:
+        # Inside the root (a job's nodes) it is the root's python; on the host (where
+        # `slurmpre submit` checks the spec's python) it enters the root first.
+        shim = self.python(state_dir)
+        shim.write_text(
+            "#!/bin/sh\n"
+            f"# slurmpre sandbox: the python of the Debian {self.suite} root, with slurmpre\n"
+            f'if [ -e /{READY} ]; then exec /usr/bin/python3 "$@"; fi\n'
+            f"exec chroot {self.path} /bin/sh -c "
+            '\'cd "$1" 2>/dev/null || cd /; shift; exec /usr/bin/python3 "$@"\' '
+            'python3 "$PWD" "$@"\n'
+        )
+        shim.chmod(0o755)
+
+    # -- mounts ---------------------------------------------------------------
+    def binds(self, state_dir: Path) -> list[Path]:
+        """Host folders bound into the root at their own paths, in mount order."""
+        shared = [Path("/tmp"), Path("/home"), state_dir.parent, source_dir()]
+        out: list[Path] = []
+        for p in shared:
+            if p not in out and not any(p.is_relative_to(q) for q in out):
+                out.append(p)
+        return out
+
+    def mount(self, state_dir: Path) -> list[str]:
+        """Bind /proc, /sys, /dev and the shared folders; return the mount points made."""
+        self.unmount()
+        made: list[str] = []
+        try:
+            for src, rbind in ((Path("/proc"), False), (Path("/sys"), True), (Path("/dev"), True)):
+                made.append(self._bind(src, rbind=rbind))
+            for src in self.binds(state_dir):
+                src.mkdir(parents=True, exist_ok=True)
+                made.append(self._bind(src, rbind=False))
+        except SandboxError:
+            self.unmount()
+            raise
+        self._write_python(state_dir)
+        # Names resolve as on the host (the sandbox's nodes all live at its hostname).
+        for name in ("hosts", "resolv.conf"):
+            with_host = Path("/etc", name)
+            if with_host.exists():
+                shutil.copyfile(with_host, self.path / "etc" / name)
+        return made
+
+    def _bind(self, src: Path, *, rbind: bool) -> str:
+        target = self.path / src.relative_to("/")
+        target.mkdir(parents=True, exist_ok=True)
+        run(
+            ["mount", "--rbind" if rbind else "--bind", str(src), str(target)],
+            timeout=30,
+            error=SandboxError,
+        )
+        if rbind:  # a later unmount of the root's copy must not reach the host's
+            run(["mount", "--make-rslave", str(target)], timeout=30, error=SandboxError)
+        return str(target)
+
+    def unmount(self) -> None:
+        self._unmount_under(self.path)
+
+    @staticmethod
+    def _unmount_under(path: Path) -> None:
+        """Every mount at or under ``path``, deepest first (lazy, so a busy one goes too)."""
+        prefix = str(path).rstrip("/") + "/"
+        for point in sorted(mounts_under(prefix), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def deactivate() -> None:
+    """No root's Slurm commands on PATH: the host's again (or none)."""
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    kept = [p for p in parts if not (p.endswith("-bin") and Path(p).parent == ROOTS_DIR)]
+    if kept != parts:
+        os.environ["PATH"] = os.pathsep.join(kept)
+
+
+def mounts_under(prefix: str) -> list[str]:
+    """Mount points that start with ``prefix``, from /proc/mounts."""
+    try:
+        text = Path("/proc/mounts").read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            point = fields[1].replace("\\040", " ")
+            if point.startswith(prefix):
+                out.append(point)
+    return out

@@ -1,0 +1,48 @@
+"""A Slurm other than the host's, from a Debian root: the parts that need no root made."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from slurmpre.errors import UsageError
+from slurmpre.sandbox import roots
+from slurmpre.sandbox.roots import Root, deactivate, suite_of
+
+from tests.conftest import slurmpre_cli
+
+
+def test_each_release_has_its_debian_suite() -> None:
+    assert [suite_of(v) for v in ("22.05", "24.11", "26.05")] == ["bookworm", "trixie", "sid"]
+    with pytest.raises(UsageError, match=r"--slurm '23.02' is not one of 22.05, 24.11, 26.05"):
+        suite_of("23.02")
+
+
+def test_an_unknown_release_is_one_line_and_exit_2() -> None:
+    proc = slurmpre_cli("sandbox", "up", "--slurm", "25.05")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "slurmpre: error: --slurm '25.05' is not one of 22.05, 24.11, 26.05"
+    ]
+
+
+def test_shared_folders_are_bound_once_each(tmp_path: Path) -> None:
+    root = Root("trixie", tmp_path / "trixie")
+    binds = root.binds(Path("/var/lib/slurmpre/sandbox"))
+    assert binds[:3] == [Path("/tmp"), Path("/home"), Path("/var/lib/slurmpre")]
+    assert roots.source_dir() in binds or any(roots.source_dir().is_relative_to(b) for b in binds)
+    assert len(binds) == len(set(binds))
+
+
+def test_activate_puts_one_roots_commands_first_and_deactivate_takes_them_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin")
+    trixie = Root("trixie", roots.ROOTS_DIR / "trixie")
+    sid = Root("sid", roots.ROOTS_DIR / "sid")
+    trixie.activate()
+    sid.activate()  # the other root's commands leave PATH
+    assert os.environ["PATH"].split(os.pathsep) == [str(sid.shims), "/usr/local/bin", "/usr/bin"]
+    deactivate()
+    assert os.environ["PATH"] == "/usr/local/bin:/usr/bin"

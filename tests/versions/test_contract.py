@@ -1,0 +1,170 @@
+"""The contract on every supported Slurm: 22.05 (Debian 12), 24.11 (13), 26.05 (sid).
+
+A release other than the host's runs from a Debian root (`sandbox up --slurm`).
+On each: the client reads the cluster, a spec renders and submits, the wrapper
+starts, and a drained node makes the job checkpoint just in time, requeue itself
+and resume on the other node with zero steps lost. The host's sandbox is put
+back after each release, for the tests that follow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox, host_suite
+from slurmpre.sandbox.roots import SUITES, Root, mounts_under
+from slurmpre.slurm.client import CommandLineSlurm
+from slurmpre.slurm.parse import format_version
+
+from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for
+
+pytestmark = pytest.mark.sandbox
+
+RELEASES = list(SUITES)
+STEPS = 40
+
+# The training: a step every 0.3 s, a checkpoint on the notice (state: the next step).
+TRAIN = """\
+import json, os, time
+from pathlib import Path
+import slurmpre
+
+folder = Path(os.environ["SLURMPRE_CHECKPOINT_DIR"])
+start = 0
+if (path := slurmpre.resume_path()) is not None:
+    start = json.loads((path / "state.json").read_text())["next"]
+attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+with open(folder / "steps.jsonl", "a") as log:
+    for step in range(start, {steps}):
+        if slurmpre.preemption_requested():
+            with slurmpre.checkpoint(step) as path:
+                (path / "state.json").write_text(json.dumps({{"next": step}}))
+            break
+        time.sleep(0.3)
+        log.write(json.dumps({{"step": step, "attempt": attempt}}) + "\\n")
+        log.flush()
+"""
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request: pytest.FixtureRequest) -> Iterator[str]:
+    """That release's sandbox, up; afterwards the host's sandbox, up again."""
+    wanted: str = request.param
+    if os.geteuid() != 0:
+        pytest.fail("the contract tests need root to run the Slurm sandbox")
+    path = os.environ["PATH"]
+    slurmpre_cli("sandbox", "down", check=True)
+    slurmpre_cli("sandbox", "up", "--slurm", wanted, check=True, timeout=1800)
+    try:
+        yield wanted
+    finally:
+        os.environ["PATH"] = path  # the host's Slurm commands again
+        slurmpre_cli("sandbox", "down", check=True)
+        slurmpre_cli("sandbox", "up", check=True)
+
+
+@pytest.fixture
+def box(release: str) -> Sandbox:
+    box = Sandbox(DEFAULT_STATE_DIR)
+    box.current()  # the root's Slurm commands first on PATH, here and in what we start
+    return box
+
+
+def python_for(box: Sandbox) -> str:
+    """The interpreter the job's nodes run: the root's, or this one on the host's Slurm."""
+    return str(Root.python(box.state_dir)) if box.root is not None else sys.executable
+
+
+def test_the_sandbox_runs_that_release(release: str, box: Sandbox) -> None:
+    slurm = CommandLineSlurm()
+    assert format_version(slurm.version()).startswith(release)
+    on_host = SUITES[release] == host_suite()
+    assert (box.root is None) == on_host
+    nodes = {n.name: n for n in slurm.nodes()}
+    assert set(nodes) == {*PREEMPTIBLE, "gpu-dp-1"}
+    assert all(nodes[n].features == ("preemptible",) for n in PREEMPTIBLE)
+    assert nodes["gpu-dp-1"].features == ("standard",)
+    assert all(n.usable for n in nodes.values())
+
+
+def test_drain_checkpoint_requeue_resume_loses_no_step(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    folder = tmp_path / f"contract {release}"
+    folder.mkdir()
+    (folder / "train.py").write_text(TRAIN.format(steps=STEPS))
+    ckpt = folder / "ckpt"
+    spec = folder / "job.toml"
+    spec.write_text(
+        "\n".join(
+            [
+                f'name = "contract-{release}"',
+                f"command = {json.dumps(['python3', str(folder / 'train.py')])}",
+                'launcher = "plain"',
+                'nodes = "1"',
+                f"python = {json.dumps(python_for(box))}",
+                f"checkpoint_dir = {json.dumps(str(ckpt))}",
+                "poll_interval = 1",
+            ]
+        )
+        + "\n"
+    )
+    job_id = slurmpre_cli("submit", str(spec), check=True, cwd=folder).stdout.strip()
+    victim = None
+    try:
+        steps = ckpt / "steps.jsonl"
+        wait_for(
+            "a few steps of the first attempt",
+            lambda: steps.exists() and steps.read_text().count("\n") >= 5,
+            timeout=120,
+        )
+        (victim,) = slurm.job(job_id).nodes
+        slurm.update_node(victim, state="DRAIN", reason="preempted")
+        wait_for(
+            f"job {job_id} to finish after its requeue",
+            lambda: (j := slurm.job(job_id)).finished and j,
+            timeout=180,
+        )
+        job = slurm.job(job_id)
+        logs = "\n".join(p.read_text() for p in sorted((ckpt / "logs").glob("*.out")))
+        assert job.state == "COMPLETED", logs[-4000:]
+    finally:
+        if victim is not None:
+            slurm.update_node(victim, state="RESUME")
+        if not slurm.job(job_id).finished:
+            slurm.cancel(job_id)
+    assert job.restarts == 1
+    assert job.nodes != (victim,)  # it resumed on the other preemptible node
+    done = [json.loads(line) for line in steps.read_text().splitlines()]
+    assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
+    assert {d["attempt"] for d in done} == {0, 1}
+    records = [json.loads(line) for line in (ckpt / ".slurmpre" / "attempts.jsonl").open()]
+    kinds = [r.get("event") for r in records]
+    assert kinds.count("notice") == 1 and kinds.count("requeued") == 1, kinds
+    # The requeue followed the checkpoint taken on the notice, not the deadline.
+    assert kinds.index("notice") < kinds.index("checkpoint") < kinds.index("requeued"), kinds
+
+
+def test_down_unmounts_what_up_mounted_and_leaves_no_process(release: str, box: Sandbox) -> None:
+    root = box.root
+    slurmpre_cli("sandbox", "down", check=True)
+    daemons = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
+            inside = root is not None and (entry / "root").readlink() == root.path
+        except OSError:
+            continue
+        if inside or Path(argv0).name in ("slurmctld", "slurmd", "slurmstepd"):
+            daemons.append((int(entry.name), argv0))
+    assert daemons == []
+    if root is not None:
+        assert mounts_under(str(root.path) + "/") == []
