@@ -20,7 +20,6 @@ which the next prune (or the next attempt's start) removes.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -30,22 +29,12 @@ from pathlib import Path
 from filelock import Timeout
 
 from slurmpre.errors import CheckpointError, SlurmError, UsageError
-from slurmpre.job.checkpoints import Checkpoint, list_all
+from slurmpre.job.checkpoints import LEFTOVER, Checkpoint, list_all
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
 from slurmpre.slurm.client import SlurmClient
 
 PRUNED = ".pruned-"
-# Hidden folders slurmpre itself leaves: in-flight (with the attempt tag that wrote
-# them), their sync marks, stale tries, partial and duplicate steps set aside, and
-# what an earlier prune renamed but did not get to delete.
-_LEFTOVER = re.compile(
-    r"^\.(?:sync)?\.?incoming-step-\d+-(?P<tag>[A-Za-z0-9_.-]+?)(?:\.stale-\d+)?$"
-    r"|^\.(?:partial|duplicate)-step-\d+-\d+$"
-    r"|^\.pruned-.+$"
-)
-
-
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -142,7 +131,7 @@ def decide(
     except OSError as exc:
         raise CheckpointError(f"cannot read {str(folder)!r}: {exc.strerror}") from None
     for name in names:
-        m = _LEFTOVER.match(name)
+        m = LEFTOVER.match(name)
         if m is None:
             continue
         tag = m.group("tag")

@@ -597,7 +597,10 @@ def writing(
 
 
 # -- leftovers of dead attempts ------------------------------------------------------
-_LEFTOVER = re.compile(
+# Hidden folders slurmpre itself leaves: in-flight (with the attempt tag that wrote
+# them), their sync marks, stale tries, partial and duplicate steps set aside, and
+# what `ckpt prune` renamed but did not get to delete. Shared with prune.
+LEFTOVER = re.compile(
     r"^\.(?:sync)?\.?incoming-step-(?P<step>\d+)-(?P<tag>[A-Za-z0-9_.-]+?)(?:\.stale-\d+)?$"
     r"|^\.(?:partial|duplicate)-step-\d+-\d+$"
     r"|^\.pruned-.+$"  # what `ckpt prune` set aside and did not get to delete
@@ -627,7 +630,7 @@ def clean_leftovers(folder: Path, *, live: str) -> Cleaned:
     except OSError:
         return Cleaned((), ())
     for entry in entries:
-        m = _LEFTOVER.match(entry.name)
+        m = LEFTOVER.match(entry.name)
         if m is None or not entry.is_dir(follow_symlinks=False):
             continue
         tag = m.group("tag")
