@@ -71,12 +71,13 @@ def run(
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
             )
-        try:
-            stdout, stderr = proc.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise
+        with proc:  # pipes closed and the child reaped whatever happens
+            try:
+                stdout, stderr = proc.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
     except FileNotFoundError:
         raise error(f"{argv[0]}: command not found (is it installed and on PATH?)") from None
     except PermissionError:

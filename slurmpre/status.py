@@ -64,12 +64,7 @@ def _of(records: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:
     return [r for r in records if str(r.get("job")) == job]
 
 
-def _ended(
-    attempt: int,
-    recs: list[dict[str, Any]],
-    has_next: bool,
-    slurm: JobInfo | None,
-) -> str:
+def _ended(recs: list[dict[str, Any]], has_next: bool, slurm: JobInfo | None) -> str:
     end = next((r for r in recs if r.get("event") == "end"), None)
     requeued = next((r for r in recs if r.get("event") == "requeued"), None)
     notices = [r for r in recs if r.get("event") == "notice"]
@@ -144,7 +139,7 @@ def job_status(
                 nodes=tuple(start.get("nodes") or ()),
                 started_at=started if isinstance(started, int | float) else None,
                 ended_at=ended_at,
-                ended=_ended(k, recs, nxt is not None, slurm if nxt is None else None),
+                ended=_ended(recs, nxt is not None, slurm if nxt is None else None),
                 resumed_from=start.get("resume_from"),
                 resume_step=start.get("step"),
                 notice=describe,
