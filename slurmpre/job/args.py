@@ -51,6 +51,21 @@ def _in_range(flag: str, key: str, value: float) -> float:
     return value
 
 
+# The options that are seconds: flag, the spec key whose range applies, default, help.
+_SECONDS = (
+    ("--agree-timeout", "agree_timeout", defaults.AGREE_TIMEOUT,
+     "seconds the other nodes wait for node 0's checkpoint choice"),
+    ("--poll-interval", "poll_interval", defaults.POLL_INTERVAL,
+     "seconds between the watcher's Slurm queries"),
+    ("--window", "preempt_window", defaults.PREEMPT_WINDOW,
+     "seconds from drain to node removal on this provider"),
+    ("--time-warning", "warn_before_end", defaults.WARN_BEFORE_END,
+     "seconds before the time limit that sbatch's --signal warning comes"),
+    ("--safety-margin", "safety_margin", defaults.SAFETY_MARGIN,
+     "requeue anyway this long before the window closes"),
+)  # fmt: skip
+
+
 def parse_args(argv: Sequence[str]) -> RunOptions:
     parser = _Parser(
         prog="slurmpre run",
@@ -83,36 +98,8 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         default=None,
         help="after a restart, append this flag and the checkpoint path to COMMAND",
     )
-    parser.add_argument(
-        "--agree-timeout",
-        type=float,
-        default=defaults.AGREE_TIMEOUT,
-        help="seconds the other nodes wait for node 0's checkpoint choice",
-    )
-    parser.add_argument(
-        "--poll-interval",
-        type=float,
-        default=defaults.POLL_INTERVAL,
-        help="seconds between the watcher's Slurm queries",
-    )
-    parser.add_argument(
-        "--window",
-        type=float,
-        default=defaults.PREEMPT_WINDOW,
-        help="seconds from drain to node removal on this provider",
-    )
-    parser.add_argument(
-        "--time-warning",
-        type=float,
-        default=defaults.WARN_BEFORE_END,
-        help="seconds before the time limit that sbatch's --signal warning comes",
-    )
-    parser.add_argument(
-        "--safety-margin",
-        type=float,
-        default=defaults.SAFETY_MARGIN,
-        help="requeue anyway this long before the window closes",
-    )
+    for flag, _key, default, text in _SECONDS:
+        parser.add_argument(flag, type=float, default=default, help=text)
     parser.add_argument(
         "--drain-reason",
         default=None,
@@ -144,13 +131,16 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         raise UsageError("no command after --")
     if ns.nproc_per_node is not None:
         _in_range("--nproc-per-node", "nproc_per_node", ns.nproc_per_node)
+    seconds = {
+        key: _in_range(flag, key, getattr(ns, flag[2:].replace("-", "_")))
+        for flag, key, _default, _text in _SECONDS
+    }
     watch = WatchConfig(
-        interval=_in_range("--poll-interval", "poll_interval", ns.poll_interval),
-        window=_in_range("--window", "preempt_window", ns.window),
-        time_warning=_in_range("--time-warning", "warn_before_end", ns.time_warning),
-        margin=_in_range("--safety-margin", "safety_margin", ns.safety_margin),
+        interval=seconds["poll_interval"],
+        window=seconds["preempt_window"],
+        time_warning=seconds["warn_before_end"],
+        margin=seconds["safety_margin"],
     )
-    _in_range("--agree-timeout", "agree_timeout", ns.agree_timeout)
     reason = None
     if ns.drain_reason:
         try:
