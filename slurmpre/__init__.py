@@ -17,6 +17,7 @@ __all__ = [
     "__version__",
     "checkpoint",
     "checkpoint_dir",
+    "committed",
     "preemption_requested",
     "previous_world_size",
     "ranks",
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from slurmpre.api import (
         checkpoint,
         checkpoint_dir,
+        committed,
         preemption_requested,
         previous_world_size,
         ranks,

@@ -8,6 +8,7 @@ Light on purpose (no click, no jinja2, no torch at import): every rank imports i
     ...
     with slurmpre.checkpoint(step) as path:
         save(path)  # every rank, e.g. torch.distributed.checkpoint.save(..., checkpoint_id=path)
+    slurmpre.committed(path_the_framework_saved)  # or: a framework saved by itself
 """
 
 from __future__ import annotations
@@ -235,7 +236,12 @@ def _access(env: Mapping[str, str]) -> Access:
 
 
 def _record_commit(
-    env: Mapping[str, str], target: Path, step: int, final: Path, access: Access, seconds: float
+    env: Mapping[str, str],
+    target: Path,
+    step: int,
+    final: Path,
+    access: Access,
+    seconds: float | None,
 ) -> None:
     if not env.get("SLURMPRE_JOB_TAG"):
         return
@@ -249,12 +255,47 @@ def _record_commit(
                 "step": step,
                 "path": str(final),
                 "after_notice": _gate.agreed,
-                "seconds": round(seconds, 3),  # writing and committing it (`slurmpre plan`)
+                # Writing and committing it (`slurmpre plan`); unknown for another's save.
+                **({} if seconds is None else {"seconds": round(seconds, 3)}),
             }
         )
     except CheckpointError as exc:
         # The checkpoint is committed and will be found; only the early requeue is lost.
         print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
+
+
+def committed(
+    path: str | Path, step: int | None = None, env: Mapping[str, str] | None = None
+) -> Path:
+    """Report a checkpoint that something else wrote (a framework's own save), once complete.
+
+    For scripts whose framework saves by itself (the Hugging Face Trainer, Lightning,
+    Accelerate): after its save on the notice, this tells slurmpre's watcher, which
+    then requeues the job at once instead of waiting for the deadline. Call it on
+    every rank or on rank 0 alone; rank 0 records it. The checkpoint must sit in the
+    job's checkpoint folder, where the next attempt looks, and be complete by its
+    layout's rule (the resolver's); otherwise a CheckpointError says why, and nothing
+    is recorded. Returns the checkpoint's path.
+    """
+    e = _env(env)
+    target = checkpoint_dir(e)
+    judged = checkpoints.judge(path)  # a CheckpointError if it does not exist
+    where = Path(judged.where)
+    if where.resolve().parent != target.resolve():
+        raise CheckpointError(
+            f"{str(path)!r} is not in the checkpoint folder {str(target)!r}: "
+            "the next attempt would not find it"
+        )
+    if not judged.complete:
+        raise CheckpointError(f"{str(path)!r} is not a complete checkpoint: {judged.reason}")
+    if step is None:
+        step = judged.step
+    if step is None:
+        raise CheckpointError(f"{str(path)!r} names no step: pass step=")
+    checkpoints.check_step(step)
+    if ranks(e)[0] == 0:
+        _record_commit(e, target, step, where, _access(e), None)
+    return where
 
 
 class _Meeting(Protocol):

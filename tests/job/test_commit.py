@@ -19,6 +19,7 @@ import pytest
 import slurmpre
 from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints
+from slurmpre.job.ledger import Ledger
 
 WORKER = r"""
 import json, os, random, sys, time
@@ -180,3 +181,47 @@ def test_leftovers_of_dead_attempts_are_cleaned_and_a_sealed_one_is_published(
     assert live.is_dir() and other.is_dir() and (tmp_path / "step-00000005").is_dir()
     latest = checkpoints.latest(tmp_path).checkpoint
     assert latest is not None and latest.step == 8
+
+
+def _env(folder: Path) -> dict[str, str]:
+    return {"SLURMPRE_CHECKPOINT_DIR": str(folder), "SLURMPRE_JOB_TAG": "9"}
+
+
+def _hf(folder: Path, step: int, *, weights: bytes = b"w") -> Path:
+    path = folder / f"checkpoint-{step}"
+    path.mkdir()
+    (path / "trainer_state.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(weights)
+    return path
+
+
+def test_committed_records_a_frameworks_complete_checkpoint(tmp_path: Path) -> None:
+    Ledger(tmp_path).ensure()
+    path = _hf(tmp_path, 30)
+    assert slurmpre.committed(str(path), env=_env(tmp_path)) == path
+    (record,) = [r for r in Ledger(tmp_path).records() if r["event"] == "checkpoint"]
+    assert (record["step"], record["path"], record["job"]) == (30, str(path), "9")
+    assert "seconds" not in record  # slurmpre did not time another's save
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda f: _hf(f, 5, weights=b""),
+            r"not a complete checkpoint: partial: model.safetensors is empty",
+        ),
+        (lambda f: f / "checkpoint-6", r"does not exist"),
+        (lambda f: _hf(f.parent, 7), r"is not in the checkpoint folder"),
+    ],
+)
+def test_committed_refuses_what_the_next_attempt_could_not_resume_from(
+    tmp_path: Path, make: object, message: str
+) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    Ledger(folder).ensure()
+    path = make(folder)  # type: ignore[operator]
+    with pytest.raises(CheckpointError, match=message):
+        slurmpre.committed(path, env=_env(folder))
+    assert [r for r in Ledger(folder).records() if r["event"] == "checkpoint"] == []

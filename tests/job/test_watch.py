@@ -415,3 +415,45 @@ def test_an_unwritable_ledger_does_not_stop_the_watcher(tmp_path: Path) -> None:
     h.run()
     assert h.slurm.requeued == ["42"]
     assert any(s.startswith("could not write the ledger (watching goes on)") for s in h.said)
+
+
+def test_a_frameworks_own_save_reported_with_committed_requeues_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hugging Face Trainer's way: the script listens, the framework saves
+    checkpoint-N by itself, and slurmpre.committed() tells the watcher."""
+    import json
+
+    import slurmpre
+    from slurmpre import api
+    from slurmpre.job.notice import NoticeGate
+
+    h = Harness(tmp_path)
+    env = {
+        "SLURMPRE_CHECKPOINT_DIR": str(tmp_path),
+        "SLURMPRE_JOB_TAG": "42",
+        "SLURMPRE_RESTART_COUNT": "0",
+        "SLURMPRE_NOTICE_FILE": str(notice_path(tmp_path, "42", 0)),
+        "SLURMPRE_LISTENING_FILE": str(listening_path(tmp_path, "42", 0)),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    gate = NoticeGate(lambda: env["SLURMPRE_NOTICE_FILE"], check_every=0.0)
+    monkeypatch.setattr(api, "_gate", gate)
+    assert not slurmpre.preemption_requested()  # listening from the first step
+
+    def framework_saves_on_the_notice() -> None:
+        assert slurmpre.preemption_requested()
+        folder = tmp_path / "checkpoint-12"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": 12}))
+        (folder / "model.safetensors").write_bytes(b"weights")
+        assert slurmpre.committed(folder) == folder
+
+    h.at(4.0, lambda: h.commit(10))  # a periodic save: not the one waited for
+    h.at(9.0, framework_saves_on_the_notice)
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert h.record("committed")["step"] == 12
+    assert h.clock.now < 15  # at once, not at the deadline (window 300 s)
