@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from slurmpre import access, defaults, sbatch_options
@@ -413,6 +413,16 @@ def validate(
         elif key == "template":
             kw[key] = None if value in (None, "") else _one_line(key, value)
     spec = JobSpec(**kw)
+    nested = own_launcher(spec.command)
+    if nested is not None and spec.launcher is Launcher.TORCHRUN:
+        raise _bad(
+            "command",
+            " ".join(spec.command[:3]),
+            f"starts {nested}, a launcher of its own: under launcher = 'torchrun' it would run "
+            "inside a torchrun on every node. Give the script itself (python train.py ...), "
+            "or set launcher = 'plain' (slurmpre then exports MASTER_ADDR, MASTER_PORT and "
+            "NODE_RANK for it)",
+        )
     if spec.safety_margin >= spec.preempt_window:
         raise _bad(
             "safety_margin",
@@ -436,6 +446,30 @@ def validate(
     if not spec.python:
         spec = replace(spec, python=python or sys.executable)
     return spec
+
+
+_LAUNCHERS = {"torchrun": "torchrun", "accelerate": "accelerate", "deepspeed": "deepspeed"}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate.commands.launch": "accelerate",
+    "accelerate": "accelerate",
+    "deepspeed": "deepspeed",
+    "deepspeed.launcher.runner": "deepspeed",
+}
+
+
+def own_launcher(command: Sequence[str]) -> str | None:
+    """The launcher a command starts by itself (``torchrun``, ``accelerate``, ``deepspeed``,
+    or ``python -m torch.distributed.run``), or None."""
+    if not command:
+        return None
+    first = PurePosixPath(command[0]).name
+    if first in _LAUNCHERS:
+        return _LAUNCHERS[first]
+    if re.fullmatch(r"python[0-9.]*", first) and len(command) > 2 and command[1] == "-m":
+        return _LAUNCHER_MODULES.get(command[2])
+    return None
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:

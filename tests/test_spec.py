@@ -214,3 +214,27 @@ def test_the_default_checkpoint_folder_follows_home(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("HOME", "/shared/home/bob")
     s = validate({**BASE}, python="/opt/venv/bin/python")
     assert s.checkpoint_dir == f"/shared/home/bob/checkpoints/{s.name}"
+
+
+@pytest.mark.parametrize(
+    ("command", "launcher"),
+    [
+        (["torchrun", "--nproc-per-node=8", "train.py"], "torchrun"),
+        (["/opt/venv/bin/torchrun", "train.py"], "torchrun"),
+        (["python", "-m", "torch.distributed.run", "train.py"], "torchrun"),
+        (["accelerate", "launch", "train.py"], "accelerate"),
+        (["python3.11", "-m", "accelerate.commands.launch", "train.py"], "accelerate"),
+        (["deepspeed", "train.py"], "deepspeed"),
+    ],
+)
+def test_a_launcher_inside_the_torchrun_launcher_is_refused(
+    command: list[str], launcher: str
+) -> None:
+    with pytest.raises(SpecError, match=rf"starts {launcher}, a launcher of its own.*'plain'"):
+        spec(command=command)
+    assert spec(command=command, launcher="plain").launcher is Launcher.PLAIN
+
+
+def test_scripts_and_other_modules_run_under_torchrun() -> None:
+    for command in (["python", "train.py"], ["python", "-m", "mypkg.train"], ["train.py"]):
+        assert spec(command=command).launcher is Launcher.TORCHRUN

@@ -110,11 +110,8 @@ def agree(
         nodes=job.nodes,
         world_size=world,
         previous_world_size=previous.get("world_size") if previous else None,
-        rdzv_endpoint=(
-            f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}"
-            if opts.launcher == "torchrun"
-            else ""
-        ),
+        # torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command.
+        rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}",
         published_at=time.time(),
     )
     ledger.publish(choice, timeout=opts.agree_timeout)
@@ -180,4 +177,18 @@ def child_env(
             ACCESS_ENV: opts.file_access.name,
         }
     )
+    if opts.launcher == "plain" and choice.rdzv_endpoint:
+        # One process per node: what torch.distributed's env:// needs, so a script (or
+        # a launcher of its own) can meet the other nodes. A value the job set wins.
+        host, _, port = choice.rdzv_endpoint.rpartition(":")
+        for key, value in (
+            ("MASTER_ADDR", host),
+            ("MASTER_PORT", port),
+            ("NODE_RANK", str(job.node_id)),
+            ("RANK", str(job.node_id)),
+            ("WORLD_SIZE", str(job.num_nodes)),
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "1"),
+        ):
+            out.setdefault(key, value)
     return out

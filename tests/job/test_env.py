@@ -48,3 +48,32 @@ def test_outside_a_job_is_a_clear_error() -> None:
 def test_bad_number_names_the_variable() -> None:
     with pytest.raises(JobEnvironmentError, match="SLURM_RESTART_COUNT='x' is not a number"):
         read_job_env({**STEP_ENV, "SLURM_RESTART_COUNT": "x"})
+
+
+def _child_env(launcher: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    from pathlib import Path
+
+    from slurmpre.job.args import parse_args
+    from slurmpre.job.ledger import Choice
+    from slurmpre.job.resume import child_env
+
+    opts = parse_args(["--launcher", launcher, "--checkpoint-dir", "/c", "--", "python", "t.py"])
+    choice = Choice("42", 1, None, None, ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2"),
+                    2, None, "10.0.0.7:20042", 1.0)  # fmt: skip
+    return child_env(
+        {**STEP_ENV, **(extra or {})}, opts, read_job_env(STEP_ENV), Path("/c"), choice
+    )
+
+
+def test_a_plain_command_gets_what_torch_distributed_env_init_needs() -> None:
+    env = _child_env("plain")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.7", "20042")
+    assert (env["NODE_RANK"], env["RANK"], env["WORLD_SIZE"]) == ("1", "1", "2")
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("0", "1")
+    # A value the job set itself wins.
+    assert _child_env("plain", {"MASTER_PORT": "29500"})["MASTER_PORT"] == "29500"
+
+
+def test_under_torchrun_torchrun_sets_them_per_worker() -> None:
+    env = _child_env("torchrun")
+    assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env)
