@@ -11,6 +11,7 @@ its back. Pure functions, no Slurm needed.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,11 +121,29 @@ def resolve(name: str) -> str:
     return name  # unknown here: perhaps a newer sbatch's option; sbatch itself will judge
 
 
+# Managed options whose value the spec key takes as it is.
+_SAME_VALUE = frozenset(
+    {
+        "partition",
+        "account",
+        "qos",
+        "time",
+        "mem",
+        "gpus-per-node",
+        "cpus-per-task",
+        "constraint",
+        "array",
+    }
+)
+
+
 def _check(option: Option) -> Option:
     if option.name in MANAGED:
-        raise OptionError(
-            f"slurmpre sets --{option.name} itself: use the key {MANAGED[option.name]!r}"
-        )
+        key = MANAGED[option.name]
+        hint = ""
+        if option.name in _SAME_VALUE and option.value:
+            hint = f" ({key} = {json.dumps(option.value)})"
+        raise OptionError(f"slurmpre sets --{option.name} itself: use the key {key!r}{hint}")
     if option.name in NOT_FOR_A_SCRIPT:
         raise OptionError(f"--{option.name} is about submitting, not an option of the job")
     return option

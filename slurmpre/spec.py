@@ -56,6 +56,7 @@ class JobSpec:
     command: tuple[str, ...]
     nodes: NodeRange = NodeRange(1, 1)
     gpus_per_node: int = 0
+    gpu_type: str | None = None  # e.g. h100: --gpus-per-node=h100:8
     cpus_per_task: int | None = None
     mem: str | None = None
     time: str | None = None
@@ -100,6 +101,7 @@ _MEM = re.compile(r"^\d+[KMGT]?$")
 _WORD = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,*\[\]():!-]+$")
 _ARRAY = re.compile(r"^\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?$")
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -356,7 +358,11 @@ def validate(
             continue
         if key == "nodes":
             kw[key] = parse_nodes(value)
-        elif key in ("gpus_per_node", "warn_before_end", "safety_margin", "preempt_window"):
+        elif key == "gpus_per_node":
+            gpu_type, kw[key] = parse_gpus(value)
+            if gpu_type is not None:
+                kw.setdefault("gpu_type", gpu_type)
+        elif key in ("warn_before_end", "safety_margin", "preempt_window"):
             kw[key] = _int(key, value)
         elif key in ("cpus_per_task", "nproc_per_node"):
             kw[key] = None if value in (None, "", "auto") else _int(key, value)
@@ -396,6 +402,12 @@ def validate(
                 kw[key] = Launcher(value)
             except ValueError:
                 raise _bad(key, value, "must be 'torchrun' or 'plain'") from None
+        elif key == "gpu_type":
+            if value in (None, ""):
+                continue
+            if not isinstance(value, str) or not _GPU_TYPE.match(value):
+                raise _bad(key, value, "must be a GPU type such as h100 (letters, digits, _.-)")
+            kw[key] = value
         elif key == "file_access":
             if not isinstance(value, str) or value not in access.NAMES:
                 raise _bad(key, value, "must be 'owner' or 'group'")
@@ -412,7 +424,13 @@ def validate(
             kw[key] = _path(key, value)
         elif key == "template":
             kw[key] = None if value in (None, "") else _one_line(key, value)
+    if "gpu_type" in raw and "gpus_per_node" in raw and raw.get("gpu_type"):
+        typed, _ = parse_gpus(raw["gpus_per_node"])
+        if typed is not None and typed != raw["gpu_type"]:
+            raise _bad("gpu_type", raw["gpu_type"], f"but gpus_per_node names {typed!r}")
     spec = JobSpec(**kw)
+    if spec.gpu_type is not None and spec.gpus_per_node == 0:
+        raise _bad("gpu_type", spec.gpu_type, "needs gpus_per_node of 1 or more")
     nested = own_launcher(spec.command)
     if nested is not None and spec.launcher is Launcher.TORCHRUN:
         raise _bad(
@@ -457,6 +475,16 @@ _LAUNCHER_MODULES = {
     "deepspeed": "deepspeed",
     "deepspeed.launcher.runner": "deepspeed",
 }
+
+
+def parse_gpus(value: object) -> tuple[str | None, int]:
+    """``8``, ``"8"`` or ``"h100:8"`` -> (GPU type or None, GPUs per node)."""
+    if isinstance(value, str) and ":" in value:
+        gpu_type, _, count = value.rpartition(":")
+        if not _GPU_TYPE.match(gpu_type) or not count.strip():
+            raise _bad("gpus_per_node", value, "must be a count, or TYPE:COUNT such as h100:8")
+        return gpu_type, _int("gpus_per_node", count.strip())
+    return None, _int("gpus_per_node", value)
 
 
 def own_launcher(command: Sequence[str]) -> str | None:

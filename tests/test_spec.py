@@ -238,3 +238,42 @@ def test_a_launcher_inside_the_torchrun_launcher_is_refused(
 def test_scripts_and_other_modules_run_under_torchrun() -> None:
     for command in (["python", "train.py"], ["python", "-m", "mypkg.train"], ["train.py"]):
         assert spec(command=command).launcher is Launcher.TORCHRUN
+
+
+def test_a_gpu_type_is_asked_for_as_slurm_writes_it() -> None:
+    from slurmpre.render import render
+
+    for kw in ({"gpus_per_node": "h100:8"}, {"gpus_per_node": 8, "gpu_type": "h100"}):
+        s = spec(**kw)
+        assert (s.gpu_type, s.gpus_per_node) == ("h100", 8)
+        assert "#SBATCH --gpus-per-node=h100:8\n" in render(s)
+    assert "#SBATCH --gpus-per-node=8\n" in render(spec(gpus_per_node="8"))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"gpus_per_node": "h 100:8"}, "gpus_per_node = 'h 100:8': must be a count, or TYPE:COUNT"),
+        ({"gpus_per_node": "h100:"}, "gpus_per_node = 'h100:': must be a count, or TYPE:COUNT"),
+        ({"gpus_per_node": "h100:-1"}, "gpus_per_node = -1: must be 0 or more"),
+        ({"gpu_type": "h100"}, "gpu_type = 'h100': needs gpus_per_node of 1 or more"),
+        ({"gpu_type": "$(id)", "gpus_per_node": 1}, "gpu_type = '$(id)': must be a GPU type"),
+        (
+            {"gpus_per_node": "a100:8", "gpu_type": "h100"},
+            "gpu_type = 'h100': but gpus_per_node names 'a100'",
+        ),
+    ],
+)
+def test_bad_gpu_requests_are_one_line(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        spec(**kw)
+    assert str(err.value).startswith(message)
+
+
+def test_a_managed_option_in_extra_sbatch_says_which_key_to_write() -> None:
+    with pytest.raises(SpecError) as err:
+        spec(extra_sbatch=["--gpus-per-node=h100:8"])
+    assert str(err.value).endswith(
+        "slurmpre sets --gpus-per-node itself: use the key 'gpus_per_node' "
+        '(gpus_per_node = "h100:8")'
+    )
