@@ -281,7 +281,7 @@ def committed(
     target = checkpoint_dir(e)
     judged = checkpoints.judge(path)  # a CheckpointError if it does not exist
     where = Path(judged.where)
-    if where.resolve().parent != target.resolve():
+    if not checkpoints.findable(target, where):
         raise CheckpointError(
             f"{str(path)!r} is not in the checkpoint folder {str(target)!r}: "
             "the next attempt would not find it"

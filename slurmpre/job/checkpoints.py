@@ -74,6 +74,7 @@ class Format(str, Enum):
     HF = "hf-trainer"
     DEEPSPEED = "deepspeed"
     LIGHTNING = "lightning"
+    ACCELERATE = "accelerate"
     UNKNOWN = "unknown"
 
 
@@ -184,6 +185,9 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
             name = entry.name
             if name[0] == ".":
                 continue  # our own in-flight commits, and other hidden files
+            if name == LIGHTNING_LOGS:
+                _scan_lightning(Path(entry.path), root, scan)
+                continue
             # Every grammar needs one of these: a cheaper test than the regex for junk.
             m = (
                 any_name(name)
@@ -223,8 +227,10 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
                 else:
                     ignored(Ignored(name, "not a checkpoint name"))
                 continue
-            if (is_dir and group is not None and group <= _DIR_GROUPS) or (
-                is_file and (group is None or group > _DIR_GROUPS)
+            if (
+                (is_dir and group is not None and group <= _DIR_GROUPS)
+                or (is_file and (group is None or group > _DIR_GROUPS))
+                or (is_dir and name[-5:] == ".ckpt")  # Lightning's DeepSpeed checkpoints
             ):
                 if linked and not _inside(entry.path, root):
                     ignored(Ignored(name, "a symlink to outside the checkpoint folder"))
@@ -237,6 +243,37 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
 
 
 _STEP = operator.itemgetter(0)
+LIGHTNING_LOGS = "lightning_logs"
+
+
+def _scan_lightning(logs: Path, root: str, scan: _Scan) -> None:
+    """Lightning's default layout: ``lightning_logs/version_N/checkpoints/*.ckpt``."""
+    ckpt_name = _ANY_NAME.fullmatch
+    try:
+        versions = [v for v in os.scandir(logs) if v.name.startswith("version_")]
+    except OSError:
+        return
+    for version in versions:
+        try:
+            entries = list(os.scandir(Path(version.path) / "checkpoints"))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            m = ckpt_name(name) if name[-5:] == ".ckpt" else None
+            if m is None:
+                continue
+            try:
+                is_dir = entry.is_dir()
+                ok = is_dir or entry.is_file()
+            except OSError:
+                continue
+            if not ok or (entry.is_symlink() and not _inside(entry.path, root)):
+                continue
+            group = m.lastindex
+            step = None if group is None else int(m[group])
+            rel = f"{LIGHTNING_LOGS}/{version.name}/checkpoints/{name}"
+            scan.candidates.append(_new(_Candidate, (step, rel, entry.path, is_dir)))
 
 
 def _order(candidates: list[_Candidate]) -> list[_Candidate]:
@@ -308,6 +345,8 @@ def _check_dcp(path: Path) -> tuple[bool, str]:
     """``.metadata`` names the shard files (as pickled strings); every one must be there."""
     try:
         meta = (path / DCP_METADATA).read_bytes()
+    except FileNotFoundError:
+        return False, "partial: .metadata is not written"
     except OSError as exc:
         return False, f"corrupt: .metadata cannot be read ({exc.strerror})"
     if not meta:
@@ -326,6 +365,61 @@ def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
         json.loads((path / HF_STATE).read_text())
     except (OSError, ValueError):
         return False, f"corrupt: {HF_STATE} does not parse"
+    weights = _weights(path, names)
+    if weights is None:
+        return False, "partial: no model weights next to trainer_state.json"
+    ok, why = weights
+    return ok, (f"{HF_STATE} and {why} written" if ok else why)
+
+
+# Accelerate's save_state writes each process's random states last.
+ACCELERATE_RNG = "random_states_0.pkl"
+_ACCELERATE_RNG = re.compile(r"random_states_(\d+)\.pkl")
+# Under FSDP with sharded state dicts, the Trainer and Accelerate write the weights as a
+# torch.distributed.checkpoint folder per model: pytorch_model_fsdp_0/.
+_FSDP_DIR = re.compile(r"pytorch_model_fsdp_\d+")
+
+
+def _check_ds_tag(path: Path, names: set[str] | None = None) -> tuple[bool, str] | None:
+    """DeepSpeed's save_checkpoint inside ``path``: ``latest`` names a tag folder of
+    ``*model_states.pt`` files, and is written after them. None: not DeepSpeed's."""
+    if names is not None and DEEPSPEED_TAG not in names:
+        return None
+    try:
+        tag = (path / DEEPSPEED_TAG).read_text().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return False, f"corrupt: '{DEEPSPEED_TAG}' cannot be read"
+    if not tag or "/" in tag or tag in (".", ".."):
+        return False, f"corrupt: '{DEEPSPEED_TAG}' names no tag folder"
+    try:
+        states = [e for e in os.scandir(path / tag) if e.name.endswith("model_states.pt")]
+    except OSError:
+        return False, f"partial: '{DEEPSPEED_TAG}' names {tag}, which cannot be read"
+    if not states:
+        return False, f"partial: {tag} holds no *model_states.pt"
+    empty = sorted(e.name for e in states if _size(Path(e.path)) <= 0)
+    if empty:
+        return False, f"partial: {tag}/{empty[0]} is empty"
+    return True, f"DeepSpeed tag {tag} with {len(states)} model state file(s)"
+
+
+def _check_fsdp(path: Path, names: set[str]) -> tuple[bool, str] | None:
+    """FSDP-sharded weights (``pytorch_model_fsdp_N/``), each a complete DCP folder."""
+    folders = sorted(n for n in names if _FSDP_DIR.fullmatch(n))
+    if not folders:
+        return None
+    for name in folders:
+        ok, why = _check_dcp(path / name)
+        if not ok:
+            return False, f"{name}: {why}"
+    return True, f"FSDP-sharded weights in {', '.join(folders)}"
+
+
+def _weights(path: Path, names: set[str]) -> tuple[bool, str] | None:
+    """The model weights of a Trainer or Accelerate folder, by the first layout present:
+    an index and its shards, FSDP-sharded folders, DeepSpeed's tag, or weight files."""
     for index_name in _HF_INDEXES:
         if index_name in names:
             try:
@@ -337,16 +431,34 @@ def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
             if not shards or missing:
                 what = missing[0] if missing else "no shard"
                 return False, f"partial: {what} of the {len(shards)} in {index_name}"
-            return True, f"{HF_STATE} and {len(shards)} weight shards written"
+            return True, f"{len(shards)} weight shards"
+    for layout in (_check_fsdp(path, names), _check_ds_tag(path, names)):
+        if layout is not None:
+            return layout
     weights = [n for n in names if _HF_WEIGHTS.match(n)]
     if not weights:
-        return False, "partial: no model weights next to trainer_state.json"
+        return None
     if any(_HF_SHARD.search(n) for n in weights):
         return False, "partial: sharded weights without their index"
     empty = [n for n in sorted(weights) if _size(path / n) <= 0]
     if empty:
         return False, f"partial: {empty[0]} is empty"
-    return True, f"{HF_STATE} and weights written"
+    return True, "weights"
+
+
+def _check_accelerate(path: Path, names: set[str]) -> tuple[bool, str]:
+    """Accelerate's save_state: weights first, each process's random states last."""
+    ranks = sorted(int(m[1]) for n in names if (m := _ACCELERATE_RNG.fullmatch(n)))
+    if ranks != list(range(len(ranks))):
+        return False, f"partial: random_states of processes {ranks} (a gap)"
+    empty = [f"random_states_{r}.pkl" for r in ranks if _size(path / f"random_states_{r}.pkl") <= 0]
+    if empty:
+        return False, f"partial: {empty[0]} is empty"
+    weights = _weights(path, names)
+    if weights is None:
+        return False, "partial: no model weights beside the random states"
+    ok, why = weights
+    return ok, (f"save_state of {len(ranks)} process(es): {why}" if ok else why)
 
 
 _NO_MARK = "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)"
@@ -362,9 +474,19 @@ def _check_dir(
         return (Format.SLURMPRE, *_check_marker(Path(path)))
     if os.access(inside + DCP_METADATA, os.F_OK):
         return (Format.DCP, *_check_dcp(Path(path)))
-    # Only the Trainer writes trainer_state.json, and always into its `checkpoint-N`.
-    if name.startswith("checkpoint") and os.access(inside + HF_STATE, os.F_OK):
-        return (Format.HF, *_check_hf(Path(path), set(os.listdir(path))))  # noqa: PTH208
+    # Only the Trainer writes trainer_state.json, and always into its `checkpoint-N`;
+    # Accelerate's save_state writes `checkpoint_N` with its random states last.
+    if name.startswith("checkpoint"):
+        if os.access(inside + HF_STATE, os.F_OK):
+            return (Format.HF, *_check_hf(Path(path), set(os.listdir(path))))  # noqa: PTH208
+        if os.access(inside + ACCELERATE_RNG, os.F_OK):
+            names = set(os.listdir(path))  # noqa: PTH208
+            return (Format.ACCELERATE, *_check_accelerate(Path(path), names))
+    # Lightning's DeepSpeed strategy saves a `.ckpt` folder: DeepSpeed's tag inside.
+    if name.endswith(".ckpt"):
+        ds = _check_ds_tag(Path(path))
+        if ds is not None:
+            return (Format.LIGHTNING, *ds)
     if ds_tag is not None and name.startswith("global_step"):
         step = step_of(name)
         if name == ds_tag or (step is not None and ds_tag_step is not None and step < ds_tag_step):
@@ -416,6 +538,7 @@ def latest(folder: Path | str) -> Resolution:
     unknown, no_mark = _UNMARKED[0], _UNMARKED[2]
     access, exists = os.access, os.F_OK
     mark, meta, hf = os.sep + MARKER, os.sep + DCP_METADATA, os.sep + HF_STATE
+    rng = os.sep + ACCELERATE_RNG
     # Marks are looked up relative to the folder: a shorter path walk per call.
     try:
         at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
@@ -430,8 +553,15 @@ def latest(folder: Path | str) -> Resolution:
                 cand.is_dir
                 and not access(name + mark, exists, dir_fd=at)
                 and not access(name + meta, exists, dir_fd=at)
-                and not (name.startswith("checkpoint") and access(name + hf, exists, dir_fd=at))
+                and not (
+                    name.startswith("checkpoint")
+                    and (
+                        access(name + hf, exists, dir_fd=at)
+                        or access(name + rng, exists, dir_fd=at)
+                    )
+                )
                 and not (tag is not None and name.startswith("global_step"))
+                and name[-5:] != ".ckpt"
             ):
                 skipped.append(_new(Checkpoint, (cand.path, cand.step, unknown, False, no_mark)))
                 continue
@@ -442,6 +572,22 @@ def latest(folder: Path | str) -> Resolution:
     finally:
         os.close(at)
     return Resolution(None, tuple(skipped))
+
+
+def findable(folder: Path | str, path: Path | str) -> bool:
+    """Would the resolver look at ``path`` when it scans ``folder``? (Its top level, and
+    Lightning's ``lightning_logs/version_N/checkpoints/``.)"""
+    try:
+        rel = Path(path).resolve().relative_to(Path(folder).resolve())
+    except ValueError:
+        return False
+    parts = rel.parts
+    return len(parts) == 1 or (
+        len(parts) == 4
+        and parts[0] == LIGHTNING_LOGS
+        and parts[1].startswith("version_")
+        and parts[2] == "checkpoints"
+    )
 
 
 def judge(path: Path | str) -> Checkpoint:

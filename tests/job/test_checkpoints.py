@@ -384,3 +384,111 @@ def test_an_empty_folder_argument_is_refused() -> None:
     proc = slurmpre_cli("ckpt", "latest", "")
     assert proc.returncode == 2
     assert proc.stderr == "slurmpre: error: FOLDER is empty: name the checkpoint folder\n"
+
+
+# -- the layouts frameworks write by themselves (each written in its library's order) --
+def ds_tag(folder: Path, tag: str, *, latest: bool = True, states: bytes = b"x") -> None:
+    """DeepSpeed's save_checkpoint: the tag folder's model states, then `latest`."""
+    (folder / tag).mkdir(parents=True)
+    (folder / tag / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(states)
+    (folder / tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o")
+    if latest:
+        (folder / "latest").write_text(tag)
+
+
+def test_hf_checkpoints_under_fsdp_and_deepspeed(tmp_path: Path) -> None:
+    fsdp = hf(tmp_path, 100, weights=False)  # FSDP, sharded state dict
+    dcp(fsdp, "pytorch_model_fsdp_0")
+    ds = hf(tmp_path, 200, weights=False)  # DeepSpeed ZeRO-3
+    ds_tag(ds, "global_step200")
+    torn_fsdp = hf(tmp_path, 300, weights=False)
+    dcp(torn_fsdp, "pytorch_model_fsdp_0", complete=False)
+    torn_ds = hf(tmp_path, 400, weights=False)
+    ds_tag(torn_ds, "global_step400", states=b"")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 200
+    assert found.checkpoint.reason.startswith("trainer_state.json and DeepSpeed tag global_step200")
+    assert [s.reason for s in found.skipped] == [
+        "partial: global_step400/zero_pp_rank_0_mp_rank_00_model_states.pt is empty",
+        "pytorch_model_fsdp_0: partial: .metadata is not written",
+    ]
+    (tmp_path / "checkpoint-200" / "latest").unlink()  # DeepSpeed had not finished
+    (tmp_path / "checkpoint-400").rename(tmp_path / "old-400")
+    (tmp_path / "checkpoint-300").rename(tmp_path / "old-300")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 100
+    assert "FSDP-sharded weights in pytorch_model_fsdp_0" in found.checkpoint.reason
+
+
+def test_hf_safetensors_shards_need_their_index_and_every_shard(tmp_path: Path) -> None:
+    whole = hf(tmp_path, 10, weights=False)
+    index = {
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }
+    }
+    (whole / "model.safetensors.index.json").write_text(json.dumps(index))
+    for shard in set(index["weight_map"].values()):
+        (whole / shard).write_bytes(b"w")
+    torn = hf(tmp_path, 20, weights=False)
+    (torn / "model.safetensors.index.json").write_text(json.dumps(index))
+    (torn / "model-00001-of-00002.safetensors").write_bytes(b"w")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 10
+    assert found.skipped[0].reason == (
+        "partial: model-00002-of-00002.safetensors of the 2 in model.safetensors.index.json"
+    )
+
+
+def accelerate(folder: Path, step: int, *, processes: int = 2, rng: bool = True) -> Path:
+    """Accelerate's save_state: model, optimizer, scheduler, then each process's RNG."""
+    path = folder / f"checkpoint_{step}"
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_bytes(b"w")
+    (path / "optimizer.bin").write_bytes(b"o")
+    (path / "scheduler.bin").write_bytes(b"s")
+    for rank in range(processes if rng else 0):
+        (path / f"random_states_{rank}.pkl").write_bytes(b"r")
+    return path
+
+
+def test_accelerate_save_state_folders(tmp_path: Path) -> None:
+    accelerate(tmp_path, 3)
+    accelerate(tmp_path, 4, rng=False)  # killed before its random states
+    gap = accelerate(tmp_path, 5)
+    (gap / "random_states_0.pkl").unlink()
+    (gap / "random_states_2.pkl").write_bytes(b"r")
+    (gap / "random_states_0.pkl").write_bytes(b"")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None
+    assert (found.checkpoint.step, found.checkpoint.format) == (3, Format.ACCELERATE)
+    assert found.checkpoint.reason == "save_state of 2 process(es): weights"
+    assert [s.reason for s in found.skipped] == [
+        "partial: random_states_0.pkl is empty",
+        "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)",
+    ]
+
+
+def test_lightnings_own_folders_and_its_deepspeed_checkpoints(tmp_path: Path) -> None:
+    logs = tmp_path / "lightning_logs"
+    v0 = logs / "version_0" / "checkpoints"
+    v1 = logs / "version_1" / "checkpoints"
+    v0.mkdir(parents=True)
+    v1.mkdir(parents=True)
+    lightning(v0, "epoch=0-step=100.ckpt")
+    lightning(v1, "epoch=1-step=200.ckpt", whole=False)  # killed mid-write
+    ds = v1 / "epoch=1-step=150.ckpt"  # the DeepSpeed strategy: a folder
+    ds.mkdir()
+    ds_tag(ds, "checkpoint")
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.step == 150
+    assert found.checkpoint.format is Format.LIGHTNING
+    assert found.checkpoint.where == str(ds)
+    (ds / "latest").unlink()  # DeepSpeed had not finished
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.where == str(
+        v0 / "epoch=0-step=100.ckpt"
+    )
+    assert ck.findable(tmp_path, found.checkpoint.where)
+    assert not ck.findable(tmp_path, tmp_path / "lightning_logs" / "elsewhere" / "x.ckpt")
