@@ -1,0 +1,66 @@
+"""Hugging Face ``Trainer``: save on the preemption notice, stop, and resume.
+
+    from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
+
+    args = TrainingArguments(output_dir=os.environ["SLURMPRE_CHECKPOINT_DIR"], ...)
+    trainer = Trainer(model, args, ..., callbacks=[SlurmpreCallback()])
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint())
+
+On a notice (a drain of one of the job's nodes, or the time-limit warning) every
+rank agrees on the step, the Trainer saves ``checkpoint-N`` there and stops; the
+callback then reports that save to slurmpre (`slurmpre.committed`), so the job is
+requeued at once, and the next attempt resumes from the newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+import slurmpre
+from slurmpre.errors import SlurmpreError, UsageError
+
+
+def resume_from_checkpoint() -> str | None:
+    """The checkpoint this attempt resumes from, as ``Trainer.train`` takes it (None: fresh)."""
+    path = slurmpre.resume_path()
+    return None if path is None else str(path)
+
+
+class SlurmpreCallback(TrainerCallback):
+    """Makes the Trainer checkpoint and stop on slurmpre's notice; reports each save."""
+
+    def __init__(self) -> None:
+        self.notice_step: int | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        folder = os.environ.get("SLURMPRE_CHECKPOINT_DIR")
+        if folder and Path(args.output_dir).resolve() != Path(folder).resolve():
+            raise UsageError(
+                f"TrainingArguments.output_dir = {args.output_dir!r} is not the job's checkpoint "
+                f"folder {folder!r}: the next attempt would not find the Trainer's checkpoints "
+                "(set output_dir=os.environ['SLURMPRE_CHECKPOINT_DIR'])"
+            )
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Every rank calls this at the same step; they agree on the notice together.
+        if self.notice_step is None and slurmpre.preemption_requested():
+            self.notice_step = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not os.environ.get("SLURMPRE_CHECKPOINT_DIR"):
+            return  # not under slurmpre: nothing to report
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if not (state.is_world_process_zero and path.is_dir()):
+            return
+        try:
+            slurmpre.committed(path, state.global_step)
+        except SlurmpreError as exc:
+            # Training goes on; slurmpre then requeues by its deadline instead of at once.
+            print(f"slurmpre: the Trainer's save was not reported: {exc}", file=sys.stderr)

@@ -1,0 +1,111 @@
+"""The Hugging Face Trainer with SlurmpreCallback: on a notice it saves and stops, the
+save is reported to slurmpre's watcher, and the next attempt resumes to the same
+weights as a run that was never interrupted. In-process, no sandbox: the notice is
+the file slurmpre's watcher writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import transformers
+from slurmpre import api
+from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
+from slurmpre.job import checkpoints
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.notice import NoticeGate, listening_path, notice_path
+
+STEPS = 24
+
+
+class Tiny(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def forward(self, x: Any, labels: Any) -> dict[str, Any]:
+        return {"loss": torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), labels)}
+
+
+def data() -> list[dict[str, Any]]:
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(64, 4, generator=g)
+    ys = xs.sum(-1)
+    return [{"x": xs[i], "labels": ys[i]} for i in range(64)]
+
+
+class NoticeAt(transformers.TrainerCallback):  # type: ignore[misc]
+    """What slurmpre's watcher does on a drain: write the notice file (here, at a step)."""
+
+    def __init__(self, step: int, path: Path) -> None:
+        self.step, self.path = step, path
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == self.step:
+            self.path.write_text('{"kind": "drain"}')
+
+
+def train(out: Path, callbacks: list[Any], resume: str | None = None) -> Any:
+    transformers.set_seed(0)
+    model = Tiny()
+    args = transformers.TrainingArguments(
+        output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=4, learning_rate=0.05,
+        save_strategy="steps", save_steps=10, logging_strategy="no", report_to=[],
+        use_cpu=True, seed=0, dataloader_num_workers=0,
+    )  # fmt: skip
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=data(), callbacks=callbacks
+    )
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer.state.global_step, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, reference = train(tmp_path / "uninterrupted", [])
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    Ledger(folder).ensure()
+    env = {
+        "SLURMPRE_CHECKPOINT_DIR": str(folder),
+        "SLURMPRE_JOB_TAG": "7",
+        "SLURMPRE_RESTART_COUNT": "0",
+        "SLURMPRE_NOTICE_FILE": str(notice_path(folder, "7", 0)),
+        "SLURMPRE_LISTENING_FILE": str(listening_path(folder, "7", 0)),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(
+        api, "_gate", NoticeGate(lambda: env["SLURMPRE_NOTICE_FILE"], check_every=0)
+    )
+    notice = Path(env["SLURMPRE_NOTICE_FILE"])
+    stopped_at, _ = train(folder, [NoticeAt(13, notice), SlurmpreCallback()])
+    assert stopped_at == 13  # saved and stopped at the step the notice was seen
+    assert listening_path(folder, "7", 0).exists()  # the watcher waits for this script's save
+    records = [r for r in Ledger(folder).records() if r["event"] == "checkpoint"]
+    # Every save is reported; the one on the notice is what the watcher requeues after.
+    assert [(r["step"], r["after_notice"]) for r in records] == [(10, False), (13, True)]
+    assert records[-1]["path"] == str(folder / "checkpoint-13")
+
+    # The next attempt: slurmpre's wrapper chose the newest complete checkpoint.
+    chosen = checkpoints.latest(folder).checkpoint
+    assert chosen is not None and chosen.where == str(folder / "checkpoint-13")
+    monkeypatch.setenv("SLURMPRE_RESUME_FROM", chosen.where)
+    monkeypatch.setenv("SLURMPRE_RESTART_COUNT", "1")
+    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    assert resume_from_checkpoint() == chosen.where
+    steps, resumed = train(folder, [SlurmpreCallback()], resume=resume_from_checkpoint())
+    assert steps == STEPS
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+def test_an_output_dir_that_is_not_the_jobs_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURMPRE_CHECKPOINT_DIR", str(tmp_path / "job"))
+    with pytest.raises(Exception, match="is not the job's checkpoint folder"):
+        train(tmp_path / "elsewhere", [SlurmpreCallback()])
