@@ -25,6 +25,7 @@ from pathlib import Path
 
 from slurmpre import jobs
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.slurm.parse import format_version
 
 TARGET_S = 1.0
 
@@ -114,7 +115,7 @@ def main() -> int:
         queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True)
         print(
             f"queue: {len(queued.stdout.splitlines())} jobs ({n} held), 50 of them in the job "
-            f"index with a ledger; sandbox: Slurm {'.'.join(map(str, state.version))}, "
+            f"index with a ledger; sandbox: Slurm {format_version(state.version)}, "
             f"{state.timings} timings (not used: nothing runs)"
         )
         cli = [sys.executable, "-m", "slurmpre"]
