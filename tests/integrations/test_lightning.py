@@ -1,0 +1,99 @@
+"""Lightning with SlurmpreCallback: on a notice it saves into the job's folder and
+stops, the save is reported to slurmpre's watcher, and the next attempt resumes from
+it and trains to the end. In-process, no sandbox: the notice is the file slurmpre's
+watcher writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import pytest
+import torch
+from slurmpre import api
+from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
+from slurmpre.job import checkpoints
+from slurmpre.job.checkpoints import Format
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.notice import NoticeGate, listening_path, notice_path
+
+STEPS = 24
+
+
+class Tiny(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def loader() -> Any:
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(64, 4, generator=g)
+    return torch.utils.data.DataLoader(
+        list(zip(xs, xs.sum(-1), strict=True)), batch_size=4, shuffle=False
+    )
+
+
+class NoticeAt(L.Callback):
+    """What slurmpre's watcher does on a drain: write the notice file (here, at a batch)."""
+
+    def __init__(self, step: int, path: Path) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            self.path.write_text('{"kind": "drain"}')
+
+
+def fit(root: Path, callbacks: list[Any], ckpt_path: str | None = None) -> tuple[int, Any]:
+    L.seed_everything(0, verbose=False)
+    model = Tiny()
+    trainer = L.Trainer(
+        default_root_dir=str(root), max_steps=STEPS, accelerator="cpu", devices=1,
+        callbacks=callbacks, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+    )  # fmt: skip
+    trainer.fit(model, loader(), ckpt_path=ckpt_path)
+    return trainer.global_step, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    Ledger(folder).ensure()
+    env = {
+        "SLURMPRE_CHECKPOINT_DIR": str(folder),
+        "SLURMPRE_JOB_TAG": "7",
+        "SLURMPRE_RESTART_COUNT": "0",
+        "SLURMPRE_NOTICE_FILE": str(notice_path(folder, "7", 0)),
+        "SLURMPRE_LISTENING_FILE": str(listening_path(folder, "7", 0)),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(
+        api, "_gate", NoticeGate(lambda: env["SLURMPRE_NOTICE_FILE"], check_every=0)
+    )
+    stopped_at, _ = fit(
+        folder, [NoticeAt(9, Path(env["SLURMPRE_NOTICE_FILE"])), SlurmpreCallback()]
+    )
+    assert stopped_at == 9
+    (record,) = [r for r in Ledger(folder).records() if r["event"] == "checkpoint"]
+    assert (record["step"], record["after_notice"]) == (9, True)
+    chosen = checkpoints.latest(folder).checkpoint
+    assert chosen is not None and chosen.where == str(folder / "step=9.ckpt")
+    assert (chosen.format, chosen.complete) == (Format.LIGHTNING, True)
+
+    monkeypatch.setenv("SLURMPRE_RESUME_FROM", chosen.where)
+    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    steps, _ = fit(folder, [SlurmpreCallback()], ckpt_path=resume_from_checkpoint())
+    assert steps == STEPS
