@@ -35,6 +35,8 @@ from slurmpre.job.owner import recorded_jobs
 from slurmpre.slurm.client import SlurmClient
 
 PRUNED = ".pruned-"
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str

@@ -62,6 +62,27 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
+def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: int = 0) -> Path:
+    """This process as the training of attempt ``attempt`` of job ``tag`` under slurmpre's
+    wrapper, checkpointing into ``folder``: the environment the wrapper gives, and a
+    fresh notice gate that looks at the notice file on every call. Returns the notice
+    file, which the watcher writes on a drain."""
+    from slurmpre import api
+    from slurmpre.job.notice import NoticeGate, listening_path, notice_path
+
+    notice = notice_path(folder, tag, attempt)
+    for key, value in {
+        "SLURMPRE_CHECKPOINT_DIR": str(folder),
+        "SLURMPRE_JOB_TAG": tag,
+        "SLURMPRE_RESTART_COUNT": str(attempt),
+        "SLURMPRE_NOTICE_FILE": str(notice),
+        "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: str(notice), check_every=0.0))
+    return notice
+
+
 @pytest.fixture(params=RELEASES)
 def captured(request: pytest.FixtureRequest) -> Path:
     """The folder of Slurm output captured on one release: a test using it runs on each."""

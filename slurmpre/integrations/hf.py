@@ -23,12 +23,9 @@ from transformers import TrainerCallback
 
 import slurmpre
 from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.integrations import resume_from_checkpoint
 
-
-def resume_from_checkpoint() -> str | None:
-    """The checkpoint this attempt resumes from, as ``Trainer.train`` takes it (None: fresh)."""
-    path = slurmpre.resume_path()
-    return None if path is None else str(path)
+__all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
 
 
 class SlurmpreCallback(TrainerCallback):

@@ -24,12 +24,9 @@ from lightning.pytorch import Callback
 
 import slurmpre
 from slurmpre.errors import SlurmpreError
+from slurmpre.integrations import resume_from_checkpoint
 
-
-def resume_from_checkpoint() -> str | None:
-    """The checkpoint this attempt resumes from, as ``Trainer.fit(ckpt_path=...)`` takes it."""
-    path = slurmpre.resume_path()
-    return None if path is None else str(path)
+__all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
 
 
 class SlurmpreCallback(Callback):

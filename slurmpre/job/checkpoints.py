@@ -365,11 +365,7 @@ def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
         json.loads((path / HF_STATE).read_text())
     except (OSError, ValueError):
         return False, f"corrupt: {HF_STATE} does not parse"
-    weights = _weights(path, names)
-    if weights is None:
-        return False, "partial: no model weights next to trainer_state.json"
-    ok, why = weights
-    return ok, (f"{HF_STATE} and {why} written" if ok else why)
+    return _with_weights(path, names, f"next to {HF_STATE}", f"{HF_STATE} and {{}} written")
 
 
 # Accelerate's save_state writes each process's random states last.
@@ -454,11 +450,18 @@ def _check_accelerate(path: Path, names: set[str]) -> tuple[bool, str]:
     empty = [f"random_states_{r}.pkl" for r in ranks if _size(path / f"random_states_{r}.pkl") <= 0]
     if empty:
         return False, f"partial: {empty[0]} is empty"
+    return _with_weights(
+        path, names, "beside the random states", f"save_state of {len(ranks)} process(es): {{}}"
+    )
+
+
+def _with_weights(path: Path, names: set[str], where: str, complete: str) -> tuple[bool, str]:
+    """The folder's verdict from its weights: ``complete`` says what was found."""
     weights = _weights(path, names)
     if weights is None:
-        return False, "partial: no model weights beside the random states"
+        return False, f"partial: no model weights {where}"
     ok, why = weights
-    return ok, (f"save_state of {len(ranks)} process(es): {why}" if ok else why)
+    return ok, (complete.format(why) if ok else why)
 
 
 _NO_MARK = "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)"

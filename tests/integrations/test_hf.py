@@ -15,7 +15,9 @@ from slurmpre import api
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
 from slurmpre.job import checkpoints
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import NoticeGate, listening_path, notice_path
+from slurmpre.job.notice import NoticeGate, listening_path
+
+from tests.conftest import as_a_job
 
 STEPS = 24
 
@@ -70,19 +72,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
     folder = tmp_path / "job"
     folder.mkdir()
     Ledger(folder).ensure()
-    env = {
-        "SLURMPRE_CHECKPOINT_DIR": str(folder),
-        "SLURMPRE_JOB_TAG": "7",
-        "SLURMPRE_RESTART_COUNT": "0",
-        "SLURMPRE_NOTICE_FILE": str(notice_path(folder, "7", 0)),
-        "SLURMPRE_LISTENING_FILE": str(listening_path(folder, "7", 0)),
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(
-        api, "_gate", NoticeGate(lambda: env["SLURMPRE_NOTICE_FILE"], check_every=0)
-    )
-    notice = Path(env["SLURMPRE_NOTICE_FILE"])
+    notice = as_a_job(monkeypatch, folder, "7")
     stopped_at, _ = train(folder, [NoticeAt(13, notice), SlurmpreCallback()])
     assert stopped_at == 13  # saved and stopped at the step the notice was seen
     assert listening_path(folder, "7", 0).exists()  # the watcher waits for this script's save

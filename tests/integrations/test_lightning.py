@@ -16,7 +16,9 @@ from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkp
 from slurmpre.job import checkpoints
 from slurmpre.job.checkpoints import Format
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import NoticeGate, listening_path, notice_path
+from slurmpre.job.notice import NoticeGate
+
+from tests.conftest import as_a_job
 
 STEPS = 24
 
@@ -71,21 +73,8 @@ def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
     folder = tmp_path / "job"
     folder.mkdir()
     Ledger(folder).ensure()
-    env = {
-        "SLURMPRE_CHECKPOINT_DIR": str(folder),
-        "SLURMPRE_JOB_TAG": "7",
-        "SLURMPRE_RESTART_COUNT": "0",
-        "SLURMPRE_NOTICE_FILE": str(notice_path(folder, "7", 0)),
-        "SLURMPRE_LISTENING_FILE": str(listening_path(folder, "7", 0)),
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(
-        api, "_gate", NoticeGate(lambda: env["SLURMPRE_NOTICE_FILE"], check_every=0)
-    )
-    stopped_at, _ = fit(
-        folder, [NoticeAt(9, Path(env["SLURMPRE_NOTICE_FILE"])), SlurmpreCallback()]
-    )
+    notice = as_a_job(monkeypatch, folder, "7")
+    stopped_at, _ = fit(folder, [NoticeAt(9, notice), SlurmpreCallback()])
     assert stopped_at == 9
     (record,) = [r for r in Ledger(folder).records() if r["event"] == "checkpoint"]
     assert (record["step"], record["after_notice"]) == (9, True)

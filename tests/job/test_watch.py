@@ -425,21 +425,11 @@ def test_a_frameworks_own_save_reported_with_committed_requeues_at_once(
     import json
 
     import slurmpre
-    from slurmpre import api
-    from slurmpre.job.notice import NoticeGate
+
+    from tests.conftest import as_a_job
 
     h = Harness(tmp_path)
-    env = {
-        "SLURMPRE_CHECKPOINT_DIR": str(tmp_path),
-        "SLURMPRE_JOB_TAG": "42",
-        "SLURMPRE_RESTART_COUNT": "0",
-        "SLURMPRE_NOTICE_FILE": str(notice_path(tmp_path, "42", 0)),
-        "SLURMPRE_LISTENING_FILE": str(listening_path(tmp_path, "42", 0)),
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    gate = NoticeGate(lambda: env["SLURMPRE_NOTICE_FILE"], check_every=0.0)
-    monkeypatch.setattr(api, "_gate", gate)
+    as_a_job(monkeypatch, tmp_path, "42")
     assert not slurmpre.preemption_requested()  # listening from the first step
 
     def framework_saves_on_the_notice() -> None:
