@@ -10,4 +10,11 @@ signal.signal(WARN_SIGNAL, warning)
 
 from slurmpre.job.run import main  # noqa: E402 - after the handler, on purpose
 
-raise SystemExit(main(warning=warning))
+try:
+    code = main(warning=warning)
+finally:
+    # While Python exits it puts back the default action of every signal it handled:
+    # a warning arriving then killed the task (exit 140, the job FAILED) just as the
+    # training ended. Ignored, that action is left alone to the last instant.
+    signal.signal(WARN_SIGNAL, signal.SIG_IGN)
+raise SystemExit(code)

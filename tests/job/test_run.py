@@ -249,3 +249,22 @@ def test_the_warning_is_kept_never_reaches_the_training_and_other_signals_do(
                 os.killpg(pid, signal.SIGKILL)
     assert out.strip() == "warned"
     assert wrapper.returncode == 128 + signal.SIGTERM
+
+
+def test_the_warning_is_ignored_while_the_wrapper_exits() -> None:
+    """Python restores default signal actions as it exits; a time-limit warning landing
+    then killed node 1's wrapper at the end of a job (srun: task 1: User defined
+    signal 2, the job FAILED). The wrapper leaves the warning ignored instead."""
+    probe = (
+        "import runpy, signal, sys\n"
+        "sys.argv = ['slurmpre.job', 'run', '--checkpoint-dir', '/nonexistent', '--', 'true']\n"
+        "try:\n"
+        "    runpy.run_module('slurmpre.job', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.stdout.split() == ["1", "True"], proc.stderr
