@@ -277,6 +277,9 @@ class Sandbox:
 
     def _lay_out(self, cfg: SandboxConfig) -> None:
         """A clean cluster: fresh state, spool and logs, then the config files."""
+        # Job ids start again at 1 on a fresh state: a job's cgroups left by a killed
+        # slurmstepd would make the new job of that id fail to start (cpuset busy).
+        clean_cgroups([n.name for n in cfg.nodes])
         for sub in ("state", "spool", "run", "dev"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
             (self.state_dir / sub).mkdir(parents=True)
@@ -393,6 +396,7 @@ class Sandbox:
             procs.stop([state.munged], grace=5.0)
         if self.root is not None:
             self.root.unmount()
+        clean_cgroups([n["name"] for n in state.nodes])
         self.state_file.unlink(missing_ok=True)
 
     # -- the controller, for outage drills ----------------------------------
@@ -434,6 +438,31 @@ class Sandbox:
                 if node["name"] == name:
                     node["pid"] = pid
             self.save(state)
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def clean_cgroups(nodes: list[str], root: Path = CGROUP_ROOT) -> list[Path]:
+    """Remove the ``slurm_<node>`` cgroup v1 trees of these nodes, deepest first, after
+    killing any process still in them (they belong to jobs of a sandbox that is gone)."""
+    removed: list[Path] = []
+    for tree in sorted(root.glob("*/slurm_*")):
+        if tree.name.removeprefix("slurm_") not in nodes or not tree.is_dir():
+            continue
+        dirs = sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
+        for cgroup in [*reversed(dirs), tree]:
+            try:
+                pids = {int(x) for x in (cgroup / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                pids = set()
+            procs.kill_now(pids)
+            try:
+                cgroup.rmdir()
+                removed.append(cgroup)
+            except OSError:
+                pass
+    return removed
 
 
 def spawn_detached(argv: list[str], log: Path) -> int:

@@ -46,3 +46,17 @@ def test_activate_puts_one_roots_commands_first_and_deactivate_takes_them_away(
     assert os.environ["PATH"].split(os.pathsep) == [str(sid.shims), "/usr/local/bin", "/usr/bin"]
     deactivate()
     assert os.environ["PATH"] == "/usr/local/bin:/usr/bin"
+
+
+def test_stale_job_cgroups_of_the_sandboxs_nodes_are_removed_deepest_first(tmp_path: Path) -> None:
+    """A fresh sandbox numbers jobs from 1 again; a job_1 cgroup left by a killed
+    slurmstepd made the new job 1 fail to start (cpuset.cpus: Device or resource busy)."""
+    from slurmpre.sandbox.cluster import clean_cgroups
+
+    for ctrl in ("cpuset", "freezer"):
+        (tmp_path / ctrl / "slurm_gpu-dp-1" / "uid_0" / "job_1" / "step_batch").mkdir(parents=True)
+        (tmp_path / ctrl / "slurm_other-host" / "uid_0").mkdir(parents=True)
+    removed = clean_cgroups(["gpu-dp-1"], root=tmp_path)
+    assert len(removed) == 2 * 4
+    assert not (tmp_path / "cpuset" / "slurm_gpu-dp-1").exists()
+    assert (tmp_path / "cpuset" / "slurm_other-host" / "uid_0").is_dir()
