@@ -224,7 +224,8 @@ class Sandbox:
                 f"port {CTLD_PORT} is in use: another slurmctld runs here that the sandbox did not "
                 "start; stop it first"
             )
-        mounts = [] if root is None else root.mount(self.state_dir)
+        if root is not None:
+            root.mount(self.state_dir)
         version = parse_version(run(self._argv(["slurmd", "-V"]), error=SandboxError).stdout)
         cfg = SandboxConfig(
             hostname=self.hostname,
@@ -244,7 +245,6 @@ class Sandbox:
             root=None if root is None else str(root.path),
             suite=suite,
         )
-        del mounts  # `down` finds every mount under the root itself
         self.save(state)
         state.munged = start_munge(cfg.log_dir, root)
         self.save(state)

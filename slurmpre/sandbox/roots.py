@@ -201,16 +201,15 @@ class Root:
                 out.append(p)
         return out
 
-    def mount(self, state_dir: Path) -> list[str]:
-        """Bind /proc, /sys, /dev and the shared folders; return the mount points made."""
+    def mount(self, state_dir: Path) -> None:
+        """Bind /proc, /sys, /dev and the shared folders (`unmount` finds them all again)."""
         self.unmount()
-        made: list[str] = []
         try:
             for src, rbind in ((Path("/proc"), False), (Path("/sys"), True), (Path("/dev"), True)):
-                made.append(self._bind(src, rbind=rbind))
+                self._bind(src, rbind=rbind)
             for src in self.binds(state_dir):
                 src.mkdir(parents=True, exist_ok=True)
-                made.append(self._bind(src, rbind=False))
+                self._bind(src, rbind=False)
         except SandboxError:
             self.unmount()
             raise
@@ -220,9 +219,8 @@ class Root:
             with_host = Path("/etc", name)
             if with_host.exists():
                 shutil.copyfile(with_host, self.path / "etc" / name)
-        return made
 
-    def _bind(self, src: Path, *, rbind: bool) -> str:
+    def _bind(self, src: Path, *, rbind: bool) -> None:
         target = self.path / src.relative_to("/")
         target.mkdir(parents=True, exist_ok=True)
         run(
@@ -232,7 +230,6 @@ class Root:
         )
         if rbind:  # a later unmount of the root's copy must not reach the host's
             run(["mount", "--make-rslave", str(target)], timeout=30, error=SandboxError)
-        return str(target)
 
     def unmount(self) -> None:
         self._unmount_under(self.path)
