@@ -470,8 +470,8 @@ _NO_MARK = "partial: no completion mark (.slurmpre-complete, .metadata, trainer_
 def _check_dir(
     path: str, name: str, ds_tag_step: int | None, ds_tag: str | None
 ) -> tuple[Format, bool, str]:
-    # access(2) answers without raising, a third of a failed stat's cost: 10,000 partial
-    # folders newer than the last complete one each cost two calls here, and nothing more.
+    # The marks looked for here are the ones `latest` checks inline on its hot path (a
+    # folder with none is passed over there without coming here): keep the two in step.
     inside = path + os.sep
     if os.access(inside + MARKER, os.F_OK):
         return (Format.SLURMPRE, *_check_marker(Path(path)))
@@ -550,7 +550,8 @@ def latest(folder: Path | str) -> Resolution:
     try:
         for cand in _order(scan.candidates):
             # The hot path: 10,000 partial folders newer than the last complete one.
-            # A folder with no mark of any layout costs its two or three access(2) calls.
+            # A folder with no mark of any layout costs its two or three access(2) calls
+            # (they answer without raising); the marks are `_check_dir`'s, in the same order.
             name = cand.name
             if (
                 cand.is_dir
