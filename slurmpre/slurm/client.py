@@ -6,7 +6,9 @@ a pyslurm backend may be added behind the same Protocol.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from slurmpre.cmd import run
@@ -14,8 +16,10 @@ from slurmpre.errors import SlurmError
 from slurmpre.slurm.parse import (
     JobInfo,
     NodeInfo,
+    parse_config,
     parse_jobs,
     parse_nodes,
+    parse_resize_env,
     parse_submit,
     parse_version,
 )
@@ -43,6 +47,15 @@ class SlurmClient(Protocol):
     def requeue(self, job_id: str) -> None: ...
 
     def cancel(self, job_id: str) -> None: ...
+
+    def config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``)."""
+        ...
+
+    def resize(self, job_id: str, nodes: Sequence[str]) -> dict[str, str | None]:
+        """Keep only ``nodes`` in the running job ``job_id``, releasing the others at once;
+        the job's environment as Slurm resized it (None: the variable is gone)."""
+        ...
 
 
 class CommandLineSlurm:
@@ -97,6 +110,26 @@ class CommandLineSlurm:
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", str(job_id)])
+
+    def config(self) -> dict[str, str]:
+        return parse_config(self._run(["scontrol", "show", "config"]))
+
+    def resize(self, job_id: str, nodes: Sequence[str]) -> dict[str, str | None]:
+        # scontrol writes slurm_job_<id>_resize.{sh,csh} into its working directory:
+        # a private one, so nothing lands in the user's folder and nobody else's is read.
+        with tempfile.TemporaryDirectory(prefix="slurmpre-resize-") as work:
+            run(
+                ["scontrol", "update", f"JobId={job_id}", f"NodeList={','.join(nodes)}"],
+                timeout=self.timeout,
+                error=SlurmError,
+                cwd=work,
+            )
+            script = Path(work) / f"slurm_job_{job_id}_resize.sh"
+            try:
+                text = script.read_text()
+            except OSError as exc:
+                raise SlurmError(f"scontrol wrote no {script.name}: {exc.strerror}") from None
+        return parse_resize_env(text)
 
 
 def default_client() -> SlurmClient:

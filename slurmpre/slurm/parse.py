@@ -7,6 +7,7 @@ output captured from real clusters (``tests/data/``).
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from dataclasses import dataclass
 
@@ -256,3 +257,56 @@ def format_version(version: tuple[int, int, int] | list[int]) -> str:
     """(22, 5, 8) -> ``22.05.8``, as Slurm writes it."""
     major, minor, micro = version
     return f"{major}.{minor:02d}.{micro}"
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` -> {key: value} (``Key = Value`` lines; the rest ignored)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key and " " not in key:
+            out[key] = value.strip()
+    return out
+
+
+# Slurm's default credential lifetime (auth/munge's cred_expire), in seconds.
+DEFAULT_CRED_EXPIRE = 120
+
+
+def requeue_floor(config: dict[str, str]) -> int:
+    """Seconds a requeued job must wait before it can start again: ``cred_expire + 1``.
+
+    slurmctld holds a requeued job back until every credential of its last run
+    has expired (``AuthInfo=cred_expire=N``, 120 s unless the site sets it).
+    """
+    expire = DEFAULT_CRED_EXPIRE
+    for part in config.get("AuthInfo", "").split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "cred_expire" and value.strip().isdigit():
+            expire = int(value)
+    return expire + 1
+
+
+_RESIZE_LINE = re.compile(r"^\s*(?:export\s+(?P<key>\w+)=(?P<value>.*)|unset\s+(?P<gone>\w+))\s*$")
+
+
+def parse_resize_env(text: str) -> dict[str, str | None]:
+    """The ``slurm_job_<id>_resize.sh`` that ``scontrol update JobId=… NodeList=…`` writes
+    -> the job's new environment: a value per ``export``, None per ``unset``."""
+    out: dict[str, str | None] = {}
+    for line in text.splitlines():
+        m = _RESIZE_LINE.match(line)
+        if m is None:
+            continue
+        if m.group("gone"):
+            out[m.group("gone")] = None
+            continue
+        try:
+            words = shlex.split(m.group("value"))
+        except ValueError:
+            raise SlurmError(f"cannot read the resize script's line {line.strip()!r}") from None
+        out[m.group("key")] = words[0] if words else ""
+    if "SLURM_JOB_NODELIST" not in out and "SLURM_NODELIST" not in out:
+        raise SlurmError("the resize script names no node list")
+    return out

@@ -108,6 +108,29 @@ def main() -> int:
             sh("scontrol", "--json", "show", "node", "gpu-preemptible-dp-1").stdout,
         )
     sh("scontrol", "update", "nodename=gpu-preemptible-dp-1", "state=resume")
+
+    # slurmctld's configuration (the requeue floor is its AuthInfo's cred_expire).
+    keep("config.txt", sh("scontrol", "show", "config").stdout)
+
+    # An in-place restart, as slurmpre's supervisor does it: inside a running two-node
+    # job, give up the node that is not the batch host; scontrol writes the resized
+    # environment (only the variables the job has) into its working directory.
+    shrink = work / "shrink.sh"
+    shrink.write_text(
+        "#!/bin/bash\n"
+        "scontrol update JobId=$SLURM_JOB_ID NodeList=$SLURMD_NODENAME\n"
+        "cp slurm_job_${SLURM_JOB_ID}_resize.sh resized.sh\n"
+        "sleep 600\n"
+    )
+    job = sh(
+        "sbatch", "--parsable", "--job-name=shrink", "--nodes=2", "--requeue",
+        "--constraint=preemptible", f"--chdir={work}", f"--output={work / 'shrink.txt'}",
+        str(shrink),
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    wait("the resize script", (work / "resized.sh").exists)
+    keep("resize.sh", (work / "resized.sh").read_text().replace(job, "JOBID"))
+    keep("job-shrunk.txt", sh("scontrol", "show", "job", "-o", job).stdout)
+    sh("scancel", job)
     return 0
 
 

@@ -8,11 +8,14 @@ import pytest
 from slurmpre.errors import SlurmError
 from slurmpre.slurm.parse import (
     format_version,
+    parse_config,
     parse_jobs,
     parse_nodes,
     parse_record,
+    parse_resize_env,
     parse_submit,
     parse_version,
+    requeue_floor,
     split_state,
 )
 
@@ -93,3 +96,33 @@ def test_submit() -> None:
     assert parse_submit("77;sandbox\n") == "77"
     with pytest.raises(SlurmError, match="no job id"):
         parse_submit("sbatch: error: Batch job submission failed\n")
+
+
+def test_the_requeue_floor_is_the_sandboxs_cred_expire_plus_one(captured: Path) -> None:
+    config = parse_config((captured / "config.txt").read_text())
+    assert config["AuthInfo"] == "cred_expire=5"  # the sandbox's tuned timings
+    assert config["KillWait"] == "5 sec"
+    assert requeue_floor(config) == 6
+
+
+@pytest.mark.parametrize(
+    ("auth", "floor"),
+    [("(null)", 121), ("", 121), ("cred_expire=30", 31), ("socket=/x,cred_expire=600", 601)],
+)
+def test_requeue_floor_defaults_to_slurms_120_s(auth: str, floor: int) -> None:
+    assert requeue_floor({"AuthInfo": auth} if auth else {}) == floor
+
+
+def test_the_resize_script_of_an_in_place_restart(captured: Path) -> None:
+    env = parse_resize_env((captured / "resize.sh").read_text())
+    assert env["SLURM_JOB_NODELIST"] == env["SLURM_NODELIST"] == "gpu-preemptible-dp-1"
+    assert env["SLURM_JOB_NUM_NODES"] == env["SLURM_NNODES"] == "1"
+    # The old allocation's task counts are gone: a new srun takes its own.
+    assert env["SLURM_NTASKS"] is None and env["SLURM_TASKS_PER_NODE"] is None
+    (job,) = parse_jobs((captured / "job-shrunk.txt").read_text())
+    assert job.nodes == (job.batch_host,) and job.state == "RUNNING"
+
+
+def test_a_resize_script_without_a_node_list_is_an_error() -> None:
+    with pytest.raises(SlurmError, match="names no node list"):
+        parse_resize_env("unset SLURM_NTASKS\n")
