@@ -59,6 +59,11 @@ def restart_count(env: Mapping[str, str] | None = None) -> int:
     return _int(e, "SLURMPRE_RESTART_COUNT") or _int(e, "SLURM_RESTART_COUNT") or 0
 
 
+def _attempt(env: Mapping[str, str]) -> str:
+    """``3``, or ``3.1`` after an in-place restart: the name the wrapper gives the attempt."""
+    return env.get("SLURMPRE_ATTEMPT") or str(restart_count(env))
+
+
 def world_size(env: Mapping[str, str] | None = None) -> int | None:
     """Processes in this attempt (nodes x processes per node)."""
     return _int(_env(env), "SLURMPRE_WORLD_SIZE")
@@ -125,7 +130,7 @@ def _attempt_tag(env: Mapping[str, str], folder: Path) -> str:
     """
     key = str(folder)
     _sequence[key] = _sequence.get(key, 0) + 1
-    parts = [env.get("SLURMPRE_JOB_TAG") or "local", str(restart_count(env))]
+    parts = [env.get("SLURMPRE_JOB_TAG") or "local", _attempt(env)]
     for short, name in (("s", "SLURM_STEP_ID"), ("r", "TORCHELASTIC_RESTART_COUNT")):
         if env.get(name):
             parts.append(f"{short}{env[name]}")
@@ -252,6 +257,7 @@ def _record_commit(
                 "event": "checkpoint",
                 "job": env["SLURMPRE_JOB_TAG"],
                 "attempt": restart_count(env),
+                **({"in_place": in_place} if (in_place := _int(env, "SLURMPRE_IN_PLACE")) else {}),
                 "step": step,
                 "path": str(final),
                 "after_notice": _gate.agreed,

@@ -90,9 +90,25 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv.append(f"--notice-signal={spec.notice_signal}")
     if not spec.watch:
         argv.append("--no-watch")
+    if spec.nodes.elastic and spec.nodes.min > 1:
+        argv += ["--min-nodes", str(spec.nodes.min)]
+    if not spec.in_place:
+        argv.append("--no-in-place")
     if spec.file_access != access.OWNER.name:
         argv.append(f"--file-access={spec.file_access}")
     return [*argv, "--", *spec.command]
+
+
+def steps_argv(spec: JobSpec) -> list[str]:
+    """The batch script's supervisor of steps (`slurmpre.job.steps`), which runs srun
+    and restarts in place after a drain; nothing when the job cannot go on with fewer
+    nodes than it has (a fixed node count: MIN of them must remain)."""
+    if not spec.nodes.elastic or not spec.in_place or not spec.watch:
+        return []
+    argv = [spec.python, "-m", "slurmpre.job", "steps", f"--checkpoint-dir={spec.checkpoint_dir}"]
+    if spec.file_access != access.OWNER.name:
+        argv.append(f"--file-access={spec.file_access}")
+    return [*argv, "--"]
 
 
 def srun_options(spec: JobSpec) -> list[str]:
@@ -120,6 +136,7 @@ def context(spec: JobSpec) -> dict[str, Any]:
         "output": output_pattern(spec),
         "warn_signal": WARN_SIGNAL.name.removeprefix("SIG"),
         "launch": [shlex.quote(a) for a in launch_argv(spec)],
+        "steps": [shlex.quote(a) for a in steps_argv(spec)],
         "srun_options": srun_options(spec),
         "dir_mode": f"{access.NAMES[spec.file_access].dir_mode:04o}",
         "python_bin": python_bin(spec.python),

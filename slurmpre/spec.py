@@ -80,6 +80,7 @@ class JobSpec:
     drain_reason: str | None = None  # only drains whose reason matches this pattern are notices
     notice_signal: str | None = None  # also send this signal to the training processes
     watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)
+    in_place: bool = True  # a drained node other than the batch host: restart in the allocation
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
     file_access: str = "owner"  # who may read what slurmpre creates: "owner" or "group"
     python: str = ""  # the interpreter that has slurmpre on the nodes
@@ -393,7 +394,7 @@ def validate(
                 _ARRAY,
                 "must be a Slurm array range such as 0-99 or 1,3,5-7%4",
             )
-        elif key in ("requeue", "watch"):
+        elif key in ("requeue", "watch", "in_place"):
             kw[key] = _bool(key, value)
         elif key in ("checkpoint_dir", "log_dir"):
             kw[key] = _path(key, value)

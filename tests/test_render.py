@@ -102,7 +102,16 @@ def test_default_script_carries_the_preemptible_contract() -> None:
         "torchrun",
     ]
     # srun does not inherit sbatch's --cpus-per-task (Slurm >= 22.05): it is given again.
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task=32 \\" in lines
+    stripped = [ln.strip() for ln in lines]
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task=32 \\" in stripped
+    # Several nodes: slurmpre's supervisor runs the srun, to restart in place after a drain.
+    supervisor = next(ln for ln in lines if "-m slurmpre.job steps" in ln)
+    assert supervisor.split()[4:] == [
+        "--checkpoint-dir=/home/alice/checkpoints/llama-finetune",
+        "--",
+        "\\",
+    ]
+    assert "--min-nodes 2" in launch
     # Elastic: no --ntasks-per-node in the allocation, or Slurm gives only MIN nodes.
     assert not any(ln.startswith("#SBATCH --ntasks-per-node") for ln in lines)
 

@@ -155,6 +155,9 @@ def drill_spec(raw: dict[str, Any], opts: DrillOptions, folder: Path, **override
             "preempt_window": int(opts.window),
             "safety_margin": min(int(raw.get("safety_margin", 30)), int(opts.window) // 3),
             "poll_interval": min(float(raw.get("poll_interval", 1)), opts.window / 6),
+            # The drill measures the requeue path, against the seeds' recipe, one restart
+            # per preemption; in-place restarts have their own benchmark (bench/inplace.py).
+            "in_place": False,
             **overrides,
         }
     )

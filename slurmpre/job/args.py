@@ -114,6 +114,18 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         "--no-watch", action="store_true", help="no watcher: resume and rendezvous only"
     )
     parser.add_argument(
+        "--min-nodes",
+        type=int,
+        default=1,
+        help="fewest nodes the job trains on (the spec's MIN): an in-place restart "
+        "needs at least this many left",
+    )
+    parser.add_argument(
+        "--no-in-place",
+        action="store_true",
+        help="always requeue on a drain, never restart inside the allocation",
+    )
+    parser.add_argument(
         "--file-access",
         choices=tuple(access.NAMES),
         default=access.OWNER.name,
@@ -129,6 +141,10 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     command = tuple(args_list[cut + 1 :])
     if not command:
         raise UsageError("no command after --")
+    if not 1 <= ns.min_nodes <= defaults.RANGES["nodes"][1]:
+        raise UsageError(
+            f"--min-nodes must be from 1 to {defaults.RANGES['nodes'][1]:g}, got {ns.min_nodes}"
+        )
     if ns.nproc_per_node is not None:
         _in_range("--nproc-per-node", "nproc_per_node", ns.nproc_per_node)
     seconds = {
@@ -140,6 +156,8 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         window=seconds["preempt_window"],
         time_warning=seconds["warn_before_end"],
         margin=seconds["safety_margin"],
+        in_place=not ns.no_in_place,
+        min_nodes=ns.min_nodes,
     )
     reason = None
     if ns.drain_reason:

@@ -6,7 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurmpre.errors import JobEnvironmentError
+from slurmpre.job.ledger import attempt_key
 from slurmpre.slurm.hostlist import expand
+
+# Set by the batch script's supervisor (`slurmpre.job.steps`) for each step it starts.
+IN_PLACE_ENV = "SLURMPRE_IN_PLACE"
+BATCH_HOST_ENV = "SLURMPRE_BATCH_HOST"
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
@@ -31,6 +36,8 @@ class JobEnv:
     gpus_on_node: int
     array_job_id: str | None = None
     array_task_id: str | None = None
+    in_place: int = 0  # restarts inside this allocation so far (SLURMPRE_IN_PLACE)
+    batch_host: str | None = None  # where the batch script's supervisor runs, when one does
 
     @property
     def num_nodes(self) -> int:
@@ -43,6 +50,11 @@ class JobEnv:
     @property
     def restarted(self) -> bool:
         return self.restart_count > 0
+
+    @property
+    def attempt(self) -> str:
+        """This attempt's name in file names: ``3``, or ``3.1`` after one in-place restart."""
+        return attempt_key(self.restart_count, self.in_place)
 
     @property
     def tag(self) -> str:
@@ -64,7 +76,14 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
     job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     if not job_id:
         raise JobEnvironmentError("not inside a Slurm job (SLURM_JOB_ID is not set)")
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    # A step's own nodes first: after an in-place restart, or with spare nodes, a step
+    # runs on part of the allocation, and SLURM_NODEID counts within the step.
+    nodelist = (
+        env.get("SLURM_STEP_NODELIST")
+        or env.get("SLURM_JOB_NODELIST")
+        or env.get("SLURM_NODELIST")
+        or ""
+    )
     nodes = tuple(expand(nodelist))
     name = env.get("SLURMD_NODENAME") or (nodes[0] if nodes else "")
     if not nodes:
@@ -79,4 +98,6 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         gpus_on_node=_gpus(env),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID") or None,
         array_task_id=env.get("SLURM_ARRAY_TASK_ID") or None,
+        in_place=_int(env, IN_PLACE_ENV, default=0),
+        batch_host=env.get(BATCH_HOST_ENV) or None,
     )

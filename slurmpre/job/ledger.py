@@ -44,6 +44,7 @@ class Choice:
     previous_world_size: int | None
     rdzv_endpoint: str
     published_at: float
+    in_place: int = 0  # restarts inside the allocation within this attempt so far
 
 
 class Ledger:
@@ -130,20 +131,28 @@ class Ledger:
                 self.warn(f"slurmpre: skipping line {number} of {self.path}: not a JSON object")
         return out
 
-    def previous_start(self, job: str, attempt: int) -> dict[str, Any] | None:
+    def previous_start(self, job: str, attempt: int, in_place: int = 0) -> dict[str, Any] | None:
         """The last attempt started before this one (of this job, else of any job here)."""
         starts = [r for r in self.records() if r.get("event") == "start"]
-        before = [r for r in starts if not (r.get("job") == job and r.get("attempt") == attempt)]
+        before = [
+            r
+            for r in starts
+            if not (
+                r.get("job") == job
+                and r.get("attempt") == attempt
+                and r.get("in_place", 0) == in_place
+            )
+        ]
         return before[-1] if before else None
 
     # -- the per-attempt choice ------------------------------------------------
-    def _choice_path(self, job: str, attempt: int) -> Path:
+    def _choice_path(self, job: str, attempt: str) -> Path:
         return self.dir / f"choice-{job}-{attempt}.json"
 
     def publish(self, choice: Choice, *, timeout: float = 60.0) -> None:
         """Node 0's choice for the attempt; the other nodes wait up to their agree timeout
         for it, so node 0 may wait as long for the lock."""
-        path = self._choice_path(choice.job, choice.attempt)
+        path = self._choice_path(choice.job, attempt_key(choice.attempt, choice.in_place))
         try:
             with self._lock(timeout):
                 write_atomic(
@@ -159,12 +168,13 @@ class Ledger:
     def wait_choice(
         self,
         job: str,
-        attempt: int,
+        attempt: str | int,
         timeout: float,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> Choice:
+        attempt = str(attempt)  # 3, or "3.1" after an in-place restart
         path = self._choice_path(job, attempt)
         deadline = clock() + timeout
         while True:
@@ -183,7 +193,7 @@ class Ledger:
                 )
             sleep(0.1)
 
-    def _trusted_choice(self, path: Path, text: str, job: str, attempt: int) -> Choice:
+    def _trusted_choice(self, path: Path, text: str, job: str, attempt: str) -> Choice:
         """The choice in ``text``, once every field has the type it must have and the
         checkpoint it names lies inside this folder; a CheckpointError otherwise."""
 
@@ -200,12 +210,14 @@ class Ledger:
             value = data[key]
             if isinstance(value, bool) or not isinstance(value, types):
                 raise bad(f"{key} = {value!r} has the wrong type")
-        if data["job"] != job or data["attempt"] != attempt:
+        if data["job"] != job or attempt_key(data["attempt"], data["in_place"]) != attempt:
             raise bad(f"it is for job {data['job']!r} attempt {data['attempt']!r}")
         if not all(isinstance(n, str) and n for n in data["nodes"]) or not data["nodes"]:
             raise bad(f"nodes = {data['nodes']!r} must be node names")
         if data["world_size"] < 1 or (data["step"] is not None and data["step"] < 0):
             raise bad("world_size and step must not be negative")
+        if data["attempt"] < 0 or data["in_place"] < 0:
+            raise bad("attempt and in_place must not be negative")
         resume = data["resume_from"]
         if resume is not None and not _inside(Path(resume), self.folder):
             raise bad(f"resume_from = {resume!r} is not inside {str(self.folder)!r}")
@@ -216,6 +228,7 @@ class Ledger:
 _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
     "job": str,
     "attempt": int,
+    "in_place": int,
     "resume_from": (str, type(None)),
     "step": (int, type(None)),
     "nodes": list,
@@ -224,6 +237,17 @@ _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
     "rdzv_endpoint": str,
     "published_at": (int, float),
 }
+
+
+def attempt_key(attempt: int, in_place: int = 0) -> str:
+    """An attempt's name in file names: ``3``, or ``3.1`` after one in-place restart."""
+    return f"{attempt}.{in_place}" if in_place else str(attempt)
+
+
+def in_place_field(in_place: int) -> dict[str, int]:
+    """``{"in_place": k}`` for a ledger record of an in-place restart; nothing otherwise,
+    so the records of a job that never restarted in place read as they always did."""
+    return {"in_place": in_place} if in_place else {}
 
 
 def _inside(path: Path, folder: Path) -> bool:

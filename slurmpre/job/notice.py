@@ -45,16 +45,16 @@ class Notice:
         return f"{self.kind}{where}{why}"
 
 
-def notice_path(folder: Path, job_tag: str, attempt: int) -> Path:
+def notice_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
     return folder / LEDGER_DIR / f"notice-{job_tag}-{attempt}.json"
 
 
-def listening_path(folder: Path, job_tag: str, attempt: int) -> Path:
+def listening_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
     """Exists once the training script has asked `preemption_requested()` in this attempt."""
     return folder / LEDGER_DIR / f"listening-{job_tag}-{attempt}"
 
 
-def taken_path(folder: Path, job_tag: str, attempt: int) -> Path:
+def taken_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
     """Exists once `preemption_requested()` has answered True: the script stops on the notice."""
     return folder / LEDGER_DIR / f"taken-{job_tag}-{attempt}"
 

@@ -16,10 +16,12 @@ PORT_SPAN = 10000
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
 
-def port_for(job_id: str) -> int:
-    """The rendezvous port: derived from the job id, so every node computes the same one."""
+def port_for(job_id: str, in_place: int = 0) -> int:
+    """The rendezvous port: derived from the job id, so every node computes the same one.
+    A step after an in-place restart starts seconds after the last one's store closed on
+    the same host: it takes another port rather than race that socket's release."""
     digits = re.sub(r"\D", "", job_id) or "0"
-    return PORT_BASE + int(digits) % PORT_SPAN
+    return PORT_BASE + (int(digits) + in_place * 4099) % PORT_SPAN
 
 
 @dataclass(frozen=True)

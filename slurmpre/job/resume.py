@@ -20,7 +20,7 @@ from slurmpre.errors import CheckpointError, JobEnvironmentError, SlurmpreError,
 from slurmpre.job import checkpoints
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import JobEnv
-from slurmpre.job.ledger import Choice, Ledger
+from slurmpre.job.ledger import Choice, Ledger, in_place_field
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
 from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
@@ -70,7 +70,7 @@ def node_address(client: SlurmClient, node: str) -> str:
 
 def attempt_prefix(job: JobEnv) -> str:
     """The start of every in-flight checkpoint name this attempt writes (see api.checkpoint)."""
-    return f"{job.tag}-{job.restart_count}-"
+    return f"{job.tag}-{job.attempt}-"
 
 
 def agree(
@@ -83,7 +83,7 @@ def agree(
 ) -> Choice:
     """Node 0 chooses the checkpoint for this attempt; the others wait for its choice."""
     if not job.is_first_node:
-        return ledger.wait_choice(job.tag, job.restart_count, opts.agree_timeout)
+        return ledger.wait_choice(job.tag, job.attempt, opts.agree_timeout)
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(
@@ -100,18 +100,19 @@ def agree(
     for line in checkpoints.summarize(found.skipped):
         say(line)
     ckpt = found.checkpoint
-    previous = ledger.previous_start(job.tag, job.restart_count)
+    previous = ledger.previous_start(job.tag, job.restart_count, job.in_place)
     world = job.num_nodes * nproc_for(opts, job)
     choice = Choice(
         job=job.tag,
         attempt=job.restart_count,
+        in_place=job.in_place,
         resume_from=str(ckpt.path) if ckpt else None,
         step=ckpt.step if ckpt else None,
         nodes=job.nodes,
         world_size=world,
         previous_world_size=previous.get("world_size") if previous else None,
         # torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command.
-        rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id)}",
+        rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id, job.in_place)}",
         published_at=time.time(),
     )
     ledger.publish(choice, timeout=opts.agree_timeout)
@@ -120,6 +121,7 @@ def agree(
             "event": "start",
             "job": job.tag,
             "attempt": job.restart_count,
+            **in_place_field(job.in_place),
             "nodes": list(job.nodes),
             "num_nodes": job.num_nodes,
             "world_size": world,
@@ -145,7 +147,7 @@ def child_command(opts: RunOptions, job: JobEnv, choice: Choice) -> list[str]:
     rdzv = Rendezvous(
         host=host,
         port=int(port),
-        run_id=f"{job.tag}-{job.restart_count}",
+        run_id=f"{job.tag}-{job.attempt}",
         nnodes=job.num_nodes,
         nproc_per_node=nproc_for(opts, job),
         node_rank=job.node_id,
@@ -158,13 +160,14 @@ def child_env(
 ) -> dict[str, str]:
     """What the training process sees, on top of the job's own environment."""
     out = dict(env)
-    tag, attempt = job.tag, job.restart_count
+    tag, attempt = job.tag, job.attempt
     out.update(
         {
             "SLURMPRE_CHECKPOINT_DIR": str(folder),
             "SLURMPRE_RESUME_FROM": choice.resume_from or "",
             "SLURMPRE_RESUME_STEP": "" if choice.step is None else str(choice.step),
-            "SLURMPRE_RESTART_COUNT": str(attempt),
+            "SLURMPRE_RESTART_COUNT": str(job.restart_count),
+            "SLURMPRE_ATTEMPT": attempt,
             "SLURMPRE_JOB_TAG": tag,
             "SLURMPRE_NUM_NODES": str(job.num_nodes),
             "SLURMPRE_WORLD_SIZE": str(choice.world_size),

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from slurmpre.errors import SlurmpreError
 from slurmpre.job.args import RunOptions, parse_args
 from slurmpre.job.env import JobEnv, read_job_env
-from slurmpre.job.ledger import Ledger
+from slurmpre.job.ledger import Ledger, in_place_field
 from slurmpre.job.notice import notice_path
 from slurmpre.job.resume import (
     agree,
@@ -50,7 +50,7 @@ def run_attempt(
     say: Callable[[str], None] | None = None,
 ) -> int:
     job = read_job_env(env)
-    prefix = f"slurmpre[{job.tag}.{job.restart_count} node {job.node_id} {job.node_name}]"
+    prefix = f"slurmpre[{job.tag}.{job.attempt} node {job.node_id} {job.node_name}]"
 
     def log(message: str) -> None:
         print(f"{prefix}: {message}", file=sys.stderr, flush=True)
@@ -92,7 +92,7 @@ def run_attempt(
                     quiet_thread(
                         relay_notice,
                         args=(
-                            notice_path(folder, job.tag, job.restart_count),
+                            notice_path(folder, job.tag, job.attempt),
                             child,
                             opts.notice_signal,
                             stop_relay,
@@ -107,6 +107,8 @@ def run_attempt(
             outcome = watcher.result(timeout=watcher.longest_wait())
             if outcome.notice is not None and outcome.requeued:
                 say("the training exited after the notice; the job is requeued")
+            elif outcome.in_place is not None:
+                say("the training exited after the notice; the next step restarts in place")
     finally:
         stop_relay.set()
         if watcher is not None:
@@ -118,6 +120,7 @@ def run_attempt(
                     "event": "end",
                     "job": job.tag,
                     "attempt": job.restart_count,
+                    **in_place_field(job.in_place),
                     "exit_code": code,
                     "seconds": round(time.time() - started_at, 3),
                 }

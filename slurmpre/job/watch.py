@@ -31,11 +31,13 @@ from slurmpre import defaults
 from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv
-from slurmpre.job.ledger import Ledger
+from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
+from slurmpre.job.ledger import Ledger, in_place_field
 from slurmpre.job.notice import Notice, listening_path, notice_path, taken_path, write_notice
 from slurmpre.job.requeue import Action, Facts, decide
 from slurmpre.signals import Latch, quiet_thread
 from slurmpre.slurm.client import SlurmClient
+from slurmpre.slurm.parse import requeue_floor
 
 
 class NoticeSource(Protocol):
@@ -100,9 +102,11 @@ class WatchConfig:
     window: float = defaults.PREEMPT_WINDOW  # drain -> removal, the provider's five minutes
     time_warning: float = defaults.WARN_BEFORE_END  # --signal warning -> time limit
     margin: float = defaults.SAFETY_MARGIN  # requeue anyway this long before the window closes
-    commit_poll: float = 1.0  # how often to look for the just-in-time checkpoint
+    commit_poll: float = 0.25  # after a notice, how often to look for its checkpoint
     max_backoff: float = 60.0  # longest wait between queries while a source does not answer
     exit_grace: float = 5.0  # after a commit, how long to wait for a script that does not listen
+    in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
+    min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
 
 
 @dataclass
@@ -122,6 +126,7 @@ class Outcome:
     action: Action | None = None  # REQUEUE or SKIP; None without a notice
     why: str = ""
     requeued: bool = False
+    in_place: tuple[str, ...] | None = None  # the nodes kept, when restarting in place
 
 
 @dataclass
@@ -284,18 +289,27 @@ class Watcher:
         state.step_at_notice = current.step if current else None
         try:
             write_notice(
-                notice_path(self.folder, self.job.tag, self.job.restart_count),
+                notice_path(self.folder, self.job.tag, self.job.attempt),
                 notice,
                 mode=self.ledger.access.file_mode,
             )
         except OSError as exc:
             self.say(f"could not write the notice file: {exc}")
         late = self.wall() - notice.since
+        restart = self._plan()
+        floor = self._requeue_floor()
+        how = "restart in place" if restart.keep else "requeue"
         self.say(
             f"preemption notice: {notice.describe()}, {late:.0f} s ago "
             f"(time from {notice.anchored_on}); asking every rank to checkpoint, "
-            f"requeue within {max(left, 0.0):.0f} s"
+            f"then {how} ({restart.why}) within {max(left, 0.0):.0f} s"
         )
+        # What Slurm itself adds before the next step can start, beyond the job's own
+        # start-up: a requeue waits for cred_expire + 1 (and then for nodes); an
+        # in-place restart only for the release of the drained node.
+        expected: dict[str, int | None] = {"requeue": floor}
+        if restart.keep:
+            expected["in_place"] = 0
         self._ledger(
             _notice_record(
                 notice,
@@ -304,12 +318,16 @@ class Watcher:
                 drained_at=notice.since,
                 deadline_from=notice.anchored_on,
                 deadline_at=notice.since + budget,
+                restart="in_place" if restart.keep else "requeue",
+                restart_why=restart.why,
+                requeue_floor_s=floor,
+                expected_wait_s=expected,
             )
         )
 
     def _facts(self) -> Facts:
         state = self._state
-        tag, attempt = self.job.tag, self.job.restart_count
+        tag, attempt = self.job.tag, self.job.attempt
         if state.committed is None:
             state.committed = self._committed_since_notice()
             if state.committed is not None:
@@ -342,6 +360,8 @@ class Watcher:
         decision = decide(self._facts())
         if decision.action is Action.WAIT:
             return False
+        if decision.action is Action.REQUEUE and self._restart_in_place(decision.why):
+            return True
         if decision.action is Action.SKIP:
             self.say(f"not requeuing: {decision.why}")
             self._ledger({"event": "requeue_skipped", "why": decision.why})
@@ -349,8 +369,66 @@ class Watcher:
             return True
         return self._requeue(decision.why)
 
-    def _finish(self, action: Action, why: str, *, requeued: bool = False) -> None:
-        self.outcome = Outcome(self._state.notice, action, why, requeued)
+    def _finish(
+        self,
+        action: Action,
+        why: str,
+        *,
+        requeued: bool = False,
+        in_place: tuple[str, ...] | None = None,
+    ) -> None:
+        self.outcome = Outcome(self._state.notice, action, why, requeued, in_place)
+
+    def _plan(self) -> Plan:
+        notice = self._state.notice
+        return plan(
+            kind=notice.kind if notice else "",
+            nodes=self.job.nodes,
+            drained=self._state.drained,
+            batch_host=self.job.batch_host,
+            min_nodes=self.config.min_nodes,
+            enabled=self.config.in_place,
+        )
+
+    def _requeue_floor(self) -> int | None:
+        try:
+            return requeue_floor(self.client.config())
+        except SlurmpreError as exc:
+            self.say(f"cannot read Slurm's configuration: {str(exc).splitlines()[0]}")
+            return None
+
+    def _restart_in_place(self, why: str) -> bool:
+        """Ask the batch script's supervisor to go on without the drained nodes; False
+        (requeue instead) when the plan, made again now, says the job cannot."""
+        restart = self._plan()
+        if restart.keep is None:
+            return False
+        release = tuple(n for n in self.job.nodes if n not in restart.keep)
+        path = request_path(self.folder, self.job.tag, self.job.attempt)
+        try:
+            write_request(
+                path,
+                Request(restart.keep, release, why, self.wall()),
+                mode=self.ledger.access.file_mode,
+            )
+        except OSError as exc:
+            self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
+            return False
+        self.say(
+            f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)} "
+            f"({why}): the next step starts when this one ends"
+        )
+        self._ledger(
+            {
+                "event": "in_place_requested",
+                "keep": list(restart.keep),
+                "release": list(release),
+                "why": why,
+                "requested_at": self.wall(),
+            }
+        )
+        self._finish(Action.REQUEUE, why, in_place=restart.keep)
+        return True
 
     def _requeue(self, why: str) -> bool:
         if not self.requeue_allowed:
@@ -375,12 +453,12 @@ class Watcher:
         # A script that asks preemption_requested() checkpoints on the notice itself:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
-        attempt = self.job.restart_count
-        listening = listening_path(self.folder, self.job.tag, attempt).exists()
+        listening = listening_path(self.folder, self.job.tag, self.job.attempt).exists()
         for record in reversed(self._records()):
             if (
                 record.get("event") == "checkpoint"
-                and record.get("attempt") == attempt
+                and record.get("attempt") == self.job.restart_count
+                and record.get("in_place", 0) == self.job.in_place
                 and record.get("after_notice")
             ):
                 step = record.get("step")
@@ -402,7 +480,14 @@ class Watcher:
 
     def _ledger(self, record: dict[str, object]) -> None:
         try:
-            self.ledger.append({"job": self.job.tag, "attempt": self.job.restart_count, **record})
+            self.ledger.append(
+                {
+                    "job": self.job.tag,
+                    "attempt": self.job.restart_count,
+                    **in_place_field(self.job.in_place),
+                    **record,
+                }
+            )
         except SlurmpreError as exc:
             self.say(f"could not write the ledger (watching goes on): {exc}")
 

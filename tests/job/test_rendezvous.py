@@ -66,3 +66,9 @@ def test_other_programs_run_without_python(tmp_path: Path, monkeypatch: pytest.M
 def test_python_without_script_is_refused() -> None:
     with pytest.raises(UsageError, match="names no script"):
         torchrun_argv(["python"], RDZV)
+
+
+def test_a_step_after_an_in_place_restart_meets_on_another_port() -> None:
+    first, second = port_for("4242"), port_for("4242", in_place=1)
+    assert first != second
+    assert all(20000 <= p < 30000 for p in (first, second, port_for("4242", in_place=9)))

@@ -9,6 +9,7 @@ tests/e2e/test_notice.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -20,6 +21,7 @@ import pytest
 from slurmpre.errors import SlurmError
 from slurmpre.job.checkpoints import writing
 from slurmpre.job.env import JobEnv
+from slurmpre.job.inplace import read_request, request_path
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import listening_path, notice_path, read_notice, taken_path
 from slurmpre.job.watch import DrainSource, SignalSource, WatchConfig, Watcher
@@ -89,6 +91,9 @@ class ScriptedSlurm:
             raise SlurmError("command failed (exit 1): scontrol requeue 42")
         self.requeued.append(job_id)
 
+    def config(self) -> dict[str, str]:
+        return {"AuthInfo": "cred_expire=30"}
+
 
 class Harness:
     def __init__(
@@ -98,6 +103,7 @@ class Harness:
         requeue_allowed: bool = True,
         reason: str | None = None,
         config: WatchConfig | None = None,
+        job: JobEnv = JOB,
     ) -> None:
         self.folder = tmp_path
         self.clock = Clock()
@@ -111,13 +117,13 @@ class Harness:
             [
                 DrainSource(
                     self.slurm,  # type: ignore[arg-type]
-                    JOB.nodes,
+                    job.nodes,
                     re.compile(reason) if reason else None,
                     wall=self.clock.wall,
                 ),
                 SignalSource(self.latch),
             ],
-            JOB,
+            job,
             tmp_path,
             self.ledger,
             self.slurm,  # type: ignore[arg-type]
@@ -447,3 +453,90 @@ def test_a_frameworks_own_save_reported_with_committed_requeues_at_once(
     assert h.slurm.requeued == ["42"]
     assert h.record("committed")["step"] == 12
     assert h.clock.now < 15  # at once, not at the deadline (window 300 s)
+
+
+# -- restarting in place (the batch script's supervisor releases the drained node) ----------
+SUPERVISED = dataclasses.replace(
+    JobEnv(
+        "42",
+        0,
+        0,
+        ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2", "gpu-preemptible-dp-3"),
+        "gpu-preemptible-dp-1",
+        0,
+    ),
+    batch_host="gpu-preemptible-dp-1",
+)
+
+
+def listening_script(h: Harness, *, commit_at: float = 20.0) -> None:
+    """A script that listens, takes the notice and commits its checkpoint at ``commit_at``."""
+    h.listening()
+    h.at(commit_at - 1, h.take)
+    h.at(commit_at, lambda: h.commit(14, after_notice=True))
+
+
+def test_a_drained_node_other_than_the_batch_host_is_released_not_requeued(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path, job=SUPERVISED)
+    listening_script(h)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == []
+    request = read_request(request_path(tmp_path, "42", "0"))
+    assert request is not None
+    assert request.keep == ("gpu-preemptible-dp-1", "gpu-preemptible-dp-3")
+    assert request.release == ("gpu-preemptible-dp-2",)
+    assert h.events() == ["notice", "checkpoint", "committed", "in_place_requested"]
+    notice = h.record("notice")
+    assert (notice["restart"], notice["requeue_floor_s"]) == ("in_place", 31)
+    assert notice["expected_wait_s"] == {"requeue": 31, "in_place": 0}
+    assert h.watcher.outcome.in_place == request.keep and not h.watcher.outcome.requeued
+
+
+@pytest.mark.parametrize(
+    ("drained", "config", "why"),
+    [
+        (["gpu-preemptible-dp-1"], WatchConfig(), "the batch host gpu-preemptible-dp-1 drained"),
+        (
+            ["gpu-preemptible-dp-2"],
+            WatchConfig(min_nodes=3),
+            "2 node(s) would remain, fewer than the minimum 3",
+        ),
+        (["gpu-preemptible-dp-2"], WatchConfig(in_place=False), "in-place restarts are off"),
+    ],
+)
+def test_the_job_is_requeued_when_it_cannot_go_on_in_place(
+    tmp_path: Path, drained: list[str], config: WatchConfig, why: str
+) -> None:
+    h = Harness(tmp_path, job=SUPERVISED, config=config)
+    listening_script(h)
+    for node in drained:
+        h.slurm.drains[node] = (12.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert not request_path(tmp_path, "42", "0").exists()
+    assert h.record("notice")["restart"] == "requeue"
+    assert why in str(h.record("notice")["restart_why"])
+
+
+def test_a_second_drain_before_the_restart_is_counted_in_the_plan(tmp_path: Path) -> None:
+    """dp-3 drains after dp-2's notice but before the commit: the next step keeps dp-1 alone."""
+    h = Harness(tmp_path, job=SUPERVISED)
+    listening_script(h, commit_at=30.0)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.0, "preempted")
+    h.slurm.drains["gpu-preemptible-dp-3"] = (20.0, "preempted")
+    h.run()
+    request = read_request(request_path(tmp_path, "42", "0"))
+    assert request is not None and request.keep == ("gpu-preemptible-dp-1",)
+    assert h.slurm.requeued == []
+
+
+def test_without_a_supervisor_in_the_batch_script_it_requeues(tmp_path: Path) -> None:
+    h = Harness(tmp_path, job=dataclasses.replace(SUPERVISED, batch_host=None))
+    listening_script(h)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert "no supervisor" in str(h.record("notice")["restart_why"])

@@ -1,0 +1,87 @@
+"""Restarting inside the allocation: when a drain can be answered without a requeue.
+
+A requeue costs at least Slurm's floor (``cred_expire + 1``, 121 s on a stock
+Slurm) plus the wait for nodes. A multi-node job that loses a node other than
+the batch host does not need one: the batch script's supervisor
+(`slurmpre.job.steps`) can release the drained node from the job and start the
+next step on the nodes that remain.
+
+The watcher (on the step's node 0) decides by `plan`, and asks the supervisor
+by writing a `Request` beside the ledger; the supervisor reads it once the
+step has ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from slurmpre.atomic import write_atomic
+from slurmpre.job.ledger import LEDGER_DIR
+
+
+@dataclass(frozen=True)
+class Plan:
+    keep: tuple[str, ...] | None  # the nodes the next step runs on; None: requeue
+    why: str
+
+
+def plan(
+    *,
+    kind: str,
+    nodes: Sequence[str],
+    drained: Collection[str],
+    batch_host: str | None,
+    min_nodes: int,
+    enabled: bool = True,
+) -> Plan:
+    """In place when the job loses only nodes other than the batch host and keeps at
+    least ``min_nodes``; a requeue otherwise, with the reason."""
+    if not enabled:
+        return Plan(None, "in-place restarts are off (in_place = false)")
+    if batch_host is None:
+        return Plan(
+            None,
+            "the batch script runs no supervisor of steps (a fixed node count, or a "
+            "template of its own)",
+        )
+    if kind != "drain":
+        return Plan(None, f"a {kind} notice ends the whole allocation")
+    if batch_host in drained:
+        return Plan(None, f"the batch host {batch_host} drained")
+    keep = tuple(n for n in nodes if n not in drained)
+    if len(keep) < max(min_nodes, 1):
+        return Plan(None, f"{len(keep)} node(s) would remain, fewer than the minimum {min_nodes}")
+    gone = ", ".join(n for n in nodes if n in drained)
+    return Plan(keep, f"{gone} drained; {len(keep)} node(s) remain")
+
+
+@dataclass(frozen=True)
+class Request:
+    """The watcher's ask to the batch script's supervisor."""
+
+    keep: tuple[str, ...]
+    release: tuple[str, ...]
+    why: str
+    at: float  # wall clock
+
+
+def request_path(folder: Path, job_tag: str, attempt: str) -> Path:
+    return folder / LEDGER_DIR / f"in-place-{job_tag}-{attempt}.json"
+
+
+def write_request(path: Path, request: Request, *, mode: int = 0o600) -> None:
+    write_atomic(path, json.dumps(asdict(request), sort_keys=True), mode=mode)
+
+
+def read_request(path: Path) -> Request | None:
+    """The request, or None when there is none or it cannot be read whole."""
+    try:
+        data = json.loads(path.read_text())
+        keep = tuple(str(n) for n in data["keep"])
+        release = tuple(str(n) for n in data["release"])
+        return Request(keep, release, str(data["why"]), float(data["at"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

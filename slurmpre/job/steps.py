@@ -1,0 +1,277 @@
+"""``slurmpre.job steps``: the batch script's supervisor, which restarts in place.
+
+The batch script runs ``python -m slurmpre.job steps [options] -- srun … slurmpre.job
+run …`` on the batch host. It runs that srun as the job's step. On a drain the
+step's watcher decides between a requeue, which it does itself, and an
+in-place restart, which it asks of this supervisor (`slurmpre.job.inplace`).
+When asked:
+
+1. the step ends: the training exits after its notice checkpoint; after
+   ``--grace`` seconds the supervisor ends the step itself (SIGTERM to srun,
+   which passes it on to every task);
+2. the drained nodes are released from the job at once
+   (``scontrol update JobId=… NodeList=<kept>``) and the job's environment
+   is the one Slurm resized;
+3. the next step runs on the kept nodes (``SLURMPRE_IN_PLACE`` counts the
+   in-place restarts), and resumes from the checkpoint the last one committed.
+
+If the release fails, the job is requeued instead. A signal to the supervisor
+(Slurm's cancel, requeue or time limit) means no further step is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from slurmpre import access
+from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
+from slurmpre.job.inplace import Request, read_request, request_path
+from slurmpre.job.ledger import Ledger, attempt_key, in_place_field
+from slurmpre.job.resume import task_checkpoint_dir
+from slurmpre.job.supervise import exit_code
+from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
+
+GRACE = 10.0  # after the request, seconds the training gets to exit by itself
+KILL_AFTER = 30.0  # after SIGTERM, seconds before srun is killed (Slurm's KillWait)
+POLL = 0.1  # how often the step and the request are looked at
+# Signals that stop the supervisor from starting another step; passed on to srun.
+_STOPPING = (signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class StepsOptions:
+    checkpoint_dir: Path
+    srun: tuple[str, ...]
+    grace: float = GRACE
+    file_access: access.Access = access.OWNER
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_args(argv: Sequence[str]) -> StepsOptions:
+    parser = _Parser(
+        prog="slurmpre.job steps",
+        usage="python -m slurmpre.job steps [options] -- srun [SRUN OPTIONS] WRAPPER...",
+        description="In the batch script: run the job's step, and when its watcher asks, "
+        "release drained nodes and run the next step on the nodes that remain.",
+    )
+    parser.add_argument("--checkpoint-dir", required=True, help="the job's checkpoint folder")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=GRACE,
+        help="seconds the training gets to exit after an in-place restart is asked",
+    )
+    parser.add_argument("--file-access", choices=tuple(access.NAMES), default=access.OWNER.name)
+    args = list(argv)
+    if args and args[0] == "steps":
+        args = args[1:]
+    if "--" not in args:
+        raise UsageError("give the srun command after --")
+    cut = args.index("--")
+    ns = parser.parse_args(args[:cut])
+    srun = tuple(args[cut + 1 :])
+    if not srun:
+        raise UsageError("no srun command after --")
+    if not 0 <= ns.grace <= 3_600:
+        raise UsageError(f"--grace must be from 0 to 3600 seconds, got {ns.grace:g}")
+    return StepsOptions(
+        Path(ns.checkpoint_dir), srun, ns.grace, file_access=access.NAMES[ns.file_access]
+    )
+
+
+def step_argv(srun: Sequence[str], keep: Sequence[str] | None) -> list[str]:
+    """The srun command for a step; after an in-place restart, pinned to the kept nodes."""
+    if keep is None:
+        return list(srun)
+    n = len(keep)
+    pinned = [f"--nodes={n}", f"--ntasks={n}", f"--nodelist={','.join(keep)}"]
+    return [srun[0], *pinned, *srun[1:]]
+
+
+def resized_env(env: Mapping[str, str], resized: Mapping[str, str | None]) -> dict[str, str]:
+    """The job's environment after a resize: Slurm's new values; a step count of the old
+    allocation (SLURM_NTASKS, SLURM_NPROCS) would make srun start too many tasks."""
+    out = {k: v for k, v in env.items() if k not in ("SLURM_NTASKS", "SLURM_NPROCS")}
+    for key, value in resized.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+class Steps:
+    def __init__(
+        self,
+        opts: StepsOptions,
+        job: JobEnv,
+        env: Mapping[str, str],
+        client: SlurmClient,
+        say: Callable[[str], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.opts = opts
+        self.job = job
+        self.env = dict(env)
+        self.client = client
+        self.say = say
+        self.clock = clock
+        self.wall = wall
+        self.folder = task_checkpoint_dir(opts.checkpoint_dir, job)
+        self.ledger = Ledger(self.folder, access=opts.file_access)
+        self.stopped: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        # Only srun can be pinned to the kept nodes: with another launcher, always requeue.
+        self.can_restart = Path(opts.srun[0]).name == "srun"
+
+    # -- signals -------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stopped = signum
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signum)
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOPPING}
+        try:
+            return self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- the steps -----------------------------------------------------------------
+    def _loop(self) -> int:
+        in_place = 0
+        keep: tuple[str, ...] | None = None
+        env = dict(self.env)
+        if self.can_restart:
+            env[BATCH_HOST_ENV] = self.job.node_name
+        while True:
+            env[IN_PLACE_ENV] = str(in_place)
+            path = request_path(
+                self.folder, self.job.tag, attempt_key(self.job.restart_count, in_place)
+            )
+            code = self._step(step_argv(self.opts.srun, keep), env, path)
+            request = read_request(path) if self.can_restart else None
+            if request is None or self.stopped is not None:
+                return code
+            resized = self._release(request, in_place)
+            if resized is None:
+                return code
+            env = resized_env(env, resized)
+            keep = request.keep
+            in_place += 1
+
+    def _step(self, argv: Sequence[str], env: Mapping[str, str], request: Path) -> int:
+        """Run one step to its end; end it once an in-place restart was asked and the
+        training has had ``grace`` seconds to exit by itself."""
+        try:
+            self.proc = subprocess.Popen(list(argv), env=dict(env))
+        except OSError as exc:
+            raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        asked_at: float | None = None
+        termed_at: float | None = None
+        while True:
+            try:
+                return exit_code(self.proc.wait(timeout=POLL))
+            except subprocess.TimeoutExpired:
+                pass
+            now = self.clock()
+            if asked_at is None:
+                if self.can_restart and request.exists():
+                    asked_at = now
+                continue
+            if termed_at is None and now - asked_at >= self.opts.grace:
+                self.say(
+                    f"the step did not end {self.opts.grace:g} s after the in-place restart "
+                    "was asked: ending it"
+                )
+                self.proc.send_signal(signal.SIGTERM)
+                termed_at = now
+            elif termed_at is not None and now - termed_at >= KILL_AFTER:
+                self.proc.kill()
+
+    def _release(self, request: Request, in_place: int) -> dict[str, str | None] | None:
+        """Release the drained nodes; the resized environment, or None after a requeue."""
+        job = self.job
+        started = self.clock()
+        try:
+            resized = self.client.resize(job.job_id, request.keep)
+        except SlurmpreError as exc:
+            why = str(exc).splitlines()[0]
+            self.say(f"cannot release {', '.join(request.release)} ({why}): requeuing instead")
+            self._ledger(in_place, {"event": "in_place_failed", "why": why})
+            self._requeue(in_place, f"in-place restart failed: {why}")
+            return None
+        seconds = round(self.clock() - started, 3)
+        self.say(
+            f"released {', '.join(request.release)} in {seconds:g} s; "
+            f"next step on {', '.join(request.keep)}"
+        )
+        self._ledger(
+            in_place,
+            {
+                "event": "in_place",
+                "kept": list(request.keep),
+                "released": list(request.release),
+                "release_s": seconds,
+                "requested_at": request.at,
+                "released_at": self.wall(),
+                "why": request.why,
+            },
+        )
+        return resized
+
+    def _requeue(self, in_place: int, why: str) -> None:
+        try:
+            self.client.requeue(self.job.job_id)
+        except SlurmpreError as exc:
+            self.say(f"requeue failed too: {str(exc).splitlines()[0]}")
+            return
+        self.say(f"requeued job {self.job.job_id} ({why})")
+        self._ledger(in_place, {"event": "requeued", "why": why, "requeued_at": self.wall()})
+
+    def _ledger(self, in_place: int, record: dict[str, object]) -> None:
+        try:
+            self.ledger.append(
+                {
+                    "job": self.job.tag,
+                    "attempt": self.job.restart_count,
+                    **in_place_field(in_place),
+                    **record,
+                }
+            )
+        except SlurmpreError as exc:
+            self.say(str(exc))
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    environ = os.environ if env is None else env
+
+    def say(message: str) -> None:
+        print(f"slurmpre[steps]: {message}", file=sys.stderr, flush=True)
+
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        job = read_job_env(environ)
+        return Steps(opts, job, environ, CommandLineSlurm(), say).run()
+    except SlurmpreError as exc:
+        print(f"slurmpre steps: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code

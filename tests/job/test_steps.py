@@ -1,0 +1,196 @@
+"""The batch script's supervisor of steps, with a stand-in srun and a recording Slurm client.
+
+The stand-in srun is a real process (the supervisor starts, waits for and
+signals it as it would srun); what Slurm does is the client's part. The same
+path runs on the real sandbox in tests/e2e/test_login.py, and on every supported
+Slurm release in tests/versions/test_contract.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from slurmpre.errors import SlurmError, UsageError
+from slurmpre.job.env import read_job_env
+from slurmpre.job.inplace import Request, request_path, write_request
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.steps import Steps, parse_args, resized_env, step_argv
+
+NODES = "gpu-preemptible-dp-[1-3]"
+KEEP = ("gpu-preemptible-dp-1", "gpu-preemptible-dp-3")
+
+# A stand-in for srun: logs what it was given; in the first step it asks for an
+# in-place restart as the watcher would, then exits (or, with HANG, never does).
+SRUN = r"""
+import json, os, sys, time
+log, request = os.environ["STEPS_LOG"], os.environ["STEPS_REQUEST"]
+with open(log, "a") as fh:
+    fh.write(json.dumps({"argv": sys.argv[1:], "in_place": os.environ["SLURMPRE_IN_PLACE"],
+        "batch_host": os.environ.get("SLURMPRE_BATCH_HOST"),
+        "nodelist": os.environ["SLURM_JOB_NODELIST"],
+        "ntasks": os.environ.get("SLURM_NTASKS")}) + "\n")
+if os.environ["SLURMPRE_IN_PLACE"] == "0" and os.environ.get("STEPS_ASK"):
+    with open(request + ".tmp", "w") as fh:
+        json.dump({"keep": json.loads(os.environ["STEPS_KEEP"]),
+                   "release": ["gpu-preemptible-dp-2"], "why": "test", "at": time.time()}, fh)
+    os.rename(request + ".tmp", request)
+    if os.environ.get("STEPS_HANG"):
+        time.sleep(600)
+sys.exit(int(os.environ.get("STEPS_EXIT", "0")))
+"""
+
+
+class Slurm:
+    def __init__(self, *, resize_fails: bool = False) -> None:
+        self.resized: list[tuple[str, tuple[str, ...]]] = []
+        self.requeued: list[str] = []
+        self.resize_fails = resize_fails
+
+    def resize(self, job_id: str, nodes: Sequence[str]) -> dict[str, str | None]:
+        if self.resize_fails:
+            raise SlurmError("command failed (exit 1): scontrol update\n    Job not running")
+        self.resized.append((job_id, tuple(nodes)))
+        joined = ",".join(nodes)
+        return {
+            "SLURM_JOB_NODELIST": joined,
+            "SLURM_NODELIST": joined,
+            "SLURM_JOB_NUM_NODES": str(len(nodes)),
+            "SLURM_NNODES": str(len(nodes)),
+            "SLURM_TASKS_PER_NODE": None,
+        }
+
+    def requeue(self, job_id: str) -> None:
+        self.requeued.append(job_id)
+
+
+def setup(tmp_path: Path, **extra: str) -> tuple[dict[str, str], Path, Path]:
+    srun = tmp_path / "srun"
+    srun.write_text(f"#!{sys.executable}\n{SRUN}")
+    srun.chmod(0o755)
+    folder = tmp_path / "ckpt"
+    (folder / ".slurmpre").mkdir(parents=True)
+    log = tmp_path / "steps.jsonl"
+    env = {
+        **os.environ,
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": NODES,
+        "SLURMD_NODENAME": "gpu-preemptible-dp-1",
+        "SLURM_NTASKS": "3",
+        "STEPS_LOG": str(log),
+        "STEPS_REQUEST": str(request_path(folder, "77", "0")),
+        "STEPS_KEEP": json.dumps(KEEP),
+        **extra,
+    }
+    return env, folder, log
+
+
+def steps(
+    tmp_path: Path, env: dict[str, str], folder: Path, slurm: Slurm, *argv: str
+) -> tuple[int, list[str], Slurm]:
+    said: list[str] = []
+    srun = str(tmp_path / "srun")
+    opts = parse_args([f"--checkpoint-dir={folder}", *argv, "--", srun, "--ntasks-per-node=1"])
+    code = Steps(opts, read_job_env(env), env, slurm, said.append).run()  # type: ignore[arg-type]
+    return code, said, slurm
+
+
+def lines(log: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_without_a_request_it_runs_one_step_and_exits_with_its_code(tmp_path: Path) -> None:
+    env, folder, log = setup(tmp_path, STEPS_EXIT="3")
+    code, _said, slurm = steps(tmp_path, env, folder, Slurm())
+    assert code == 3
+    (only,) = lines(log)
+    assert only["argv"] == ["--ntasks-per-node=1"]
+    assert (only["in_place"], only["batch_host"]) == ("0", "gpu-preemptible-dp-1")
+    assert slurm.resized == [] and slurm.requeued == []
+
+
+def test_a_request_releases_the_nodes_and_runs_the_next_step_on_the_rest(tmp_path: Path) -> None:
+    env, folder, log = setup(tmp_path, STEPS_ASK="1")
+    code, said, slurm = steps(tmp_path, env, folder, Slurm())
+    assert code == 0
+    assert slurm.resized == [("77", KEEP)] and slurm.requeued == []
+    first, second = lines(log)
+    assert first["in_place"] == "0"
+    assert second["in_place"] == "1"
+    assert second["argv"] == [
+        "--nodes=2",
+        "--ntasks=2",
+        f"--nodelist={','.join(KEEP)}",
+        "--ntasks-per-node=1",
+    ]
+    assert second["nodelist"] == ",".join(KEEP)
+    assert second["ntasks"] is None  # the old allocation's task count would start 3 tasks
+    record = next(r for r in Ledger(folder).records() if r["event"] == "in_place")
+    assert record["released"] == ["gpu-preemptible-dp-2"] and record["attempt"] == 0
+    assert any("released gpu-preemptible-dp-2" in s for s in said)
+
+
+def test_a_step_that_does_not_end_after_the_request_is_ended(tmp_path: Path) -> None:
+    env, folder, log = setup(tmp_path, STEPS_ASK="1", STEPS_HANG="1")
+    started = time.monotonic()
+    code, said, _slurm = steps(tmp_path, env, folder, Slurm(), "--grace=0.5")
+    assert time.monotonic() - started < 60
+    assert code == 0  # the second step's
+    assert [r["in_place"] for r in lines(log)] == ["0", "1"]
+    assert any("ending it" in s for s in said)
+
+
+def test_when_the_release_fails_the_job_is_requeued(tmp_path: Path) -> None:
+    env, folder, log = setup(tmp_path, STEPS_ASK="1")
+    _code, said, slurm = steps(tmp_path, env, folder, Slurm(resize_fails=True))
+    assert slurm.requeued == ["77"]
+    assert len(lines(log)) == 1
+    events = [r["event"] for r in Ledger(folder).records()]
+    assert events == ["in_place_failed", "requeued"]
+    assert any("requeuing instead" in s for s in said)
+
+
+def test_a_leftover_request_of_another_attempt_is_not_taken(tmp_path: Path) -> None:
+    env, folder, log = setup(tmp_path, SLURM_RESTART_COUNT="1")
+    write_request(request_path(folder, "77", "0"), Request(KEEP, ("x",), "old", 0.0))
+    _code, _said, slurm = steps(tmp_path, env, folder, Slurm())
+    assert slurm.resized == [] and len(lines(log)) == 1
+
+
+def test_another_launcher_than_srun_never_restarts_in_place(tmp_path: Path) -> None:
+    env, folder, _log = setup(tmp_path, STEPS_ASK="1")
+    mpirun = tmp_path / "mpirun"
+    mpirun.symlink_to(tmp_path / "srun")
+    opts = parse_args([f"--checkpoint-dir={folder}", "--", str(mpirun)])
+    slurm = Slurm()
+    Steps(opts, read_job_env(env), env, slurm, print).run()  # type: ignore[arg-type]
+    assert slurm.resized == []
+
+
+def test_step_argv_and_resized_env() -> None:
+    assert step_argv(["srun", "-x"], None) == ["srun", "-x"]
+    pinned = ["srun", "--nodes=1", "--ntasks=1", "--nodelist=a", "-x"]
+    assert step_argv(["srun", "-x"], ("a",)) == pinned
+    env = resized_env(
+        {"SLURM_NTASKS": "3", "SLURM_TASKS_PER_NODE": "1(x3)", "KEEP": "1"},
+        {"SLURM_JOB_NODELIST": "a", "SLURM_TASKS_PER_NODE": None},
+    )
+    assert env == {"KEEP": "1", "SLURM_JOB_NODELIST": "a"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--checkpoint-dir=x"], "give the srun command after --"),
+        (["--checkpoint-dir=x", "--"], "no srun command after --"),
+        (["--checkpoint-dir=x", "--grace=-1", "--", "srun"], "--grace must be from 0 to 3600"),
+    ],
+)
+def test_bad_arguments_are_one_line(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_args(argv)
