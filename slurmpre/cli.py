@@ -452,13 +452,8 @@ def _list_jobs(client: Any, as_json: bool) -> None:
             records = Ledger(Path(e.checkpoint_dir)).records()
         except SlurmpreError:
             records = []
-        attempts = len(
-            {
-                r.get("attempt")
-                for r in records
-                if str(r.get("job")) == e.job and r.get("event") == "start"
-            }
-        )
+        starts = [r for r in records if str(r.get("job")) == e.job and r.get("event") == "start"]
+        attempts = len({r.get("attempt") for r in starts})
         rows.append(
             {
                 "job": e.job,
@@ -466,6 +461,7 @@ def _list_jobs(client: Any, as_json: bool) -> None:
                 "state": info.state if info else "UNKNOWN TO SLURM",
                 "restarts": info.restarts if info else max(attempts - 1, 0),
                 "attempts": attempts,
+                "in_place": sum(1 for r in starts if r.get("in_place")),
                 "checkpoint_dir": e.checkpoint_dir,
             }
         )

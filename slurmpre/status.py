@@ -1,7 +1,8 @@
 """A job's story from its attempt ledger and Slurm: attempts, how each ended, what it cost.
 
 One row per attempt: its nodes, start and end, how it ended (a notice and
-slurmpre's requeue, a node failure, the time limit, completed, failed), the
+slurmpre's requeue or its restart inside the allocation, a node failure, the
+time limit, completed, failed), the
 checkpoint it resumed from, the step checkpointed on the notice and the steps
 lost, and the seconds without training before the next attempt. Totals: node-
 and GPU-hours, and what they cost at the preemptible price against on demand.
@@ -35,6 +36,11 @@ class AttemptRow:
     checkpoint_step: int | None  # the checkpoint taken on the notice
     steps_lost: int | None
     gap_s: float | None  # this attempt's end -> the next one's start
+    in_place: int = 0  # restarts inside the allocation before this row (attempt 2.1: 1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.attempt}.{self.in_place}" if self.in_place else str(self.attempt)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ def _ended(recs: list[dict[str, Any]], has_next: bool, slurm: JobInfo | None) ->
     kind = notices[0].get("kind") if notices else None
     if requeued is not None:
         return "time limit -> requeue" if kind == "time-limit" else "notice -> requeue"
+    if any(r.get("event") == "in_place" for r in recs):
+        return "notice -> in place"
     if end is None:
         if has_next:
             return "node failure"  # killed with its node; Slurm requeued it
@@ -97,13 +105,14 @@ def job_status(
     now: float,
 ) -> JobStatus:
     """Rows from the ledger's records of ``job``; ``slurm`` is None when Slurm forgot it."""
-    mine = _of(records, job)
-    attempts = sorted({int(r["attempt"]) for r in mine if isinstance(r.get("attempt"), int)})
-    starts = {int(r["attempt"]): r for r in mine if r.get("event") == "start" and "attempt" in r}
+    mine = [r for r in _of(records, job) if isinstance(r.get("attempt"), int)]
+    # An attempt is Slurm's restart count and, after in-place restarts, their number.
+    attempts = sorted({_key(r) for r in mine})
+    starts = {_key(r): r for r in mine if r.get("event") == "start"}
     rows: list[AttemptRow] = []
     node_seconds = 0.0
     for i, k in enumerate(attempts):
-        recs = [r for r in mine if r.get("attempt") == k]
+        recs = [r for r in mine if _key(r) == k]
         start = starts.get(k, {})
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
         end = next((r for r in recs if r.get("event") == "end"), None)
@@ -135,7 +144,8 @@ def job_status(
             describe = f"{notice.get('kind')}{where}{why}"
         rows.append(
             AttemptRow(
-                attempt=k,
+                attempt=k[0],
+                in_place=k[1],
                 nodes=tuple(start.get("nodes") or ()),
                 started_at=started if isinstance(started, int | float) else None,
                 ended_at=ended_at,
@@ -153,6 +163,7 @@ def job_status(
                 ),
             )
         )
+    requeues = max(len({a.attempt for a in rows}) - 1, 0)
     node_hours = node_seconds / 3600
     gpu_hours = node_hours * gpus_per_node
     billed = gpu_hours if gpus_per_node else node_hours
@@ -160,7 +171,7 @@ def job_status(
         job=job,
         name=name,
         state=slurm.state if slurm is not None else "UNKNOWN TO SLURM",
-        restarts=slurm.restarts if slurm is not None else max(len(rows) - 1, 0),
+        restarts=slurm.restarts if slurm is not None else requeues,
         checkpoint_dir=checkpoint_dir,
         attempts=rows,
         node_hours=node_hours,
@@ -168,6 +179,11 @@ def job_status(
         cost_preemptible=billed * prices.price * (1 - prices.discount),
         cost_on_demand=billed * prices.price,
     )
+
+
+def _key(record: dict[str, Any]) -> tuple[int, int]:
+    in_place = record.get("in_place", 0)
+    return int(record["attempt"]), in_place if isinstance(in_place, int) else 0
 
 
 def gpus_of(info: JobInfo | None) -> int:
@@ -195,12 +211,12 @@ def lines(st: JobStatus) -> list[str]:
     ]
     t0 = next((a.started_at for a in st.attempts if a.started_at is not None), None)
     out.append(
-        f"  {'#':>2} {'nodes':<40} {'start':>7} {'end':>7}  {'ended':<22} {'resumed':>7} "
+        f"  {'#':>4} {'nodes':<40} {'start':>7} {'end':>7}  {'ended':<22} {'resumed':>7} "
         f"{'notice ckpt':>11} {'lost':>4} {'gap s':>6}"
     )
     for a in st.attempts:
         out.append(
-            f"  {a.attempt:>2} {','.join(a.nodes) or '-':<40} {_clock(a.started_at, t0):>7} "
+            f"  {a.label:>4} {','.join(a.nodes) or '-':<40} {_clock(a.started_at, t0):>7} "
             f"{_clock(a.ended_at, t0):>7}  {a.ended:<22} "
             f"{'-' if a.resume_step is None else a.resume_step:>7} "
             f"{'-' if a.checkpoint_step is None else a.checkpoint_step:>11} "

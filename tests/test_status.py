@@ -88,3 +88,26 @@ def test_only_this_jobs_records_count() -> None:
     recs = [*records(), {"event": "start", "job": "7", "attempt": 0, "time": 1.0, "nodes": ["x"]}]
     st = job_status("6", "drill", "/c", recs, None, now=0.0)
     assert len(st.attempts) == 4
+
+
+def test_an_in_place_restart_is_a_row_of_its_own_and_not_a_requeue() -> None:
+    """A sandbox job (tests/e2e/test_login.py): its second node drained and released (the
+    batch host trained on, attempt 0.1), then the batch host drained (a requeue)."""
+    recs = [
+        json.loads(line)
+        for line in (DATA / "ledgers" / "in-place-then-requeue.jsonl").read_text().splitlines()
+    ]
+    job = str(recs[0]["job"])
+    st = job_status(job, "tiny", "/c", recs, None, now=max(r["time"] for r in recs))
+    assert [(a.attempt, a.in_place, a.label) for a in st.attempts] == [
+        (0, 0, "0"),
+        (0, 1, "0.1"),
+        (1, 0, "1"),
+    ]
+    ended = [a.ended for a in st.attempts]
+    assert ended == ["notice -> in place", "notice -> requeue", "completed"]
+    assert [len(a.nodes) for a in st.attempts] == [2, 1, 1]
+    assert [a.steps_lost for a in st.attempts] == [0, 0, None]
+    assert st.restarts == 1  # Slurm requeued it once; the in-place restart is not one
+    text = lines(st)
+    assert any(line.split()[0] == "0.1" for line in text[2:])
