@@ -213,13 +213,14 @@ def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
     """Slurm's --signal (warn_before_end) takes the same path: checkpoint, requeue, resume."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
-    steps = 240
+    steps = 120
     job_id = submit(
         tmp_path,
         nodes="2",
         extra=HONOR,
         steps=steps,
-        # 2-minute limit, warning 90 s before it: each attempt trains ~30 s, then
+        # 2-minute limit, warning 90 s before it: Slurm sends it up to 60 s early, so at
+        # most 30 s into an attempt, before this job's 30 s of training are done; then it
         # checkpoints and requeues itself with a fresh time limit.
         spec_lines=['time = "2"', "warn_before_end = 90", "safety_margin = 20"],
     )

@@ -7,7 +7,6 @@ sandbox, and compares the final weights with an uninterrupted run.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,8 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import wait_for, wait_preemptible_idle
+from tests.conftest import wait_for
 from tests.e2e.helpers import (
-    STEPS,
     final_weights,
     logs,
     preempt_until_done,
@@ -70,25 +68,3 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
     assert not list((tmp_path / "ckpt").glob(".incoming-step-00000010-*"))
     assert "leftover(s) of dead attempts: .incoming-step-00000010-" in logs(tmp_path)
     assert same_weights(final_weights(tmp_path), baseline)
-
-
-def test_restart_on_fewer_nodes_sees_the_world_size_change(
-    sandbox: Sandbox, tmp_path: Path
-) -> None:
-    slurm = CommandLineSlurm()
-    # Start on both preemptible nodes: wait until the last test's jobs have left them.
-    wait_preemptible_idle(slurm)
-    job_id = submit(tmp_path, nodes="1-2")
-    job = wait_for("2 nodes", lambda: len((j := slurm.job(job_id)).nodes) == 2 and j, timeout=60)
-    wait_for("step 12", lambda: step_reached(tmp_path) >= 12, timeout=120)
-    victim = job.nodes[1]
-    preempt_until_done(sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=1))
-    runs = progress(tmp_path)
-    assert [(r["attempt"], r["world"], r["previous_world"]) for r in runs] == [
-        (0, 2, None),
-        (1, 1, 2),
-    ]
-    assert runs[1]["slurmpre_world"] == 1
-    final = final_weights(tmp_path)
-    assert isinstance(final, dict) and final["step"] == STEPS
-    subprocess.run(["scontrol", "show", "job", job_id], check=True, capture_output=True)

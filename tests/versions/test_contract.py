@@ -22,7 +22,7 @@ from slurmpre.sandbox.roots import SUITES, Root, mounts_under
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import format_version
 
-from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for
+from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
 
 pytestmark = pytest.mark.sandbox
 
@@ -42,6 +42,13 @@ start = 0
 if (path := slurmpre.resume_path()) is not None:
     start = json.loads((path / "state.json").read_text())["next"]
 attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+in_place = int(os.environ.get("SLURMPRE_IN_PLACE") or 0)
+if os.environ.get("SLURM_PROCID", "0") != "0":
+    # A second node holds no state: it waits for the notice, and is let go.
+    while not slurmpre.preemption_requested():
+        time.sleep(0.3)
+    raise SystemExit(0)
+os.environ.update(RANK="0", WORLD_SIZE="1")  # the one rank that checkpoints
 with open(folder / "steps.jsonl", "a") as log:
     for step in range(start, {steps}):
         if slurmpre.preemption_requested():
@@ -49,7 +56,7 @@ with open(folder / "steps.jsonl", "a") as log:
                 (path / "state.json").write_text(json.dumps({{"next": step}}))
             break
         time.sleep(0.3)
-        log.write(json.dumps({{"step": step, "attempt": attempt}}) + "\\n")
+        log.write(json.dumps({{"step": step, "attempt": attempt, "in_place": in_place}}) + "\\n")
         log.flush()
 """
 
@@ -94,14 +101,9 @@ def test_the_sandbox_runs_that_release(release: str, box: Sandbox) -> None:
     assert all(n.usable for n in nodes.values())
 
 
-def test_drain_checkpoint_requeue_resume_loses_no_step(
-    release: str, box: Sandbox, tmp_path: Path
-) -> None:
-    slurm = CommandLineSlurm()
-    folder = tmp_path / f"contract {release}"
+def submit(box: Sandbox, folder: Path, release: str, nodes: str) -> str:
     folder.mkdir()
     (folder / "train.py").write_text(TRAIN.format(steps=STEPS))
-    ckpt = folder / "ckpt"
     spec = folder / "job.toml"
     spec.write_text(
         "\n".join(
@@ -109,15 +111,24 @@ def test_drain_checkpoint_requeue_resume_loses_no_step(
                 f'name = "contract-{release}"',
                 f"command = {json.dumps(['python3', str(folder / 'train.py')])}",
                 'launcher = "plain"',
-                'nodes = "1"',
+                f'nodes = "{nodes}"',
                 f"python = {json.dumps(python_for(box))}",
-                f"checkpoint_dir = {json.dumps(str(ckpt))}",
+                f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
                 "poll_interval = 1",
             ]
         )
         + "\n"
     )
-    job_id = slurmpre_cli("submit", str(spec), check=True, cwd=folder).stdout.strip()
+    return slurmpre_cli("submit", str(spec), check=True, cwd=folder).stdout.strip()
+
+
+def test_drain_checkpoint_requeue_resume_loses_no_step(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    folder = tmp_path / f"contract {release}"
+    ckpt = folder / "ckpt"
+    job_id = submit(box, folder, release, "1")
     victim = None
     try:
         steps = ckpt / "steps.jsonl"
@@ -151,6 +162,47 @@ def test_drain_checkpoint_requeue_resume_loses_no_step(
     assert kinds.count("notice") == 1 and kinds.count("requeued") == 1, kinds
     # The requeue followed the checkpoint taken on the notice, not the deadline.
     assert kinds.index("notice") < kinds.index("checkpoint") < kinds.index("requeued"), kinds
+
+
+def test_a_drained_second_node_is_released_and_training_goes_on_in_place(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    """The in-place restart on this release: `scontrol update JobId=… NodeList=…` releases
+    the drained node, its resize script is read, and the next step runs on the batch host."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    folder = tmp_path / f"in place {release}"
+    ckpt = folder / "ckpt"
+    job_id = submit(box, folder, release, "1-2")
+    victim = None
+    try:
+        job = wait_for("2 nodes", lambda: len((j := slurm.job(job_id)).nodes) == 2 and j, 60)
+        steps = ckpt / "steps.jsonl"
+        wait_for(
+            "a few steps of the first step",
+            lambda: steps.exists() and steps.read_text().count("\n") >= 5,
+            timeout=120,
+        )
+        victim = next(n for n in job.nodes if n != job.batch_host)
+        slurm.update_node(victim, state="DRAIN", reason="preempted")
+        wait_for(f"job {job_id} to finish", lambda: slurm.job(job_id).finished, timeout=180)
+        job = slurm.job(job_id)
+        logs = "\n".join(p.read_text() for p in sorted((ckpt / "logs").glob("*.out")))
+        assert job.state == "COMPLETED", logs[-4000:]
+    finally:
+        if victim is not None:
+            slurm.update_node(victim, state="RESUME")
+        if not slurm.job(job_id).finished:
+            slurm.cancel(job_id)
+    assert job.restarts == 0
+    assert job.nodes == (job.batch_host,)
+    done = [json.loads(line) for line in steps.read_text().splitlines()]
+    assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
+    assert {(d["attempt"], d["in_place"]) for d in done} == {(0, 0), (0, 1)}
+    records = [json.loads(line) for line in (ckpt / ".slurmpre" / "attempts.jsonl").open()]
+    released = [r for r in records if r.get("event") == "in_place"]
+    assert [r["released"] for r in released] == [[victim]], records
+    assert not any(r.get("event") == "requeued" for r in records)
 
 
 def test_down_unmounts_what_up_mounted_and_leaves_no_process(release: str, box: Sandbox) -> None:
