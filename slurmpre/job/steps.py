@@ -6,9 +6,11 @@ step's watcher decides between a requeue, which it does itself, and an
 in-place restart, which it asks of this supervisor (`slurmpre.job.inplace`).
 When asked:
 
-1. the step ends: the training exits after its notice checkpoint; after
-   ``--grace`` seconds the supervisor ends the step itself (SIGTERM to srun,
-   which passes it on to every task);
+1. the step ends as a requeue would end it: the request comes once the notice
+   checkpoint has committed, and the supervisor then sends SIGTERM to srun,
+   which passes it on to every task (``--grace`` seconds later, 0 by
+   default: a training process takes seconds to exit by itself, torch's
+   teardown and torchrun's exit barrier, and nothing of it is needed any more);
 2. the drained nodes are released from the job at once
    (``scontrol update JobId=… NodeList=<kept>``) and the job's environment
    is the one Slurm resized;
@@ -42,7 +44,7 @@ from slurmpre.job.resume import task_checkpoint_dir
 from slurmpre.job.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
-GRACE = 10.0  # after the request, seconds the training gets to exit by itself
+GRACE = 0.0  # after the request, seconds the training gets to exit by itself
 KILL_AFTER = 30.0  # after SIGTERM, seconds before srun is killed (Slurm's KillWait)
 POLL = 0.1  # how often the step and the request are looked at
 # Signals that stop the supervisor from starting another step; passed on to srun.
@@ -199,10 +201,7 @@ class Steps:
                     asked_at = now
                 continue
             if termed_at is None and now - asked_at >= self.opts.grace:
-                self.say(
-                    f"the step did not end {self.opts.grace:g} s after the in-place restart "
-                    "was asked: ending it"
-                )
+                self.say("the notice checkpoint has committed: ending the step")
                 self.proc.send_signal(signal.SIGTERM)
                 termed_at = now
             elif termed_at is not None and now - termed_at >= KILL_AFTER:

@@ -142,7 +142,7 @@ def test_a_step_that_does_not_end_after_the_request_is_ended(tmp_path: Path) -> 
     assert time.monotonic() - started < 60
     assert code == 0  # the second step's
     assert [r["in_place"] for r in lines(log)] == ["0", "1"]
-    assert any("ending it" in s for s in said)
+    assert any("ending the step" in s for s in said)
 
 
 def test_when_the_release_fails_the_job_is_requeued(tmp_path: Path) -> None:
