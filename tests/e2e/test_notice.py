@@ -213,16 +213,17 @@ def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
     """Slurm's --signal (warn_before_end) takes the same path: checkpoint, requeue, resume."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
-    steps = 120
+    steps = 240
     job_id = submit(
         tmp_path,
         nodes="2",
         extra=HONOR,
         steps=steps,
-        # 2-minute limit, warning 90 s before it: Slurm sends it up to 60 s early, so at
-        # most 30 s into an attempt, before this job's 30 s of training are done; then it
-        # checkpoints and requeues itself with a fresh time limit.
-        spec_lines=['time = "2"', "warn_before_end = 90", "safety_margin = 20"],
+        # 2-minute limit, warning 60 s before it: Slurm checks time limits every 30 s or
+        # so, and the warning came 26-30 s after the start with 90 s (then an attempt
+        # trains for ~10 s after its ~15 s start-up: 8 attempts, 4 minutes). With 60 s
+        # the first attempt trains most of the 60 s of steps, the second the rest.
+        spec_lines=['time = "2"', "warn_before_end = 60", "safety_margin = 20"],
     )
     wait_done(slurm, job_id, tmp_path, timeout=600)
     records = ledger(tmp_path)
