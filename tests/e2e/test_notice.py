@@ -68,7 +68,7 @@ def test_drain_at_a_random_moment_loses_zero_steps(
     job_id = submit(tmp_path, nodes="2", extra=[*HONOR, "--hold-at", str(at_step)])
     wait_for(f"step {at_step}", (tmp_path / "ckpt" / "holding").exists, timeout=120)
     victim = slurm.job(job_id).nodes[1]  # not the batch host
-    window = 60.0
+    window = 30.0  # requeued seconds after the drain; the test waits for the removal
     (events,) = preempt_until_done(
         sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=window, return_after=3)
     )
