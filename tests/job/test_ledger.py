@@ -166,3 +166,22 @@ def test_one_clock_for_every_record(tmp_path: Path) -> None:
     ledger.ensure()
     ledger.append({"event": "start"})
     assert ledger.records()[0]["time"] == 123.5
+
+
+def test_the_step_before_an_in_place_restart_is_the_previous_start(tmp_path: Path) -> None:
+    """Attempt 0 trained on 2 nodes, then went on in place on 1 (0.1): 0.1's previous start
+    is 0's, of the same restart count, not the job's run before that."""
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    for attempt, in_place, world in ((0, 0, 4), (1, 0, 2), (1, 1, 1)):
+        ledger.append(
+            {
+                "event": "start",
+                "job": "7",
+                "attempt": attempt,
+                **({"in_place": in_place} if in_place else {}),
+                "world_size": world,
+            }
+        )
+    prev = ledger.previous_start("7", 1, in_place=1)
+    assert prev is not None and prev["world_size"] == 2
