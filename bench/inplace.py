@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from slurmpre.drill.run import DrillOptions, _wait_whole, bring_up, drill_spec
+from slurmpre.drill.run import DrillOptions, bring_up, drill_spec, wait_whole
 from slurmpre.drill.train import LOG
 from slurmpre.job.ledger import ATTEMPTS, LEDGER_DIR
 from slurmpre.sandbox.cluster import Sandbox
@@ -56,7 +56,7 @@ def one(box: Sandbox, work: Path, in_place: bool, window: float) -> dict[str, An
     opts = DrillOptions(window=window, steps=600, step_seconds=0.1, every=1000)
     folder = work / ("in-place" if in_place else "requeue")
     spec = drill_spec(raw, opts, folder, in_place=in_place, name=folder.name)
-    _wait_whole(box)
+    wait_whole(box)
     job_id = submit(spec, box.client).job_id
     log = folder / LOG
     job = wait("2 nodes", lambda: len((j := box.client.job(job_id)).nodes) == 2 and j, 120)

@@ -30,7 +30,8 @@ from slurmpre.atomic import write_atomic
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.job import checkpoints
-from slurmpre.job.ledger import Ledger
+from slurmpre.job.env import IN_PLACE_ENV
+from slurmpre.job.ledger import Ledger, attempt_key, in_place_field
 from slurmpre.job.notice import Agree, NoticeGate
 
 
@@ -59,9 +60,9 @@ def restart_count(env: Mapping[str, str] | None = None) -> int:
     return _int(e, "SLURMPRE_RESTART_COUNT") or _int(e, "SLURM_RESTART_COUNT") or 0
 
 
-def _attempt(env: Mapping[str, str]) -> str:
-    """``3``, or ``3.1`` after an in-place restart: the name the wrapper gives the attempt."""
-    return env.get("SLURMPRE_ATTEMPT") or str(restart_count(env))
+def _in_place(env: Mapping[str, str]) -> int:
+    """In-place restarts of this attempt so far (set by the batch script's supervisor)."""
+    return _int(env, IN_PLACE_ENV) or 0
 
 
 def world_size(env: Mapping[str, str] | None = None) -> int | None:
@@ -130,7 +131,10 @@ def _attempt_tag(env: Mapping[str, str], folder: Path) -> str:
     """
     key = str(folder)
     _sequence[key] = _sequence.get(key, 0) + 1
-    parts = [env.get("SLURMPRE_JOB_TAG") or "local", _attempt(env)]
+    parts = [
+        env.get("SLURMPRE_JOB_TAG") or "local",
+        attempt_key(restart_count(env), _in_place(env)),
+    ]
     for short, name in (("s", "SLURM_STEP_ID"), ("r", "TORCHELASTIC_RESTART_COUNT")):
         if env.get(name):
             parts.append(f"{short}{env[name]}")
@@ -257,7 +261,7 @@ def _record_commit(
                 "event": "checkpoint",
                 "job": env["SLURMPRE_JOB_TAG"],
                 "attempt": restart_count(env),
-                **({"in_place": in_place} if (in_place := _int(env, "SLURMPRE_IN_PLACE")) else {}),
+                **in_place_field(_in_place(env)),
                 "step": step,
                 "path": str(final),
                 "after_notice": _gate.agreed,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slurmpre.job.ledger import attempt_of
 from slurmpre.slurm.parse import JobInfo
 
 
@@ -107,12 +108,12 @@ def job_status(
     """Rows from the ledger's records of ``job``; ``slurm`` is None when Slurm forgot it."""
     mine = [r for r in _of(records, job) if isinstance(r.get("attempt"), int)]
     # An attempt is Slurm's restart count and, after in-place restarts, their number.
-    attempts = sorted({_key(r) for r in mine})
-    starts = {_key(r): r for r in mine if r.get("event") == "start"}
+    attempts = sorted({attempt_of(r) for r in mine})
+    starts = {attempt_of(r): r for r in mine if r.get("event") == "start"}
     rows: list[AttemptRow] = []
     node_seconds = 0.0
     for i, k in enumerate(attempts):
-        recs = [r for r in mine if _key(r) == k]
+        recs = [r for r in mine if attempt_of(r) == k]
         start = starts.get(k, {})
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
         end = next((r for r in recs if r.get("event") == "end"), None)
@@ -179,11 +180,6 @@ def job_status(
         cost_preemptible=billed * prices.price * (1 - prices.discount),
         cost_on_demand=billed * prices.price,
     )
-
-
-def _key(record: dict[str, Any]) -> tuple[int, int]:
-    in_place = record.get("in_place", 0)
-    return int(record["attempt"]), in_place if isinstance(in_place, int) else 0
 
 
 def gpus_of(info: JobInfo | None) -> int:

@@ -340,7 +340,7 @@ def _timeout(opts: DrillOptions, timings: str) -> float:
     return 300.0 + training + opts.preemptions * (per_restart + opts.window + opts.return_after)
 
 
-def _wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
+def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
     """Every preemptible node idle again before the next run starts."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -386,7 +386,7 @@ def run_drill(
     work.mkdir(parents=True, exist_ok=True)
     say(f"folders: {work}")
     timeout = _timeout(opts, timings)
-    _wait_whole(sandbox)
+    wait_whole(sandbox)
 
     jobs: list[str] = []
     try:
@@ -394,7 +394,7 @@ def run_drill(
     except BaseException:
         _clean_up(sandbox, jobs, say)
         raise
-    _wait_whole(sandbox)
+    wait_whole(sandbox)
     identical = _compare(work, runs, opts.training_steps())
     return DrillResult(seed, opts, timings, moments, runs, identical, work)
 
@@ -431,7 +431,7 @@ def _runs(
         timeout,
     )
     if opts.baseline:
-        _wait_whole(sandbox)
+        wait_whole(sandbox)
         folder = work / "seeds"
         (folder / "logs").mkdir(parents=True)
         script = SEEDS_SCRIPT.format(

@@ -135,13 +135,7 @@ class Ledger:
         """The last attempt started before this one (of this job, else of any job here)."""
         starts = [r for r in self.records() if r.get("event") == "start"]
         before = [
-            r
-            for r in starts
-            if not (
-                r.get("job") == job
-                and r.get("attempt") == attempt
-                and r.get("in_place", 0) == in_place
-            )
+            r for r in starts if not (r.get("job") == job and attempt_of(r) == (attempt, in_place))
         ]
         return before[-1] if before else None
 
@@ -242,6 +236,12 @@ _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
 def attempt_key(attempt: int, in_place: int = 0) -> str:
     """An attempt's name in file names: ``3``, or ``3.1`` after one in-place restart."""
     return f"{attempt}.{in_place}" if in_place else str(attempt)
+
+
+def attempt_of(record: dict[str, Any]) -> tuple[Any, int]:
+    """A record's (attempt, in-place restarts); a record without ``in_place`` has 0."""
+    in_place = record.get("in_place", 0)
+    return record.get("attempt"), in_place if isinstance(in_place, int) else 0
 
 
 def in_place_field(in_place: int) -> dict[str, int]:

@@ -32,7 +32,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
-from slurmpre.job.ledger import Ledger, in_place_field
+from slurmpre.job.ledger import Ledger, attempt_of, in_place_field
 from slurmpre.job.notice import Notice, listening_path, notice_path, taken_path, write_notice
 from slurmpre.job.requeue import Action, Facts, decide
 from slurmpre.signals import Latch, quiet_thread
@@ -457,8 +457,7 @@ class Watcher:
         for record in reversed(self._records()):
             if (
                 record.get("event") == "checkpoint"
-                and record.get("attempt") == self.job.restart_count
-                and record.get("in_place", 0) == self.job.in_place
+                and attempt_of(record) == (self.job.restart_count, self.job.in_place)
                 and record.get("after_notice")
             ):
                 step = record.get("step")

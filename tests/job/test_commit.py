@@ -225,3 +225,17 @@ def test_committed_refuses_what_the_next_attempt_could_not_resume_from(
     with pytest.raises(CheckpointError, match=message):
         slurmpre.committed(path, env=_env(folder))
     assert [r for r in Ledger(folder).records() if r["event"] == "checkpoint"] == []
+
+
+def test_an_in_place_step_names_its_checkpoints_after_its_own_attempt(tmp_path: Path) -> None:
+    """Step 0.1's in-flight names start with the prefix the wrapper keeps as live, and the
+    leftovers of step 0 do not (so the next step clears them)."""
+    from slurmpre import api
+    from slurmpre.job.env import JobEnv
+    from slurmpre.job.resume import attempt_prefix
+
+    job = JobEnv("7", 0, 0, ("n1",), "n1", 0, in_place=1)
+    env = {"SLURMPRE_JOB_TAG": "7", "SLURMPRE_RESTART_COUNT": "0", "SLURMPRE_IN_PLACE": "1"}
+    assert api._attempt_tag(env, tmp_path).startswith(attempt_prefix(job))
+    before = {**env, "SLURMPRE_IN_PLACE": "0"}
+    assert not api._attempt_tag(before, tmp_path).startswith(attempt_prefix(job))
