@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox, host_suite
 from slurmpre.sandbox.roots import SUITES, Root, mounts_under
 from slurmpre.slurm.client import CommandLineSlurm
-from slurmpre.slurm.parse import format_version
+from slurmpre.slurm.parse import JobInfo, format_version
 
 from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
 
@@ -122,13 +122,11 @@ def submit(box: Sandbox, folder: Path, release: str, nodes: str) -> str:
     return slurmpre_cli("submit", str(spec), check=True, cwd=folder).stdout.strip()
 
 
-def test_drain_checkpoint_requeue_resume_loses_no_step(
-    release: str, box: Sandbox, tmp_path: Path
-) -> None:
-    slurm = CommandLineSlurm()
-    folder = tmp_path / f"contract {release}"
-    ckpt = folder / "ckpt"
-    job_id = submit(box, folder, release, "1")
+def drain_until_done(
+    slurm: CommandLineSlurm, job_id: str, ckpt: Path, choose: Callable[[JobInfo], str]
+) -> tuple[JobInfo, str]:
+    """After a few steps, drain the node ``choose`` picks the provider's way, and wait for
+    the job to complete; the node is put back and the job ended whatever happens."""
     victim = None
     try:
         steps = ckpt / "steps.jsonl"
@@ -137,24 +135,40 @@ def test_drain_checkpoint_requeue_resume_loses_no_step(
             lambda: steps.exists() and steps.read_text().count("\n") >= 5,
             timeout=120,
         )
-        (victim,) = slurm.job(job_id).nodes
+        victim = choose(slurm.job(job_id))
         slurm.update_node(victim, state="DRAIN", reason="preempted")
         wait_for(
-            f"job {job_id} to finish after its requeue",
+            f"job {job_id} to finish after the drain",
             lambda: (j := slurm.job(job_id)).finished and j,
             timeout=180,
         )
         job = slurm.job(job_id)
         logs = "\n".join(p.read_text() for p in sorted((ckpt / "logs").glob("*.out")))
         assert job.state == "COMPLETED", logs[-4000:]
+        return job, victim
     finally:
         if victim is not None:
             slurm.update_node(victim, state="RESUME")
         if not slurm.job(job_id).finished:
             slurm.cancel(job_id)
+
+
+def only_node(job: JobInfo) -> str:
+    (node,) = job.nodes
+    return node
+
+
+def test_drain_checkpoint_requeue_resume_loses_no_step(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    folder = tmp_path / f"contract {release}"
+    ckpt = folder / "ckpt"
+    job_id = submit(box, folder, release, "1")
+    job, victim = drain_until_done(slurm, job_id, ckpt, only_node)
     assert job.restarts == 1
     assert job.nodes != (victim,)  # it resumed on the other preemptible node
-    done = [json.loads(line) for line in steps.read_text().splitlines()]
+    done = [json.loads(line) for line in (ckpt / "steps.jsonl").read_text().splitlines()]
     assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
     assert {d["attempt"] for d in done} == {0, 1}
     records = [json.loads(line) for line in (ckpt / ".slurmpre" / "attempts.jsonl").open()]
@@ -162,6 +176,11 @@ def test_drain_checkpoint_requeue_resume_loses_no_step(
     assert kinds.count("notice") == 1 and kinds.count("requeued") == 1, kinds
     # The requeue followed the checkpoint taken on the notice, not the deadline.
     assert kinds.index("notice") < kinds.index("checkpoint") < kinds.index("requeued"), kinds
+
+
+def not_the_batch_host(job: JobInfo) -> str:
+    assert len(job.nodes) == 2, job.nodes
+    return next(n for n in job.nodes if n != job.batch_host)
 
 
 def test_a_drained_second_node_is_released_and_training_goes_on_in_place(
@@ -174,29 +193,10 @@ def test_a_drained_second_node_is_released_and_training_goes_on_in_place(
     folder = tmp_path / f"in place {release}"
     ckpt = folder / "ckpt"
     job_id = submit(box, folder, release, "1-2")
-    victim = None
-    try:
-        job = wait_for("2 nodes", lambda: len((j := slurm.job(job_id)).nodes) == 2 and j, 60)
-        steps = ckpt / "steps.jsonl"
-        wait_for(
-            "a few steps of the first step",
-            lambda: steps.exists() and steps.read_text().count("\n") >= 5,
-            timeout=120,
-        )
-        victim = next(n for n in job.nodes if n != job.batch_host)
-        slurm.update_node(victim, state="DRAIN", reason="preempted")
-        wait_for(f"job {job_id} to finish", lambda: slurm.job(job_id).finished, timeout=180)
-        job = slurm.job(job_id)
-        logs = "\n".join(p.read_text() for p in sorted((ckpt / "logs").glob("*.out")))
-        assert job.state == "COMPLETED", logs[-4000:]
-    finally:
-        if victim is not None:
-            slurm.update_node(victim, state="RESUME")
-        if not slurm.job(job_id).finished:
-            slurm.cancel(job_id)
+    job, victim = drain_until_done(slurm, job_id, ckpt, not_the_batch_host)
     assert job.restarts == 0
     assert job.nodes == (job.batch_host,)
-    done = [json.loads(line) for line in steps.read_text().splitlines()]
+    done = [json.loads(line) for line in (ckpt / "steps.jsonl").read_text().splitlines()]
     assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
     assert {(d["attempt"], d["in_place"]) for d in done} == {(0, 0), (0, 1)}
     records = [json.loads(line) for line in (ckpt / ".slurmpre" / "attempts.jsonl").open()]
