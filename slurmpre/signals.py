@@ -92,3 +92,21 @@ def warning_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def terminating_held(on_signal: Callable[[int], None]) -> Iterator[None]:
+    """Inside the block, a signal that would end this process calls ``on_signal`` instead.
+
+    Once the child has exited, the wrapper still has records to write: a
+    requeue makes Slurm signal every process of the step while ``scontrol
+    requeue`` is returning, and the record of that requeue must not die with the
+    wrapper. Slurm's SIGKILL, ``KillWait`` seconds later, still ends it.
+    """
+    held = [s for s in FORWARDED if s != signal.SIGCONT]
+    previous = {sig: signal.signal(sig, lambda signum, _frame: on_signal(signum)) for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -29,7 +29,7 @@ from slurmpre.job.resume import (
 )
 from slurmpre.job.supervise import Supervisor, relay_notice
 from slurmpre.job.watch import DrainSource, SignalSource, Watcher
-from slurmpre.signals import Latch, quiet_thread
+from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 
@@ -100,33 +100,42 @@ def run_attempt(
                         name="slurmpre-relay",
                     )
                 code = supervisor.wait()
-        if watcher is not None:
-            # The watcher alone decides: requeue (it stopped on the notice), or not
-            # (it finished its work); the job must not end COMPLETED before that.
-            watcher.post_exit(code)
-            outcome = watcher.result(timeout=watcher.longest_wait())
-            if outcome.notice is not None and outcome.requeued:
-                say("the training exited after the notice; the job is requeued")
-            elif outcome.in_place is not None:
-                say("the training exited after the notice; the next step restarts in place")
+
+        # The child is gone. A signal now (Slurm ending the step on the requeue the
+        # watcher just asked for) must not cut its records short: it stops the watcher,
+        # whose requeue, once asked, is still recorded, and the attempt's end too.
+        def stop_watching(_signum: int) -> None:
+            if watcher is not None:
+                watcher.stop()
+
+        with terminating_held(stop_watching):
+            if watcher is not None:
+                # The watcher alone decides: requeue (it stopped on the notice), or not
+                # (it finished its work); the job must not end COMPLETED before that.
+                watcher.post_exit(code)
+                outcome = watcher.result(timeout=watcher.longest_wait())
+                if outcome.notice is not None and outcome.requeued:
+                    say("the training exited after the notice; the job is requeued")
+                elif outcome.in_place is not None:
+                    say("the training exited after the notice; the next step restarts in place")
+            if job.is_first_node:
+                try:
+                    ledger.append(
+                        {
+                            "event": "end",
+                            "job": job.tag,
+                            "attempt": job.restart_count,
+                            **in_place_field(job.in_place),
+                            "exit_code": code,
+                            "seconds": round(time.time() - started_at, 3),
+                        }
+                    )
+                except SlurmpreError as exc:
+                    say(str(exc))
     finally:
         stop_relay.set()
         if watcher is not None:
             watcher.stop()
-    if job.is_first_node:
-        try:
-            ledger.append(
-                {
-                    "event": "end",
-                    "job": job.tag,
-                    "attempt": job.restart_count,
-                    **in_place_field(job.in_place),
-                    "exit_code": code,
-                    "seconds": round(time.time() - started_at, 3),
-                }
-            )
-        except SlurmpreError as exc:
-            say(str(exc))
     return code
 
 

@@ -268,3 +268,20 @@ def test_the_warning_is_ignored_while_the_wrapper_exits() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False
     )
     assert proc.stdout.split() == ["1", "True"], proc.stderr
+
+
+def test_the_requeue_is_recorded_though_slurm_ends_the_step_before_scontrol_returns(
+    tmp_path: Path,
+) -> None:
+    """The requeue the watcher asks for makes Slurm signal the wrapper while `scontrol
+    requeue` returns; the wrapper stays to write the requeue and the attempt's end."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "killed_on_requeue.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [r["event"] for r in Ledger(tmp_path).records()]
+    assert events[-2:] == ["requeued", "end"], (events, proc.stderr)

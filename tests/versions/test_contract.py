@@ -143,14 +143,17 @@ def drain_until_done(
             timeout=180,
         )
         job = slurm.job(job_id)
-        logs = "\n".join(p.read_text() for p in sorted((ckpt / "logs").glob("*.out")))
-        assert job.state == "COMPLETED", logs[-4000:]
+        assert job.state == "COMPLETED", logs(ckpt)[-4000:]
         return job, victim
     finally:
         if victim is not None:
             slurm.update_node(victim, state="RESUME")
         if not slurm.job(job_id).finished:
             slurm.cancel(job_id)
+
+
+def logs(ckpt: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted((ckpt / "logs").glob("*.out")))
 
 
 def only_node(job: JobInfo) -> str:
@@ -173,7 +176,7 @@ def test_drain_checkpoint_requeue_resume_loses_no_step(
     assert {d["attempt"] for d in done} == {0, 1}
     records = [json.loads(line) for line in (ckpt / ".slurmpre" / "attempts.jsonl").open()]
     kinds = [r.get("event") for r in records]
-    assert kinds.count("notice") == 1 and kinds.count("requeued") == 1, kinds
+    assert kinds.count("notice") == 1 and kinds.count("requeued") == 1, (kinds, logs(ckpt)[-3000:])
     # The requeue followed the checkpoint taken on the notice, not the deadline.
     assert kinds.index("notice") < kinds.index("checkpoint") < kinds.index("requeued"), kinds
 
