@@ -106,6 +106,33 @@ def sandbox_up(
         )
 
 
+@sandbox.command("fetch")
+@click.option(
+    "--slurm",
+    "releases",
+    metavar="RELEASE",
+    multiple=True,
+    required=True,
+    help="Slurm release: 22.05, 24.11 or 26.05; give it once per release.",
+)
+def sandbox_fetch(releases: tuple[str, ...]) -> None:
+    """Make the Debian root of each Slurm release now (cached), so a later `up --slurm`
+    starts at once. Nothing is started; a root made already is kept."""
+    from slurmpre.sandbox.cluster import host_suite, require_root
+    from slurmpre.sandbox.roots import Root, suite_of
+
+    for release in releases:
+        suite_of(release)  # every release checked before any work starts
+    require_root()
+    for release in dict.fromkeys(releases):
+        if suite_of(release) == host_suite():
+            click.echo(f"Slurm {release} is this host's own: nothing to fetch")
+            continue
+        root = Root.for_version(release)
+        root.ensure(click.echo)
+        click.echo(f"Slurm {release}: Debian {root.suite} root ready in {root.path}")
+
+
 @sandbox.command("down")
 def sandbox_down() -> None:
     """Stop exactly what `up` started, and the job processes it left."""

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 import slurmpre
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
@@ -92,11 +94,25 @@ class Root:
         return (self.path / READY).exists()
 
     def ensure(self, say: Callable[[str], None]) -> None:
-        """Make the root once (debootstrap from Debian's registry), then reuse it."""
-        if not self.ready:
-            self._bootstrap(say)
-        self._install_slurmpre()
-        self._write_shims()
+        """Make the root once (debootstrap from Debian's registry), then reuse it.
+
+        One maker at a time: a second `up --slurm` or `sandbox fetch` of the same
+        release waits for the first, then finds the root made.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.path.with_name(self.path.name + ".lock")))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            say(f"waiting for the Debian {self.suite} root another process is making")
+            lock.acquire()
+        try:
+            if not self.ready:
+                self._bootstrap(say)
+            self._install_slurmpre()
+            self._write_shims()
+        finally:
+            lock.release()
 
     def _bootstrap(self, say: Callable[[str], None]) -> None:
         if shutil.which("debootstrap") is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,50 @@ def test_an_unknown_release_is_one_line_and_exit_2() -> None:
     assert proc.stderr.strip().splitlines() == [
         "slurmpre: error: --slurm '25.05' is not one of 22.05, 24.11, 26.05"
     ]
+
+
+def test_fetch_checks_every_release_before_any_work() -> None:
+    proc = slurmpre_cli("sandbox", "fetch", "--slurm", "24.11", "--slurm", "23.02")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "slurmpre: error: --slurm '23.02' is not one of 22.05, 24.11, 26.05"
+    ]
+    assert proc.stdout == ""  # 24.11 was not started on
+
+
+def test_two_makers_of_one_root_make_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sandbox fetch` in the background while a test's `up --slurm` needs the same root:
+    the second waits for the first and reuses its root (a second debootstrap would delete
+    the first one's half-made root under it)."""
+    made: list[str] = []
+    inside, waiting = threading.Event(), threading.Event()
+
+    def bootstrap(self: Root, say: object) -> None:
+        made.append(self.suite)
+        inside.set()
+        waiting.wait(30)  # the other maker has come, and waits
+        self.path.mkdir(parents=True)
+        (self.path / roots.READY).write_text(self.suite)
+
+    monkeypatch.setattr(Root, "_bootstrap", bootstrap)
+    monkeypatch.setattr(Root, "_install_slurmpre", lambda self: None)
+    monkeypatch.setattr(Root, "_write_shims", lambda self: None)
+    root = Root("trixie", tmp_path / "trixie")
+    first = threading.Thread(target=root.ensure, args=(lambda _m: None,))
+    first.start()
+    assert inside.wait(30)
+    said: list[str] = []
+
+    def say(message: str) -> None:
+        said.append(message)
+        waiting.set()
+
+    root.ensure(say)
+    first.join(30)
+    assert made == ["trixie"]
+    assert said == ["waiting for the Debian trixie root another process is making"]
 
 
 def test_shared_folders_are_bound_once_each(tmp_path: Path) -> None:
