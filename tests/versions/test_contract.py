@@ -5,7 +5,7 @@ host's release runs the whole suite.
 On each: the client reads the cluster, a spec renders and submits, the wrapper
 starts, and a drained node makes the job checkpoint just in time, requeue itself
 and resume on the other node with zero steps lost. The host's sandbox is put
-back after each release, for the tests that follow.
+back after the last release, for the tests that follow.
 """
 
 from __future__ import annotations
@@ -61,9 +61,20 @@ with open(folder / "steps.jsonl", "a") as log:
 """
 
 
+@pytest.fixture(scope="module")
+def host_back() -> Iterator[None]:
+    """After every release here: the host's sandbox, up again, for the tests that follow
+    (once, not between releases)."""
+    path = os.environ["PATH"]
+    yield
+    os.environ["PATH"] = path  # the host's Slurm commands again
+    slurmpre_cli("sandbox", "down", check=True)
+    slurmpre_cli("sandbox", "up", check=True)
+
+
 @pytest.fixture(scope="module", params=RELEASES)
-def release(request: pytest.FixtureRequest) -> Iterator[str]:
-    """That release's sandbox, up; afterwards the host's sandbox, up again."""
+def release(request: pytest.FixtureRequest, host_back: None) -> Iterator[str]:
+    """That release's sandbox, up; down afterwards."""
     wanted: str = request.param
     if os.geteuid() != 0:
         pytest.fail("the contract tests need root to run the Slurm sandbox")
@@ -73,9 +84,8 @@ def release(request: pytest.FixtureRequest) -> Iterator[str]:
     try:
         yield wanted
     finally:
-        os.environ["PATH"] = path  # the host's Slurm commands again
+        os.environ["PATH"] = path
         slurmpre_cli("sandbox", "down", check=True)
-        slurmpre_cli("sandbox", "up", check=True)
 
 
 @pytest.fixture
