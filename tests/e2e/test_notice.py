@@ -121,8 +121,9 @@ def test_drain_while_a_periodic_checkpoint_is_written(
     )
     wait_for("the periodic write", (tmp_path / "ckpt" / "writing-checkpoint").exists, timeout=120)
     victim = slurm.job(job_id).nodes[1]
+    # Requeued about 10 s after the drain (notice, the rest of the 8 s write, the save).
     preempt_until_done(
-        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=30, return_after=2)
+        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=20, return_after=2)
     )
     # The periodic step-10 checkpoint completed; the script then saw the notice and
     # saved again where it stood, which is where the next attempt resumed.
@@ -146,8 +147,8 @@ def test_two_nodes_drained_one_after_the_other(
         slurm,
         job_id,
         tmp_path,
-        PreemptPlan(first, window=30, return_after=2),
-        PreemptPlan(second, window=30, return_after=2),
+        PreemptPlan(first, window=20, return_after=2),  # requeued seconds after the drain
+        PreemptPlan(second, window=20, return_after=2),
         stagger=1.0,
     )
     records = [r for r in ledger(tmp_path) if r.get("attempt") == 0]
@@ -167,7 +168,7 @@ def test_notice_without_requeue_checkpoints_and_says_so(sandbox: Sandbox, tmp_pa
         slurm,
         job_id,
         tmp_path,
-        PreemptPlan(victim, window=40, return_after=2),
+        PreemptPlan(victim, window=25, return_after=2),  # the checkpoint comes in seconds
         until_completed=False,
     )
     job = slurm.job(job_id)
@@ -179,17 +180,20 @@ def test_notice_without_requeue_checkpoints_and_says_so(sandbox: Sandbox, tmp_pa
     assert "the job was submitted without --requeue: not requeuing it" in logs(tmp_path)
 
 
-def test_controller_outage_of_60_s_is_no_notice(sandbox: Sandbox, tmp_path: Path) -> None:
+def test_controller_outage_of_30_s_is_no_notice(sandbox: Sandbox, tmp_path: Path) -> None:
+    """slurmctld stopped for 30 s: every query of the watcher fails (several, at a 5 s
+    interval, each after MessageTimeout), none is a notice, and the training goes on.
+    The unit tests run a 300 s outage on a fake clock, with the back-off."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
-    steps = 110
+    steps = 70
     job_id = submit(tmp_path, nodes="2", extra=[*HONOR, "--step-seconds", "0.7"], steps=steps)
     wait_for("step 3", lambda: step_reached(tmp_path) >= 3, timeout=120)
     sandbox.stop_controller()
     try:
         at = step_reached(tmp_path)
-        time.sleep(60)
-        assert step_reached(tmp_path) > at + 40  # training went on undisturbed
+        time.sleep(30)
+        assert step_reached(tmp_path) > at + 20  # training went on undisturbed
     finally:
         sandbox.start_controller()
     wait_done(slurm, job_id, tmp_path, timeout=300)
