@@ -374,6 +374,8 @@ _ACCELERATE_RNG = re.compile(r"random_states_(\d+)\.pkl")
 # Under FSDP with sharded state dicts, the Trainer and Accelerate write the weights as a
 # torch.distributed.checkpoint folder per model: pytorch_model_fsdp_0/.
 _FSDP_DIR = re.compile(r"pytorch_model_fsdp_\d+")
+# ... and the optimizer's state beside it, also a DCP folder: optimizer_0/.
+_FSDP_OPTIM_DIR = re.compile(r"optimizer_\d+")
 
 
 def _check_ds_tag(path: Path, names: set[str] | None = None) -> tuple[bool, str] | None:
@@ -402,15 +404,18 @@ def _check_ds_tag(path: Path, names: set[str] | None = None) -> tuple[bool, str]
 
 
 def _check_fsdp(path: Path, names: set[str]) -> tuple[bool, str] | None:
-    """FSDP-sharded weights (``pytorch_model_fsdp_N/``), each a complete DCP folder."""
+    """FSDP-sharded weights (``pytorch_model_fsdp_N/``) and optimizer state
+    (``optimizer_N/``), each a complete DCP folder."""
     folders = sorted(n for n in names if _FSDP_DIR.fullmatch(n))
     if not folders:
         return None
-    for name in folders:
+    optimizers = sorted(n for n in names if _FSDP_OPTIM_DIR.fullmatch(n) and (path / n).is_dir())
+    for name in folders + optimizers:
         ok, why = _check_dcp(path / name)
         if not ok:
             return False, f"{name}: {why}"
-    return True, f"FSDP-sharded weights in {', '.join(folders)}"
+    optim = f" and optimizer state in {', '.join(optimizers)}" if optimizers else ""
+    return True, f"FSDP-sharded weights in {', '.join(folders)}{optim}"
 
 
 def _weights(path: Path, names: set[str]) -> tuple[bool, str] | None:
