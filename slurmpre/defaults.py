@@ -18,6 +18,7 @@ CHECKPOINT_TIMEOUT = 1800.0  # seconds a rank waits for the others to finish a c
 RANGES: dict[str, tuple[float, float]] = {
     "nodes": (1, 100_000),
     "gpus_per_node": (0, 1_024),
+    "gpus": (0, 1_048_576),
     "cpus_per_task": (1, 65_536),
     "nproc_per_node": (1, 1_024),
     "warn_before_end": (0, 65_535),

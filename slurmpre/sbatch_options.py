@@ -82,6 +82,7 @@ MANAGED: dict[str, str] = {
     "time": "time",
     "mem": "mem",
     "gpus-per-node": "gpus_per_node",
+    "gpus": "gpus",
     "cpus-per-task": "cpus_per_task",
 }
 # Options about submitting, not about the job: in a script they break it or do nothing.

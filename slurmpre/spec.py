@@ -34,6 +34,7 @@ class SpecError(UsageError):
 
 class Launcher(str, Enum):
     TORCHRUN = "torchrun"
+    ACCELERATE = "accelerate"
     PLAIN = "plain"
 
 
@@ -57,6 +58,7 @@ class JobSpec:
     nodes: NodeRange = NodeRange(1, 1)
     gpus_per_node: int = 0
     gpu_type: str | None = None  # e.g. h100: --gpus-per-node=h100:8
+    gpus: int = 0  # for the whole job, which Slurm spreads over the nodes: --gpus=h100:16
     cpus_per_task: int | None = None
     mem: str | None = None
     time: str | None = None
@@ -122,7 +124,7 @@ def _int(key: str, value: object, *, minimum: int | None = None) -> int:
     if value < low:
         raise _bad(key, value, f"must be {low:g} or more")
     if value > high:
-        raise _bad(key, value, f"must be {high:g} or less")
+        raise _bad(key, value, f"must be {int(high)} or less")
     return value
 
 
@@ -359,10 +361,8 @@ def validate(
             continue
         if key == "nodes":
             kw[key] = parse_nodes(value)
-        elif key == "gpus_per_node":
-            gpu_type, kw[key] = parse_gpus(value)
-            if gpu_type is not None:
-                kw.setdefault("gpu_type", gpu_type)
+        elif key in ("gpus_per_node", "gpus"):
+            _, kw[key] = parse_gpus(value, key)  # its type: after the loop
         elif key in ("warn_before_end", "safety_margin", "preempt_window"):
             kw[key] = _int(key, value)
         elif key in ("cpus_per_task", "nproc_per_node"):
@@ -402,7 +402,7 @@ def validate(
             try:
                 kw[key] = Launcher(value)
             except ValueError:
-                raise _bad(key, value, "must be 'torchrun' or 'plain'") from None
+                raise _bad(key, value, "must be 'torchrun', 'accelerate' or 'plain'") from None
         elif key == "gpu_type":
             if value in (None, ""):
                 continue
@@ -425,23 +425,21 @@ def validate(
             kw[key] = _path(key, value)
         elif key == "template":
             kw[key] = None if value in (None, "") else _one_line(key, value)
-    if "gpu_type" in raw and "gpus_per_node" in raw and raw.get("gpu_type"):
-        typed, _ = parse_gpus(raw["gpus_per_node"])
-        if typed is not None and typed != raw["gpu_type"]:
-            raise _bad("gpu_type", raw["gpu_type"], f"but gpus_per_node names {typed!r}")
+    for key in ("gpus_per_node", "gpus"):
+        typed = parse_gpus(raw[key], key)[0] if key in raw else None
+        if typed is None:
+            continue
+        if kw.get("gpu_type") not in (None, typed):
+            raise _bad("gpu_type", kw["gpu_type"], f"but {key} names {typed!r}")
+        kw["gpu_type"] = typed
     spec = JobSpec(**kw)
-    if spec.gpu_type is not None and spec.gpus_per_node == 0:
-        raise _bad("gpu_type", spec.gpu_type, "needs gpus_per_node of 1 or more")
+    if spec.gpus and spec.gpus_per_node:
+        raise _bad("gpus", spec.gpus, "asks for GPUs per job, and gpus_per_node per node: give one")
+    if spec.gpu_type is not None and not (spec.gpus_per_node or spec.gpus):
+        raise _bad("gpu_type", spec.gpu_type, "needs gpus_per_node or gpus of 1 or more")
     nested = own_launcher(spec.command)
-    if nested is not None and spec.launcher is Launcher.TORCHRUN:
-        raise _bad(
-            "command",
-            " ".join(spec.command[:3]),
-            f"starts {nested}, a launcher of its own: under launcher = 'torchrun' it would run "
-            "inside a torchrun on every node. Give the script itself (python train.py ...), "
-            "or set launcher = 'plain' (slurmpre then exports MASTER_ADDR, MASTER_PORT and "
-            "NODE_RANK for it)",
-        )
+    if nested is not None:
+        raise _bad("command", " ".join(spec.command[:3]), _NESTED[nested])
     if spec.safety_margin >= spec.preempt_window:
         raise _bad(
             "safety_margin",
@@ -467,7 +465,12 @@ def validate(
     return spec
 
 
-_LAUNCHERS = {"torchrun": "torchrun", "accelerate": "accelerate", "deepspeed": "deepspeed"}
+_LAUNCHERS = {
+    "torchrun": "torchrun",
+    "accelerate": "accelerate",
+    "accelerate-launch": "accelerate",
+    "deepspeed": "deepspeed",
+}
 _LAUNCHER_MODULES = {
     "torch.distributed.run": "torchrun",
     "torch.distributed.launch": "torchrun",
@@ -478,14 +481,29 @@ _LAUNCHER_MODULES = {
 }
 
 
-def parse_gpus(value: object) -> tuple[str | None, int]:
-    """``8``, ``"8"`` or ``"h100:8"`` -> (GPU type or None, GPUs per node)."""
+# A command that starts a launcher of its own: slurmpre starts the launcher on every node
+# with this allocation's machines, ranks and rendezvous; the key that asks for it.
+_NESTED = {
+    "torchrun": "starts torchrun, a launcher of its own: slurmpre starts torchrun on every "
+    "node with the job's rendezvous. Give the script itself (python train.py ...) with "
+    "launcher = 'torchrun', the default",
+    "accelerate": "starts accelerate launch, a launcher of its own: slurmpre starts it on "
+    "every node with the job's machines, ranks and rendezvous. Give the script itself "
+    "(python train.py ...) with launcher = 'accelerate'",
+    "deepspeed": "starts the deepspeed launcher, which reaches other nodes over ssh, not "
+    "through Slurm. Give the script itself (python train.py ...) with launcher = "
+    "'torchrun': deepspeed.initialize() reads torchrun's environment",
+}
+
+
+def parse_gpus(value: object, key: str = "gpus_per_node") -> tuple[str | None, int]:
+    """``8``, ``"8"`` or ``"h100:8"`` -> (GPU type or None, the count)."""
     if isinstance(value, str) and ":" in value:
         gpu_type, _, count = value.rpartition(":")
         if not _GPU_TYPE.match(gpu_type) or not count.strip():
-            raise _bad("gpus_per_node", value, "must be a count, or TYPE:COUNT such as h100:8")
-        return gpu_type, _int("gpus_per_node", count.strip())
-    return None, _int("gpus_per_node", value)
+            raise _bad(key, value, "must be a count, or TYPE:COUNT such as h100:8")
+        return gpu_type, _int(key, count.strip())
+    return None, _int(key, value)
 
 
 def own_launcher(command: Sequence[str]) -> str | None:

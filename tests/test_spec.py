@@ -65,7 +65,10 @@ def test_values_are_normalised() -> None:
         ({"name": ""}, "name = '': must not be empty"),
         ({"nodez": 2}, "unknown key 'nodez' (did you mean 'nodes'?)"),
         ({"frobnicate": 2}, "unknown key 'frobnicate'"),
-        ({"launcher": "mpirun"}, "launcher = 'mpirun': must be 'torchrun' or 'plain'"),
+        (
+            {"launcher": "mpirun"},
+            "launcher = 'mpirun': must be 'torchrun', 'accelerate' or 'plain'",
+        ),
         ({"requeue": "maybe"}, "requeue = 'maybe': must be true or false"),
         ({"array": "1-x"}, "array = '1-x': must be a Slurm array range such as 0-99 or 1,3,5-7%4"),
         ({"partition": "a b"}, "partition = 'a b': must be one word of letters, digits, . _ -"),
@@ -167,7 +170,7 @@ def test_name_defaults_to_the_file_stem(tmp_path: Path) -> None:
     [
         ('name = "j"\ncommand = ["x"]\nnodes = "3-1"\n', [], "nodes = '3-1': the range's minimum"),
         ('name = "j"\ncommand = ["x"]\n', ["nodes"], "--set 'nodes': expected key=value"),
-        ('name = "j"\ncommand = ["x"]\n', ["gpus=2"], "unknown key 'gpus' (did you mean"),
+        ('name = "j"\ncommand = ["x"]\n', ["gpu=2"], "unknown key 'gpu' (did you mean"),
         ("name = [unclosed\n", [], "not valid TOML"),
         ('name = "j"\n', [], "command: missing"),
     ],
@@ -217,22 +220,37 @@ def test_the_default_checkpoint_folder_follows_home(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize(
-    ("command", "launcher"),
+    ("command", "launcher", "use"),
     [
-        (["torchrun", "--nproc-per-node=8", "train.py"], "torchrun"),
-        (["/opt/venv/bin/torchrun", "train.py"], "torchrun"),
-        (["python", "-m", "torch.distributed.run", "train.py"], "torchrun"),
-        (["accelerate", "launch", "train.py"], "accelerate"),
-        (["python3.11", "-m", "accelerate.commands.launch", "train.py"], "accelerate"),
-        (["deepspeed", "train.py"], "deepspeed"),
+        (["torchrun", "--nproc-per-node=8", "train.py"], "torchrun", "torchrun"),
+        (["/opt/venv/bin/torchrun", "train.py"], "torchrun", "torchrun"),
+        (["python", "-m", "torch.distributed.run", "train.py"], "torchrun", "torchrun"),
+        (["accelerate", "launch", "train.py"], "accelerate launch", "accelerate"),
+        (["/venv/bin/accelerate-launch", "train.py"], "accelerate launch", "accelerate"),
+        (
+            ["python3.11", "-m", "accelerate.commands.launch", "train.py"],
+            "accelerate",
+            "accelerate",
+        ),
+        (["deepspeed", "train.py"], "the deepspeed launcher", "torchrun"),
     ],
 )
-def test_a_launcher_inside_the_torchrun_launcher_is_refused(
-    command: list[str], launcher: str
+@pytest.mark.parametrize("given", ["torchrun", "accelerate", "plain"])
+def test_a_command_that_starts_a_launcher_is_refused_naming_the_key_to_use(
+    command: list[str], launcher: str, use: str, given: str
 ) -> None:
-    with pytest.raises(SpecError, match=rf"starts {launcher}, a launcher of its own.*'plain'"):
-        spec(command=command)
-    assert spec(command=command, launcher="plain").launcher is Launcher.PLAIN
+    with pytest.raises(SpecError, match=rf"starts {launcher}.*launcher = '{use}'") as err:
+        spec(command=command, launcher=given)
+    assert "\n" not in str(err.value)
+
+
+def test_each_launcher_is_a_key_value_and_others_are_refused() -> None:
+    for name in ("torchrun", "accelerate", "plain"):
+        assert spec(launcher=name).launcher is Launcher(name)
+    with pytest.raises(
+        SpecError, match=r"launcher .*'mpirun'.*'torchrun', 'accelerate' or 'plain'"
+    ):
+        spec(launcher="mpirun")
 
 
 def test_scripts_and_other_modules_run_under_torchrun() -> None:
@@ -250,13 +268,31 @@ def test_a_gpu_type_is_asked_for_as_slurm_writes_it() -> None:
     assert "#SBATCH --gpus-per-node=8\n" in render(spec(gpus_per_node="8"))
 
 
+def test_gpus_for_the_whole_job_are_asked_for_with_their_type() -> None:
+    from slurmpre.render import render
+
+    for kw in ({"gpus": "h100:16"}, {"gpus": 16, "gpu_type": "h100"}):
+        s = spec(nodes="1-4", **kw)
+        assert (s.gpu_type, s.gpus, s.gpus_per_node) == ("h100", 16, 0)
+        text = render(s)
+        assert "#SBATCH --gpus=h100:16\n" in text and "--gpus-per-node" not in text
+    with pytest.raises(SpecError, match=r"slurmpre sets --gpus itself: use the key 'gpus'"):
+        spec(extra_sbatch=["--gpus=h100:16"])
+    with pytest.raises(SpecError, match=r"--gpus itself: use the key 'gpus'"):
+        spec(extra_sbatch=["-G h100:16"])
+
+
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
         ({"gpus_per_node": "h 100:8"}, "gpus_per_node = 'h 100:8': must be a count, or TYPE:COUNT"),
         ({"gpus_per_node": "h100:"}, "gpus_per_node = 'h100:': must be a count, or TYPE:COUNT"),
         ({"gpus_per_node": "h100:-1"}, "gpus_per_node = -1: must be 0 or more"),
-        ({"gpu_type": "h100"}, "gpu_type = 'h100': needs gpus_per_node of 1 or more"),
+        ({"gpu_type": "h100"}, "gpu_type = 'h100': needs gpus_per_node or gpus of 1 or more"),
+        ({"gpus": "h100:16", "gpus_per_node": 8}, "gpus = 16: asks for GPUs per job, and"),
+        ({"gpus": "a100:16", "gpu_type": "h100"}, "gpu_type = 'h100': but gpus names 'a100'"),
+        ({"gpus": "h100:x"}, "gpus = 'x': must be a whole number"),
+        ({"gpus": 2**21}, "gpus = 2097152: must be 1048576 or less"),
         ({"gpu_type": "$(id)", "gpus_per_node": 1}, "gpu_type = '$(id)': must be a GPU type"),
         (
             {"gpus_per_node": "a100:8", "gpu_type": "h100"},

@@ -20,7 +20,7 @@ from slurmpre.errors import UsageError
 from slurmpre.job.watch import WatchConfig
 from slurmpre.signals import RESERVED_SIGNALS, signal_named
 
-LAUNCHERS = ("torchrun", "plain")
+LAUNCHERS = ("torchrun", "accelerate", "plain")
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         choices=LAUNCHERS,
         default="torchrun",
         help="torchrun: one torchrun per node, c10d rendezvous on node 0 (default); "
+        "accelerate: one `accelerate launch` per node, the same rendezvous; "
         "plain: COMMAND once per node",
     )
     parser.add_argument(

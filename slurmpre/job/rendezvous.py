@@ -1,10 +1,14 @@
-"""torchrun's command line from the Slurm facts: one c10d rendezvous every node agrees on."""
+"""The launcher's command line from the Slurm facts: one c10d rendezvous every node agrees on.
+
+torchrun, or Accelerate's ``accelerate launch`` (which runs torch.distributed.run
+itself, with the user's Accelerate config for FSDP, DeepSpeed and precision).
+"""
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,3 +88,63 @@ def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
         "--max-restarts=0",
     ]
     return [*launcher, *options, *mode, *target]
+
+
+def accelerate_argv(command: Sequence[str], rdzv: Rendezvous, env: Mapping[str, str]) -> list[str]:
+    """``accelerate launch [machines, ranks, rendezvous] SCRIPT ARGS`` for the user's command.
+
+    slurmpre gives the topology of this allocation: machines, this node's rank, the
+    processes in all, and node 0's address and port. What to run them as (DDP,
+    FSDP, DeepSpeed, precision) is the user's Accelerate config when there is one
+    (``accelerate config``); without one, more than one process is plain DDP.
+    """
+    if not command:
+        raise UsageError("no command to run after --")
+    first = command[0]
+    if _PYTHON.match(Path(first).name):
+        launcher = [first, "-m", "accelerate.commands.launch"]
+        rest = list(command[1:])
+        if not rest:
+            raise UsageError(f"command {first!r} names no script to run under accelerate")
+        mode, target = (["--module"], rest[1:]) if rest[0] == "-m" else ([], rest)
+    else:
+        accelerate = shutil.which("accelerate")
+        if accelerate is None:
+            raise UsageError(
+                "accelerate is not on PATH (install accelerate, or start the command with python)"
+            )
+        launcher = [accelerate, "launch"]
+        mode, target = (
+            ([], list(command)) if first.endswith(".py") else (["--no_python"], list(command))
+        )
+    processes = rdzv.nnodes * rdzv.nproc_per_node
+    options = []
+    if processes > 1 and accelerate_config(env) is None:
+        options.append("--multi_gpu")  # accelerate's torch.distributed.run path
+    options += [
+        f"--num_machines={rdzv.nnodes}",
+        f"--machine_rank={rdzv.node_rank}",
+        f"--num_processes={processes}",
+        f"--main_process_ip={rdzv.host}",
+        f"--main_process_port={rdzv.port}",
+        "--max_restarts=0",  # a failed worker ends the attempt; Slurm's requeue restarts
+    ]
+    if rdzv.nnodes > 1:
+        options += [
+            "--rdzv_backend=c10d",
+            f"--rdzv_conf=is_host={'true' if rdzv.is_host else 'false'}",
+        ]
+    return [*launcher, *options, *mode, *target]
+
+
+def accelerate_config(env: Mapping[str, str]) -> Path | None:
+    """The default config file `accelerate launch` reads, if the user made one (where
+    Accelerate looks: $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface)."""
+    home = env.get("HF_HOME") or str(
+        Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME") or "~", ".cache"), "huggingface")
+    )
+    folder = Path(home).expanduser() / "accelerate"
+    for name in ("default_config.yaml", "default_config.json"):
+        if (folder / name).is_file():
+            return folder / name
+    return None

@@ -23,7 +23,7 @@ from slurmpre.job.env import JobEnv
 from slurmpre.job.ledger import Choice, Ledger, in_place_field
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.job.rendezvous import Rendezvous, port_for, torchrun_argv
+from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -137,7 +137,9 @@ def agree(
     return choice
 
 
-def child_command(opts: RunOptions, job: JobEnv, choice: Choice) -> list[str]:
+def child_command(
+    opts: RunOptions, job: JobEnv, choice: Choice, env: Mapping[str, str] | None = None
+) -> list[str]:
     command = list(opts.command)
     if opts.resume_arg and choice.resume_from:
         command += [opts.resume_arg, choice.resume_from]
@@ -152,6 +154,8 @@ def child_command(opts: RunOptions, job: JobEnv, choice: Choice) -> list[str]:
         nproc_per_node=nproc_for(opts, job),
         node_rank=job.node_id,
     )
+    if opts.launcher == "accelerate":
+        return accelerate_argv(command, rdzv, os.environ if env is None else env)
     return torchrun_argv(command, rdzv)
 
 
@@ -179,6 +183,10 @@ def child_env(
             ACCESS_ENV: opts.file_access.name,
         }
     )
+    if opts.launcher == "accelerate" and job.gpus_on_node == 0:
+        # Slurm gave this node no GPU: Accelerate must be told, or each process counts
+        # itself alone (DistributedType.NO) inside a torch.distributed world of many.
+        out.setdefault("ACCELERATE_USE_CPU", "true")
     if opts.launcher == "plain" and choice.rdzv_endpoint:
         # One process per node: what torch.distributed's env:// needs, so a script (or
         # a launcher of its own) can meet the other nodes. A value the job set wins.

@@ -82,7 +82,7 @@ def run_attempt(
         choice = agree(opts, job, folder, ledger, client, say)
         with Supervisor() as supervisor:
             child = supervisor.start(
-                child_command(opts, job, choice), child_env(env, opts, job, folder, choice)
+                child_command(opts, job, choice, env), child_env(env, opts, job, folder, choice)
             )
             if child is None:
                 code = 128 + (supervisor.stopped or 15)

@@ -50,7 +50,9 @@ def test_bad_number_names_the_variable() -> None:
         read_job_env({**STEP_ENV, "SLURM_RESTART_COUNT": "x"})
 
 
-def _child_env(launcher: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def _child_env(
+    launcher: str, extra: dict[str, str] | None = None, step: dict[str, str] | None = None
+) -> dict[str, str]:
     from pathlib import Path
 
     from slurmpre.job.args import parse_args
@@ -60,9 +62,8 @@ def _child_env(launcher: str, extra: dict[str, str] | None = None) -> dict[str, 
     opts = parse_args(["--launcher", launcher, "--checkpoint-dir", "/c", "--", "python", "t.py"])
     choice = Choice("42", 1, None, None, ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2"),
                     2, None, "10.0.0.7:20042", 1.0)  # fmt: skip
-    return child_env(
-        {**STEP_ENV, **(extra or {})}, opts, read_job_env(STEP_ENV), Path("/c"), choice
-    )
+    step = {**STEP_ENV, **(step or {})}
+    return child_env({**step, **(extra or {})}, opts, read_job_env(step), Path("/c"), choice)
 
 
 def test_a_plain_command_gets_what_torch_distributed_env_init_needs() -> None:
@@ -77,3 +78,13 @@ def test_a_plain_command_gets_what_torch_distributed_env_init_needs() -> None:
 def test_under_torchrun_torchrun_sets_them_per_worker() -> None:
     env = _child_env("torchrun")
     assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env)
+
+
+def test_accelerate_on_a_node_without_gpus_is_told_to_use_the_cpu() -> None:
+    """Else each process counts itself alone (DistributedType.NO) in a world of many."""
+    no_gpu = {"SLURM_GPUS_ON_NODE": "0"}
+    assert _child_env("accelerate", step=no_gpu)["ACCELERATE_USE_CPU"] == "true"
+    assert "ACCELERATE_USE_CPU" not in _child_env("accelerate")  # this node has 2
+    mine = _child_env("accelerate", {"ACCELERATE_USE_CPU": "false"}, step=no_gpu)
+    assert mine["ACCELERATE_USE_CPU"] == "false"  # what the job set wins
+    assert "ACCELERATE_USE_CPU" not in _child_env("torchrun", step=no_gpu)

@@ -2,7 +2,15 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.job.rendezvous import PORT_BASE, PORT_SPAN, Rendezvous, port_for, torchrun_argv
+from slurmpre.job.rendezvous import (
+    PORT_BASE,
+    PORT_SPAN,
+    Rendezvous,
+    accelerate_argv,
+    accelerate_config,
+    port_for,
+    torchrun_argv,
+)
 
 RDZV = Rendezvous("127.0.0.1", 20042, "42-1", nnodes=2, nproc_per_node=4, node_rank=1)
 OPTIONS = [
@@ -72,3 +80,60 @@ def test_a_step_after_an_in_place_restart_meets_on_another_port() -> None:
     first, second = port_for("4242"), port_for("4242", in_place=1)
     assert first != second
     assert all(20000 <= p < 30000 for p in (first, second, port_for("4242", in_place=9)))
+
+
+def test_accelerate_gets_the_allocations_machines_ranks_and_rendezvous(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}  # no Accelerate config: more than one process is DDP
+    argv = accelerate_argv(["/venv/bin/python3", "train.py", "--lr", "1"], RDZV, env)
+    assert argv == [
+        "/venv/bin/python3",
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_machines=2",
+        "--machine_rank=1",
+        "--num_processes=8",
+        "--main_process_ip=127.0.0.1",
+        "--main_process_port=20042",
+        "--max_restarts=0",
+        "--rdzv_backend=c10d",
+        "--rdzv_conf=is_host=false",
+        "train.py",
+        "--lr",
+        "1",
+    ]
+    assert accelerate_argv(["python", "-m", "pkg.train", "x"], RDZV, env)[-4:] == [
+        "--rdzv_conf=is_host=false",
+        "--module",
+        "pkg.train",
+        "x",
+    ]
+
+
+def test_the_users_accelerate_config_decides_how_processes_run(tmp_path: Path) -> None:
+    """FSDP or DeepSpeed in `accelerate config`: slurmpre adds no --multi_gpu over it."""
+    config = tmp_path / "hf" / "accelerate" / "default_config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("distributed_type: FSDP\n")
+    env = {"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf")}
+    assert accelerate_config(env) == config
+    argv = accelerate_argv(["python", "train.py"], RDZV, env)
+    assert "--multi_gpu" not in argv and "--num_machines=2" in argv
+
+
+def test_one_process_in_all_is_launched_without_multi_gpu_or_rendezvous(tmp_path: Path) -> None:
+    one = Rendezvous("127.0.0.1", 20042, "42-1", nnodes=1, nproc_per_node=1, node_rank=0)
+    argv = accelerate_argv(["python", "train.py"], one, {"HOME": str(tmp_path)})
+    assert "--multi_gpu" not in argv and not any(a.startswith("--rdzv") for a in argv)
+    assert "--num_processes=1" in argv
+
+
+def test_accelerates_own_parser_reads_every_option(tmp_path: Path) -> None:
+    launch = pytest.importorskip("accelerate.commands.launch")
+    argv = accelerate_argv(["python", "train.py", "--lr", "1"], RDZV, {"HOME": str(tmp_path)})
+    args = launch.launch_command_parser().parse_args(argv[3:])
+    assert (args.num_machines, args.machine_rank, args.num_processes) == (2, 1, 8)
+    assert (args.main_process_ip, args.main_process_port) == ("127.0.0.1", 20042)
+    assert (args.rdzv_backend, args.rdzv_conf, args.max_restarts) == ("c10d", "is_host=false", 0)
+    assert args.multi_gpu and args.training_script == "train.py"
+    assert args.training_script_args == ["--lr", "1"]
