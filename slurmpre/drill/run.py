@@ -74,12 +74,19 @@ class DrillOptions:
             raise UsageError(f"--steps must be from 20 to 100000, got {self.steps}")
 
     def training_steps(self) -> int:
-        """Long enough that every preemption can happen: an attempt runs at most a periodic
-        interval before its moment comes (and the seeds' recipe trains through the window)."""
+        """Long enough that every preemption comes before the run ends, and no longer.
+
+        An attempt's moment comes within one periodic interval of where it resumed (a
+        mid-checkpoint moment waits for the next periodic save). slurmpre resumes
+        where it stopped; the seeds' recipe trains on through the window and keeps
+        what its last periodic save holds: at most ``kept`` steps an attempt. So the
+        last moment comes by ``(N-1) * kept + every`` steps.
+        """
         if self.steps is not None:
             return self.steps
-        per = self.every + (round(self.window / self.step_seconds) if self.baseline else 0)
-        return max(200, self.preemptions * per + self.every)
+        through = round(self.window / self.step_seconds) if self.baseline else 0
+        kept = self.every * ((self.every + through) // self.every)
+        return max(200, (self.preemptions - 1) * kept + self.every + 1)
 
 
 @dataclass
