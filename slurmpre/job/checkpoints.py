@@ -391,16 +391,40 @@ def _check_ds_tag(path: Path, names: set[str] | None = None) -> tuple[bool, str]
         return False, f"corrupt: '{DEEPSPEED_TAG}' cannot be read"
     if not tag or "/" in tag or tag in (".", ".."):
         return False, f"corrupt: '{DEEPSPEED_TAG}' names no tag folder"
+    return _check_ds_folder(path / tag, f"'{DEEPSPEED_TAG}' names {tag}, which")
+
+
+_DS_ZERO_RANK = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_(model|optim)_states\.pt")
+
+
+def _check_ds_folder(folder: Path, which: str = "it") -> tuple[bool, str]:
+    """One DeepSpeed save (``global_stepN/``): its model states, and with ZeRO each
+    process's optimizer shard (``zero_pp_rank_R_...``), ranks 0 to N-1, none empty."""
     try:
-        states = [e for e in os.scandir(path / tag) if e.name.endswith("model_states.pt")]
+        entries = list(os.scandir(folder))
     except OSError:
-        return False, f"partial: '{DEEPSPEED_TAG}' names {tag}, which cannot be read"
+        return False, f"partial: {which} cannot be read"
+    name = folder.name
+    states = [e for e in entries if e.name.endswith("model_states.pt")]
     if not states:
-        return False, f"partial: {tag} holds no *model_states.pt"
-    empty = sorted(e.name for e in states if _size(Path(e.path)) <= 0)
-    if empty:
-        return False, f"partial: {tag}/{empty[0]} is empty"
-    return True, f"DeepSpeed tag {tag} with {len(states)} model state file(s)"
+        return False, f"partial: {name} holds no *model_states.pt"
+    ranks: dict[str, set[int]] = {"model": set(), "optim": set()}
+    for e in entries:
+        if m := _DS_ZERO_RANK.fullmatch(e.name):
+            ranks[m[2]].add(int(m[1]))
+    for kind, got in ranks.items():
+        if got and got != set(range(len(got))):
+            return False, f"partial: {name} has the ZeRO {kind} shards of ranks {sorted(got)}"
+    if ranks["model"] and ranks["optim"] and ranks["model"] != ranks["optim"]:
+        return False, f"partial: {name} has model and optimizer shards of other ranks"
+    # Process 0 writes `latest` once its own files are written, not after the others':
+    # another process's shard can still be half written. Each is a torch zip, whose
+    # directory is written last.
+    for e in sorted(entries, key=lambda e: e.name):
+        if e.name.endswith("_states.pt") and not _zip_complete(Path(e.path))[0]:
+            return False, f"partial: {name}/{e.name} is not a whole torch zip archive"
+    zero = f", ZeRO shards of {len(ranks['optim'])} process(es)" if ranks["optim"] else ""
+    return True, f"DeepSpeed tag {name} with {len(states)} model state file(s){zero}"
 
 
 def _check_fsdp(path: Path, names: set[str]) -> tuple[bool, str] | None:
@@ -498,9 +522,10 @@ def _check_dir(
     if ds_tag is not None and name.startswith("global_step"):
         step = step_of(name)
         if name == ds_tag or (step is not None and ds_tag_step is not None and step < ds_tag_step):
-            if os.listdir(path):  # noqa: PTH208
-                return Format.DEEPSPEED, True, f"at or before the '{DEEPSPEED_TAG}' tag {ds_tag}"
-            return Format.DEEPSPEED, False, "empty folder"
+            ok, why = _check_ds_folder(Path(path))
+            if ok:
+                why = f"{why}, at or before the '{DEEPSPEED_TAG}' tag {ds_tag}"
+            return Format.DEEPSPEED, ok, why
         return Format.DEEPSPEED, False, f"newer than the '{DEEPSPEED_TAG}' tag {ds_tag}: unfinished"
     return _UNMARKED
 

@@ -78,3 +78,69 @@ def test_accelerate_launcher_runs_one_world_over_the_allocations_nodes(tmp_path:
     assert {r["distributed"] for r in ranks} == {"DistributedType.MULTI_CPU"}
     start = next(r for r in ledger(tmp_path) if r["event"] == "start")
     assert (start["num_nodes"], start["world_size"]) == (2, 2)
+
+
+ZERO = """\
+import json, os
+from pathlib import Path
+import torch
+import deepspeed
+import deepspeed.ops
+
+# DeepSpeed on CPU compiles a shared-memory all-reduce op (C++) the first time a process
+# group starts: a minute and more here. GPU clusters never build it, and gloo does its work.
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+deepspeed.init_distributed(dist_backend="gloo")  # from torchrun's environment
+folder = Path(os.environ["SLURMPRE_CHECKPOINT_DIR"])
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
+config = {
+    "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3},
+    "zero_allow_untested_optimizer": True, "steps_per_print": 10**9,
+}
+engine, *_ = deepspeed.initialize(
+    model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), config=config
+)
+for step in (1, 2, 3):
+    engine.backward(engine(torch.randn(4, 64)).sum())
+    engine.step()
+engine.save_checkpoint(str(folder), tag="global_step3")
+node = os.environ["SLURMD_NODENAME"]
+line = {"rank": engine.global_rank, "world": engine.world_size, "node": node}
+with open(folder / "ranks.jsonl", "a") as out:
+    out.write(json.dumps(line) + "\\n")
+"""
+
+
+def test_a_deepspeed_zero_script_runs_under_the_torchrun_launcher(tmp_path: Path) -> None:
+    """ZeRO-3 over two nodes: deepspeed.initialize() takes its ranks from torchrun, and the
+    save it writes is the job's newest complete checkpoint."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (bin/setup installs it)")
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    (tmp_path / "zero.py").write_text(ZERO)
+    spec = tmp_path / "zero.toml"
+    spec.write_text(
+        "\n".join(
+            [
+                'name = "zero3"',
+                f"command = {json.dumps([sys.executable, str(tmp_path / 'zero.py')])}",
+                'nodes = "2"',
+                f"checkpoint_dir = {json.dumps(str(tmp_path / 'ckpt'))}",
+                "[env]",
+                'GLOO_SOCKET_IFNAME = "lo"',
+            ]
+        )
+        + "\n"
+    )
+    job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+    wait_done(slurm, job_id, tmp_path, timeout=300)
+    nodes = slurm.job(job_id).nodes
+    ranks = sorted(jsonl(tmp_path / "ckpt" / "ranks.jsonl"), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["node"]) for r in ranks] == [
+        (i, 2, node) for i, node in enumerate(nodes)
+    ]
+    shards = sorted((tmp_path / "ckpt" / "global_step3").glob("*optim_states.pt"))
+    assert len(shards) == 2  # each node's process wrote its ZeRO shard
+    proc = slurmpre_cli("ckpt", "latest", str(tmp_path / "ckpt"), check=True)
+    assert proc.stdout.strip() == str(tmp_path / "ckpt" / "global_step3")

@@ -36,7 +36,11 @@ def truncate(path: Path, keep: float) -> None:
 
 
 def cuts_fall_back(
-    folder: Path, newest: str, older: str, cuts: dict[str, Callable[[Path], None]]
+    folder: Path,
+    newest: str,
+    older: str,
+    cuts: dict[str, Callable[[Path], object]],
+    reset: Callable[[Path], None] = lambda _folder: None,
 ) -> None:
     """Each cut, made on a fresh copy of ``newest``, makes the resolver choose ``older``."""
     pristine = folder.parent / f"{folder.name}-pristine-{newest}"
@@ -45,6 +49,7 @@ def cuts_fall_back(
     for what, cut in cuts.items():
         shutil.rmtree(folder / newest)
         shutil.copytree(pristine, folder / newest)
+        reset(folder)
         cut(folder / newest)
         found = latest(folder)
         assert found.checkpoint is not None and found.checkpoint.path.name == older, what
@@ -329,3 +334,70 @@ def test_fsdp_sharded_saves_and_their_cuts(
             ).unlink(),
         },
     )
+
+
+# -- DeepSpeed ZeRO ---------------------------------------------------------------------------
+DS_SAVE = r"""
+import sys
+import torch
+import deepspeed
+import deepspeed.ops
+
+out, stage = sys.argv[1], int(sys.argv[2])
+# DeepSpeed on CPU compiles a shared-memory all-reduce op (C++) the first time a process
+# group starts: a minute and more here. GPU clusters never build it, and gloo does its work.
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+deepspeed.init_distributed(dist_backend="gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1))
+config = {
+    "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": stage},
+    "zero_allow_untested_optimizer": True, "steps_per_print": 10**9,
+}
+engine, *_ = deepspeed.initialize(
+    model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), config=config
+)
+for step in (1, 2):
+    engine.backward(engine(torch.randn(4, 64)).sum())
+    engine.step()
+    engine.save_checkpoint(out, tag=f"global_step{step}")  # `latest` is written last
+"""
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_saves_and_their_cuts(tmp_path: Path, stage: int) -> None:
+    """DeepSpeed's own save_checkpoint, ZeRO-2 and ZeRO-3 over two gloo processes on CPU."""
+    pytest.importorskip("deepspeed")
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "--no-python", sys.executable, "-c", DS_SAVE, str(tmp_path), str(stage),
+        ],
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (tmp_path / "latest").read_text().strip() == "global_step2"
+    optim = sorted(p.name for p in (tmp_path / "global_step2").glob("*optim_states.pt"))
+    assert len(optim) == 2, optim  # one ZeRO shard per process
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path.name == "global_step2"
+    assert found.checkpoint.format is Format.DEEPSPEED
+
+    cuts = {
+        # DeepSpeed's process 0 writes `latest` once its own files are written, without
+        # waiting for the others: another process's shard can still be half written.
+        "another process's ZeRO shard half written": lambda p: truncate(p / optim[1], 0.5),
+        "a ZeRO shard empty": lambda p: truncate(p / optim[0], 0),
+        "the model states half written": lambda p: [
+            truncate(m, 0.5) for m in p.glob("*model_states.pt")
+        ],
+        "`latest` not moved yet": lambda p: (p.parent / "latest").write_text("global_step1"),
+    }
+    if stage == 3:  # each process's model states name the processes: one gone shows
+        cuts["another process's ZeRO shard gone"] = lambda p: (p / optim[1]).unlink()
+    cuts_fall_back(tmp_path, "global_step2", "global_step1", cuts, reset=reset_latest)
+
+
+def reset_latest(folder: Path) -> None:
+    (folder / "latest").write_text("global_step2")

@@ -50,6 +50,16 @@ def hf(folder: Path, step: int, *, state: str | None = "{}", weights: bool = Tru
     return path
 
 
+def torch_zip(path: Path, *, whole: bool = True) -> Path:
+    """What torch.save writes: a zip archive holding data.pkl (its directory last)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", b"x" * 1000)
+    if not whole:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    return path
+
+
 def lightning(folder: Path, name: str, *, whole: bool = True) -> Path:
     path = folder / name
     with zipfile.ZipFile(path, "w") as zf:
@@ -135,7 +145,7 @@ def test_deepspeed_latest_tag(tmp_path: Path) -> None:
     for step in (10, 20, 30):
         d = tmp_path / f"global_step{step}"
         d.mkdir()
-        (d / "mp_rank_00_model_states.pt").write_bytes(b"x")
+        torch_zip(d / "mp_rank_00_model_states.pt")
     (tmp_path / "latest").write_text("global_step20")
     found = latest(tmp_path)
     assert found.checkpoint is not None and found.checkpoint.path.name == "global_step20"
@@ -146,7 +156,8 @@ def test_deepspeed_latest_tag(tmp_path: Path) -> None:
 def test_deepspeed_tag_naming_a_missing_folder_falls_back(tmp_path: Path) -> None:
     d = tmp_path / "global_step10"
     d.mkdir()
-    (d / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
+    torch_zip(d / "mp_rank_00_model_states.pt")
+    torch_zip(d / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     (tmp_path / "latest").write_text("global_step20\n")
     found = latest(tmp_path)
     assert found.checkpoint is not None and found.checkpoint.path.name == "global_step10"
@@ -387,11 +398,11 @@ def test_an_empty_folder_argument_is_refused() -> None:
 
 
 # -- the layouts frameworks write by themselves (each written in its library's order) --
-def ds_tag(folder: Path, tag: str, *, latest: bool = True, states: bytes = b"x") -> None:
+def ds_tag(folder: Path, tag: str, *, latest: bool = True, whole: bool = True) -> None:
     """DeepSpeed's save_checkpoint: the tag folder's model states, then `latest`."""
     (folder / tag).mkdir(parents=True)
-    (folder / tag / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(states)
-    (folder / tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o")
+    torch_zip(folder / tag / "zero_pp_rank_0_mp_rank_00_model_states.pt", whole=whole)
+    torch_zip(folder / tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     if latest:
         (folder / "latest").write_text(tag)
 
@@ -404,12 +415,13 @@ def test_hf_checkpoints_under_fsdp_and_deepspeed(tmp_path: Path) -> None:
     torn_fsdp = hf(tmp_path, 300, weights=False)
     dcp(torn_fsdp, "pytorch_model_fsdp_0", complete=False)
     torn_ds = hf(tmp_path, 400, weights=False)
-    ds_tag(torn_ds, "global_step400", states=b"")
+    ds_tag(torn_ds, "global_step400", whole=False)
     found = latest(tmp_path)
     assert found.checkpoint is not None and found.checkpoint.step == 200
     assert found.checkpoint.reason.startswith("trainer_state.json and DeepSpeed tag global_step200")
     assert [s.reason for s in found.skipped] == [
-        "partial: global_step400/zero_pp_rank_0_mp_rank_00_model_states.pt is empty",
+        "partial: global_step400/zero_pp_rank_0_mp_rank_00_model_states.pt is not a whole "
+        "torch zip archive",
         "pytorch_model_fsdp_0: partial: .metadata is not written",
     ]
     (tmp_path / "checkpoint-200" / "latest").unlink()  # DeepSpeed had not finished
