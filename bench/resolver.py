@@ -104,9 +104,10 @@ def main() -> int:
         f"{n} junk + {n} partial:    best {both[0]:7.2f} ms  median {both[1]:7.2f} ms  "
         f"(listdir {both_listing[1]:.2f} ms; beyond it {beyond:.2f} ms, target <= {TARGET_MS:g})"
     )
-    verdict = "meets" if resolver[1] <= TARGET_MS else "MISSES"
-    print(f"{verdict} the {TARGET_MS:g} ms target (median)")
-    return 0 if resolver[1] <= TARGET_MS else 1
+    # The target is the last case: junk and partial side by side, beyond listdir.
+    verdict = "meets" if beyond <= TARGET_MS else "MISSES"
+    print(f"{verdict} the {TARGET_MS:g} ms target beyond os.listdir (junk + partial, median)")
+    return 0 if beyond <= TARGET_MS else 1
 
 
 if __name__ == "__main__":
