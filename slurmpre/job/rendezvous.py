@@ -46,6 +46,40 @@ class Rendezvous:
         return self.node_rank == 0
 
 
+def _launch(
+    command: Sequence[str],
+    *,
+    module: str,
+    program: list[str],
+    flags: tuple[str, str],
+    package: str,
+) -> tuple[list[str], list[str], list[str]]:
+    """The launcher for the user's command, how it takes it, and the command itself.
+
+    ``python train.py`` runs under that same interpreter's launcher module;
+    ``python -m pkg`` keeps the module (``flags[0]``); ``train.py`` uses the launcher
+    program on PATH; any other program runs without python (``flags[1]``).
+    """
+    name = program[0]
+    if not command:
+        raise UsageError("no command to run after --")
+    first = command[0]
+    if _PYTHON.match(Path(first).name):
+        rest = list(command[1:])
+        if not rest:
+            raise UsageError(f"command {first!r} names no script to run under {name}")
+        if rest[0] == "-m":
+            return [first, "-m", module], [flags[0]], rest[1:]
+        return [first, "-m", module], [], rest
+    found = shutil.which(name)
+    if found is None:
+        raise UsageError(
+            f"{name} is not on PATH (install {package}, or start the command with python)"
+        )
+    mode = [] if first.endswith(".py") else [flags[1]]
+    return [found, *program[1:]], mode, list(command)
+
+
 def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
     """``torchrun [rendezvous options] SCRIPT ARGS`` for the user's command.
 
@@ -53,28 +87,10 @@ def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
     ``python -m pkg`` keeps ``-m``; ``train.py`` uses the torchrun on PATH; any
     other program runs with ``--no-python``.
     """
-    if not command:
-        raise UsageError("no command to run after --")
-    first = command[0]
-    if _PYTHON.match(Path(first).name):
-        launcher = [first, "-m", "torch.distributed.run"]
-        rest = list(command[1:])
-        if not rest:
-            raise UsageError(f"command {first!r} names no script to run under torchrun")
-        if rest[0] == "-m":
-            mode, target = ["-m"], rest[1:]
-        else:
-            mode, target = [], rest
-    else:
-        torchrun = shutil.which("torchrun")
-        if torchrun is None:
-            raise UsageError(
-                "torchrun is not on PATH (install torch, or start the command with python)"
-            )
-        launcher = [torchrun]
-        mode, target = (
-            ([], list(command)) if first.endswith(".py") else (["--no-python"], list(command))
-        )
+    launcher, mode, target = _launch(
+        command, module="torch.distributed.run", program=["torchrun"],
+        flags=("-m", "--no-python"), package="torch",
+    )  # fmt: skip
     options = [
         f"--nnodes={rdzv.nnodes}",
         f"--nproc-per-node={rdzv.nproc_per_node}",
@@ -98,25 +114,10 @@ def accelerate_argv(command: Sequence[str], rdzv: Rendezvous, env: Mapping[str, 
     FSDP, DeepSpeed, precision) is the user's Accelerate config when there is one
     (``accelerate config``); without one, more than one process is plain DDP.
     """
-    if not command:
-        raise UsageError("no command to run after --")
-    first = command[0]
-    if _PYTHON.match(Path(first).name):
-        launcher = [first, "-m", "accelerate.commands.launch"]
-        rest = list(command[1:])
-        if not rest:
-            raise UsageError(f"command {first!r} names no script to run under accelerate")
-        mode, target = (["--module"], rest[1:]) if rest[0] == "-m" else ([], rest)
-    else:
-        accelerate = shutil.which("accelerate")
-        if accelerate is None:
-            raise UsageError(
-                "accelerate is not on PATH (install accelerate, or start the command with python)"
-            )
-        launcher = [accelerate, "launch"]
-        mode, target = (
-            ([], list(command)) if first.endswith(".py") else (["--no_python"], list(command))
-        )
+    launcher, mode, target = _launch(
+        command, module="accelerate.commands.launch", program=["accelerate", "launch"],
+        flags=("--module", "--no_python"), package="accelerate",
+    )  # fmt: skip
     processes = rdzv.nnodes * rdzv.nproc_per_node
     options = []
     if processes > 1 and accelerate_config(env) is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -46,25 +47,43 @@ accelerator.wait_for_everyone()
 """
 
 
+def write_spec(
+    folder: Path,
+    name: str,
+    command: list[str],
+    lines: Sequence[str] = (),
+    env: Sequence[str] = (),
+) -> Path:
+    """A 2-node spec for ``command``, checkpoints in ``folder/ckpt``."""
+    spec = folder / f"{name}.toml"
+    spec.write_text(
+        "\n".join(
+            [
+                f'name = "{name}"',
+                f"command = {json.dumps(command)}",
+                'nodes = "2"',
+                f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
+                *lines,
+                "[env]",
+                'GLOO_SOCKET_IFNAME = "lo"',
+                *env,
+            ]
+        )
+        + "\n"
+    )
+    return spec
+
+
 def test_accelerate_launcher_runs_one_world_over_the_allocations_nodes(tmp_path: Path) -> None:
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     (tmp_path / "report.py").write_text(REPORT)
-    spec = tmp_path / "accelerate.toml"
-    spec.write_text(
-        "\n".join(
-            [
-                'name = "accelerate-ranks"',
-                f"command = {json.dumps([sys.executable, str(tmp_path / 'report.py')])}",
-                'launcher = "accelerate"',
-                'nodes = "2"',
-                f"checkpoint_dir = {json.dumps(str(tmp_path / 'ckpt'))}",
-                "[env]",
-                'GLOO_SOCKET_IFNAME = "lo"',
-                f"HF_HOME = {json.dumps(str(tmp_path / 'hf'))}",  # no Accelerate config here
-            ]
-        )
-        + "\n"
+    spec = write_spec(
+        tmp_path,
+        "accelerate-ranks",
+        [sys.executable, str(tmp_path / "report.py")],
+        ['launcher = "accelerate"'],
+        [f"HF_HOME = {json.dumps(str(tmp_path / 'hf'))}"],  # no Accelerate config here
     )
     job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
     wait_done(slurm, job_id, tmp_path, timeout=240)
@@ -119,20 +138,7 @@ def test_a_deepspeed_zero_script_runs_under_the_torchrun_launcher(tmp_path: Path
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     (tmp_path / "zero.py").write_text(ZERO)
-    spec = tmp_path / "zero.toml"
-    spec.write_text(
-        "\n".join(
-            [
-                'name = "zero3"',
-                f"command = {json.dumps([sys.executable, str(tmp_path / 'zero.py')])}",
-                'nodes = "2"',
-                f"checkpoint_dir = {json.dumps(str(tmp_path / 'ckpt'))}",
-                "[env]",
-                'GLOO_SOCKET_IFNAME = "lo"',
-            ]
-        )
-        + "\n"
-    )
+    spec = write_spec(tmp_path, "zero3", [sys.executable, str(tmp_path / "zero.py")])
     job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
     wait_done(slurm, job_id, tmp_path, timeout=300)
     nodes = slurm.job(job_id).nodes

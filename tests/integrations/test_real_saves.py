@@ -185,18 +185,7 @@ def test_accelerate_save_state_folders_and_their_cuts(tmp_path: Path) -> None:
 # -- Lightning ------------------------------------------------------------------------------
 def test_lightning_default_layout_and_a_half_written_ckpt(tmp_path: Path) -> None:
     L = pytest.importorskip("lightning.pytorch")
-
-    class Module(L.LightningModule):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.lin(x).squeeze(-1), y)
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
+    from tests.integrations.test_lightning import Tiny as Module
 
     xs = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.DataLoader(list(zip(xs, xs.sum(-1), strict=True)), batch_size=4)
