@@ -217,16 +217,18 @@ def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
     """Slurm's --signal (warn_before_end) takes the same path: checkpoint, requeue, resume."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
-    steps = 240
+    steps = 120
     job_id = submit(
         tmp_path,
         nodes="2",
-        extra=HONOR,
+        # The first attempt waits at step 40 for the warning: Slurm looks at time limits
+        # about every 30 s, so the warning comes 60-90 s after the start, and a run short
+        # enough for a test could end before it (CI saw that once). The second attempt
+        # trains the last 80 steps in ~35 s, before its own warning.
+        extra=[*HONOR, "--hold-at", "40"],
         steps=steps,
-        # 2-minute limit, warning 60 s before it: Slurm checks time limits every 30 s or
-        # so, and the warning came 26-30 s after the start with 90 s (then an attempt
-        # trains for ~10 s after its ~15 s start-up: 8 attempts, 4 minutes). With 60 s
-        # the first attempt trains most of the 60 s of steps, the second the rest.
+        # 2-minute limit, warning 60 s before it (with 90 s the warning came 26-30 s
+        # after each start, and every attempt trained ~10 s: 8 attempts, 4 minutes).
         spec_lines=['time = "2"', "warn_before_end = 60", "safety_margin = 20"],
     )
     wait_done(slurm, job_id, tmp_path, timeout=600)
