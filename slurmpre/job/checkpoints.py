@@ -399,7 +399,8 @@ _DS_ZERO_RANK = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_(model|optim)_states
 
 def _check_ds_folder(folder: Path, which: str = "it") -> tuple[bool, str]:
     """One DeepSpeed save (``global_stepN/``): its model states, and with ZeRO each
-    process's optimizer shard (``zero_pp_rank_R_...``), ranks 0 to N-1, none empty."""
+    process's optimizer shard (``zero_pp_rank_R_...``), ranks 0 to N-1, each a whole
+    torch zip."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
