@@ -115,7 +115,11 @@ def test_random_preemptions_lose_nothing_and_beat_the_seeds_recipe(
         assert all(r is not None and r < window for r in ours_requeue), ours_requeue
         seeds_kill = [p["requeue_s"] for p in doc["runs"]["seeds"]["preemptions"]]
         assert all(k is None or k >= window - 1 for k in seeds_kill), seeds_kill
-        assert seeds["steps_lost"] is None or seeds["steps_lost"] > 0
+        # The recipe loses steps only when its kill comes before its next periodic
+        # save; drained just after a save, it can reach the next one inside the window
+        # (CI's stop 18 saw exactly that). So the sound claim is "never better".
+        ours = doc["runs"]["slurmpre"]["summary"]
+        assert seeds["steps_computed"] >= ours["steps_computed"]
         assert "seeds (job" in err and "ratio" in err
     except AssertionError as exc:
         # The drill's own timeline and table say what happened: keep them with the failure.
