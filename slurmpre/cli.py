@@ -171,6 +171,11 @@ def sandbox_status(as_json: bool) -> None:
     is_flag=True,
     help="Do not tell Slurm the node is gone; let it notice after SlurmdTimeout.",
 )
+@click.option(
+    "--once-empty",
+    is_flag=True,
+    help="Remove the node as soon as no job runs on it (by T+window at the latest).",
+)
 @click.option("--background", is_flag=True, help="Run the timeline in the background.")
 def sandbox_preempt(
     node: str,
@@ -178,12 +183,15 @@ def sandbox_preempt(
     return_after: float | None,
     reason: str,
     no_mark_down: bool,
+    once_empty: bool,
     background: bool,
 ) -> None:
     """Preempt NODE as the provider does: drain now, remove at T+window, maybe return."""
     from slurmpre.sandbox.preempt import PreemptPlan, preempt, start_in_background
 
-    plan = PreemptPlan(node, window, return_after, reason, mark_down=not no_mark_down)
+    plan = PreemptPlan(
+        node, window, return_after, reason, mark_down=not no_mark_down, once_empty=once_empty
+    )
     box = _sandbox()
     if background:
         pid, log = start_in_background(box, plan)

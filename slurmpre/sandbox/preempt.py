@@ -1,10 +1,11 @@
 """The provider's preemption of a Slurm node, replayed on the sandbox.
 
 T+0: Slurm drains the node (no new jobs, running jobs keep running, no signal).
-T+window: the node is removed: its slurmd and every job process on it vanish at
-once, and slurmctld learns that the node is gone (DOWN), so jobs submitted with
-``--requeue`` are requeued. Later, like the provider provisioning a
-replacement, a node comes back under the same name, idle and undrained.
+T+window: the node is removed (or, with ``once_empty``, as soon as no job runs on
+it): its slurmd and every job process on it vanish at once, and slurmctld learns
+that the node is gone (DOWN), so jobs submitted with ``--requeue`` are requeued.
+Later, like the provider provisioning a replacement, a node comes back under the
+same name, idle and undrained.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class PreemptPlan:
     return_after: float | None = None
     reason: str = DEFAULT_REASON
     mark_down: bool = True
+    # Remove the node as soon as no job runs on it (at the window's end at the latest):
+    # a job that has left can observe no difference, and a rehearsal need not wait.
+    once_empty: bool = False
 
     def __post_init__(self) -> None:
         if not self.window >= 0:
@@ -87,11 +91,16 @@ def preempt(
     client.update_node(plan.node, state="DRAIN", reason=plan.reason)
     note(f"drain {plan.node} (reason: {plan.reason}); running jobs: {', '.join(jobs) or 'none'}")
 
-    sleep_until(plan.window)
+    if plan.once_empty:
+        while (left := t0 + plan.window - clock()) > 0 and _jobs_on(plan.node):
+            sleep(min(left, 1.0))
+    else:
+        sleep_until(plan.window)
     doomed = _jobs_on(plan.node)
     killed = remove_node(sandbox, plan.node)
     if plan.mark_down:
         client.update_node(plan.node, state="DOWN", reason=f"{plan.reason}: node removed")
+    removed = clock() - t0
     note(
         f"remove {plan.node}: slurmd and {killed} job process(es) killed"
         + ("; marked DOWN" if plan.mark_down else "; Slurm notices after SlurmdTimeout")
@@ -100,7 +109,7 @@ def preempt(
 
     if plan.return_after is None:
         return events
-    sleep_until(plan.window + plan.return_after)
+    sleep_until(removed + plan.return_after)
     restore_node(sandbox, plan.node)
     note(f"return {plan.node}: a replacement node is up and idle")
     return events
@@ -143,6 +152,8 @@ def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]
         argv += ["--return-after", str(plan.return_after)]
     if not plan.mark_down:
         argv.append("--no-mark-down")
+    if plan.once_empty:
+        argv.append("--once-empty")
     pid = spawn_detached(argv, log)
     sandbox.add_helper(pid)
     return pid, log

@@ -190,3 +190,24 @@ def test_preempt_in_the_background_brings_a_replacement_back(
     pid = next(n["pid"] for n in new_state.nodes if n["name"] == node)
     assert pid and pid != next(n["pid"] for n in state.nodes if n["name"] == node)
     assert Path(f"/proc/{pid}").exists()
+
+
+def test_once_empty_removes_a_node_without_jobs_at_once(
+    sandbox: Sandbox, slurm: CommandLineSlurm
+) -> None:
+    """`--once-empty` does not wait out a 300 s window for a node no job runs on."""
+    node = "gpu-dp-1"
+    try:
+        proc = slurmpre_cli(
+            "sandbox", "preempt", node, "--once-empty", "--return-after", "0", timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.strip().splitlines()
+        offsets = [float(re.search(r"T\+(\d+\.\d)s", ln).group(1)) for ln in lines]  # type: ignore[union-attr]
+        assert [re.search(r"s (\w+)", ln).group(1) for ln in lines] == ["drain", "remove", "return"]  # type: ignore[union-attr]
+        assert offsets[1] < 10, lines
+        assert "jobs it ended: none" in lines[1]
+    finally:
+        if not slurm.nodes([node])[0].usable:
+            restore_node(sandbox, node)
+    assert slurm.nodes([node])[0].usable
