@@ -46,7 +46,7 @@ def test_in_place_then_requeue_in_status_logs_nodes_and_prune(
 ) -> None:
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
-    window = 30  # the node is removed then: were it still in the job, the job would fail
+    window = 30  # the node is removed by then: were it still in the job, the job would fail
     job = submit(
         tmp_path,
         nodes="1-2",
@@ -76,7 +76,7 @@ def test_in_place_then_requeue_in_status_logs_nodes_and_prune(
         assert [(d["node"], d["reason"]) for d in cap["draining"]] == [(first, "maintenance")]
         assert cap["at_risk"] == [job]
         assert cap["preemptible"]["draining"] == 1
-        plan = PreemptPlan(first, window=window, return_after=2)
+        plan = PreemptPlan(first, window=window, return_after=2, once_empty=True)
         preemptions.append(InBackground(sandbox, plan))
         preemptions[-1].start()
 

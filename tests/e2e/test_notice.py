@@ -68,9 +68,13 @@ def test_drain_at_a_random_moment_loses_zero_steps(
     job_id = submit(tmp_path, nodes="2", extra=[*HONOR, "--hold-at", str(at_step)])
     wait_for(f"step {at_step}", (tmp_path / "ckpt" / "holding").exists, timeout=120)
     victim = slurm.job(job_id).nodes[1]  # not the batch host
-    window = 30.0  # requeued seconds after the drain; the test waits for the removal
+    window = 30.0  # requeued seconds after the drain; the node goes once the job has left it
     (events,) = preempt_until_done(
-        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=window, return_after=3)
+        sandbox,
+        slurm,
+        job_id,
+        tmp_path,
+        PreemptPlan(victim, window=window, return_after=3, once_empty=True),
     )
     drained_at, removed_at = events[0].at, events[1].at
     records = ledger(tmp_path)
@@ -103,7 +107,11 @@ def test_drain_during_start_up_before_training(
     job_id = submit(tmp_path, nodes="2", extra=[*HONOR, "--hold-at", "0"])
     job = wait_for("the job to start", lambda: (j := slurm.job(job_id)).state == "RUNNING" and j)
     preempt_until_done(
-        sandbox, slurm, job_id, tmp_path, PreemptPlan(job.nodes[0], window=30, return_after=2)
+        sandbox,
+        slurm,
+        job_id,
+        tmp_path,
+        PreemptPlan(job.nodes[0], window=30, return_after=2, once_empty=True),
     )
     step = assert_zero_steps_lost(tmp_path, baseline)
     assert step == 0
@@ -123,7 +131,11 @@ def test_drain_while_a_periodic_checkpoint_is_written(
     victim = slurm.job(job_id).nodes[1]
     # Requeued about 10 s after the drain (notice, the rest of the 8 s write, the save).
     preempt_until_done(
-        sandbox, slurm, job_id, tmp_path, PreemptPlan(victim, window=20, return_after=2)
+        sandbox,
+        slurm,
+        job_id,
+        tmp_path,
+        PreemptPlan(victim, window=20, return_after=2, once_empty=True),
     )
     # The periodic step-10 checkpoint completed; the script then saw the notice and
     # saved again where it stood, which is where the next attempt resumed.
@@ -147,8 +159,9 @@ def test_two_nodes_drained_one_after_the_other(
         slurm,
         job_id,
         tmp_path,
-        PreemptPlan(first, window=20, return_after=2),  # requeued seconds after the drain
-        PreemptPlan(second, window=20, return_after=2),
+        # Requeued seconds after each drain; each node goes once the job has left it.
+        PreemptPlan(first, window=20, return_after=2, once_empty=True),
+        PreemptPlan(second, window=20, return_after=2, once_empty=True),
         stagger=1.0,
     )
     records = [r for r in ledger(tmp_path) if r.get("attempt") == 0]
@@ -271,7 +284,9 @@ def test_a_drain_seen_late_is_requeued_by_the_deadline_counted_from_the_drain(
     )
     wait_for("step 3", lambda: step_reached(tmp_path) >= 3, timeout=120)
     victim = slurm.job(job_id).nodes[1]
-    preemption = Preemption(sandbox, PreemptPlan(victim, window=window, return_after=2))
+    preemption = Preemption(
+        sandbox, PreemptPlan(victim, window=window, return_after=2, once_empty=True)
+    )
     preemption.start()
     try:
         requeued = wait_for(
