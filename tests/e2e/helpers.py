@@ -47,6 +47,33 @@ def submit(
     return slurmpre_cli("submit", str(spec), check=True).stdout.strip()
 
 
+def write_spec(
+    folder: Path,
+    name: str,
+    command: list[str],
+    lines: Sequence[str] = (),
+    env: Sequence[str] = (),
+) -> Path:
+    """A 2-node spec for ``command``, checkpoints in ``folder/ckpt``."""
+    spec = folder / f"{name}.toml"
+    spec.write_text(
+        "\n".join(
+            [
+                f'name = "{name}"',
+                f"command = {json.dumps(command)}",
+                'nodes = "2"',
+                f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
+                *lines,
+                "[env]",
+                'GLOO_SOCKET_IFNAME = "lo"',
+                *env,
+            ]
+        )
+        + "\n"
+    )
+    return spec
+
+
 def logs(folder: Path) -> str:
     return "\n".join(p.read_text() for p in sorted((folder / "ckpt" / "logs").glob("*.out")))
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import slurmpre_cli, wait_preemptible_idle
-from tests.e2e.helpers import jsonl, ledger, wait_done
+from tests.e2e.helpers import jsonl, ledger, wait_done, write_spec
 
 pytest.importorskip("accelerate", reason="the e2e extra (accelerate) is not installed")
 
@@ -45,33 +44,6 @@ with open(Path(os.environ["SLURMPRE_CHECKPOINT_DIR"]) / "ranks.jsonl", "a") as o
     out.write(json.dumps(line) + "\\n")
 accelerator.wait_for_everyone()
 """
-
-
-def write_spec(
-    folder: Path,
-    name: str,
-    command: list[str],
-    lines: Sequence[str] = (),
-    env: Sequence[str] = (),
-) -> Path:
-    """A 2-node spec for ``command``, checkpoints in ``folder/ckpt``."""
-    spec = folder / f"{name}.toml"
-    spec.write_text(
-        "\n".join(
-            [
-                f'name = "{name}"',
-                f"command = {json.dumps(command)}",
-                'nodes = "2"',
-                f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
-                *lines,
-                "[env]",
-                'GLOO_SOCKET_IFNAME = "lo"',
-                *env,
-            ]
-        )
-        + "\n"
-    )
-    return spec
 
 
 def test_accelerate_launcher_runs_one_world_over_the_allocations_nodes(tmp_path: Path) -> None:

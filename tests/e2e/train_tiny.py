@@ -47,6 +47,17 @@ def hold_for_the_notice(out: Path, rank: int, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
+def hold_until_agreed(out: Path, rank: int, timeout: float = 300) -> None:
+    """`hold_for_the_notice`, then every rank asks slurmpre until all agree on the notice
+    (a few calls of one all_reduce each), so the step the notice is taken at is this one,
+    not a later one the notice gate happens to sync at."""
+    hold_for_the_notice(out, rank, timeout)
+    deadline = time.monotonic() + timeout
+    while not slurmpre.preemption_requested():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the ranks did not agree on the notice within {timeout:g} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)

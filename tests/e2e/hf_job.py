@@ -1,0 +1,85 @@
+"""A Hugging Face Trainer fine-tune for the end-to-end test: a tiny GPT-2 built from a
+config (no download), slurmpre's three lines as in examples/hf_trainer.py, and what
+the test needs to watch it: a hold at one step of the first attempt until the
+notice is there (so the drain cannot miss the run), a line per attempt saying the
+step it started from, and the final weights.
+
+Run under slurmpre (the output folder is the job's) or, for the uninterrupted
+reference, under a plain ``torchrun --standalone`` with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import slurmpre
+import torch
+import transformers
+from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
+from train_tiny import hold_until_agreed  # the scripts' folder is sys.path[0]
+
+STEPS = 30
+
+
+class HoldAt(transformers.TrainerCallback):  # type: ignore[misc]
+    """At ``step`` of the first attempt, every rank waits until slurmpre's notice exists."""
+
+    def __init__(self, step: int, out: Path) -> None:
+        self.step, self.out = step, out
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step != self.step or slurmpre.restart_count() > 0:
+            return
+        hold_until_agreed(self.out, 0 if state.is_world_process_zero else 1)
+
+
+class Report(transformers.TrainerCallback):  # type: ignore[misc]
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.is_world_process_zero:
+            line = {"attempt": slurmpre.restart_count(), "started_at_step": state.global_step}
+            with (self.out / "progress.jsonl").open("a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+def data() -> list[dict[str, Any]]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 64, (64, 12), generator=g)
+    return [{"input_ids": row, "labels": row} for row in ids]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.environ.get("SLURMPRE_CHECKPOINT_DIR"))
+    parser.add_argument("--hold-at", type=int, default=-1)
+    args = parser.parse_args()
+    out = Path(args.out)
+    transformers.set_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)  # dropout on: the RNG state matters
+    training = transformers.TrainingArguments(
+        output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=4,
+        learning_rate=1e-3, save_strategy="steps", save_steps=10, logging_strategy="no",
+        report_to=[], disable_tqdm=True, use_cpu=True, seed=0, dataloader_num_workers=0,
+        ddp_backend="gloo",
+    )  # fmt: skip
+    callbacks = [Report(out), HoldAt(args.hold_at, out), SlurmpreCallback()]
+    trainer = transformers.Trainer(
+        model=model, args=training, train_dataset=data(), callbacks=callbacks
+    )
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint())
+    if trainer.state.global_step >= STEPS and trainer.is_world_process_zero():
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "final.pt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""A Lightning run for the end-to-end test: a tiny module trained with DDP over gloo,
+slurmpre's lines as in examples/lightning_train.py, and what the test needs to
+watch it: a hold at one step of the first attempt until the notice is there, a
+line per attempt saying the step it started from, and the final weights.
+
+Each rank's epoch is one batch, so what a step trains on does not depend on where
+in an epoch a resume lands (Lightning restores a position inside an epoch only with
+a stateful dataloader); the optimizer (SGD with momentum) carries state, so a lost,
+repeated or state-less step changes the final weights.
+
+Run under slurmpre (the output folder is the job's) or, for the uninterrupted
+reference, under a plain ``torchrun --standalone`` with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import slurmpre
+import torch
+from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
+from train_tiny import hold_until_agreed  # the scripts' folder is sys.path[0]
+
+STEPS = 30
+
+
+class Tiny(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)
+        )
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+class HoldAt(L.Callback):
+    """At ``step`` of the first attempt, every rank waits until slurmpre's notice exists."""
+
+    def __init__(self, step: int, out: Path) -> None:
+        self.step, self.out = step, out
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step != self.step or slurmpre.restart_count() > 0:
+            return
+        hold_until_agreed(self.out, 0 if trainer.is_global_zero else 1)
+
+
+class Report(L.Callback):
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            line = {"attempt": slurmpre.restart_count(), "started_at_step": trainer.global_step}
+            with (self.out / "progress.jsonl").open("a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+def loader(world: int) -> Any:
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(4 * world, 8, generator=g)
+    ys = xs.sin().sum(-1)
+    return torch.utils.data.DataLoader(list(zip(xs, ys, strict=True)), batch_size=4, shuffle=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.environ.get("SLURMPRE_CHECKPOINT_DIR"))
+    parser.add_argument("--hold-at", type=int, default=-1)
+    args = parser.parse_args()
+    out = Path(args.out)
+    # torchrun's environment says how many processes per node and in all.
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    L.seed_everything(0, verbose=False)
+    model = Tiny()
+    trainer = L.Trainer(
+        default_root_dir=str(out), max_steps=STEPS, accelerator="cpu", devices=per_node,
+        num_nodes=world // per_node, strategy="ddp", logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+        callbacks=[Report(out), HoldAt(args.hold_at, out), SlurmpreCallback()],
+    )  # fmt: skip
+    trainer.fit(model, loader(world), ckpt_path=resume_from_checkpoint())
+    if trainer.global_step >= STEPS and trainer.is_global_zero:
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "final.pt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The Hugging Face Trainer and Lightning under slurmpre, preempted the provider's way.
+
+Both jobs run at once on the sandbox's two preemptible nodes (one CPU each), each
+with its integration's callback (tests/e2e/hf_job.py, tests/e2e/lightning_job.py),
+and each holds at its own random step of the first attempt until the notice is
+there, so the drain lands mid-training, not after it. One node is drained with a
+60 s window: each job must requeue within 15 s of its framework's own save, long
+before the window closes, resume from that save with no optimizer step lost, and
+end with the weights of an uninterrupted run, bit for bit.
+
+The uninterrupted runs train at the same time, outside Slurm: the same script under
+``torchrun --standalone`` with two processes, the same world size (the sandbox's
+nodes are this machine too, so gloo adds up the same numbers in the same order).
+
+The node is removed once both jobs have left it rather than at T+60 (``once_empty``):
+nothing of theirs is on it by then (the removal ends no job and kills no process,
+which the test checks), and it comes back as the replacement on which the two-node
+jobs restart. Waiting out the window would change nothing but the test's length.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import PreemptPlan
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.e2e.helpers import (
+    Preemption,
+    jsonl,
+    ledger,
+    logs,
+    restore_all,
+    wait_done,
+    write_spec,
+)
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
+
+HERE = Path(__file__).parent
+WINDOW = 60
+STEPS = 30  # both scripts' max_steps
+QUIET = ['OMP_NUM_THREADS = "1"', 'HF_HUB_OFFLINE = "1"', 'TOKENIZERS_PARALLELISM = "false"']
+
+
+class Job:
+    def __init__(self, kind: str, script: str, folder: Path, hold_at: int) -> None:
+        self.kind, self.folder, self.hold_at = kind, folder, hold_at
+        self.script = HERE / script
+        folder.mkdir()
+        self.ckpt = folder / "ckpt"
+        self.reference = folder / "reference"
+        self.job_id = ""
+
+    def submit(self) -> None:
+        command = [sys.executable, str(self.script), "--hold-at", str(self.hold_at)]
+        spec = write_spec(
+            self.folder,
+            self.kind,
+            command,
+            ["cpus_per_task = 1", f"preempt_window = {WINDOW}"],
+            QUIET,
+        )
+        self.job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+
+    def start_reference(self) -> subprocess.Popen[bytes]:
+        self.reference.mkdir()
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        env = {k: v for k, v in env.items() if not k.startswith(("SLURM", "SLURMPRE"))}
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        argv += ["--nproc-per-node", "2", str(self.script), "--out", str(self.reference)]
+        with (self.reference / "out.log").open("wb") as out:
+            return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def records(self, event: str) -> list[dict[str, Any]]:
+        return [r for r in ledger(self.folder) if r["event"] == event]
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    import torch
+
+    x, y = torch.load(a), torch.load(b)
+    return bool(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x))
+
+
+def test_trainer_and_lightning_requeue_after_their_own_save_and_end_identical(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers", reason="the e2e extra (transformers) is not installed")
+    pytest.importorskip("lightning", reason="the e2e extra (lightning) is not installed")
+    seed = time.time_ns()
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    jobs = [
+        Job("hf", "hf_job.py", tmp_path / "hf", rng.randint(3, STEPS - 8)),
+        Job("lightning", "lightning_job.py", tmp_path / "lightning", rng.randint(3, STEPS - 8)),
+    ]
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    references = [job.start_reference() for job in jobs]
+    try:
+        for job in jobs:
+            job.submit()
+        for job in jobs:
+            wait_for(
+                f"the {job.kind} job to hold at step {job.hold_at}",
+                (job.ckpt / "holding").exists,
+                timeout=240,
+            )
+        nodes = slurm.job(jobs[0].job_id).nodes
+        assert sorted(nodes) == sorted(slurm.job(jobs[1].job_id).nodes)
+        victim = rng.choice(nodes)
+        print(f"drain {victim}; the jobs hold at steps {[j.hold_at for j in jobs]}")
+        plan = PreemptPlan(victim, window=WINDOW, return_after=1, once_empty=True)
+        preemption = Preemption(sandbox, plan)
+        preemption.start()
+        for job in jobs:
+            wait_done(slurm, job.job_id, job.folder, timeout=300)
+        drain, removal, _ = preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+        for proc in references:
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    for job, proc in zip(jobs, references, strict=True):
+        out = (job.reference / "out.log").read_text(errors="replace")
+        assert proc.returncode == 0, f"the uninterrupted {job.kind} run failed:\n{out[-4000:]}"
+    # Both jobs had left the node when it was removed: the removal ended nothing.
+    assert "and 0 job process(es) killed" in removal.what, removal
+    assert "jobs it ended: none" in removal.what, removal
+    for job in jobs:
+        check(job, victim, drain.at)
+
+
+def check(job: Job, victim: str, drained_at: float) -> None:
+    where = f"{job.kind} job {job.job_id}:\n{logs(job.folder)[-6000:]}"
+    (notice,) = job.records("notice")
+    assert notice["node"] == victim, where
+    # The framework's own save on the notice, reported by the callback.
+    saves = [r for r in job.records("checkpoint") if r["after_notice"]]
+    assert len(saves) == 1, where
+    save = saves[0]
+    (requeued,) = job.records("requeued")
+    assert requeued["requeued_at"] - save["time"] <= 15, (save, requeued)
+    assert requeued["requeued_at"] < drained_at + WINDOW, (drained_at, requeued)
+    # The second attempt resumed from exactly that save, at its step: none lost.
+    starts = job.records("start")
+    assert [s["attempt"] for s in starts] == [0, 1], where
+    assert starts[1]["resume_from"] == save["path"], (starts[1], save)
+    assert starts[1]["step"] == save["step"] == job.hold_at, (starts[1], save)
+    progress = jsonl(job.ckpt / "progress.jsonl")
+    assert progress == [
+        {"attempt": 0, "started_at_step": 0},
+        {"attempt": 1, "started_at_step": save["step"]},
+    ], where
+    assert same_weights(job.ckpt / "final.pt", job.reference / "final.pt"), (
+        f"{job.kind}: the final weights differ from the uninterrupted run's"
+    )
+    print(
+        f"{job.kind}: held at step {job.hold_at}, saved step {save['step']} "
+        f"({Path(save['path']).name}), requeued {requeued['requeued_at'] - save['time']:.1f} s "
+        f"after the save, {requeued['requeued_at'] - drained_at:.1f} s after the drain"
+    )
