@@ -265,19 +265,19 @@ def test_time_limit_warning_checkpoints_and_requeues_before_the_walltime(
 def test_a_drain_seen_late_is_requeued_by_the_deadline_counted_from_the_drain(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    """A 40 s poll interval sees the drain up to 48 s after it happened. With no checkpoint to
+    """A 25 s poll interval sees the drain up to 30 s after it happened. With no checkpoint to
     wait for, the requeue comes at the deadline: drain + window - margin, from Slurm's own
     stamp of the drain, so before the node is removed however late the drain was seen."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
-    window, margin = 60, 10
+    window, margin = 40, 10
     job_id = submit(
         tmp_path,
         nodes="2",
         extra=["--every", "100000"],  # no checkpoint at all: only the deadline can requeue
         steps=2000,
         spec_lines=[
-            "poll_interval = 40",
+            "poll_interval = 25",
             f"preempt_window = {window}",
             f"safety_margin = {margin}",
         ],
