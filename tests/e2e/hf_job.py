@@ -10,9 +10,6 @@ reference, under a plain ``torchrun --standalone`` with ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +17,11 @@ import slurmpre
 import torch
 import transformers
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
-from train_tiny import hold_until_agreed  # the scripts' folder is sys.path[0]
+from train_tiny import (  # the scripts' folder is sys.path[0]
+    framework_job_args,
+    hold_until_agreed,
+    report_start,
+)
 
 STEPS = 30
 
@@ -43,9 +44,7 @@ class Report(transformers.TrainerCallback):  # type: ignore[misc]
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if state.is_world_process_zero:
-            line = {"attempt": slurmpre.restart_count(), "started_at_step": state.global_step}
-            with (self.out / "progress.jsonl").open("a") as f:
-                f.write(json.dumps(line) + "\n")
+            report_start(self.out, state.global_step)
 
 
 def data() -> list[dict[str, Any]]:
@@ -55,10 +54,7 @@ def data() -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=os.environ.get("SLURMPRE_CHECKPOINT_DIR"))
-    parser.add_argument("--hold-at", type=int, default=-1)
-    args = parser.parse_args()
+    args = framework_job_args()
     out = Path(args.out)
     transformers.set_seed(0)
     config = transformers.GPT2Config(

@@ -1,21 +1,15 @@
-"""A Lightning run for the end-to-end test: a tiny module trained with DDP over gloo,
-slurmpre's lines as in examples/lightning_train.py, and what the test needs to
-watch it: a hold at one step of the first attempt until the notice is there, a
-line per attempt saying the step it started from, and the final weights.
+"""hf_job.py's twin for Lightning: a tiny module trained with DDP over gloo, with
+slurmpre's lines as in examples/lightning_train.py and the same hold, report and
+final weights, run the same two ways.
 
 Each rank's epoch is one batch, so what a step trains on does not depend on where
 in an epoch a resume lands (Lightning restores a position inside an epoch only with
 a stateful dataloader); the optimizer (SGD with momentum) carries state, so a lost,
 repeated or state-less step changes the final weights.
-
-Run under slurmpre (the output folder is the job's) or, for the uninterrupted
-reference, under a plain ``torchrun --standalone`` with ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,7 +18,11 @@ import lightning.pytorch as L
 import slurmpre
 import torch
 from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
-from train_tiny import hold_until_agreed  # the scripts' folder is sys.path[0]
+from train_tiny import (  # the scripts' folder is sys.path[0]
+    framework_job_args,
+    hold_until_agreed,
+    report_start,
+)
 
 STEPS = 30
 
@@ -62,9 +60,7 @@ class Report(L.Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if trainer.is_global_zero:
-            line = {"attempt": slurmpre.restart_count(), "started_at_step": trainer.global_step}
-            with (self.out / "progress.jsonl").open("a") as f:
-                f.write(json.dumps(line) + "\n")
+            report_start(self.out, trainer.global_step)
 
 
 def loader(world: int) -> Any:
@@ -75,10 +71,7 @@ def loader(world: int) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=os.environ.get("SLURMPRE_CHECKPOINT_DIR"))
-    parser.add_argument("--hold-at", type=int, default=-1)
-    args = parser.parse_args()
+    args = framework_job_args()
     out = Path(args.out)
     # torchrun's environment says how many processes per node and in all.
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))

@@ -58,6 +58,21 @@ def hold_until_agreed(out: Path, rank: int, timeout: float = 300) -> None:
             raise SystemExit(f"the ranks did not agree on the notice within {timeout:g} s")
 
 
+def framework_job_args() -> argparse.Namespace:
+    """hf_job.py's and lightning_job.py's options: where to write, and the step to hold at."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.environ.get("SLURMPRE_CHECKPOINT_DIR"))
+    parser.add_argument("--hold-at", type=int, default=-1)
+    return parser.parse_args()
+
+
+def report_start(out: Path, step: int) -> None:
+    """One line per attempt, from rank 0: the step its training starts at."""
+    line = {"attempt": slurmpre.restart_count(), "started_at_step": step}
+    with (out / "progress.jsonl").open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
