@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
     import torch.distributed as dist
-    from torch.distributed.checkpoint import load as dcp_load  # type: ignore[attr-defined]
-    from torch.distributed.checkpoint import save as dcp_save  # type: ignore[attr-defined]
+    from torch.distributed.checkpoint import load as dcp_load
+    from torch.distributed.checkpoint import save as dcp_save
 
     import slurmpre
 

@@ -28,7 +28,7 @@ from slurmpre.integrations import resume_from_checkpoint
 __all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
 
 
-class SlurmpreCallback(TrainerCallback):
+class SlurmpreCallback(TrainerCallback):  # type: ignore[misc]  # the framework is not analysed (pyproject)
     """Makes the Trainer checkpoint and stop on slurmpre's notice; reports each save."""
 
     def __init__(self) -> None:

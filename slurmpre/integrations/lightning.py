@@ -29,7 +29,7 @@ from slurmpre.integrations import resume_from_checkpoint
 __all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
 
 
-class SlurmpreCallback(Callback):
+class SlurmpreCallback(Callback):  # type: ignore[misc]  # the framework is not analysed (pyproject)
     """Makes the trainer checkpoint into slurmpre's folder and stop on slurmpre's notice."""
 
     def __init__(self) -> None:
