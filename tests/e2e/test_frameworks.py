@@ -49,7 +49,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 HERE = Path(__file__).parent
 WINDOW = 60
 STEPS = 30  # both scripts' max_steps
-QUIET = ['OMP_NUM_THREADS = "1"', 'HF_HUB_OFFLINE = "1"', 'TOKENIZERS_PARALLELISM = "false"']
+# One thread per process, no hub: for the jobs (the spec's [env]) and the references alike.
+QUIET = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 class Job:
@@ -68,14 +69,13 @@ class Job:
             self.kind,
             command,
             ["cpus_per_task = 1", f"preempt_window = {WINDOW}"],
-            QUIET,
+            [f'{k} = "{v}"' for k, v in QUIET.items()],
         )
         self.job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
 
     def start_reference(self) -> subprocess.Popen[bytes]:
         self.reference.mkdir()
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-        env = {k: v for k, v in env.items() if not k.startswith(("SLURM", "SLURMPRE"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | QUIET
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         argv += ["--nproc-per-node", "2", str(self.script), "--out", str(self.reference)]
         with (self.reference / "out.log").open("wb") as out:
