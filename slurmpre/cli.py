@@ -281,7 +281,7 @@ def ckpt_latest(folder: str) -> None:
     from slurmpre.job.checkpoints import latest, summarize
 
     found = latest(_folder(folder))
-    for line in summarize(found.skipped):
+    for line in summarize(found):
         click.echo(line, err=True)
     if found.checkpoint is None:
         raise CheckpointError(f"no complete checkpoint under {str(folder)!r}")

@@ -1,13 +1,17 @@
 """Checkpoints on the shared folder: find the newest *complete* one, and commit new ones atomically.
 
-The resolver reads the folder once (names and entry types, no stat per entry),
-orders candidates by the step in their names, and checks completeness only
-from the newest down until one passes, so 10,000 checkpoint folders cost one
-directory read and a few checks. It understands:
+The resolver reads the folder once (names only), orders candidates by the step in
+their names, and checks completeness only from the newest down until one passes:
+a folder newer than that costs one lookup per mark of its layout, so 10,000
+checkpoint folders cost one directory read and a few checks, and 10,000 partial
+ones in slurmpre's layout 10,000 lookups more. The name says the layout
+(docs/login.md has the table). It understands:
 
-- slurmpre's own ``step-N`` folders (complete: a valid ``.slurmpre-complete``
-  marker whose manifest matches the files),
-- torch.distributed.checkpoint folders (complete: ``.metadata`` exists, non-empty),
+- slurmpre's own ``step-NNNNNNNN`` folders (complete: a valid ``.slurmpre-complete``
+  marker whose manifest matches the files; only slurmpre's commit makes one, and a
+  folder by that name without it is partial, whatever else it holds),
+- torch.distributed.checkpoint folders by other step names (complete: ``.metadata``
+  names shard files that are there),
 - Hugging Face Trainer ``checkpoint-N`` folders (complete: ``trainer_state.json``
   parses and model weights are there),
 - DeepSpeed ``global_stepN`` folders under a ``latest`` tag file (complete: the
@@ -26,10 +30,13 @@ import re
 import shutil
 import time
 import zipfile
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import compress, count, filterfalse
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import NamedTuple
 
 from slurmpre.access import OWNER, Access, make_dir, make_dirs, set_mode
@@ -40,26 +47,53 @@ MARKER = ".slurmpre-complete"
 DCP_METADATA = ".metadata"
 HF_STATE = "trainer_state.json"
 DEEPSPEED_TAG = "latest"
+# Accelerate's save_state writes each process's random states last.
+ACCELERATE_RNG = "random_states_0.pkl"
 # The names a checkpoint can have, one grammar per layout; anything else is not one.
-# One alternation, so 10,000 junk names cost one regex call each.
+# The capturing group that matched names the layout, and so the marks of completeness
+# to look for inside (_MARKS): one lookup per partial folder in slurmpre's own layout.
 _DIR_NAME = re.compile(
-    r"(?:.*[-_. ])?step[-_=]?(\d{1,18})"  # slurmpre step-N, DCP step_N, ...
-    r"|checkpoint[-_](\d{1,18})"  # Hugging Face checkpoint-N, Accelerate checkpoint_N
-    r"|global_step(\d{1,18})"  # DeepSpeed
+    r"step-(\d{8}|[1-9]\d{8,17})"  # 1: slurmpre's own name (step_dir_name), its commits only
+    r"|global_step(\d{1,18})"  # 2: DeepSpeed
+    r"|checkpoint[-_](\d{1,18})"  # 3: Hugging Face checkpoint-N, Accelerate checkpoint_N
+    r"|(?:.*?[-_. ])??step[-_=]?(\d{1,18})"  # 4: other step names: DCP's step_N, run-step-N
 )
+SLURMPRE_NAME, DEEPSPEED_NAME, CHECKPOINT_NAME, STEP_NAME = 1, 2, 3, 4
 _CKPT_STEPPED = re.compile(r"(?:.*[-_])?step=(\d{1,18})(?:-v\d+)?\.ckpt")  # epoch=1-step=200.ckpt
 _CKPT_UNSTEPPED = re.compile(r"(?:last|epoch=\d{1,18})(?:-v\d+)?\.ckpt")  # last.ckpt, epoch=3.ckpt
-# Any name of any layout, in one call: a junk name costs one regex call, no more.
+# Any name of any layout, in one call; never a hidden one (in-flight commits and the like).
 _ANY_NAME = re.compile(
-    "|".join(f"(?:{p.pattern})" for p in (_DIR_NAME, _CKPT_STEPPED, _CKPT_UNSTEPPED))
-    + f"|{DEEPSPEED_TAG}"
+    "(?!\\.)(?:"
+    + "|".join(f"(?:{p.pattern})" for p in (_DIR_NAME, _CKPT_STEPPED, _CKPT_UNSTEPPED))
+    + ")"
 )
+# Every grammar holds one of these: a name without costs one C-level search and no more.
+_MAYBE = re.compile(r"step|checkpoint|\.ckpt$").search
 # In a match of _ANY_NAME, groups 1.._DIR_GROUPS are a folder's step, the next a file's.
 _DIR_GROUPS = _DIR_NAME.groups
 if (
     _ANY_NAME.groups != _DIR_GROUPS + _CKPT_STEPPED.groups + _CKPT_UNSTEPPED.groups
 ):  # pragma: no cover
     raise ImportError("checkpoint name grammar: a pattern gained a capturing group")
+# What proves a folder of each layout complete, looked for in this order; the first
+# found says how the folder is checked. MARKER counts only in slurmpre's own name,
+# where its commit (a rename into place) puts it: a folder by another name never
+# had one, and one by slurmpre's name is complete only through slurmpre's commit.
+_MARKS: dict[int | None, tuple[str, ...]] = {
+    SLURMPRE_NAME: (MARKER,),
+    STEP_NAME: (DCP_METADATA,),
+    CHECKPOINT_NAME: (HF_STATE, ACCELERATE_RNG, DCP_METADATA),
+    DEEPSPEED_NAME: (),  # judged against the `latest` tag beside it, when there is one
+}
+_NO_MARK = {
+    group: f"partial: no completion mark ({', '.join(marks) or DEEPSPEED_TAG + ' tag beside it'})"
+    for group, marks in _MARKS.items()
+}
+_RESERVED = (
+    f"partial: no {MARKER}; it holds a torch.distributed.checkpoint save, but step-NNNNNNNN "
+    "is slurmpre's own name, complete only through its commit: save through "
+    "slurmpre.checkpoint(), or name the folder step_N"
+)
 _HF_WEIGHTS = re.compile(
     r"^(model|pytorch_model|adapter_model|tf_model|flax_model)[^/]*\.(safetensors|bin|pt|h5|msgpack)$"
 )
@@ -79,8 +113,8 @@ class Format(str, Enum):
 
 
 class Checkpoint(NamedTuple):
-    """One candidate, judged. A tuple of plain values: 10,000 partial folders newer than
-    the last complete one each become one, and a frozen dataclass costs twice as much."""
+    """One candidate, judged: a tuple of plain values (``ckpt list`` makes one per entry of
+    a folder that may hold 10,000, and a frozen dataclass costs twice as much)."""
 
     where: str  # its path, as a string (a Path each costs more than the whole scan)
     step: int | None
@@ -108,10 +142,12 @@ class Checkpoint(NamedTuple):
 
 @dataclass(frozen=True)
 class Resolution:
-    """The newest complete checkpoint, and the newer ones passed over (with why)."""
+    """The newest complete checkpoint; the newest ones passed over, each judged in full
+    (as many as the logs name, SHOWN); and how many more newer ones were passed over."""
 
     checkpoint: Checkpoint | None
     skipped: tuple[Checkpoint, ...] = field(default=())
+    more: int = 0
 
 
 def step_of(name: str) -> int | None:
@@ -120,23 +156,14 @@ def step_of(name: str) -> int | None:
     return None if m is None or m.lastindex is None else int(m[m.lastindex])
 
 
-def canonical(name: str, step: int | None) -> bool:
-    """slurmpre's own spelling of a step (``step-00000010``), which wins a tie."""
-    return step is not None and name == step_dir_name(step)
-
-
-# A NamedTuple's own constructor is Python code; tuple.__new__ builds the same object
-# in C. Used where 10,000 of them are made in one call.
-_new = tuple.__new__
-
-
 class _Candidate(NamedTuple):
     # A tuple of plain values, the step first (the sort key): 10,000 pathlib objects
     # (or frozen dataclasses) cost more than the scan itself.
     step: int | None
-    name: str
+    name: str  # relative to the checkpoint folder
     path: str
-    is_dir: bool
+    group: int | None  # which grammar matched: the layout (see _MARKS)
+    is_dir: bool | None  # None: not looked at yet (the name alone made it a candidate)
 
 
 @dataclass(frozen=True)
@@ -159,15 +186,10 @@ def _inside(path: str, root: str) -> bool:
     return real == root or real.startswith(root + os.sep)
 
 
-def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
-    """One directory read: candidates by name, the DeepSpeed tag, and what was ignored.
-
-    Names are matched first: a name no layout's grammar allows costs one regex call
-    and nothing else (``keep_ignored=False`` does not even record it).
-    """
-    scan = _Scan([], None, [])
+def _open_folder(folder: Path) -> int:
+    """The checkpoint folder, opened: marks are then looked up relative to it."""
     try:
-        entries = os.scandir(folder)
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist") from None
     except NotADirectoryError:
@@ -176,69 +198,87 @@ def _scan(folder: Path, *, keep_ignored: bool = True) -> _Scan:
         raise CheckpointError(f"checkpoint folder {str(folder)!r} cannot be read") from None
     except OSError as exc:
         raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
+
+
+def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Candidate], str | None]:
+    """One directory read: its names; slurmpre's own ``step-NNNNNNNN`` names below step
+    10^8, in step order (their string order); every other candidate by name alone; and
+    the DeepSpeed tag. Nothing is looked at, and a name no grammar allows costs one
+    C-level search: 10,000 junk names cost about what os.listdir does."""
+    try:
+        names = os.listdir(at)
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
+    maybe = list(filter(_MAYBE, names))
+    own = sorted(filter(_OWN, maybe))
+    # The rest, by the full grammar (none at all in a folder only slurmpre writes to).
+    rest = filterfalse(set(own).__contains__, maybe) if len(own) < len(maybe) else ()
+    prefix = f"{folder}{os.sep}"
+    others: list[_Candidate] = []
+    for m in filter(None, map(_ANY_NAME.fullmatch, rest)):
+        group, name = m.lastindex, m.string
+        step = None if group is None else int(m[group])
+        others.append(_Candidate(step, name, prefix + name, group, None))
+    tag = None
+    if DEEPSPEED_TAG in names:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            tag = (folder / DEEPSPEED_TAG).read_text().strip() or None
+    if LIGHTNING_LOGS in names:
+        others += _lightning(folder / LIGHTNING_LOGS, os.path.realpath(folder))
+    return names, own, others, tag
+
+
+def _own(folder: Path, name: str) -> _Candidate:
+    """One of _read's own names as a candidate."""
+    return _Candidate(int(name[5:]), name, f"{folder}{os.sep}{name}", SLURMPRE_NAME, None)
+
+
+def _fit(c: _Candidate, root: str) -> _Candidate | str:
+    """The candidate with its kind of entry, if that is what its name says (a folder, or
+    a Lightning file or ``.ckpt`` folder) and it stays inside ``root``; else why not."""
+    if c.is_dir is not None:
+        return c
+    try:
+        st = os.stat(c.path)  # noqa: PTH116 - through a symlink; a str path
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT):
+            return "a broken symlink, or a symlink loop"
+        return f"cannot be read: {exc.strerror}"
+    is_dir = S_ISDIR(st.st_mode)
+    if c.group is not None and c.group <= _DIR_GROUPS:
+        fits = is_dir
+    else:
+        fits = S_ISREG(st.st_mode) or (is_dir and c.name[-5:] == ".ckpt")
+    if not fits:
+        return "not a checkpoint name"
+    if os.path.islink(c.path) and not _inside(c.path, root):  # noqa: PTH114
+        return "a symlink to outside the checkpoint folder"
+    return c._replace(is_dir=is_dir)
+
+
+def _scan(folder: Path) -> _Scan:
+    """Every candidate looked at (its kind, where it leads), and what was ignored and why."""
+    at = _open_folder(folder)
+    try:
+        names, own, others, tag = _read(folder, at)
+    finally:
+        os.close(at)
+    named = [_own(folder, name) for name in own] + others
     root = os.path.realpath(folder)
-    any_name = _ANY_NAME.fullmatch
-    ignored = scan.ignored.append if keep_ignored else (lambda _: None)
-    add = scan.candidates.append
-    with entries:
-        for entry in entries:
-            name = entry.name
-            if name[0] == ".":
-                continue  # our own in-flight commits, and other hidden files
-            if name == LIGHTNING_LOGS:
-                _scan_lightning(Path(entry.path), root, scan)
-                continue
-            # Every grammar needs one of these: a cheaper test than the regex for junk.
-            m = (
-                any_name(name)
-                if "step" in name
-                or "checkpoint" in name
-                or name[-5:] == ".ckpt"
-                or name == DEEPSPEED_TAG
-                else None
-            )
-            if m is None:
-                if keep_ignored:  # not even a record each for 10,000 junk names
-                    ignored(Ignored(name, "not a checkpoint name"))
-                continue
-            # Which layout's grammar matched: groups 1-3 name folders, 4 a stepped
-            # Lightning file; no group, an unstepped Lightning file or the DeepSpeed tag.
-            group = m.lastindex
-            try:
-                linked = entry.is_symlink()  # both from the listing's d_type: no syscall
-                is_dir = entry.is_dir()
-                is_file = not is_dir and entry.is_file()
-            except OSError as exc:
-                loop = exc.errno == errno.ELOOP
-                ignored(
-                    Ignored(
-                        name,
-                        "a broken symlink, or a symlink loop" if loop else f"cannot be read: {exc}",
-                    )
-                )
-                continue
-            if linked and not (is_dir or is_file):
-                ignored(Ignored(name, "a broken symlink, or a symlink loop"))
-                continue
-            if name == DEEPSPEED_TAG:
-                if is_file:
-                    with contextlib.suppress(OSError, UnicodeDecodeError):
-                        scan.tag = Path(entry.path).read_text().strip() or None
-                else:
-                    ignored(Ignored(name, "not a checkpoint name"))
-                continue
-            if (
-                (is_dir and group is not None and group <= _DIR_GROUPS)
-                or (is_file and (group is None or group > _DIR_GROUPS))
-                or (is_dir and name[-5:] == ".ckpt")  # Lightning's DeepSpeed checkpoints
-            ):
-                if linked and not _inside(entry.path, root):
-                    ignored(Ignored(name, "a symlink to outside the checkpoint folder"))
-                    continue
-                step = None if group is None else int(m[group])
-                add(_new(_Candidate, (step, name, entry.path, is_dir)))
-            else:
-                ignored(Ignored(name, "not a checkpoint name"))
+    scan = _Scan([], tag, [])
+    for c in named:
+        fit = _fit(c, root)
+        if isinstance(fit, str):
+            scan.ignored.append(Ignored(c.name, fit))
+        else:
+            scan.candidates.append(fit)
+    seen = {c.name for c in named}
+    for name in names:
+        if name in seen or name[0] == "." or name == LIGHTNING_LOGS:
+            continue  # hidden: in-flight commits and other hidden files
+        if name == DEEPSPEED_TAG and (folder / name).is_file():
+            continue
+        scan.ignored.append(Ignored(name, "not a checkpoint name"))
     return scan
 
 
@@ -246,13 +286,14 @@ _STEP = operator.itemgetter(0)
 LIGHTNING_LOGS = "lightning_logs"
 
 
-def _scan_lightning(logs: Path, root: str, scan: _Scan) -> None:
+def _lightning(logs: Path, root: str) -> list[_Candidate]:
     """Lightning's default layout: ``lightning_logs/version_N/checkpoints/*.ckpt``."""
     ckpt_name = _ANY_NAME.fullmatch
+    found: list[_Candidate] = []
     try:
         versions = [v for v in os.scandir(logs) if v.name.startswith("version_")]
     except OSError:
-        return
+        return found
     for version in versions:
         try:
             entries = list(os.scandir(Path(version.path) / "checkpoints"))
@@ -273,24 +314,26 @@ def _scan_lightning(logs: Path, root: str, scan: _Scan) -> None:
             group = m.lastindex
             step = None if group is None else int(m[group])
             rel = f"{LIGHTNING_LOGS}/{version.name}/checkpoints/{name}"
-            scan.candidates.append(_new(_Candidate, (step, rel, entry.path, is_dir)))
+            found.append(_Candidate(step, rel, entry.path, group, is_dir))
+    return found
 
 
 def _order(candidates: list[_Candidate]) -> list[_Candidate]:
-    """Newest first: by step; for one step in two spellings, slurmpre's canonical
+    """Newest first: by step; for one step in two spellings, slurmpre's own
     ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first."""
     # Sorted by the step alone (ints compare fastest); stable, and ties are put in
     # order below.
     stepped = sorted([c for c in candidates if c.step is not None], key=_STEP, reverse=True)
-    # Ties are rare: fix their order afterwards rather than format a name per candidate.
-    i = 0
+    # Ties are rare: fix their order afterwards rather than build a key per candidate.
+    steps = list(map(_STEP, stepped))
+    i = 0 if len(set(steps)) < len(steps) else len(steps)
     while i < len(stepped):
         j = i + 1
         while j < len(stepped) and stepped[j].step == stepped[i].step:
             j += 1
         if j - i > 1:
             stepped[i:j] = sorted(
-                stepped[i:j], key=lambda c: (canonical(c.name, c.step), c.name), reverse=True
+                stepped[i:j], key=lambda c: (c.group == SLURMPRE_NAME, c.name), reverse=True
             )
         i = j
     unstepped = [c for c in candidates if c.step is None]
@@ -368,8 +411,6 @@ def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
     return _with_weights(path, names, f"next to {HF_STATE}", f"{HF_STATE} and {{}} written")
 
 
-# Accelerate's save_state writes each process's random states last.
-ACCELERATE_RNG = "random_states_0.pkl"
 _ACCELERATE_RNG = re.compile(r"random_states_(\d+)\.pkl")
 # Under FSDP with sharded state dicts, the Trainer and Accelerate write the weights as a
 # torch.distributed.checkpoint folder per model: pytorch_model_fsdp_0/.
@@ -494,33 +535,35 @@ def _with_weights(path: Path, names: set[str], where: str, complete: str) -> tup
     return ok, (complete.format(why) if ok else why)
 
 
-_NO_MARK = "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)"
+def _marked(path: Path, mark: str) -> tuple[Format, bool, str]:
+    """A folder checked by the rule of the first mark found in it."""
+    if mark == MARKER:
+        return (Format.SLURMPRE, *_check_marker(path))
+    if mark == DCP_METADATA:
+        return (Format.DCP, *_check_dcp(path))
+    names = set(os.listdir(path))  # noqa: PTH208
+    if mark == HF_STATE:  # only the Trainer writes it, into its checkpoint-N
+        return (Format.HF, *_check_hf(path, names))
+    return (Format.ACCELERATE, *_check_accelerate(path, names))  # save_state: checkpoint_N
 
 
 def _check_dir(
-    path: str, name: str, ds_tag_step: int | None, ds_tag: str | None
+    path: str, name: str, group: int | None, ds_tag: str | None, ds_tag_step: int | None
 ) -> tuple[Format, bool, str]:
-    # The marks looked for here are the ones `latest` checks inline on its hot path (a
-    # folder with none is passed over there without coming here): keep the two in step.
+    """A folder's verdict by its layout (the grammar group its name matched)."""
+    # `latest` looks for the same marks inline on its hot path, from the same table, and
+    # sends here only the folders in which it found one.
     inside = path + os.sep
-    if os.access(inside + MARKER, os.F_OK):
-        return (Format.SLURMPRE, *_check_marker(Path(path)))
-    if os.access(inside + DCP_METADATA, os.F_OK):
-        return (Format.DCP, *_check_dcp(Path(path)))
-    # Only the Trainer writes trainer_state.json, and always into its `checkpoint-N`;
-    # Accelerate's save_state writes `checkpoint_N` with its random states last.
-    if name.startswith("checkpoint"):
-        if os.access(inside + HF_STATE, os.F_OK):
-            return (Format.HF, *_check_hf(Path(path), set(os.listdir(path))))  # noqa: PTH208
-        if os.access(inside + ACCELERATE_RNG, os.F_OK):
-            names = set(os.listdir(path))  # noqa: PTH208
-            return (Format.ACCELERATE, *_check_accelerate(Path(path), names))
+    for mark in _MARKS.get(group, ()):
+        if os.access(inside + mark, os.F_OK):
+            return _marked(Path(path), mark)
     # Lightning's DeepSpeed strategy saves a `.ckpt` folder: DeepSpeed's tag inside.
-    if name.endswith(".ckpt"):
+    if name[-5:] == ".ckpt":
         ds = _check_ds_tag(Path(path))
         if ds is not None:
             return (Format.LIGHTNING, *ds)
-    if ds_tag is not None and name.startswith("global_step"):
+        return Format.LIGHTNING, False, f"partial: no '{DEEPSPEED_TAG}' tag inside"
+    if group == DEEPSPEED_NAME and ds_tag is not None:
         step = step_of(name)
         if name == ds_tag or (step is not None and ds_tag_step is not None and step < ds_tag_step):
             ok, why = _check_ds_folder(Path(path))
@@ -528,27 +571,25 @@ def _check_dir(
                 why = f"{why}, at or before the '{DEEPSPEED_TAG}' tag {ds_tag}"
             return Format.DEEPSPEED, ok, why
         return Format.DEEPSPEED, False, f"newer than the '{DEEPSPEED_TAG}' tag {ds_tag}: unfinished"
-    return _UNMARKED
-
-
-_UNMARKED = (Format.UNKNOWN, False, _NO_MARK)
+    if group == SLURMPRE_NAME and os.access(inside + DCP_METADATA, os.F_OK):
+        return Format.DCP, False, _RESERVED
+    return Format.UNKNOWN, False, _NO_MARK.get(group, "partial: no completion mark")
 
 
 def _judge(c: _Candidate, ds_tag: str | None, ds_step: int | None) -> Checkpoint:
+    """A candidate whose kind is known (see _fit), judged."""
     if not c.is_dir:
         ok, why = _zip_complete(Path(c.path))
         return Checkpoint(c.path, c.step, Format.LIGHTNING, ok, why)
     try:
-        fmt, ok, why = _check_dir(c.path, c.name, ds_step, ds_tag)
+        fmt, ok, why = _check_dir(c.path, c.name, c.group, ds_tag, ds_step)
     except OSError as exc:
         fmt, ok, why = Format.UNKNOWN, False, f"cannot be read: {exc.strerror}"
     return Checkpoint(c.path, c.step, fmt, ok, why)
 
 
-def _deepspeed_target_missing(
-    folder: Path, tag: str | None, candidates: list[_Candidate]
-) -> Checkpoint | None:
-    if tag is None or any(c.name == tag for c in candidates):
+def _deepspeed_target_missing(folder: Path, tag: str | None, names: list[str]) -> Checkpoint | None:
+    if tag is None or tag in names:
         return None
     return Checkpoint(
         str(Path(folder) / tag),
@@ -559,54 +600,128 @@ def _deepspeed_target_missing(
     )
 
 
+# How many passed-over checkpoints the logs name one by one (summarize); the rest are counted.
+SHOWN = 3
+# Each layout's marks as lookups relative to the folder, for `latest`'s hot path.
+_LOOKUPS = {group: tuple(os.sep + m for m in marks) for group, marks in _MARKS.items()}
+# With a `latest` tag, DeepSpeed folders are judged against it instead.
+_LOOKUPS_TAGGED = {g: v for g, v in _LOOKUPS.items() if g != DEEPSPEED_NAME}
+_OWN_MARK = os.sep + MARKER
+# slurmpre's own names below step 10^8: eight digits, so their string order is their steps'.
+_OWN = re.compile(r"step-\d{8}").fullmatch
+_OWN_LIMIT = 10**8
+
+
 def latest(folder: Path | str) -> Resolution:
     """The newest complete checkpoint under ``folder`` (None if there is none)."""
     folder = Path(folder)
-    scan = _scan(folder, keep_ignored=False)
-    skipped: list[Checkpoint] = []
-    missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
-    if missing is not None:
-        skipped.append(missing)
-    tag = scan.tag
-    ds_step = step_of(tag) if tag else None
-    unknown, no_mark = _UNMARKED[0], _UNMARKED[2]
-    access, exists = os.access, os.F_OK
-    mark, meta, hf = os.sep + MARKER, os.sep + DCP_METADATA, os.sep + HF_STATE
-    rng = os.sep + ACCELERATE_RNG
-    # Marks are looked up relative to the folder: a shorter path walk per call.
+    at = _open_folder(folder)
     try:
-        at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
-    try:
-        for cand in _order(scan.candidates):
-            # The hot path: 10,000 partial folders newer than the last complete one.
-            # A folder with no mark of any layout costs its two or three access(2) calls
-            # (they answer without raising); the marks are `_check_dir`'s, in the same order.
-            name = cand.name
-            if (
-                cand.is_dir
-                and not access(name + mark, exists, dir_fd=at)
-                and not access(name + meta, exists, dir_fd=at)
-                and not (
-                    name.startswith("checkpoint")
-                    and (
-                        access(name + hf, exists, dir_fd=at)
-                        or access(name + rng, exists, dir_fd=at)
-                    )
-                )
-                and not (tag is not None and name.startswith("global_step"))
-                and name[-5:] != ".ckpt"
-            ):
-                skipped.append(_new(Checkpoint, (cand.path, cand.step, unknown, False, no_mark)))
-                continue
-            judged = _judge(cand, tag, ds_step)
-            if judged.complete:
-                return Resolution(judged, tuple(skipped))
-            skipped.append(judged)
+        names, own, others, tag = _read(folder, at)
+        resolve = _Resolve(folder, at, tag)
+        missing = _deepspeed_target_missing(folder, tag, names)
+        if missing is not None:
+            resolve.shown.append(missing)
+        found = resolve.run(own, _order(others))
     finally:
         os.close(at)
-    return Resolution(None, tuple(skipped))
+    return Resolution(found, tuple(resolve.shown), resolve.more)
+
+
+class _Resolve:
+    """One resolution: candidates newest first, until one is complete.
+
+    The hot path is 10,000 partial folders newer than the last complete one. Each
+    costs one lookup per mark of its layout, and no more when none is there; in
+    slurmpre's own layout that is one lookup, made in C over the whole run of them.
+    The first SHOWN passed over are judged in full, for the log; the rest are counted.
+    """
+
+    def __init__(self, folder: Path, at: int, tag: str | None) -> None:
+        self.folder, self.at, self.tag = folder, at, tag
+        self.root = os.path.realpath(folder)
+        self.ds_step = step_of(tag) if tag else None
+        self.lookups = _LOOKUPS if tag is None else _LOOKUPS_TAGGED
+        self.shown: list[Checkpoint] = []
+        self.more = 0
+
+    def run(self, own: list[str], others: list[_Candidate]) -> Checkpoint | None:
+        """``own`` (oldest first) and ``others`` (newest first), merged by step; for one
+        step in two spellings slurmpre's own comes first."""
+        top = len(own)  # own[:top] is not looked at yet
+        for c in others:
+            if c.step is None:
+                cut = 0
+            elif c.step >= _OWN_LIMIT:
+                cut = top
+            else:
+                cut = bisect_left(own, step_dir_name(c.step), 0, top)
+            if cut < top:
+                found = self.own(own, cut, top)
+                if found is not None:
+                    return found
+                top = cut
+            found = self.one(c)
+            if found is not None:
+                return found
+        return self.own(own, 0, top) if top else None
+
+    def own(self, own: list[str], lo: int, hi: int) -> Checkpoint | None:
+        """own[lo:hi], newest first: one marker lookup each, in a generator that compress
+        drains in C, and only a folder that has the marker is looked at further."""
+        names = own[lo:hi][::-1]
+        access, exists, at = os.access, os.F_OK, self.at
+        hits = (access(name + _OWN_MARK, exists, dir_fd=at) for name in names)
+        done = 0
+        for i in compress(count(), hits):
+            self.missed(names, done, i)
+            found = self.judged(_own(self.folder, names[i]))
+            if found is not None:
+                return found
+            done = i + 1
+        self.missed(names, done, len(names))
+        return None
+
+    def missed(self, names: list[str], lo: int, hi: int) -> None:
+        while lo < hi and len(self.shown) < SHOWN:
+            self.passed(_own(self.folder, names[lo]))
+            lo += 1
+        self.more += hi - lo
+
+    def one(self, c: _Candidate) -> Checkpoint | None:
+        marks = self.lookups.get(c.group)
+        if marks is not None:
+            for mark in marks:
+                if os.access(c.name + mark, os.F_OK, dir_fd=self.at):
+                    break
+            else:
+                self.passed(c)
+                return None
+        return self.judged(c)
+
+    def passed(self, c: _Candidate) -> None:
+        """A candidate without its layout's mark: judged in full while the log names them
+        (an entry that is no checkpoint, a file by a folder's name, drops out), then counted."""
+        if len(self.shown) >= SHOWN:
+            self.more += 1
+            return
+        fit = _fit(c, self.root)
+        if not isinstance(fit, str):
+            self.shown.append(_judge(fit, self.tag, self.ds_step))
+
+    def judged(self, c: _Candidate) -> Checkpoint | None:
+        """A candidate with a mark, or with none to look for: complete, or passed over."""
+        fit = _fit(c, self.root)
+        if isinstance(fit, str):
+            return None  # not a checkpoint after all, as `ckpt list --all` says
+        judged = _judge(fit, self.tag, self.ds_step)
+        if judged.complete:
+            return judged
+        if len(self.shown) < SHOWN:
+            self.shown.append(judged)
+        else:
+            self.more += 1
+        return None
 
 
 def findable(folder: Path | str, path: Path | str) -> bool:
@@ -632,11 +747,18 @@ def judge(path: Path | str) -> Checkpoint:
         raise CheckpointError(f"{str(path)!r} does not exist")
     if not (path.is_dir() or path.is_file()):
         raise CheckpointError(f"{str(path)!r} is neither a folder nor a file")
+    m = _ANY_NAME.fullmatch(path.name)
+    if m is None:
+        return Checkpoint(str(path), None, Format.UNKNOWN, False, "not a checkpoint name")
     tag = None
     with contextlib.suppress(OSError, UnicodeDecodeError):
         tag = (path.parent / DEEPSPEED_TAG).read_text().strip() or None
-    cand = _Candidate(step_of(path.name), path.name, str(path), path.is_dir())
-    return _judge(cand, tag, step_of(tag) if tag else None)
+    group = m.lastindex
+    step = None if group is None else int(m[group])
+    fit = _fit(_Candidate(step, path.name, str(path), group, None), os.path.realpath(path.parent))
+    if isinstance(fit, str):
+        return Checkpoint(str(path), step, Format.UNKNOWN, False, fit)
+    return _judge(fit, tag, step_of(tag) if tag else None)
 
 
 def list_all(folder: Path | str) -> list[Checkpoint]:
@@ -645,7 +767,8 @@ def list_all(folder: Path | str) -> list[Checkpoint]:
     scan = _scan(folder)
     ds_step = step_of(scan.tag) if scan.tag else None
     out = [_judge(c, scan.tag, ds_step) for c in _order(scan.candidates)]
-    missing = _deepspeed_target_missing(folder, scan.tag, scan.candidates)
+    names = [c.name for c in scan.candidates] + [i.name for i in scan.ignored]
+    missing = _deepspeed_target_missing(folder, scan.tag, names)
     return ([missing] if missing else []) + out
 
 
@@ -654,11 +777,11 @@ def ignored(folder: Path | str) -> list[Ignored]:
     return sorted(_scan(Path(folder)).ignored, key=lambda i: i.name)
 
 
-def summarize(skipped: tuple[Checkpoint, ...], shown: int = 3) -> list[str]:
-    """'passing over' lines for the first few; one summary line for the rest."""
-    lines = [f"passing over {s.name}: {s.reason}" for s in skipped[:shown]]
-    if len(skipped) > shown:
-        lines.append(f"... and {len(skipped) - shown} more newer ones that are not complete")
+def summarize(found: Resolution) -> list[str]:
+    """'passing over' lines for the ones judged in full; one summary line for the rest."""
+    lines = [f"passing over {s.name}: {s.reason}" for s in found.skipped]
+    if found.more:
+        lines.append(f"... and {found.more} more newer ones that are not complete")
     return lines
 
 

@@ -97,7 +97,7 @@ def agree(
         names = ", ".join(cleaned.removed)
         say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
     found = checkpoints.latest(folder)
-    for line in checkpoints.summarize(found.skipped):
+    for line in checkpoints.summarize(found):
         say(line)
     ckpt = found.checkpoint
     previous = ledger.previous_start(job.tag, job.restart_count, job.in_place)

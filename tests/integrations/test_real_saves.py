@@ -216,20 +216,27 @@ def test_dcp_saves_and_a_missing_shard_or_metadata(tmp_path: Path) -> None:
 
     for step in (10, 20):
         state = {"w": torch.full((256,), float(step)), "b": torch.zeros(3)}
-        dcp.save(state, checkpoint_id=str(tmp_path / f"step-{step:08d}"))
-    assert chosen(tmp_path) == "step-00000020"
+        dcp.save(state, checkpoint_id=str(tmp_path / f"step_{step}"))
+    assert chosen(tmp_path) == "step_20"
     assert latest(tmp_path).checkpoint.format is Format.DCP  # type: ignore[union-attr]
-    shard = next(p.name for p in (tmp_path / "step-00000020").glob("*.distcp"))
+    shard = next(p.name for p in (tmp_path / "step_20").glob("*.distcp"))
     cuts_fall_back(
         tmp_path,
-        "step-00000020",
-        "step-00000010",
+        "step_20",
+        "step_10",
         {
             ".metadata not written yet": lambda p: (p / ".metadata").unlink(),
             "a shard gone": lambda p: (p / shard).unlink(),
             ".metadata half written": lambda p: truncate(p / ".metadata", 0.5),
         },
     )
+    # slurmpre's own name counts only through slurmpre's commit: a bare DCP save there is
+    # passed over, with a reason that says what to do.
+    before = chosen(tmp_path)
+    dcp.save({"w": torch.zeros(256)}, checkpoint_id=str(tmp_path / "step-00000030"))
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path.name == before
+    assert "save through slurmpre.checkpoint()" in found.skipped[0].reason
 
 
 FSDP_SAVE = r"""

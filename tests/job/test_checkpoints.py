@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import threading
 import zipfile
 from pathlib import Path
@@ -109,7 +111,7 @@ def test_dcp_folders(tmp_path: Path) -> None:
     assert (found.checkpoint.step, found.checkpoint.format) == (100, Format.DCP)
     assert [s.reason for s in found.skipped] == [
         "corrupt: .metadata is empty",
-        "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)",
+        "partial: no completion mark (.metadata)",
     ]
 
 
@@ -321,8 +323,8 @@ def test_entries_that_lead_outside_the_folder_are_never_chosen(tmp_path: Path) -
     assert reasons["global_step50"] == "a symlink to outside the checkpoint folder"
     assert reasons["step-6"] == "a broken symlink, or a symlink loop"
     # A symlink that stays inside is followed.
-    (inside / "step-7").symlink_to(good)
-    assert latest(inside).checkpoint.path.name == "step-7"  # type: ignore[union-attr]
+    (inside / "step-00000007").symlink_to(good)
+    assert latest(inside).checkpoint.path.name == "step-00000007"  # type: ignore[union-attr]
 
 
 def test_hf_weights_are_looked_into(tmp_path: Path) -> None:
@@ -472,7 +474,7 @@ def test_accelerate_save_state_folders(tmp_path: Path) -> None:
     assert found.checkpoint.reason == "save_state of 2 process(es): weights"
     assert [s.reason for s in found.skipped] == [
         "partial: random_states_0.pkl is empty",
-        "partial: no completion mark (.slurmpre-complete, .metadata, trainer_state.json)",
+        "partial: no completion mark (trainer_state.json, random_states_0.pkl, .metadata)",
     ]
 
 
@@ -498,3 +500,89 @@ def test_lightnings_own_folders_and_its_deepspeed_checkpoints(tmp_path: Path) ->
     )
     assert ck.findable(tmp_path, found.checkpoint.where)
     assert not ck.findable(tmp_path, tmp_path / "lightning_logs" / "elsewhere" / "x.ckpt")
+
+
+def test_slurmpres_own_name_is_complete_only_through_its_commit(tmp_path: Path) -> None:
+    good = dcp(tmp_path, "step_10")
+    dcp(tmp_path, ck.step_dir_name(20))  # a whole DCP save, but not through slurmpre.checkpoint()
+    named = dcp(tmp_path, "step-10")  # one marker too many, and in another layout's name
+    (named / ck.MARKER).write_text((slurmpre_ckpt(tmp_path / "x", 10) / ck.MARKER).read_text())
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path == good
+    assert [s.name for s in found.skipped] == ["step-00000020"]
+    assert "slurmpre's own name" in found.skipped[0].reason
+    assert "slurmpre.checkpoint()" in found.skipped[0].reason
+    verdicts = {c.name: c.complete for c in list_all(tmp_path)}
+    assert verdicts == {"step-00000020": False, "step_10": True, "step-10": True}
+    # Another layout's name is judged by that layout's mark: the DCP save in step-10 is
+    # complete (the tie with step_10 goes by name), and slurmpre's marker plays no part.
+    (named / ".metadata").unlink()
+    assert not ck.judge(named).complete
+
+
+def test_a_partial_folder_costs_one_lookup_in_slurmpres_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/resolver.py's 10,000 partial folders: the hot path looks for slurmpre's
+    marker in each, and for nothing else (a second lookup each doubles its cost)."""
+    good = slurmpre_ckpt(tmp_path, 1)
+    for step in range(2, 202):
+        (tmp_path / ck.step_dir_name(step)).mkdir()
+    (tmp_path / ck.step_dir_name(202)).write_text("a file by a folder's name")
+    lookups: list[str] = []
+    real = ck.os.access
+
+    def counted(path: str, mode: int, **kw: object) -> bool:
+        lookups.append(path)
+        return real(path, mode, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ck.os, "access", counted)
+    found = latest(tmp_path)
+    assert found.checkpoint is not None and found.checkpoint.path == good
+    # The file is no checkpoint: it drops out of what the log names, judged in full.
+    assert [s.name for s in found.skipped] == [ck.step_dir_name(s) for s in (201, 200, 199)]
+    assert found.more == 197
+    assert found.skipped[0].reason == f"partial: no completion mark ({ck.MARKER})"
+    per_folder = [p for p in lookups if p.endswith(ck.MARKER)]
+    assert len(per_folder) <= 202 + 1 + 3, len(per_folder)  # hot path; the chosen; the shown
+    assert len(lookups) - len(per_folder) <= 3 * 3, lookups
+
+
+def test_latest_agrees_with_judging_every_candidate_in_order(tmp_path: Path) -> None:
+    """latest() takes shortcuts (slurmpre's own names merged in by string order, one
+    lookup before looking closer); list_all() judges everything, in the documented
+    order. On random folders full of ties and layouts, the first complete one agrees."""
+    seed = int.from_bytes(os.urandom(4), "big")
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    for case in range(120):
+        folder = tmp_path / f"case-{case}"
+        folder.mkdir()
+        for _ in range(rng.randint(0, 12)):
+            step = rng.choice([0, 1, 2, 3, 5, 8, 10**8 + 1])
+            kind = rng.choice(["own", "own-partial", "own-dcp", "dcp", "dcp-partial", "hf",
+                               "hf-partial", "ckpt", "ckpt-partial", "last", "file"])  # fmt: skip
+            own = folder / ck.step_dir_name(step)
+            try:
+                if kind == "own":
+                    if not own.exists():
+                        slurmpre_ckpt(folder, step)
+                elif kind in ("own-partial", "own-dcp", "file") and not own.exists():
+                    if kind == "file":
+                        own.write_text("not a folder")
+                    else:
+                        dcp(folder, own.name, complete=kind == "own-dcp")
+                elif kind.startswith("dcp"):
+                    dcp(folder, rng.choice(["step_", "step-", "run-step-"]) + str(step),
+                        complete=kind == "dcp")  # fmt: skip
+                elif kind.startswith("hf"):
+                    hf(folder, step, state="{}" if kind == "hf" else None)
+                elif kind.startswith("ckpt"):
+                    lightning(folder, f"epoch=0-step={step}.ckpt", whole=kind == "ckpt")
+                elif kind == "last":
+                    lightning(folder, "last.ckpt", whole=rng.random() < 0.5)
+            except (FileExistsError, CheckpointError):
+                pass  # the same name twice: keep the first
+        first = next((c for c in list_all(folder) if c.complete), None)
+        found = latest(folder).checkpoint
+        assert (found and found.where) == (first and first.where), (seed, case)
