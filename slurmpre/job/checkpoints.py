@@ -52,20 +52,24 @@ ACCELERATE_RNG = "random_states_0.pkl"
 # The names a checkpoint can have, one grammar per layout; anything else is not one.
 # The capturing group that matched names the layout, and so the marks of completeness
 # to look for inside (_MARKS): one lookup per partial folder in slurmpre's own layout.
+# Digits are ASCII digits (re.ASCII): the 8-digit names sort by step as strings.
 _DIR_NAME = re.compile(
     r"step-(\d{8}|[1-9]\d{8,17})"  # 1: slurmpre's own name (step_dir_name), its commits only
     r"|global_step(\d{1,18})"  # 2: DeepSpeed
     r"|checkpoint[-_](\d{1,18})"  # 3: Hugging Face checkpoint-N, Accelerate checkpoint_N
-    r"|(?:.*?[-_. ])??step[-_=]?(\d{1,18})"  # 4: other step names: DCP's step_N, run-step-N
+    r"|(?:.*?[-_. ])??step[-_=]?(\d{1,18})",  # 4: other step names: DCP's step_N, run-step-N
+    re.ASCII,
 )
 SLURMPRE_NAME, DEEPSPEED_NAME, CHECKPOINT_NAME, STEP_NAME = 1, 2, 3, 4
-_CKPT_STEPPED = re.compile(r"(?:.*[-_])?step=(\d{1,18})(?:-v\d+)?\.ckpt")  # epoch=1-step=200.ckpt
-_CKPT_UNSTEPPED = re.compile(r"(?:last|epoch=\d{1,18})(?:-v\d+)?\.ckpt")  # last.ckpt, epoch=3.ckpt
+# Lightning: epoch=1-step=200.ckpt; and without a step, last.ckpt and epoch=3.ckpt.
+_CKPT_STEPPED = re.compile(r"(?:.*[-_])?step=(\d{1,18})(?:-v\d+)?\.ckpt", re.ASCII)
+_CKPT_UNSTEPPED = re.compile(r"(?:last|epoch=\d{1,18})(?:-v\d+)?\.ckpt", re.ASCII)
 # Any name of any layout, in one call; never a hidden one (in-flight commits and the like).
 _ANY_NAME = re.compile(
     "(?!\\.)(?:"
     + "|".join(f"(?:{p.pattern})" for p in (_DIR_NAME, _CKPT_STEPPED, _CKPT_UNSTEPPED))
-    + ")"
+    + ")",
+    re.ASCII,
 )
 # Every grammar holds one of these: a name without costs one C-level search and no more.
 _MAYBE = re.compile(r"step|checkpoint|\.ckpt$").search
@@ -608,7 +612,7 @@ _LOOKUPS = {group: tuple(os.sep + m for m in marks) for group, marks in _MARKS.i
 _LOOKUPS_TAGGED = {g: v for g, v in _LOOKUPS.items() if g != DEEPSPEED_NAME}
 _OWN_MARK = os.sep + MARKER
 # slurmpre's own names below step 10^8: eight digits, so their string order is their steps'.
-_OWN = re.compile(r"step-\d{8}").fullmatch
+_OWN = re.compile(r"step-\d{8}", re.ASCII).fullmatch
 _OWN_LIMIT = 10**8
 
 

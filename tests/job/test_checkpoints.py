@@ -286,7 +286,9 @@ def test_ckpt_latest_without_any_is_exit_1(tmp_path: Path) -> None:
 
 
 def test_names_outside_every_layouts_grammar_are_ignored_silently(tmp_path: Path) -> None:
-    for name in ("junk-5", "model-v2", "step-1e9", "step--1", "step-10.5", "run_7", "logs"):
+    # The last: eight Arabic-Indic digits, which a Unicode \d would take for step 99.
+    for name in ("junk-5", "model-v2", "step-1e9", "step--1", "step-10.5", "run_7", "logs",
+                 "step-\u0660\u0660\u0660\u0660\u0660\u0660\u0669\u0669"):  # fmt: skip
         dcp(tmp_path, name)
     good = dcp(tmp_path, "step_3")
     found = latest(tmp_path)
@@ -294,7 +296,7 @@ def test_names_outside_every_layouts_grammar_are_ignored_silently(tmp_path: Path
     assert found.skipped == ()
     assert [c.path.name for c in list_all(tmp_path)] == ["step_3"]
     ignored = {i.name: i.reason for i in ck.ignored(tmp_path)}
-    assert ignored["step-1e9"] == "not a checkpoint name" and len(ignored) == 7
+    assert ignored["step-1e9"] == "not a checkpoint name" and len(ignored) == 8
     proc = slurmpre_cli("ckpt", "list", str(tmp_path), "--all", check=True)
     assert "ignored" in proc.stdout and "step-10.5  (not a checkpoint name)" in proc.stdout
 
@@ -312,6 +314,7 @@ def test_entries_that_lead_outside_the_folder_are_never_chosen(tmp_path: Path) -
     good = slurmpre_ckpt(inside, 5)
     far = slurmpre_ckpt(outside, 99)
     (inside / "step-99").symlink_to(far)
+    (inside / "step-00000098").symlink_to(far)  # slurmpre's own name: its marker is there
     (inside / "global_step50").symlink_to(far)
     (inside / "loop-a").symlink_to(inside / "loop-b")
     (inside / "loop-b").symlink_to(inside / "loop-a")
@@ -320,6 +323,7 @@ def test_entries_that_lead_outside_the_folder_are_never_chosen(tmp_path: Path) -
     assert found.checkpoint is not None and found.checkpoint.path == good
     reasons = {i.name: i.reason for i in ck.ignored(inside)}
     assert reasons["step-99"] == "a symlink to outside the checkpoint folder"
+    assert reasons["step-00000098"] == "a symlink to outside the checkpoint folder"
     assert reasons["global_step50"] == "a symlink to outside the checkpoint folder"
     assert reasons["step-6"] == "a broken symlink, or a symlink loop"
     # A symlink that stays inside is followed.
