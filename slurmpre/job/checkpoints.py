@@ -31,13 +31,14 @@ import shutil
 import time
 import zipfile
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from itertools import compress, count, filterfalse
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from slurmpre.access import OWNER, Access, make_dir, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
@@ -160,13 +161,19 @@ def step_of(name: str) -> int | None:
     return None if m is None or m.lastindex is None else int(m[m.lastindex])
 
 
+# A candidate by its name alone: (step, name relative to the folder, grammar group).
+# A plain tuple: a folder can hold 10,000, and a path or a NamedTuple each would cost
+# more than reading their names.
+_Named = tuple[int | None, str, int | None]
+
+
 class _Candidate(NamedTuple):
-    # A tuple of plain values, the step first (the sort key): 10,000 pathlib objects
-    # (or frozen dataclasses) cost more than the scan itself.
+    """A candidate about to be judged; its first three fields are its _Named."""
+
     step: int | None
     name: str  # relative to the checkpoint folder
-    path: str
     group: int | None  # which grammar matched: the layout (see _MARKS)
+    path: str
     is_dir: bool | None  # None: not looked at yet (the name alone made it a candidate)
 
 
@@ -204,7 +211,7 @@ def _open_folder(folder: Path) -> int:
         raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
 
 
-def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Candidate], str | None]:
+def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Named], str | None]:
     """One directory read: its names; slurmpre's own ``step-NNNNNNNN`` names below step
     10^8, in step order (their string order); every other candidate by name alone; and
     the DeepSpeed tag. Nothing is looked at, and a name no grammar allows costs one
@@ -217,24 +224,27 @@ def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Candidate]
     own = sorted(filter(_OWN, maybe))
     # The rest, by the full grammar (none at all in a folder only slurmpre writes to).
     rest = filterfalse(set(own).__contains__, maybe) if len(own) < len(maybe) else ()
-    prefix = f"{folder}{os.sep}"
-    others: list[_Candidate] = []
+    others: list[_Named] = []
+    add = others.append
     for m in filter(None, map(_ANY_NAME.fullmatch, rest)):
-        group, name = m.lastindex, m.string
-        step = None if group is None else int(m[group])
-        others.append(_Candidate(step, name, prefix + name, group, None))
+        group = m.lastindex
+        add((None if group is None else int(m[group]), m.string, group))
     tag = None
     if DEEPSPEED_TAG in names:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             tag = (folder / DEEPSPEED_TAG).read_text().strip() or None
     if LIGHTNING_LOGS in names:
-        others += _lightning(folder / LIGHTNING_LOGS, os.path.realpath(folder))
+        others += _lightning(folder / LIGHTNING_LOGS)
     return names, own, others, tag
 
 
 def _own(folder: Path, name: str) -> _Candidate:
     """One of _read's own names as a candidate."""
-    return _Candidate(int(name[5:]), name, f"{folder}{os.sep}{name}", SLURMPRE_NAME, None)
+    return _Candidate(int(name[5:]), name, SLURMPRE_NAME, f"{folder}{os.sep}{name}", None)
+
+
+def _candidate(folder: Path, c: _Named) -> _Candidate:
+    return _Candidate(c[0], c[1], c[2], f"{folder}{os.sep}{c[1]}", None)
 
 
 def _fit(c: _Candidate, root: str) -> _Candidate | str:
@@ -267,7 +277,7 @@ def _scan(folder: Path) -> _Scan:
         names, own, others, tag = _read(folder, at)
     finally:
         os.close(at)
-    named = [_own(folder, name) for name in own] + others
+    named = [_own(folder, name) for name in own] + [_candidate(folder, c) for c in others]
     root = os.path.realpath(folder)
     scan = _Scan([], tag, [])
     for c in named:
@@ -290,10 +300,12 @@ _STEP = operator.itemgetter(0)
 LIGHTNING_LOGS = "lightning_logs"
 
 
-def _lightning(logs: Path, root: str) -> list[_Candidate]:
-    """Lightning's default layout: ``lightning_logs/version_N/checkpoints/*.ckpt``."""
+def _lightning(logs: Path) -> list[_Named]:
+    """Lightning's default layout: ``lightning_logs/version_N/checkpoints/*.ckpt``
+    (entries that cannot be checkpoints are left out here, silently)."""
     ckpt_name = _ANY_NAME.fullmatch
-    found: list[_Candidate] = []
+    root = os.path.realpath(logs.parent)
+    found: list[_Named] = []
     try:
         versions = [v for v in os.scandir(logs) if v.name.startswith("version_")]
     except OSError:
@@ -317,34 +329,37 @@ def _lightning(logs: Path, root: str) -> list[_Candidate]:
                 continue
             group = m.lastindex
             step = None if group is None else int(m[group])
-            rel = f"{LIGHTNING_LOGS}/{version.name}/checkpoints/{name}"
-            found.append(_Candidate(step, rel, entry.path, group, is_dir))
+            found.append((step, f"{LIGHTNING_LOGS}/{version.name}/checkpoints/{name}", group))
     return found
 
 
-def _order(candidates: list[_Candidate]) -> list[_Candidate]:
+_C = TypeVar("_C", _Named, _Candidate)
+
+
+def _order(candidates: list[_C], folder: Path) -> list[_C]:
     """Newest first: by step; for one step in two spellings, slurmpre's own
-    ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first."""
+    ``step-NNNNNNNN`` first, then by name; those without a step after, newest mtime first.
+    (A candidate's first three fields are its step, name and grammar group.)"""
     # Sorted by the step alone (ints compare fastest); stable, and ties are put in
     # order below.
-    stepped = sorted([c for c in candidates if c.step is not None], key=_STEP, reverse=True)
+    stepped = sorted([c for c in candidates if c[0] is not None], key=_STEP, reverse=True)
     # Ties are rare: fix their order afterwards rather than build a key per candidate.
     steps = list(map(_STEP, stepped))
     i = 0 if len(set(steps)) < len(steps) else len(steps)
     while i < len(stepped):
         j = i + 1
-        while j < len(stepped) and stepped[j].step == stepped[i].step:
+        while j < len(stepped) and stepped[j][0] == stepped[i][0]:
             j += 1
         if j - i > 1:
             stepped[i:j] = sorted(
-                stepped[i:j], key=lambda c: (c.group == SLURMPRE_NAME, c.name), reverse=True
+                stepped[i:j], key=lambda c: (c[2] == SLURMPRE_NAME, c[1]), reverse=True
             )
         i = j
-    unstepped = [c for c in candidates if c.step is None]
+    unstepped = [c for c in candidates if c[0] is None]
 
-    def mtime(c: _Candidate) -> float:
+    def mtime(c: _C) -> float:
         try:
-            return os.stat(c.path).st_mtime  # noqa: PTH116 - a str path on the hot path
+            return os.stat(f"{folder}{os.sep}{c[1]}").st_mtime  # noqa: PTH116 - a str path
         except OSError:
             return 0.0
 
@@ -616,6 +631,11 @@ _OWN = re.compile(r"step-\d{8}", re.ASCII).fullmatch
 _OWN_LIMIT = 10**8
 
 
+def _newer(c: _Named) -> int:
+    """An ascending key for the order of _order: minus the step; stepless ones last."""
+    return 10**19 if c[0] is None else -c[0]  # steps have at most 18 digits
+
+
 def latest(folder: Path | str) -> Resolution:
     """The newest complete checkpoint under ``folder`` (None if there is none)."""
     folder = Path(folder)
@@ -626,7 +646,7 @@ def latest(folder: Path | str) -> Resolution:
         missing = _deepspeed_target_missing(folder, tag, names)
         if missing is not None:
             resolve.shown.append(missing)
-        found = resolve.run(own, _order(others))
+        found = resolve.run(own, _order(others, folder))
     finally:
         os.close(at)
     return Resolution(found, tuple(resolve.shown), resolve.more)
@@ -649,59 +669,77 @@ class _Resolve:
         self.shown: list[Checkpoint] = []
         self.more = 0
 
-    def run(self, own: list[str], others: list[_Candidate]) -> Checkpoint | None:
-        """``own`` (oldest first) and ``others`` (newest first), merged by step; for one
-        step in two spellings slurmpre's own comes first."""
-        top = len(own)  # own[:top] is not looked at yet
-        for c in others:
-            if c.step is None:
-                cut = 0
-            elif c.step >= _OWN_LIMIT:
-                cut = top
-            else:
-                cut = bisect_left(own, step_dir_name(c.step), 0, top)
-            if cut < top:
-                found = self.own(own, cut, top)
+    def run(self, own: list[str], others: list[_Named]) -> Checkpoint | None:
+        """``own`` (oldest first) and ``others`` (newest first), merged by step: each
+        stretch of one kind is walked in one go; for one step in two spellings,
+        slurmpre's own comes first."""
+        top, i, n = len(own), 0, len(others)  # own[:top] and others[i:] are left
+        while top or i < n:
+            if top:  # own names of others[i]'s step and above come first
+                step = others[i][0] if i < n else None
+                if step is None:
+                    cut = 0
+                elif step >= _OWN_LIMIT:
+                    cut = top
+                else:
+                    cut = bisect_left(own, step_dir_name(step), 0, top)
+                if cut < top:
+                    names = own[cut:top][::-1]
+                    found = self.walk(partial(self.own_at, names), self.own(names), len(names))
+                    if found is not None:
+                        return found
+                    top = cut
+            if i < n:  # then the others above the newest own name left
+                j = n if not top else bisect_left(others, -int(own[top - 1][5:]), i, n, key=_newer)
+                stretch = others[i:j]
+                found = self.walk(partial(self.other_at, stretch), map(self.marked, stretch), j - i)
                 if found is not None:
                     return found
-                top = cut
-            found = self.one(c)
-            if found is not None:
-                return found
-        return self.own(own, 0, top) if top else None
+                i = j
+        return None
 
-    def own(self, own: list[str], lo: int, hi: int) -> Checkpoint | None:
-        """own[lo:hi], newest first: one marker lookup each, in a generator that compress
-        drains in C, and only a folder that has the marker is looked at further."""
-        names = own[lo:hi][::-1]
+    def own(self, names: list[str]) -> Iterator[bool]:
+        """slurmpre's own folders: one lookup each, for its marker."""
         access, exists, at = os.access, os.F_OK, self.at
-        hits = (access(name + _OWN_MARK, exists, dir_fd=at) for name in names)
+        return (access(name + _OWN_MARK, exists, dir_fd=at) for name in names)
+
+    def own_at(self, names: list[str], k: int) -> _Candidate:
+        return _own(self.folder, names[k])
+
+    def other_at(self, named: list[_Named], k: int) -> _Candidate:
+        return _candidate(self.folder, named[k])
+
+    def marked(self, c: _Named) -> bool:
+        """Has the candidate one of its layout's marks (or none to look for)?"""
+        marks = self.lookups.get(c[2])
+        if marks is None:
+            return True
+        name, access, exists, at = c[1], os.access, os.F_OK, self.at
+        for mark in marks:  # noqa: SIM110 - any() builds a generator per candidate
+            if access(name + mark, exists, dir_fd=at):
+                return True
+        return False
+
+    def walk(
+        self, candidate: Callable[[int], _Candidate], marked: Iterator[bool], n: int
+    ) -> Checkpoint | None:
+        """Candidates 0..n-1, newest first: ``marked`` (lazy, drained by compress in C)
+        says which to look at further; the others are passed over."""
         done = 0
-        for i in compress(count(), hits):
-            self.missed(names, done, i)
-            found = self.judged(_own(self.folder, names[i]))
+        for i in compress(count(), marked):
+            self.missed(candidate, done, i)
+            found = self.judged(candidate(i))
             if found is not None:
                 return found
             done = i + 1
-        self.missed(names, done, len(names))
+        self.missed(candidate, done, n)
         return None
 
-    def missed(self, names: list[str], lo: int, hi: int) -> None:
+    def missed(self, candidate: Callable[[int], _Candidate], lo: int, hi: int) -> None:
         while lo < hi and len(self.shown) < SHOWN:
-            self.passed(_own(self.folder, names[lo]))
+            self.passed(candidate(lo))
             lo += 1
         self.more += hi - lo
-
-    def one(self, c: _Candidate) -> Checkpoint | None:
-        marks = self.lookups.get(c.group)
-        if marks is not None:
-            for mark in marks:
-                if os.access(c.name + mark, os.F_OK, dir_fd=self.at):
-                    break
-            else:
-                self.passed(c)
-                return None
-        return self.judged(c)
 
     def passed(self, c: _Candidate) -> None:
         """A candidate without its layout's mark: judged in full while the log names them
@@ -759,7 +797,7 @@ def judge(path: Path | str) -> Checkpoint:
         tag = (path.parent / DEEPSPEED_TAG).read_text().strip() or None
     group = m.lastindex
     step = None if group is None else int(m[group])
-    fit = _fit(_Candidate(step, path.name, str(path), group, None), os.path.realpath(path.parent))
+    fit = _fit(_Candidate(step, path.name, group, str(path), None), os.path.realpath(path.parent))
     if isinstance(fit, str):
         return Checkpoint(str(path), step, Format.UNKNOWN, False, fit)
     return _judge(fit, tag, step_of(tag) if tag else None)
@@ -770,7 +808,7 @@ def list_all(folder: Path | str) -> list[Checkpoint]:
     folder = Path(folder)
     scan = _scan(folder)
     ds_step = step_of(scan.tag) if scan.tag else None
-    out = [_judge(c, scan.tag, ds_step) for c in _order(scan.candidates)]
+    out = [_judge(c, scan.tag, ds_step) for c in _order(scan.candidates, folder)]
     names = [c.name for c in scan.candidates] + [i.name for i in scan.ignored]
     missing = _deepspeed_target_missing(folder, scan.tag, names)
     return ([missing] if missing else []) + out
