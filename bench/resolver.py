@@ -8,7 +8,8 @@ names (ignored by name, no syscall each) beside the checkpoints; a third holds
 looked at; then 10,000 junk names join them (the issue's case: target <= 50 ms
 beyond os.listdir, at most one summary line). In slurmpre's own layout each partial
 folder costs one lookup, for its marker; the issue's case also prints that floor,
-the same 10,000 lookups made bare, measured in the same run.
+the same 10,000 lookups made bare, measured in the same run. Last, the same case in
+DCP's step_N (one mark each) and the Trainer's checkpoint-N (three), without a target.
 Usage: python bench/resolver.py [N]
 """
 
@@ -35,12 +36,15 @@ def best_ms(fn: object, repeat: int = 15) -> float:
     return min(times), statistics.median(times)  # type: ignore[return-value]
 
 
-def issue_case(folder: Path, repeat: int) -> tuple[float, float, list[float], list[float]]:
+def issue_case(
+    folder: Path, repeat: int, prefix: str = "step-", marks: tuple[str, ...] = (MARKER,)
+) -> tuple[float, float, list[float], list[float]]:
     """latest() and os.listdir() in interleaved pairs, so a noisy moment hits both: the
-    median of latest(), of listdir, and each pair's difference; and the floor, one
-    marker lookup per folder the way latest() makes it (relative to the open folder)."""
+    median of latest(), of listdir, and each pair's difference; and the floor, the
+    lookups of each folder's marks the way latest() makes them (relative to the open
+    folder)."""
     resolver, listing, beyond, floor = [], [], [], []
-    names = [d for d in os.listdir(folder) if d.startswith("step-")]
+    names = [d for d in os.listdir(folder) if d.startswith(prefix)]
     at = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for _ in range(repeat):
@@ -55,7 +59,8 @@ def issue_case(folder: Path, repeat: int) -> tuple[float, float, list[float], li
         for _ in range(repeat):
             start = time.perf_counter()
             for name in names:
-                os.access(f"{name}/{MARKER}", os.F_OK, dir_fd=at)
+                for mark in marks:
+                    os.access(f"{name}/{mark}", os.F_OK, dir_fd=at)
             floor.append((time.perf_counter() - start) * 1000)
     finally:
         os.close(at)
@@ -142,7 +147,44 @@ def main() -> int:
     # The issue's target is the last case: junk and partial side by side, beyond listdir.
     verdict = "meets" if beyond <= TARGET_MS else "MISSES"
     print(f"{verdict} the {TARGET_MS:g} ms target beyond os.listdir (junk + partial, median)")
+    other_layouts(n)
     return 0 if beyond <= TARGET_MS else 1
+
+
+def other_layouts(n: int) -> None:
+    """The issue's case in two other layouts (no target): DCP's step_N, one mark each, and
+    the Trainer's checkpoint-N, three marks each (the Trainer's, Accelerate's, DCP's)."""
+    print(f"other layouts, {n} junk + {n} partial (one lookup per mark of the layout):")
+    cases = {
+        "DCP step_N": ("step_", (".metadata",)),
+        "HF checkpoint-N": (
+            "checkpoint-",
+            ("trainer_state.json", "random_states_0.pkl", ".metadata"),
+        ),
+    }
+    for label, (prefix, marks) in cases.items():
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+            folder = Path(tmp)
+            complete = folder / f"{prefix}0"
+            complete.mkdir()
+            if prefix == "step_":
+                (complete / "__0_0.distcp").write_bytes(b"x")
+                (complete / ".metadata").write_bytes(b"\x80 __0_0.distcp")
+            else:
+                (complete / "trainer_state.json").write_text("{}")
+                (complete / "model.safetensors").write_bytes(b"w")
+            for step in range(1, n + 1):
+                (folder / f"{prefix}{step}").mkdir()
+            for i in range(n):
+                (folder / f"junk-{i}").mkdir()
+            found = latest(folder)
+            assert found.checkpoint is not None and found.checkpoint.step == 0, found
+            _, _, beyond, floor = issue_case(folder, 9, prefix, marks)
+        print(
+            f"  {label:16s} ({len(marks)} mark{'s' if len(marks) > 1 else ''}): beyond listdir "
+            f"{statistics.median(beyond):.2f} ms; the floor, {len(marks) * n} lookups: "
+            f"{statistics.median(floor):.2f} ms"
+        )
 
 
 if __name__ == "__main__":
