@@ -625,7 +625,7 @@ SHOWN = 3
 _LOOKUPS = {group: tuple(os.sep + m for m in marks) for group, marks in _MARKS.items()}
 # With a `latest` tag, DeepSpeed folders are judged against it instead.
 _LOOKUPS_TAGGED = {g: v for g, v in _LOOKUPS.items() if g != DEEPSPEED_NAME}
-_OWN_MARK = os.sep + MARKER
+_OWN_MARK = _LOOKUPS[SLURMPRE_NAME][0]  # its one mark, from the table
 # slurmpre's own names below step 10^8: eight digits, so their string order is their steps'.
 _OWN = re.compile(r"step-\d{8}", re.ASCII).fullmatch
 _OWN_LIMIT = 10**8
