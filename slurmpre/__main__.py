@@ -1,3 +1,3 @@
-from slurmpre.cli import main
+from slurmpre.console import main
 
 raise SystemExit(main())
