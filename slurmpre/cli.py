@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import traceback
@@ -28,6 +29,21 @@ EXIT_INTERRUPTED = 130
 
 def _err(message: str) -> None:
     click.echo(f"slurmpre: error: {message}", err=True)
+
+
+def _json(value: object) -> str:
+    """Indented JSON, with what JSON cannot hold (an infinite or NaN number) as null."""
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -147,7 +163,7 @@ def sandbox_status(as_json: bool) -> None:
 
     report = describe(_sandbox())
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(_json(report))
     else:
         from slurmpre.sandbox.status import format_report
 
@@ -306,7 +322,7 @@ def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
                 "checkpoints": out,
                 "ignored": [{"name": i.name, "reason": i.reason} for i in others],
             }
-        click.echo(json.dumps(out, indent=2))
+        click.echo(_json(out))
         return
     for c in found:
         step = "-" if c.step is None else str(c.step)
@@ -326,7 +342,7 @@ def ckpt_verify(path: str, as_json: bool) -> None:
 
     found = judge(_folder(path))
     if as_json:
-        click.echo(json.dumps(found.as_dict(), indent=2))
+        click.echo(_json(found.as_dict()))
     else:
         state = "complete" if found.complete else "INCOMPLETE"
         step = "-" if found.step is None else found.step
@@ -372,19 +388,27 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
                     "dry_run": done.dry_run,
                     "removed": [e.__dict__ for e in done.removed],
                     "kept": [{"name": e.name, "why": e.why} for e in done.kept],
+                    "failed": [f.__dict__ for f in done.failed],
                     "freed_bytes": done.freed,
                 },
                 indent=2,
             )
         )
-        return
-    verb = "would remove" if dry_run else "removed"
-    for e in done.removed:
-        click.echo(f"{verb} {e.name} ({human(e.size)}): {e.why}")
-    for e in done.kept:
-        click.echo(f"kept {e.name}: {e.why}")
-    freed = "would free" if dry_run else "freed"
-    click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
+    else:
+        verb = "would remove" if dry_run else "removed"
+        for e in done.removed:
+            click.echo(f"{verb} {e.name} ({human(e.size)}): {e.why}")
+        for e in done.kept:
+            click.echo(f"kept {e.name}: {e.why}")
+        for f in done.failed:
+            click.echo(f"could not remove {f.name} (left as {f.left_as}): {f.why}")
+        freed = "would free" if dry_run else "freed"
+        click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
+    if done.failed:
+        from slurmpre.errors import CheckpointError
+
+        names = ", ".join(f.name for f in done.failed)
+        raise CheckpointError(f"could not remove {len(done.failed)} entries: {names}")
 
 
 # -- status, logs, cancel --------------------------------------------------------
@@ -433,7 +457,7 @@ def status(
     from slurmpre.slurm.client import default_client
     from slurmpre.status import JobStatus, Prices, gpus_of, job_status, lines
 
-    if not (price >= 0 and 0 <= discount < 1):
+    if not (math.isfinite(price) and price >= 0 and 0 <= discount < 1):
         raise UsageError(
             f"--price {price:g} --discount {discount:g}: price >= 0, 0 <= discount < 1"
         )
@@ -461,7 +485,7 @@ def status(
     while True:
         st = once()
         if as_json:
-            click.echo(json.dumps(st.as_dict(), indent=2))
+            click.echo(_json(st.as_dict()))
         else:
             for line in lines(st):
                 click.echo(line)
@@ -501,7 +525,7 @@ def _list_jobs(client: Any, as_json: bool) -> None:
             }
         )
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(_json(rows))
         return
     click.echo(f"{'job':>8}  {'name':<24} {'state':<17} {'restarts':>8}  checkpoints")
     for r in rows:
@@ -623,7 +647,7 @@ def nodes(as_json: bool) -> None:
     client = default_client()
     cap = capacity(client.nodes(), client.jobs(), getpass.getuser())
     if as_json:
-        click.echo(json.dumps(cap.as_dict(), indent=2))
+        click.echo(_json(cap.as_dict()))
         return
     for line in lines(cap):
         click.echo(line)
@@ -697,7 +721,7 @@ def plan(
     )
     result = make_plan(inputs)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        click.echo(_json(result.as_dict()))
         return
     for line in lines(result):
         click.echo(line)
@@ -716,9 +740,9 @@ def run_cmd(args: tuple[str, ...]) -> None:
     (which would eat the `--`); the sbatch template calls the same wrapper as
     `python -m slurmpre.job run`, which starts without importing click.
     """
-    from slurmpre.job.run import main as run_main
+    from slurmpre.job.entry import main as job
 
-    raise SystemExit(run_main(list(args)))
+    raise SystemExit(job(["run", *args]))
 
 
 # -- drill -------------------------------------------------------------------
@@ -772,7 +796,7 @@ def drill(
     for line in render(result):
         say(line)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        click.echo(_json(result.as_dict()))
     failures = result.failures()
     if failures:
         raise SlurmpreError("drill failed: " + "; ".join(failures))
@@ -783,9 +807,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if args[:1] == ["run"]:
-        from slurmpre.job.run import main as run_main
+        from slurmpre.job.entry import main as job
 
-        return run_main(args[1:])
+        return job(args)
     try:
         cli.main(args=args, prog_name="slurmpre", standalone_mode=False)
     except SlurmpreError as exc:

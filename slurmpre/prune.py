@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,9 +40,19 @@ PRUNED = ".pruned-"
 
 @dataclass(frozen=True)
 class Entry:
-    name: str
+    name: str  # its path relative to the folder (Lightning's are below version_N/)
     why: str
     size: int  # bytes, -1 when it could not be measured
+
+
+@dataclass(frozen=True)
+class Failed:
+    """What could not be removed: its name, where it stays, what was freed of it, and why."""
+
+    name: str
+    left_as: str  # its name now (prune renames before it deletes), relative to the folder
+    why: str
+    freed: int
 
 
 @dataclass(frozen=True)
@@ -49,15 +60,20 @@ class Pruned:
     removed: tuple[Entry, ...]
     kept: tuple[Entry, ...]
     dry_run: bool
+    failed: tuple[Failed, ...] = ()
 
     @property
     def freed(self) -> int:
-        return sum(e.size for e in self.removed if e.size > 0)
+        return sum(e.size for e in self.removed if e.size > 0) + sum(
+            f.freed for f in self.failed if f.freed > 0
+        )
 
 
 def size_of(path: Path) -> int:
-    """Bytes under ``path`` (symlinks not followed); -1 if it cannot be read."""
+    """Bytes under ``path`` (symlinks not followed); -1 if it cannot be read, 0 if gone."""
     try:
+        if not os.path.lexists(path):
+            return 0
         if not path.is_dir() or path.is_symlink():
             return path.lstat().st_size
         total = 0
@@ -96,6 +112,7 @@ def decide(
     found = [c for c in list_all(folder) if os.path.lexists(c.where)]
     complete = [c for c in found if c.complete]
     newest = complete[0] if complete else None
+    kept_complete = set(complete[:keep])
     resumed = {
         os.path.realpath(str(r["resume_from"]))
         for r in ledger.records()
@@ -103,7 +120,6 @@ def decide(
     }
     remove: list[tuple[Path, str]] = []
     kept: list[tuple[Path, str]] = []
-    position = {c.where: i for i, c in enumerate(found)}
 
     def verdict(c: Checkpoint) -> str | None:
         """Why ``c`` stays, or None if it can go."""
@@ -111,9 +127,16 @@ def decide(
             return "the newest complete checkpoint"
         if os.path.realpath(c.where) in resumed:
             return "a live job resumed from it"
-        if newest is None or position[c.where] < position[newest.where]:
-            return "partial, newer than the newest complete: it may still be written"
-        if c.complete and complete.index(c) < keep:
+        if newest is None:
+            return "partial, and no checkpoint here is complete: it may still be written"
+        if not _older(c, newest):
+            what = "complete" if c.complete else "partial"
+            if c.step is None or newest.step is None:
+                return f"{what}, written after the newest complete (no step to compare)"
+            if c.step == newest.step:
+                return f"{what}, of the same step as the newest complete"
+            return f"{what}, newer than the newest complete: it may still be written"
+        if c in kept_complete:
             return f"among the newest {keep} complete"
         return None
 
@@ -144,6 +167,18 @@ def decide(
     return remove, kept
 
 
+def _older(c: Checkpoint, than: Checkpoint) -> bool:
+    """Is ``c`` known to be older than ``than``? By their steps when both names give one
+    (one step in two spellings is not older), else by when each was last written
+    (Lightning's ``last.ckpt`` has no step, and is written last)."""
+    if c.step is not None and than.step is not None:
+        return c.step < than.step
+    try:
+        return os.lstat(c.where).st_mtime_ns < os.lstat(than.where).st_mtime_ns
+    except OSError:
+        return False
+
+
 def prune(
     folder: Path,
     keep: int,
@@ -168,12 +203,15 @@ def prune(
             "what writes here, so it prunes nothing"
         )
     live = live_jobs(ledger, client, say)
+    root = os.path.realpath(folder)
     try:
         with ledger.writing_lock(wait):
             remove, kept = decide(folder, keep, live, ledger)
-            sized = [(path, why, size_of(path)) for path, why in remove]
+            sized = [(path, _shown(path, folder), why, size_of(path)) for path, why in remove]
+            for path, *_ in sized:
+                _own_entry(path, folder, root)
             if not dry_run:
-                sized = [(_set_aside(path), why, size) for path, why, size in sized]
+                sized = [(_set_aside(path), shown, why, size) for path, shown, why, size in sized]
     except Timeout:
         raise CheckpointError(
             f"a checkpoint is being written in {str(folder)!r} (its writing lock was held for "
@@ -181,16 +219,48 @@ def prune(
         ) from None
     except OSError as exc:
         raise CheckpointError(f"cannot prune {str(folder)!r}: {exc.strerror or exc}") from None
-    removed = []
-    for aside, why, size in sized:
-        if not dry_run:
-            _delete(aside)
-        removed.append(Entry(_shown_name(aside), why, size))
+    removed: list[Entry] = []
+    failed: list[Failed] = []
+    for aside, shown, why, size in sized:
+        error = None if dry_run else _delete(aside)
+        if error is None:
+            removed.append(Entry(shown, why, size))
+            continue
+        left = size_of(aside)
+        freed = size - left if size >= 0 and left >= 0 else -1
+        failed.append(Failed(shown, os.path.relpath(aside, folder), error, freed))
     return Pruned(
         tuple(removed),
-        tuple(Entry(path.name, why, -1) for path, why in kept),
+        tuple(Entry(_shown(path, folder), why, -1) for path, why in kept),
         dry_run,
+        tuple(failed),
     )
+
+
+def _own_entry(path: Path, folder: Path, root: str) -> None:
+    """Refuse to touch ``path`` unless it is an entry of ``folder``'s own tree: no link on
+    the way to it, itself inside. (The resolver never hands prune anything else; this
+    keeps it so whatever a later change does.)"""
+    parent = os.path.realpath(path.parent)
+    lexical = os.path.normpath(Path(root) / os.path.relpath(path.parent, folder))
+    if parent != lexical or not (parent == root or parent.startswith(root + os.sep)):
+        raise CheckpointError(
+            f"{str(path)!r} is reached through a link that leaves {str(folder)!r}: nothing removed"
+        )
+
+
+def _shown(path: Path, folder: Path) -> str:
+    """``path`` relative to the folder, as prune's output names it; what an earlier prune
+    set aside by the name it had."""
+    name = path.name
+    if name.startswith(PRUNED):
+        head, _, stamp = name[len(PRUNED) :].rpartition("-")
+        if head and stamp.isdigit():
+            path = path.with_name(head)
+    try:
+        return path.relative_to(folder).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _set_aside(path: Path) -> Path:
@@ -201,20 +271,30 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
-def _shown_name(path: Path) -> str:
-    name = path.name
-    if name.startswith(PRUNED) and name.count("-") >= 2:
-        inner = name[len(PRUNED) :]
-        head, _, stamp = inner.rpartition("-")
-        return head if stamp.isdigit() else inner
-    return name
+def _delete(path: Path) -> str | None:
+    """Remove ``path`` (a folder with what it holds; a link itself, never what it leads to);
+    None once it is gone, else why not (the first error met)."""
+    errors: list[str] = []
 
+    def note(_func: object, where: str, exc_info: object) -> None:
+        exc = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+        if not errors:
+            strerror = getattr(exc, "strerror", None) or str(exc)
+            errors.append(f"{strerror}: {where}")
 
-def _delete(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
+    try:
+        if path.is_dir() and not path.is_symlink():
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(path, onexc=note)
+            else:
+                shutil.rmtree(path, onerror=note)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as exc:
+        errors.append(exc.strerror or str(exc))
+    if not os.path.lexists(path):
+        return None
+    return errors[0] if errors else "still there"
 
 
 def human(size: int) -> str:

@@ -22,7 +22,6 @@ ones in slurmpre's layout 10,000 lookups more. The name says the layout
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import operator
 import os
@@ -37,16 +36,28 @@ from enum import Enum
 from functools import partial
 from itertools import compress, count, filterfalse
 from pathlib import Path
-from stat import S_ISDIR, S_ISREG
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import NamedTuple, TypeVar
 
 from slurmpre.access import OWNER, Access, make_dir, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError
+from slurmpre.reading import (
+    LARGE,
+    MEDIUM,
+    SMALL,
+    open_regular,
+    read_regular,
+    read_text,
+    real_inside,
+)
 
 MARKER = ".slurmpre-complete"
 DCP_METADATA = ".metadata"
 HF_STATE = "trainer_state.json"
+# The Trainer's own just-in-time save (transformers >= 5, enable_jit_checkpoint) creates
+# this in checkpoint-N before it saves and removes it after.
+HF_INCOMPLETE = "checkpoint-is-incomplete.txt"
 DEEPSPEED_TAG = "latest"
 # Accelerate's save_state writes each process's random states last.
 ACCELERATE_RNG = "random_states_0.pkl"
@@ -54,17 +65,22 @@ ACCELERATE_RNG = "random_states_0.pkl"
 # The capturing group that matched names the layout, and so the marks of completeness
 # to look for inside (_MARKS): one lookup per partial folder in slurmpre's own layout.
 # Digits are ASCII digits (re.ASCII): the 8-digit names sort by step as strings.
+# A step has at most STEP_DIGITS digits, in every grammar and in check_step alike: a
+# step the grammar could not read back would be committed and then never found.
+STEP_DIGITS = 18
+MAX_STEP = 10**STEP_DIGITS - 1
+_D = f"\\d{{1,{STEP_DIGITS}}}"
 _DIR_NAME = re.compile(
-    r"step-(\d{8}|[1-9]\d{8,17})"  # 1: slurmpre's own name (step_dir_name), its commits only
-    r"|global_step(\d{1,18})"  # 2: DeepSpeed
-    r"|checkpoint[-_](\d{1,18})"  # 3: Hugging Face checkpoint-N, Accelerate checkpoint_N
-    r"|(?:.*?[-_. ])??step[-_=]?(\d{1,18})",  # 4: other step names: DCP's step_N, run-step-N
+    rf"step-(\d{{8}}|[1-9]\d{{8,{STEP_DIGITS - 1}}})"  # 1: slurmpre's own name, its commits only
+    rf"|global_step({_D})"  # 2: DeepSpeed
+    rf"|checkpoint[-_]({_D})"  # 3: Hugging Face checkpoint-N, Accelerate checkpoint_N
+    rf"|(?:.*?[-_. ])??step[-_=]?({_D})",  # 4: other step names: DCP's step_N, run-step-N
     re.ASCII,
 )
 SLURMPRE_NAME, DEEPSPEED_NAME, CHECKPOINT_NAME, STEP_NAME = 1, 2, 3, 4
 # Lightning: epoch=1-step=200.ckpt; and without a step, last.ckpt and epoch=3.ckpt.
-_CKPT_STEPPED = re.compile(r"(?:.*[-_])?step=(\d{1,18})(?:-v\d+)?\.ckpt", re.ASCII)
-_CKPT_UNSTEPPED = re.compile(r"(?:last|epoch=\d{1,18})(?:-v\d+)?\.ckpt", re.ASCII)
+_CKPT_STEPPED = re.compile(rf"(?:.*[-_])?step=({_D})(?:-v\d+)?\.ckpt", re.ASCII)
+_CKPT_UNSTEPPED = re.compile(rf"(?:last|epoch={_D})(?:-v\d+)?\.ckpt", re.ASCII)
 # Any name of any layout, in one call; never a hidden one (in-flight commits and the like).
 _ANY_NAME = re.compile(
     "(?!\\.)(?:"
@@ -192,11 +208,6 @@ class _Scan:
     ignored: list[Ignored]
 
 
-def _inside(path: str, root: str) -> bool:
-    real = os.path.realpath(path)
-    return real == root or real.startswith(root + os.sep)
-
-
 def _open_folder(folder: Path) -> int:
     """The checkpoint folder, opened: marks are then looked up relative to it."""
     try:
@@ -229,13 +240,19 @@ def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Named], st
     for m in filter(None, map(_ANY_NAME.fullmatch, rest)):
         group = m.lastindex
         add((None if group is None else int(m[group]), m.string, group))
-    tag = None
-    if DEEPSPEED_TAG in names:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            tag = (folder / DEEPSPEED_TAG).read_text().strip() or None
+    tag = _tag(folder) if DEEPSPEED_TAG in names else None
     if LIGHTNING_LOGS in names:
         others += _lightning(folder / LIGHTNING_LOGS)
     return names, own, others, tag
+
+
+def _tag(folder: Path) -> str | None:
+    """DeepSpeed's ``latest`` tag beside its ``global_stepN`` folders, if it reads as one."""
+    try:
+        tag = read_text(folder / DEEPSPEED_TAG, SMALL, root=os.path.realpath(folder)).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return tag or None
 
 
 def _own(folder: Path, name: str) -> _Candidate:
@@ -249,15 +266,17 @@ def _candidate(folder: Path, c: _Named) -> _Candidate:
 
 def _fit(c: _Candidate, root: str) -> _Candidate | str:
     """The candidate with its kind of entry, if that is what its name says (a folder, or
-    a Lightning file or ``.ckpt`` folder) and it stays inside ``root``; else why not."""
+    a Lightning file or ``.ckpt`` folder); else why not. A symlink is never a checkpoint:
+    it is a second name for one (whose own name is judged), or leads out of the folder,
+    and a prune that counted it would delete what it leads to as an older copy."""
     if c.is_dir is not None:
         return c
     try:
-        st = os.stat(c.path)  # noqa: PTH116 - through a symlink; a str path
+        st = os.lstat(c.path)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOENT):
-            return "a broken symlink, or a symlink loop"
         return f"cannot be read: {exc.strerror}"
+    if S_ISLNK(st.st_mode):
+        return _link_reason(c.path, root)
     is_dir = S_ISDIR(st.st_mode)
     if c.group is not None and c.group <= _DIR_GROUPS:
         fits = is_dir
@@ -265,9 +284,15 @@ def _fit(c: _Candidate, root: str) -> _Candidate | str:
         fits = S_ISREG(st.st_mode) or (is_dir and c.name[-5:] == ".ckpt")
     if not fits:
         return "not a checkpoint name"
-    if os.path.islink(c.path) and not _inside(c.path, root):  # noqa: PTH114
-        return "a symlink to outside the checkpoint folder"
     return c._replace(is_dir=is_dir)
+
+
+def _link_reason(path: str, root: str) -> str:
+    if not os.path.exists(path):  # noqa: PTH110 - a str path
+        return "a broken symlink, or a symlink loop"
+    if not real_inside(path, root):
+        return "a symlink to outside the checkpoint folder"
+    return "a symlink: never a checkpoint of its own (what it leads to is judged by its own name)"
 
 
 def _scan(folder: Path) -> _Scan:
@@ -302,17 +327,27 @@ LIGHTNING_LOGS = "lightning_logs"
 
 def _lightning(logs: Path) -> list[_Named]:
     """Lightning's default layout: ``lightning_logs/version_N/checkpoints/*.ckpt``
-    (entries that cannot be checkpoints are left out here, silently)."""
+    (entries that cannot be checkpoints are left out here, silently). No link is followed
+    at any level: ``lightning_logs``, ``version_N`` and ``checkpoints`` must be folders
+    of the checkpoint folder itself, and a ``.ckpt`` link is never a checkpoint."""
     ckpt_name = _ANY_NAME.fullmatch
-    root = os.path.realpath(logs.parent)
     found: list[_Named] = []
+    if not _real_dir(logs):
+        return found
     try:
-        versions = [v for v in os.scandir(logs) if v.name.startswith("version_")]
+        versions = [
+            v
+            for v in os.scandir(logs)
+            if v.name.startswith("version_") and v.is_dir(follow_symlinks=False)
+        ]
     except OSError:
         return found
     for version in versions:
+        checkpoints = Path(version.path) / "checkpoints"
+        if not _real_dir(checkpoints):
+            continue
         try:
-            entries = list(os.scandir(Path(version.path) / "checkpoints"))
+            entries = list(os.scandir(checkpoints))
         except OSError:
             continue
         for entry in entries:
@@ -321,16 +356,23 @@ def _lightning(logs: Path) -> list[_Named]:
             if m is None:
                 continue
             try:
-                is_dir = entry.is_dir()
-                ok = is_dir or entry.is_file()
+                ok = entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)
             except OSError:
                 continue
-            if not ok or (entry.is_symlink() and not _inside(entry.path, root)):
+            if not ok:
                 continue
             group = m.lastindex
             step = None if group is None else int(m[group])
             found.append((step, f"{LIGHTNING_LOGS}/{version.name}/checkpoints/{name}", group))
     return found
+
+
+def _real_dir(path: Path) -> bool:
+    """A folder, itself, not a link to one."""
+    try:
+        return S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 _C = TypeVar("_C", _Named, _Candidate)
@@ -366,47 +408,72 @@ def _order(candidates: list[_C], folder: Path) -> list[_C]:
     return stepped + sorted(unstepped, key=mtime, reverse=True)
 
 
-def _check_marker(path: Path) -> tuple[bool, str]:
+def _check_marker(path: Path, step: int | None = None) -> tuple[bool, str]:
+    """slurmpre's marker: the manifest's files are there with their sizes, inside the
+    folder, and the step it was committed as is the step of the folder's name (a copy or
+    a rename of another step's folder is not that step's checkpoint)."""
+    root = os.path.realpath(path)
     try:
-        marker = json.loads((path / MARKER).read_text())
+        marker = json.loads(read_text(path / MARKER, LARGE, root=root))
         manifest = marker["files"]
         if not isinstance(manifest, dict):
             raise TypeError
     except (OSError, ValueError, KeyError, TypeError):
         return False, f"corrupt: {MARKER} is unreadable"
+    marked = marker.get("step")
+    if step is not None and marked != step:
+        return False, f"corrupt: its {MARKER} is of step {marked!r}, not {step}"
     for rel, size in manifest.items():
-        try:
-            actual = (path / rel).stat().st_size
-        except OSError:
+        if not _relative(rel):
+            return False, f"corrupt: the marker names {rel!r}, which is not inside the folder"
+        actual = _size(path / rel, root)
+        if actual < 0:
             return False, f"corrupt: {rel} is missing"
         if actual != size:
             return False, f"corrupt: {rel} is {actual} bytes, the marker says {size}"
     return True, f"committed by slurmpre ({len(manifest)} files)"
 
 
-def _zip_complete(path: Path) -> tuple[bool, str]:
-    """A Lightning/torch.save checkpoint: a zip archive that opens and holds a data.pkl."""
+def _relative(rel: object) -> bool:
+    """A path that stays below the folder it is relative to, by its spelling."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
+        return False
+    return ".." not in rel.split("/")
+
+
+def _zip_complete(path: Path, root: str | None = None) -> tuple[bool, str]:
+    """A Lightning/torch.save checkpoint: a zip archive that opens and holds a data.pkl.
+    Only a regular file is opened (inside ``root``, a realpath, when given)."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path, root=root) as fh, zipfile.ZipFile(fh) as archive:
             names = archive.namelist()
     except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
-        return False, f"partial or corrupt: not a zip archive that opens ({exc})"
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        return False, f"partial or corrupt: not a zip archive that opens ({why})"
     if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
         return False, "corrupt: the archive holds no data.pkl"
     return True, "a torch zip archive that opens"
 
 
-def _size(path: Path) -> int:
+def _size(path: Path, root: str) -> int:
+    """The size of a regular file in a checkpoint, or -1: missing, not a regular file, or
+    a link that leads out of the checkpoint (``root``, a realpath)."""
     try:
-        return path.stat().st_size
+        st = os.lstat(path)
+        if S_ISLNK(st.st_mode):
+            if not real_inside(path, root):
+                return -1
+            st = path.stat()
     except OSError:
         return -1
+    return st.st_size if S_ISREG(st.st_mode) else -1
 
 
 def _check_dcp(path: Path) -> tuple[bool, str]:
     """``.metadata`` names the shard files (as pickled strings); every one must be there."""
+    root = os.path.realpath(path)
     try:
-        meta = (path / DCP_METADATA).read_bytes()
+        meta = read_regular(path / DCP_METADATA, LARGE, root=root)
     except FileNotFoundError:
         return False, "partial: .metadata is not written"
     except OSError as exc:
@@ -416,7 +483,7 @@ def _check_dcp(path: Path) -> tuple[bool, str]:
     named = sorted({m.decode() for m in _DCP_FILE.findall(meta)})
     if not named:
         return False, "corrupt: .metadata names no shard file"
-    missing = [n for n in named if _size(path / n) <= 0]
+    missing = [n for n in named if _size(path / n, root) <= 0]
     if missing:
         return False, f"partial: {missing[0]} is missing or empty ({len(named)} shards named)"
     return True, f".metadata and its {len(named)} shard file(s) written"
@@ -424,7 +491,7 @@ def _check_dcp(path: Path) -> tuple[bool, str]:
 
 def _check_hf(path: Path, names: set[str]) -> tuple[bool, str]:
     try:
-        json.loads((path / HF_STATE).read_text())
+        json.loads(read_text(path / HF_STATE, LARGE, root=os.path.realpath(path)))
     except (OSError, ValueError):
         return False, f"corrupt: {HF_STATE} does not parse"
     return _with_weights(path, names, f"next to {HF_STATE}", f"{HF_STATE} and {{}} written")
@@ -444,7 +511,7 @@ def _check_ds_tag(path: Path, names: set[str] | None = None) -> tuple[bool, str]
     if names is not None and DEEPSPEED_TAG not in names:
         return None
     try:
-        tag = (path / DEEPSPEED_TAG).read_text().strip()
+        tag = read_text(path / DEEPSPEED_TAG, SMALL, root=os.path.realpath(path)).strip()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError):
@@ -461,10 +528,13 @@ def _check_ds_folder(folder: Path, which: str = "it") -> tuple[bool, str]:
     """One DeepSpeed save (``global_stepN/``): its model states, and with ZeRO each
     process's optimizer shard (``zero_pp_rank_R_...``), ranks 0 to N-1, each a whole
     torch zip."""
+    if not _real_dir(folder):
+        return False, f"partial: {which} is not a folder of its own (a link, or missing)"
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return False, f"partial: {which} cannot be read"
+    root = os.path.realpath(folder)
     name = folder.name
     states = [e for e in entries if e.name.endswith("model_states.pt")]
     if not states:
@@ -482,7 +552,7 @@ def _check_ds_folder(folder: Path, which: str = "it") -> tuple[bool, str]:
     # another process's shard can still be half written. Each is a torch zip, whose
     # directory is written last.
     for e in sorted(entries, key=lambda e: e.name):
-        if e.name.endswith("_states.pt") and not _zip_complete(Path(e.path))[0]:
+        if e.name.endswith("_states.pt") and not _zip_complete(Path(e.path), root)[0]:
             return False, f"partial: {name}/{e.name} is not a whole torch zip archive"
     zero = f", ZeRO shards of {len(ranks['optim'])} process(es)" if ranks["optim"] else ""
     return True, f"DeepSpeed tag {name} with {len(states)} model state file(s){zero}"
@@ -494,8 +564,10 @@ def _check_fsdp(path: Path, names: set[str]) -> tuple[bool, str] | None:
     folders = sorted(n for n in names if _FSDP_DIR.fullmatch(n))
     if not folders:
         return None
-    optimizers = sorted(n for n in names if _FSDP_OPTIM_DIR.fullmatch(n) and (path / n).is_dir())
+    optimizers = sorted(n for n in names if _FSDP_OPTIM_DIR.fullmatch(n) and _real_dir(path / n))
     for name in folders + optimizers:
+        if not _real_dir(path / name):
+            return False, f"{name}: not a folder of its own (a link, or a file)"
         ok, why = _check_dcp(path / name)
         if not ok:
             return False, f"{name}: {why}"
@@ -506,14 +578,17 @@ def _check_fsdp(path: Path, names: set[str]) -> tuple[bool, str] | None:
 def _weights(path: Path, names: set[str]) -> tuple[bool, str] | None:
     """The model weights of a Trainer or Accelerate folder, by the first layout present:
     an index and its shards, FSDP-sharded folders, DeepSpeed's tag, or weight files."""
+    root = os.path.realpath(path)
     for index_name in _HF_INDEXES:
         if index_name in names:
             try:
-                weight_map = json.loads((path / index_name).read_text())["weight_map"]
+                weight_map = json.loads(read_text(path / index_name, MEDIUM, root=root))[
+                    "weight_map"
+                ]
                 shards = sorted(set(weight_map.values()))
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 return False, f"corrupt: {index_name} does not parse"
-            missing = [s for s in shards if _size(path / str(s)) <= 0]
+            missing = [s for s in shards if not _relative(s) or _size(path / str(s), root) <= 0]
             if not shards or missing:
                 what = missing[0] if missing else "no shard"
                 return False, f"partial: {what} of the {len(shards)} in {index_name}"
@@ -526,7 +601,7 @@ def _weights(path: Path, names: set[str]) -> tuple[bool, str] | None:
         return None
     if any(_HF_SHARD.search(n) for n in weights):
         return False, "partial: sharded weights without their index"
-    empty = [n for n in sorted(weights) if _size(path / n) <= 0]
+    empty = [n for n in sorted(weights) if _size(path / n, root) <= 0]
     if empty:
         return False, f"partial: {empty[0]} is empty"
     return True, "weights"
@@ -537,7 +612,10 @@ def _check_accelerate(path: Path, names: set[str]) -> tuple[bool, str]:
     ranks = sorted(int(m[1]) for n in names if (m := _ACCELERATE_RNG.fullmatch(n)))
     if ranks != list(range(len(ranks))):
         return False, f"partial: random_states of processes {ranks} (a gap)"
-    empty = [f"random_states_{r}.pkl" for r in ranks if _size(path / f"random_states_{r}.pkl") <= 0]
+    root = os.path.realpath(path)
+    empty = [
+        f"random_states_{r}.pkl" for r in ranks if _size(path / f"random_states_{r}.pkl", root) <= 0
+    ]
     if empty:
         return False, f"partial: {empty[0]} is empty"
     return _with_weights(
@@ -554,10 +632,10 @@ def _with_weights(path: Path, names: set[str], where: str, complete: str) -> tup
     return ok, (complete.format(why) if ok else why)
 
 
-def _marked(path: Path, mark: str) -> tuple[Format, bool, str]:
+def _marked(path: Path, mark: str, step: int | None) -> tuple[Format, bool, str]:
     """A folder checked by the rule of the first mark found in it."""
     if mark == MARKER:
-        return (Format.SLURMPRE, *_check_marker(path))
+        return (Format.SLURMPRE, *_check_marker(path, step))
     if mark == DCP_METADATA:
         return (Format.DCP, *_check_dcp(path))
     names = set(os.listdir(path))  # noqa: PTH208
@@ -573,9 +651,11 @@ def _check_dir(
     # `latest` looks for the same marks inline on its hot path, from the same table, and
     # sends here only the folders in which it found one.
     inside = path + os.sep
+    if group == CHECKPOINT_NAME and os.access(inside + HF_INCOMPLETE, os.F_OK):
+        return Format.HF, False, f"partial: {HF_INCOMPLETE} is there (the Trainer is saving)"
     for mark in _MARKS.get(group, ()):
         if os.access(inside + mark, os.F_OK):
-            return _marked(Path(path), mark)
+            return _marked(Path(path), mark, step_of(name) if group == SLURMPRE_NAME else None)
     # Lightning's DeepSpeed strategy saves a `.ckpt` folder: DeepSpeed's tag inside.
     if name[-5:] == ".ckpt":
         ds = _check_ds_tag(Path(path))
@@ -598,7 +678,7 @@ def _check_dir(
 def _judge(c: _Candidate, ds_tag: str | None, ds_step: int | None) -> Checkpoint:
     """A candidate whose kind is known (see _fit), judged."""
     if not c.is_dir:
-        ok, why = _zip_complete(Path(c.path))
+        ok, why = _zip_complete(Path(c.path), os.path.realpath(Path(c.path).parent))
         return Checkpoint(c.path, c.step, Format.LIGHTNING, ok, why)
     try:
         fmt, ok, why = _check_dir(c.path, c.name, c.group, ds_tag, ds_step)
@@ -633,7 +713,7 @@ _OWN_LIMIT = 10**8
 
 def _newer(c: _Named) -> int:
     """An ascending key for the order of _order: minus the step; stepless ones last."""
-    return 10**19 if c[0] is None else -c[0]  # steps have at most 18 digits
+    return MAX_STEP + 1 if c[0] is None else -c[0]
 
 
 def latest(folder: Path | str) -> Resolution:
@@ -783,7 +863,9 @@ def findable(folder: Path | str, path: Path | str) -> bool:
 
 
 def judge(path: Path | str) -> Checkpoint:
-    """One checkpoint (a folder or a Lightning file), judged as the resolver would."""
+    """One checkpoint (a folder or a Lightning file), judged as the resolver would, from
+    the folder that holds it (its parent; for Lightning's default layout the folder above
+    ``lightning_logs``): a link anywhere below that folder makes it no checkpoint."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{str(path)!r} does not exist")
@@ -792,15 +874,31 @@ def judge(path: Path | str) -> Checkpoint:
     m = _ANY_NAME.fullmatch(path.name)
     if m is None:
         return Checkpoint(str(path), None, Format.UNKNOWN, False, "not a checkpoint name")
-    tag = None
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        tag = (path.parent / DEEPSPEED_TAG).read_text().strip() or None
     group = m.lastindex
     step = None if group is None else int(m[group])
-    fit = _fit(_Candidate(step, path.name, group, str(path), None), os.path.realpath(path.parent))
+    home = _home(path)
+    between = path.parents[: len(path.relative_to(home).parts) - 1]
+    if not all(map(_real_dir, between)):
+        why = "a link on the way to it: where it leads is not in the checkpoint folder's own tree"
+        return Checkpoint(str(path), step, Format.UNKNOWN, False, why)
+    fit = _fit(_Candidate(step, path.name, group, str(path), None), os.path.realpath(home))
     if isinstance(fit, str):
         return Checkpoint(str(path), step, Format.UNKNOWN, False, fit)
+    tag = _tag(path.parent)
     return _judge(fit, tag, step_of(tag) if tag else None)
+
+
+def _home(path: Path) -> Path:
+    """The checkpoint folder the resolver would find ``path`` in, by its spelling."""
+    parts = path.parts
+    if (
+        len(parts) >= 4
+        and parts[-4] == LIGHTNING_LOGS
+        and parts[-3].startswith("version_")
+        and parts[-2] == "checkpoints"
+    ):
+        return path.parents[3]
+    return path.parent
 
 
 def list_all(folder: Path | str) -> list[Checkpoint]:
@@ -838,6 +936,11 @@ def check_step(step: object) -> int:
         raise CheckpointError(f"checkpoint step must be a whole number, got {step!r}")
     if step < 0:
         raise CheckpointError(f"checkpoint step must be 0 or more, got {step}")
+    if step > MAX_STEP:
+        raise CheckpointError(
+            f"checkpoint step must be at most {MAX_STEP} ({STEP_DIGITS} digits, the most a "
+            f"checkpoint's name can hold and be found again), got {step}"
+        )
     return step
 
 
@@ -918,7 +1021,7 @@ def commit(
 def _publish(sealed: Path, folder: Path, step: int, stamp: float) -> Path:
     final = folder / step_dir_name(step)
     if final.exists():
-        ok, _ = _check_marker(final) if (final / MARKER).exists() else (False, "")
+        ok, _ = _check_marker(final, step) if (final / MARKER).exists() else (False, "")
         if ok:
             # Already committed (a periodic and a just-in-time save of one step):
             # keep the one that was there, set ours aside.
@@ -985,8 +1088,8 @@ def clean_leftovers(folder: Path, *, live: str) -> Cleaned:
         path = Path(entry.path)
         is_incoming = tag is not None and not entry.name.startswith(".sync")
         if is_incoming and ".stale-" not in entry.name and (path / MARKER).exists():
-            ok, _ = _check_marker(path)
             step = int(m.group("step"))
+            ok, _ = _check_marker(path, step)
             if ok and not (folder / step_dir_name(step)).exists():
                 with contextlib.suppress(OSError):
                     published.append(str(_publish(path, folder, step, time.time())))

@@ -326,9 +326,12 @@ def test_entries_that_lead_outside_the_folder_are_never_chosen(tmp_path: Path) -
     assert reasons["step-00000098"] == "a symlink to outside the checkpoint folder"
     assert reasons["global_step50"] == "a symlink to outside the checkpoint folder"
     assert reasons["step-6"] == "a broken symlink, or a symlink loop"
-    # A symlink that stays inside is followed.
+    # A symlink that stays inside is a second name for a checkpoint, never one of its own:
+    # counted, prune would delete what it leads to as an older copy.
     (inside / "step-00000007").symlink_to(good)
-    assert latest(inside).checkpoint.path.name == "step-00000007"  # type: ignore[union-attr]
+    assert latest(inside).checkpoint.path.name == "step-00000005"  # type: ignore[union-attr]
+    reasons = {i.name: i.reason for i in ck.ignored(inside)}
+    assert reasons["step-00000007"].startswith("a symlink: never a checkpoint of its own")
 
 
 def test_hf_weights_are_looked_into(tmp_path: Path) -> None:
