@@ -66,11 +66,21 @@ def make_dir(path: Path, access: Access, *, exist_ok: bool = False) -> bool:
 
 
 def make_dirs(path: Path, access: Access) -> bool:
-    """``mkdir -p``: parents get the usual mode, the last folder the access's."""
+    """``mkdir -p``: every folder it creates gets the access's mode, whatever the umask
+    (under umask 000 a plain ``mkdir -p`` makes them writable by everyone); folders that
+    exist are left as they are."""
     if path.is_dir():
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return make_dir(path, access, exist_ok=True)
+    missing = []
+    at = path
+    while not at.is_dir():
+        missing.append(at)
+        if at.parent == at:
+            break
+        at = at.parent
+    for folder in reversed(missing):
+        make_dir(folder, access, exist_ok=True)
+    return True
 
 
 def set_mode(path: Path | int, mode: int) -> None:

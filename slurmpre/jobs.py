@@ -9,14 +9,17 @@ One JSON line per submission in ``$XDG_STATE_HOME/slurmpre/jobs.jsonl``
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from slurmpre.access import OWNER, make_dirs, set_mode
 from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.reading import LARGE, read_regular
 
 
 @dataclass(frozen=True)
@@ -50,21 +53,49 @@ def remember(entry: Submitted, path: Path | None = None) -> None:
 
 
 def known(path: Path | None = None) -> list[Submitted]:
-    """Every recorded submission, oldest first; unreadable lines are skipped."""
+    """Every recorded submission, oldest first; a line that is not one (torn by a kill,
+    or of the wrong shape) is skipped, with one warning on stderr."""
     path = path or index_path()
     try:
-        text = path.read_text()
+        data = read_regular(path, LARGE)
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise SlurmpreError(f"cannot read {path}: {exc.strerror}") from None
+        raise SlurmpreError(f"cannot read {path}: {exc.strerror or exc}") from None
     out = []
-    for line in text.splitlines():
-        try:
-            out.append(Submitted(**json.loads(line)))
-        except (ValueError, TypeError):
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
             continue
+        entry = _entry(line)
+        if isinstance(entry, Submitted):
+            out.append(entry)
+        elif (str(path), number, line) not in _WARNED:
+            _WARNED.add((str(path), number, line))
+            print(f"slurmpre: skipping line {number} of {path}: {entry}", file=sys.stderr)
     return out
+
+
+_FIELDS = {f.name: f.type for f in fields(Submitted)}
+_WARNED: set[tuple[str, int, bytes]] = set()
+
+
+def _entry(line: bytes) -> Submitted | str:
+    """The submission on ``line``, or why it is none."""
+    try:
+        data = json.loads(line.decode())
+    except (UnicodeDecodeError, ValueError):
+        return "not JSON"
+    if not isinstance(data, dict) or set(data) != set(_FIELDS):
+        return f"not a submission (it must hold exactly {', '.join(sorted(_FIELDS))})"
+    for key, value in data.items():
+        if key == "submitted_at":
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value)
+        else:
+            ok = isinstance(value, str) and bool(value)
+        if not ok:
+            return f"{key} = {json.dumps(value)[:40]} has the wrong type"
+    return Submitted(**data)
 
 
 def find(which: str, path: Path | None = None) -> Submitted | None:

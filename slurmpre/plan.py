@@ -115,7 +115,10 @@ def daly(d: float, m: float) -> float:
 def periodic_goodput(tau: float, d: float, m: float, r: float) -> float:
     if tau <= 0:
         return 0.0
-    return tau / (m * math.exp(r / m) * math.expm1((tau + d) / m))
+    try:
+        return tau / (m * math.exp(r / m) * math.expm1((tau + d) / m))
+    except OverflowError:  # a checkpoint or restart many times the MTBF: nothing gets done
+        return 0.0
 
 
 def make_plan(i: Inputs) -> Plan:

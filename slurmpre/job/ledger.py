@@ -13,6 +13,7 @@ a line that is not a JSON object is skipped with a warning.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ from filelock import FileLock, Timeout
 from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
+from slurmpre.reading import LARGE, read_regular
 
 LEDGER_DIR = ".slurmpre"
 ATTEMPTS = "attempts.jsonl"
@@ -62,15 +64,21 @@ class Ledger:
         self.path = self.dir / ATTEMPTS
         self.clock = clock
         self.warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
-        self._warned: set[int] = set()
 
     def _lock(self, timeout: float = 60.0) -> FileLock:
-        return FileLock(str(self.dir / "ledger.lock"), timeout=timeout, mode=self.access.file_mode)
+        return self._file_lock("ledger.lock", timeout)
 
     def writing_lock(self, timeout: float) -> FileLock:
         """Held by rank 0 while a checkpoint is written and committed, and by
         `ckpt prune` while it decides what to remove: never both at once."""
-        return FileLock(str(self.dir / "writing.lock"), timeout=timeout, mode=self.access.file_mode)
+        return self._file_lock("writing.lock", timeout)
+
+    def _file_lock(self, name: str, timeout: float) -> FileLock:
+        """A lock in the ledger folder, which is made first with slurmpre's mode: filelock
+        would make a missing parent itself, with the umask's mode (0777 under umask 000)."""
+        if not self.dir.is_dir():
+            self.ensure()
+        return FileLock(str(self.dir / name), timeout=timeout, mode=self.access.file_mode)
 
     def ensure(self) -> None:
         """Create the ledger folder; an existing one is set to the access's mode."""
@@ -109,7 +117,7 @@ class Ledger:
     def records(self) -> list[dict[str, Any]]:
         """Every whole record, in order; torn, binary and non-object lines are skipped."""
         try:
-            data = self.path.read_bytes()
+            data = read_regular(self.path, LARGE)
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -124,11 +132,14 @@ class Ledger:
                 value = json.loads(raw.decode())
             except (UnicodeDecodeError, ValueError):
                 value = None
-            if isinstance(value, dict):
+            why = "not a JSON object" if not isinstance(value, dict) else _wrong_shape(value)
+            if why is None:
                 out.append(value)
-            elif number not in self._warned:
-                self._warned.add(number)
-                self.warn(f"slurmpre: skipping line {number} of {self.path}: not a JSON object")
+                continue
+            key = (str(self.path), number, raw)
+            if key not in _WARNED:
+                _WARNED.add(key)
+                self.warn(f"slurmpre: skipping line {number} of {self.path}: {why}")
         return out
 
     def previous_start(self, job: str, attempt: int, in_place: int = 0) -> dict[str, Any] | None:
@@ -231,6 +242,84 @@ _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
     "rdzv_endpoint": str,
     "published_at": (int, float),
 }
+
+
+# What each key of a record holds, whatever the event; a record whose keys hold other
+# types is skipped with a warning (as a torn line is), so that no reader meets a list
+# where it counts on a job id, or a string where it subtracts times. Keys not listed
+# here are left to the reader (a later version's records). Numbers must be finite.
+_NUM: tuple[type, ...] = (int, float)
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "event": (str,),
+    "time": _NUM,
+    "job": (str,),
+    "name": (str,),
+    "attempt": (int,),
+    "in_place": (int,),
+    "nodes": (list,),
+    "num_nodes": (int,),
+    "world_size": (int,),
+    "resume_from": (str, type(None)),
+    "step": (int, type(None)),
+    "path": (str,),
+    "seconds": _NUM,
+    "after_notice": (bool,),
+    "kind": (str,),
+    "node": _OPT_STR,
+    "reason": _OPT_STR,
+    "why": _OPT_STR,
+    "first": (bool,),
+    "seen_at": _NUM,
+    "drained_at": _OPT_NUM,
+    "deadline_at": _OPT_NUM,
+    "deadline_from": (str, type(None)),
+    "step_at_notice": (int, type(None)),
+    "requeue_floor_s": _OPT_NUM,
+    "restart": _OPT_STR,
+    "restart_why": _OPT_STR,
+    "requeued_at": _NUM,
+    "requested_at": _NUM,
+    "released_at": _NUM,
+    "release_s": _NUM,
+    "committed_seen_at": _NUM,
+    "exit_code": (int, type(None)),
+    "keep": (list,),
+    "kept": (list,),
+    "release": (list,),
+    "released": (list,),
+}
+_REQUIRED = ("event", "time")
+
+
+def _wrong_shape(record: dict[str, Any]) -> str | None:
+    """Why ``record`` cannot be read as a ledger record, or None."""
+    for key in _REQUIRED:
+        if key not in record:
+            return f"no {key!r}"
+    for key, value in record.items():
+        types = _RECORD_TYPES.get(key)
+        if types is None:
+            continue
+        if isinstance(value, bool) and bool not in types:
+            return f"{key} = {value!r} has the wrong type"
+        if not isinstance(value, types):
+            return f"{key} = {_short(value)} has the wrong type"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{key} = {value!r} is not a finite number"
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            return f"{key} = {_short(value)} must be a list of names"
+    return None
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# Lines warned about, in this process: each is named once, however many readers read it.
+_WARNED: set[tuple[str, int, bytes]] = set()
 
 
 def attempt_key(attempt: int, in_place: int = 0) -> str:
