@@ -8,12 +8,13 @@ quoting, so quoted directives survive hostile names.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, access
+from slurmpre import __version__, access, reading, sbatch_options
 from slurmpre.errors import UsageError
 from slurmpre.signals import WARN_SIGNAL
 from slurmpre.spec import JobSpec
@@ -33,9 +34,42 @@ def _quote(value: object) -> str:
     return shlex.quote(str(value))
 
 
+class _Loader(jinja2.BaseLoader):
+    """Templates from folders, as FileSystemLoader finds them, read as regular files of
+    bounded size (a FIFO or a device by a template's name must not hang a render)."""
+
+    def __init__(self, dirs: list[str]) -> None:
+        self.dirs = dirs
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
+        parts = jinja2.loaders.split_template_path(template)
+        for folder in self.dirs:
+            path = Path(folder, *parts)
+            if not path.exists():
+                continue
+            try:
+                source = reading.read_text(path, reading.MEDIUM)
+                mtime = path.stat().st_mtime
+            except UnicodeDecodeError:
+                raise UsageError(f"template {template}: not UTF-8 text ({path})") from None
+            except OSError as exc:
+                raise UsageError(f"template {template}: {exc.strerror or exc} ({path})") from None
+
+            def fresh(path: Path = path, mtime: float = mtime) -> bool:
+                try:
+                    return path.stat().st_mtime == mtime
+                except OSError:
+                    return False
+
+            return source, str(path), fresh
+        raise jinja2.TemplateNotFound(template)
+
+
 def environment(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([*map(str, extra_dirs), str(templates_dir())]),
+        loader=_Loader([*map(str, extra_dirs), str(templates_dir())]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -43,6 +77,7 @@ def environment(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
         autoescape=False,  # noqa: S701 - shell, not HTML: values are shell-quoted by `q`
     )
     env.filters["q"] = _quote
+    env.filters["sq"] = sbatch_options.quote
     return env
 
 
@@ -162,3 +197,7 @@ def render(spec: JobSpec) -> str:
         lineno = getattr(exc, "lineno", None)
         where = f" line {lineno}" if lineno else ""
         raise UsageError(f"template {name}{where}: {exc}") from None
+    except RecursionError:
+        raise UsageError(
+            f"template {name}: it extends or includes itself, directly or through another"
+        ) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import signal
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from slurmpre import access, defaults, sbatch_options
+from slurmpre import access, defaults, reading, sbatch_options
 from slurmpre.errors import UsageError
 from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
@@ -141,9 +142,16 @@ def _has_line_break(text: str) -> bool:
 
 def _one_line(key: str, value: object) -> str:
     text = _str(key, value)
-    if _has_line_break(text) or any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise _bad(key, value, "must be one line without control characters")
+    if _has_line_break(text) or any(ord(c) < 32 or 127 <= ord(c) < 160 or c in _BIDI for c in text):
+        raise _bad(
+            key, value, "must be one line without control characters or bidirectional overrides"
+        )
     return text
+
+
+# Characters that reorder how text is shown: a name or path holding one reads on a
+# terminal as something else than it is.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _optional_word(key: str, value: object, pattern: re.Pattern[str], what: str) -> str | None:
@@ -224,7 +232,32 @@ def parse_setup(value: object) -> tuple[str, ...]:
     for line in lines:
         if "\0" in line or any(c in line for c in _ODD_BREAKS):
             raise _bad("setup", line, "must not contain NUL, \\r or Unicode line separators")
+    if lines:
+        _check_shell(lines)
     return lines
+
+
+def _check_shell(lines: tuple[str, ...]) -> None:
+    """The setup block must be whole shell commands: an unterminated heredoc, quote or
+    ``if`` would swallow the launch line below it, and the job would end COMPLETED
+    without training. bash itself judges (``bash -n``: read, run nothing); the rendered
+    script also checks at run time that the block ended (an end marker)."""
+    from slurmpre import cmd
+    from slurmpre.errors import CommandError
+
+    text = "\n".join(lines) + "\n: slurmpre setup ends here\n"
+    try:
+        result = cmd.run(["bash", "-n"], input=text, check=False, timeout=30)
+    except CommandError as exc:
+        raise SpecError(f"setup: cannot check it with bash: {exc}") from None
+    problem = result.stderr.strip().splitlines()
+    if result.returncode != 0 or any("here-document" in line for line in problem):
+        why = problem[0] if problem else f"bash -n exited {result.returncode}"
+        why = why.removeprefix("bash: ").removeprefix("line ")
+        raise SpecError(
+            f"setup: its lines are not whole shell commands ({why}); an unterminated heredoc, "
+            "quote or block would swallow the command that launches the training"
+        )
 
 
 def parse_extra_sbatch(value: object) -> tuple[str, ...]:
@@ -317,6 +350,59 @@ def _pattern(key: str, value: object) -> str | None:
     return text
 
 
+# Slurm keeps a time limit as an int of seconds (time_str2secs in src/common/parse_time.c),
+# and array indexes below MaxArraySize, which can be at most 4000001 (slurm.conf(5)).
+_INT_MAX = 2**31 - 1
+_MAX_ARRAY_INDEX = 4_000_000
+
+
+def _time(key: str, value: object) -> str | None:
+    text = _optional_word(
+        key, value, _TIME, "must be a Slurm time such as 90, 4:00:00 or 2-12:00:00"
+    )
+    if text is None or text in ("UNLIMITED", "INFINITE"):
+        return text
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+        seconds = int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    elif len(parts) == 3:  # hours:minutes:seconds
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    else:  # minutes[:seconds]
+        seconds = parts[0] * 60 + (parts[1] if len(parts) > 1 else 0)
+    if max([*parts, int(days or 0)]) > _INT_MAX or seconds > _INT_MAX:
+        raise _bad(key, value, "is longer than Slurm can hold (about 68 years)")
+    return text
+
+
+def _array(key: str, value: object) -> str | None:
+    text = _optional_word(
+        key,
+        value if not isinstance(value, int) or isinstance(value, bool) else str(value),
+        _ARRAY,
+        "must be a Slurm array range such as 0-99 or 1,3,5-7%4",
+    )
+    if text is None:
+        return None
+    ranges, _, limit = text.partition("%")
+    if limit and int(limit) < 1:
+        raise _bad(key, value, "its %limit must run at least 1 task at a time")
+    for part in ranges.split(","):
+        span, _, step = part.partition(":")
+        first, _, last = span.partition("-")
+        lo, hi = int(first), int(last or first)
+        if hi > _MAX_ARRAY_INDEX:
+            raise _bad(
+                key, value, f"index {hi} is above {_MAX_ARRAY_INDEX}, more than Slurm allows"
+            )
+        if hi < lo:
+            raise _bad(key, value, f"the range {span} runs backwards")
+        if step and int(step) < 1:
+            raise _bad(key, value, f"the step of {part} must be 1 or more")
+    return text
+
+
 def _signal_name(key: str, value: object) -> str | None:
     if value in (None, ""):
         return None
@@ -324,6 +410,12 @@ def _signal_name(key: str, value: object) -> str | None:
     sig = None if text.strip().isdigit() else signal_named(text)  # a spec names its signal
     if sig is None:
         raise _bad(key, value, "is not a signal name such as USR1 or TERM")
+    if sig in (signal.SIGKILL, signal.SIGSTOP):
+        raise _bad(
+            key,
+            value,
+            "cannot be caught: the training could not checkpoint on it, only die or stop",
+        )
     if sig in RESERVED_SIGNALS:
         raise _bad(
             key, value, f"is reserved ({WARN_SIGNAL.name} carries Slurm's time-limit warning)"
@@ -376,9 +468,7 @@ def validate(
         elif key == "mem":
             kw[key] = _optional_word(key, value, _MEM, "must be a size such as 64G or 512M")
         elif key == "time":
-            kw[key] = _optional_word(
-                key, value, _TIME, "must be a Slurm time such as 90, 4:00:00 or 2-12:00:00"
-            )
+            kw[key] = _time(key, value)
         elif key in ("partition", "account", "qos"):
             kw[key] = _optional_word(
                 key, value, _WORD, "must be one word of letters, digits, . _ -"
@@ -388,12 +478,7 @@ def validate(
                 key, value, _CONSTRAINT, "must be a Slurm feature expression such as preemptible"
             )
         elif key == "array":
-            kw[key] = _optional_word(
-                key,
-                value if not isinstance(value, int) else str(value),
-                _ARRAY,
-                "must be a Slurm array range such as 0-99 or 1,3,5-7%4",
-            )
+            kw[key] = _array(key, value)
         elif key in ("requeue", "watch", "in_place"):
             kw[key] = _bool(key, value)
         elif key in ("checkpoint_dir", "log_dir"):
@@ -508,15 +593,60 @@ def parse_gpus(value: object, key: str = "gpus_per_node") -> tuple[str | None, i
 
 def own_launcher(command: Sequence[str]) -> str | None:
     """The launcher a command starts by itself (``torchrun``, ``accelerate``, ``deepspeed``,
-    or ``python -m torch.distributed.run``), or None."""
-    if not command:
+    or ``python -m torch.distributed.run``), or None. Read through what only runs the
+    next word (``env`` with its settings, ``nice``), and python's own flags (``-u``,
+    ``-X opt``, ``-mtorch.distributed.run``)."""
+    words = list(command)
+    while words and PurePosixPath(words[0]).name in _PASS_THROUGH:
+        words = _after_pass_through(words)
+    if not words:
         return None
-    first = PurePosixPath(command[0]).name
+    first = PurePosixPath(words[0]).name
     if first in _LAUNCHERS:
         return _LAUNCHERS[first]
-    if re.fullmatch(r"python[0-9.]*", first) and len(command) > 2 and command[1] == "-m":
-        return _LAUNCHER_MODULES.get(command[2])
+    if not _PYTHON.fullmatch(first):
+        return None
+    rest = words[1:]
+    while rest and rest[0].startswith("-") and rest[0] != "-":
+        flag = rest.pop(0)
+        if flag.startswith("-m"):
+            module = flag[2:] or (rest[0] if rest else "")
+            return _LAUNCHER_MODULES.get(module)
+        if flag in ("-c", "--"):
+            return None
+        if flag in ("-X", "-W", "--check-hash-based-pycs") and rest:
+            rest.pop(0)
     return None
+
+
+_PYTHON = re.compile(r"(?:python|pypy)[0-9.]*", re.ASCII)
+_PASS_THROUGH = frozenset({"env", "nice", "nohup", "exec", "command", "stdbuf", "taskset"})
+
+
+def _after_pass_through(words: list[str]) -> list[str]:
+    """What a pass-through command (``env A=1 -u X``, ``nice -n 5``) runs next."""
+    name, rest = PurePosixPath(words[0]).name, words[1:]
+    takes_value = {
+        "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
+        "nice": {"-n", "--adjustment"},
+        "taskset": set(),
+        "stdbuf": set(),
+    }
+    valued = takes_value.get(name, set())
+    while rest:
+        word = rest[0]
+        if name == "env" and "=" in word and not word.startswith("-"):
+            rest.pop(0)
+        elif name == "taskset" and not word.startswith("-") and len(rest) > 1:
+            rest.pop(0)  # the CPU mask
+            break
+        elif word.startswith("-") and word != "-":
+            rest.pop(0)
+            if word in valued and rest:
+                rest.pop(0)
+        else:
+            break
+    return rest
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -545,11 +675,13 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 def read(path: Path) -> dict[str, Any]:
     """The spec file's TOML as a mapping, not yet validated; a SpecError naming the file."""
     try:
-        raw: dict[str, Any] = tomllib.loads(path.read_text())
+        raw: dict[str, Any] = tomllib.loads(reading.read_text(path, reading.MEDIUM))
     except FileNotFoundError:
         raise SpecError(f"spec file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read spec file {str(path)!r}: {exc}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"spec file {str(path)!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file {str(path)!r}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:

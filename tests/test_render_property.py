@@ -61,6 +61,9 @@ OPTIONAL: dict[str, st.SearchStrategy[Any]] = {
                 *["--mail-type=END", "--comment 'x y'", "-H"],
                 # ... and what sbatch would read as an option slurmpre manages:
                 *["--mail-type=END --nodes=5", "-HN5", "--no-req", "--constr=standard", "-c 4"],
+                # ... once quotes and backslashes are read as sbatch reads them, or aliases:
+                *["'--quiet --nodes=5'", "'--no-requeue '", '"--nodes"=2', "--no\\-requeue"],
+                *["--tasks-per-node=2", "--tasks 2", '--comment="a\\\\b"', "-kN5"],
             ]
         ),
         max_size=3,

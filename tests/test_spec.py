@@ -127,6 +127,46 @@ def test_values_are_normalised() -> None:
         ({"extra_sbatch": ["--wrap=ls"]}, "--wrap is about submitting"),
         ({"extra_sbatch": ["--mail-type"]}, "--mail-type needs a value"),
         ({"extra_sbatch": ["--hold=yes"]}, "--hold takes no value"),
+        # Read as sbatch reads an #SBATCH line: its quotes, its backslashes, its aliases.
+        ({"extra_sbatch": ["'--quiet --nodes=5'"]}, "is not an option name sbatch could take"),
+        ({"extra_sbatch": ["'--no-requeue '"]}, "is not an option name sbatch could take"),
+        ({"extra_sbatch": ['"--nodes"=5']}, "slurmpre sets --nodes itself"),
+        ({"extra_sbatch": ["--no\\-requeue"]}, "slurmpre sets --no-requeue itself"),
+        (
+            {"extra_sbatch": ["--tasks-per-node=2"]},
+            "--tasks-per-node would be read by sbatch as --ntasks-per-node",
+        ),
+        ({"extra_sbatch": ["--tasks 2"]}, "--tasks would be read by sbatch as --ntasks-per-node"),
+        ({"extra_sbatch": ["--comment=a#b"]}, "an unquoted '#' inside a word"),
+        ({"extra_sbatch": ["--comment=a\\ b"]}, "read a backslash before a space differently"),
+        ({"extra_sbatch": ["'' --nodes=2"]}, "an empty quoted word stops sbatch"),
+        ({"extra_sbatch": ["--comment='open"]}, "an unmatched '"),
+        ({"extra_sbatch": ["hetjob"]}, "another component of a heterogeneous job"),
+        ({"extra_sbatch": [":"]}, "stops sbatch"),
+        ({"extra_sbatch": ["--get-user-env=10L"]}, "--get-user-env takes no value"),
+        ({"extra_sbatch": ["--container-image=nvcr.io/pytorch"]}, "inside a container"),
+        ({"extra_sbatch": ["--container-mounts=/data:/data"]}, "where srun and scontrol are"),
+        ({"extra_sbatch": ["--container=/bundle"]}, "inside a container"),
+        ({"extra_sbatch": ["-kN5 --nodes=2"]}, "slurmpre sets --nodes itself"),
+        # Commands that start a launcher of their own, however they are spelled.
+        ({"command": ["python", "-mtorch.distributed.run", "t.py"]}, "starts torchrun"),
+        ({"command": ["/usr/bin/env", "torchrun", "t.py"]}, "starts torchrun"),
+        ({"command": "env A=1 python3 -u -m torch.distributed.launch t.py"}, "starts torchrun"),
+        ({"command": ["nice", "-n", "5", "accelerate", "launch", "t.py"]}, "accelerate launch"),
+        ({"command": ["python3.11", "-X", "dev", "-m", "deepspeed", "t.py"]}, "deepspeed"),
+        # Slurm's own ranges.
+        ({"time": "99999999"}, "is longer than Slurm can hold"),
+        ({"time": "24856-00:00:00"}, "is longer than Slurm can hold"),
+        ({"array": "0-99999999999"}, "more than Slurm allows"),
+        ({"array": "9-1"}, "the range 9-1 runs backwards"),
+        ({"array": "0-9:0"}, "the step of 0-9:0 must be 1 or more"),
+        ({"array": "0-9%0"}, "its %limit must run at least 1 task"),
+        # Text that shows as something else than it is.
+        ({"name": "job\u009b31m"}, "without control characters or bidirectional overrides"),
+        ({"name": "evil\u202eexe.pt"}, "without control characters or bidirectional overrides"),
+        ({"drain_reason": "a\u2066b"}, "bidirectional overrides"),
+        ({"notice_signal": "KILL"}, "cannot be caught: the training could not checkpoint on it"),
+        ({"notice_signal": "SIGSTOP"}, "cannot be caught"),
     ],
 )
 def test_bad_values_name_the_key(kw: dict[str, object], message: str) -> None:
@@ -313,3 +353,26 @@ def test_a_managed_option_in_extra_sbatch_says_which_key_to_write() -> None:
         "slurmpre sets --gpus-per-node itself: use the key 'gpus_per_node' "
         '(gpus_per_node = "h100:8")'
     )
+
+
+@pytest.mark.parametrize(
+    "value", ["a\\b", 'say "hi"', "it's", "back\\\\slash", "a b#c", "$HOME", "\\"]
+)
+def test_an_option_value_reads_back_as_sbatch_reads_it(value: str) -> None:
+    from slurmpre import sbatch_options
+
+    s = spec(extra_sbatch=[f"--comment={sbatch_options.quote(value)}"])
+    (line,) = s.extra_sbatch
+    for escaped_space in (True, False):  # 24.11 on, and 22.05
+        assert sbatch_options.words(line, escaped_space=escaped_space) == [f"--comment={value}"]
+
+
+def test_every_supported_releases_options_are_known() -> None:
+    """A name only one release has is still resolved, and refused when it is managed."""
+    from slurmpre import sbatch_options
+
+    assert set(sbatch_options.BY_RELEASE) == {"22.05", "24.11", "26.05"}
+    assert sbatch_options.resolve("spread-segments") == "spread-segments"  # 26.05 only
+    assert sbatch_options.resolve("segment") == "segment"  # 24.11 and 26.05
+    with pytest.raises(sbatch_options.OptionError, match="as --ntasks-per-node"):
+        sbatch_options.resolve("tasks-per")

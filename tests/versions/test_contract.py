@@ -23,6 +23,7 @@ from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import JobInfo, format_version
 
 from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.slurm.test_sbatch_table import check_table
 
 pytestmark = pytest.mark.sandbox
 
@@ -109,6 +110,14 @@ def test_the_sandbox_runs_that_release(release: str, box: Sandbox) -> None:
     assert all(nodes[n].features == ("preemptible",) for n in PREEMPTIBLE)
     assert nodes["gpu-dp-1"].features == ("standard",)
     assert all(n.usable for n in nodes.values())
+
+
+def test_that_releases_sbatch_takes_every_option_as_the_table_says(
+    release: str, box: Sandbox
+) -> None:
+    """slurmpre reads extra_sbatch with each release's option table: ask the real sbatch
+    (tests/slurm/test_sbatch_table.py says how; nothing is submitted)."""
+    check_table(release)
 
 
 def submit(box: Sandbox, folder: Path, release: str, nodes: str) -> str:
