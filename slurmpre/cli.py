@@ -598,6 +598,8 @@ def cancel(job: str, checkpoint_dir: str | None, after_checkpoint: bool, wait: f
     from slurmpre.job.ledger import Ledger
     from slurmpre.slurm.client import default_client
 
+    if not wait >= 0:
+        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
     entry = jobs.locate(job, checkpoint_dir)
     client = default_client()
     info = _slurm_job(client, entry.job)

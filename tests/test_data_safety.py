@@ -318,6 +318,12 @@ def test_a_price_that_is_no_amount_is_refused(tmp_path: Path, price: str) -> Non
         assert "--price" in proc.stderr
 
 
+@pytest.mark.parametrize("command", [["cancel", "1"], ["ckpt", "prune", "/tmp", "--keep", "1"]])
+def test_a_wait_that_is_no_number_of_seconds_is_refused(command: list[str]) -> None:
+    proc = slurmpre_cli(*command, "--wait", "nan")
+    assert proc.returncode == 2 and "--wait nan" in proc.stderr, proc
+
+
 BAD_RECORDS = [
     {"event": "start", "job": [1], "attempt": 0, "time": 1.0},
     {"event": "end", "job": "1", "attempt": 0, "time": "soon", "seconds": 3},
