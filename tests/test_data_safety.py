@@ -89,6 +89,20 @@ def test_a_link_is_never_a_second_checkpoint_and_its_target_stays(
     assert {k: v for k, v in fingerprint(folder).items() if not k.startswith(".slurmpre")} == before
 
 
+def test_a_commit_over_a_link_by_its_name_lands_and_leaves_the_target(tmp_path: Path) -> None:
+    """A link named step-00000010 to somebody's committed step 10: the commit of step 10
+    must not be set aside as a duplicate of it (it would never be found)."""
+    folder, out = tmp_path / "ckpt", tmp_path / "outside"
+    theirs = committed(out, 10, b"theirs")
+    folder.mkdir()
+    (folder / step_dir_name(10)).symlink_to(theirs)
+    before = fingerprint(out)
+    ours = committed(folder, 10, b"ours")
+    assert not ours.is_symlink() and (ours / "model.pt").read_bytes() == b"ours"
+    assert latest(folder).checkpoint.path == ours  # type: ignore[union-attr]
+    assert fingerprint(out) == before
+
+
 def test_a_marker_of_another_step_does_not_make_a_checkpoint(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     old = committed(folder, 5)

@@ -1020,7 +1020,11 @@ def commit(
 
 def _publish(sealed: Path, folder: Path, step: int, stamp: float) -> Path:
     final = folder / step_dir_name(step)
-    if final.exists():
+    if final.is_symlink():
+        # A link by this name is no checkpoint (the resolver never takes one), whatever
+        # it leads to: set the link itself aside (what it leads to is not touched).
+        final.rename(folder / f".partial-{final.name}-{int(stamp * 1000)}")
+    elif final.exists():
         ok, _ = _check_marker(final, step) if (final / MARKER).exists() else (False, "")
         if ok:
             # Already committed (a periodic and a just-in-time save of one step):
