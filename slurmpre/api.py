@@ -33,6 +33,7 @@ from slurmpre.job import checkpoints
 from slurmpre.job.env import IN_PLACE_ENV
 from slurmpre.job.ledger import Ledger, attempt_key, in_place_field
 from slurmpre.job.notice import Agree, NoticeGate
+from slurmpre.reading import SMALL, read_text
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -417,8 +418,8 @@ class _FolderMeeting:
 
     def _read_verdict(self) -> str | None:
         try:
-            return (self.folder / "verdict").read_text() or None
-        except OSError:
+            return read_text(self.folder / "verdict", SMALL) or None
+        except (OSError, UnicodeDecodeError):
             return None
 
     def verdict(self, final: Path | None, exc: BaseException | None) -> None:

@@ -563,26 +563,38 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
     offset = 0
     while True:
         try:
-            with path.open("rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
+            offset = _print_from(path, offset)
         except FileNotFoundError:
-            chunk = b""
             if not follow:
                 raise SlurmpreError(f"no log at {path} (has the job started?)") from None
-        if chunk:
-            click.echo(chunk.decode(errors="replace"), nl=False)
-            offset += len(chunk)
+        except OSError as exc:
+            raise SlurmpreError(f"cannot read the log {path}: {exc.strerror or exc}") from None
         if not follow:
             return
         info = _slurm_job(client, entry.job)
         if info is None or info.finished:
             time.sleep(1)  # what the last attempt wrote as it ended
-            with contextlib.suppress(FileNotFoundError), path.open("rb") as fh:
-                fh.seek(offset)
-                click.echo(fh.read().decode(errors="replace"), nl=False)
+            with contextlib.suppress(FileNotFoundError):
+                _print_from(path, offset)
             return
         time.sleep(1)
+
+
+def _print_from(path: Path, offset: int) -> int:
+    """Print the log from ``offset`` to its current end, a MiB at a time; the new offset.
+    Only a regular file is read (a FIFO or a device by the log's name is refused)."""
+    from slurmpre.reading import open_regular
+
+    with open_regular(path) as fh:
+        end = os.fstat(fh.fileno()).st_size
+        fh.seek(offset)
+        while offset < end:
+            chunk = fh.read(min(1 << 20, end - offset))
+            if not chunk:
+                break
+            click.echo(chunk.decode(errors="replace"), nl=False)
+            offset += len(chunk)
+    return offset
 
 
 @cli.command()

@@ -240,6 +240,21 @@ def test_no_special_file_where_a_file_is_read_makes_a_command_hang(
             assert proc.stdout.strip() == str(folder / step_dir_name(1)), proc.stderr
 
 
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_logs_never_hang_on_a_special_file_by_the_logs_name(tmp_path: Path, kind: str) -> None:
+    folder = tmp_path / "ckpt"
+    # A job id Slurm has not given out here (the cluster's tests may run beside this one).
+    Ledger(folder).append({"event": "submitted", "job": "999997", "name": "n"})
+    log = folder / "logs" / "n-999997.out"
+    log.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(log)
+    else:
+        log.symlink_to("/dev/zero")
+    proc = sane(bounded("logs", "999997", "--checkpoint-dir", str(folder), timeout=30))
+    assert proc.returncode == 1 and "not a regular file" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("spec", ["/dev/zero", "fifo", "binary", "extends-itself", "loop"])
 def test_render_never_hangs_on_what_it_reads(tmp_path: Path, spec: str) -> None:
     path = tmp_path / "job.toml"
@@ -340,20 +355,20 @@ def test_a_wait_that_is_no_number_of_seconds_is_refused(command: list[str]) -> N
 
 BAD_RECORDS = [
     {"event": "start", "job": [1], "attempt": 0, "time": 1.0},
-    {"event": "end", "job": "1", "attempt": 0, "time": "soon", "seconds": 3},
-    {"event": "start", "job": "1", "attempt": 1, "time": 2.0, "nodes": 5},
-    {"event": "checkpoint", "job": "1", "attempt": 0, "time": 3.0, "seconds": 1e400},
-    {"event": "requeued", "job": "1", "attempt": 0, "time": 4.0, "requeued_at": [4]},
-    {"job": "1", "attempt": 0, "time": 4.0},
-    {"event": "notice", "job": "1", "attempt": 0, "time": True},
+    {"event": "end", "job": "999996", "attempt": 0, "time": "soon", "seconds": 3},
+    {"event": "start", "job": "999996", "attempt": 1, "time": 2.0, "nodes": 5},
+    {"event": "checkpoint", "job": "999996", "attempt": 0, "time": 3.0, "seconds": 1e400},
+    {"event": "requeued", "job": "999996", "attempt": 0, "time": 4.0, "requeued_at": [4]},
+    {"job": "999996", "attempt": 0, "time": 4.0},
+    {"event": "notice", "job": "999996", "attempt": 0, "time": True},
 ]
 
 
 def test_a_ledger_record_of_the_wrong_shape_is_skipped_with_one_warning(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     ledger = Ledger(folder)
-    ledger.append({"event": "submitted", "job": "1", "name": "n"})
-    ledger.append({"event": "start", "job": "1", "attempt": 0, "nodes": ["n1"]})
+    ledger.append({"event": "submitted", "job": "999996", "name": "n"})
+    ledger.append({"event": "start", "job": "999996", "attempt": 0, "nodes": ["n1"]})
     with ledger.path.open("a") as fh:
         for record in BAD_RECORDS:
             fh.write(json.dumps(record).replace("Infinity", "1e400") + "\n")
@@ -363,9 +378,9 @@ def test_a_ledger_record_of_the_wrong_shape_is_skipped_with_one_warning(tmp_path
         assert [r["event"] for r in records] == ["submitted", "start"]
     assert len(warned) == len(BAD_RECORDS), warned
     for args in (
-        ["status", "1", "--checkpoint-dir", str(folder), "--json"],
+        ["status", "999996", "--checkpoint-dir", str(folder), "--json"],
         ["plan", str(folder), "--mtbf", "100", "--checkpoint-seconds", "1"],
-        ["logs", "1", "--checkpoint-dir", str(folder)],
+        ["logs", "999996", "--checkpoint-dir", str(folder)],
     ):
         proc = sane(bounded(*args))
         assert proc.stderr.count("skipping line") == len(BAD_RECORDS), proc.stderr
@@ -374,7 +389,7 @@ def test_a_ledger_record_of_the_wrong_shape_is_skipped_with_one_warning(tmp_path
 def test_a_submission_record_of_the_wrong_shape_is_skipped(tmp_path: Path) -> None:
     state = tmp_path / "state" / "slurmpre"
     state.mkdir(parents=True)
-    good = {"job": "7", "name": "n", "checkpoint_dir": str(tmp_path), "log_dir": str(tmp_path)}
+    good = {"job": "999998", "name": "n", "checkpoint_dir": str(tmp_path), "log_dir": str(tmp_path)}
     lines = [
         {**good, "submitted_at": 1.0},
         {**good, "job": [1], "submitted_at": 1.0},
@@ -394,7 +409,7 @@ def test_a_submission_record_of_the_wrong_shape_is_skipped(tmp_path: Path) -> No
     )
     sane(proc)
     assert proc.stderr.count("skipping line") == 4, proc.stderr
-    assert "no log at" in proc.stderr  # it found job 7 by its name
+    assert "no log at" in proc.stderr  # it found the job by its name
 
 
 # -- modes: nothing slurmpre creates is writable by others ----------------------------

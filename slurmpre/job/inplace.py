@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmpre.atomic import write_atomic
 from slurmpre.job.ledger import LEDGER_DIR
+from slurmpre.reading import SMALL, read_text
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def write_request(path: Path, request: Request, *, mode: int = 0o600) -> None:
 def read_request(path: Path) -> Request | None:
     """The request, or None when there is none or it cannot be read whole."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, SMALL))
         keep = tuple(str(n) for n in data["keep"])
         release = tuple(str(n) for n in data["release"])
         return Request(keep, release, str(data["why"]), float(data["at"]))

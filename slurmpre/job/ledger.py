@@ -27,7 +27,7 @@ from filelock import FileLock, Timeout
 from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
-from slurmpre.reading import LARGE, read_regular
+from slurmpre.reading import LARGE, SMALL, read_regular, read_text
 
 LEDGER_DIR = ".slurmpre"
 ATTEMPTS = "attempts.jsonl"
@@ -184,7 +184,7 @@ class Ledger:
         deadline = clock() + timeout
         while True:
             try:
-                text = path.read_text()
+                text = read_text(path, SMALL)
             except FileNotFoundError:
                 pass
             except (OSError, UnicodeDecodeError) as exc:

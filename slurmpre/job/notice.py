@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmpre.atomic import write_atomic
 from slurmpre.job.ledger import LEDGER_DIR
+from slurmpre.reading import SMALL, read_text
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,8 @@ def write_notice(path: Path, notice: Notice, *, mode: int = 0o600) -> None:
 
 def read_notice(path: Path) -> Notice | None:
     try:
-        return Notice(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        return Notice(**json.loads(read_text(path, SMALL)))
+    except (OSError, ValueError, TypeError):  # UnicodeDecodeError is a ValueError
         return None
 
 
