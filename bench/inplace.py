@@ -27,7 +27,8 @@ from typing import Any
 import tomllib
 from slurmpre.drill.run import DrillOptions, bring_up, drill_spec, wait_whole
 from slurmpre.drill.train import LOG
-from slurmpre.job.ledger import ATTEMPTS, LEDGER_DIR
+from slurmpre.job.ledger import ATTEMPTS, LEDGER_DIR, Ledger
+from slurmpre.job.records import Checkpoint, Notice
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.parse import requeue_floor
@@ -73,25 +74,24 @@ def one(box: Sandbox, work: Path, in_place: bool, window: float) -> dict[str, An
     preempt.finish(timeout=window + 120)
     if info.state != "COMPLETED":
         raise SystemExit(f"bench: job {job_id} ended {info.state}; logs in {folder / 'logs'}")
-    records = jsonl(folder / LEDGER_DIR / ATTEMPTS)
-    notice = next(r for r in records if r["event"] == "notice")
+    raw = jsonl(folder / LEDGER_DIR / ATTEMPTS)
+    typed = Ledger(folder).records()
+    notice = next(r for r in typed if isinstance(r, Notice))
     events = jsonl(log)
     saved = next(e for e in events if e["event"] == "save-end" and e["why"] == "notice")
     began = [e for e in events if e["event"] == "begin"]
     first_after = next(e for e in events if e["event"] == "step" and e["t"] > began[-1]["t"])
-    checkpoint = next(
-        r["seconds"] for r in records if r["event"] == "checkpoint" and r.get("after_notice")
-    )
+    checkpoint = next(r.seconds for r in typed if isinstance(r, Checkpoint) and r.after_notice)
     return {
         "job": job_id,
         "restarts": info.restarts,
         "worlds": [e["world"] for e in began],
         "checkpoint_s": checkpoint,
-        "seen_to_saved_s": saved["t"] - notice["seen_at"],
-        "seen_to_training_s": first_after["t"] - notice["seen_at"],
-        "records": records,
+        "seen_to_saved_s": saved["t"] - notice.seen_at,
+        "seen_to_training_s": first_after["t"] - notice.seen_at,
+        "records": raw,
         "samples": samples,
-        "floor_s": notice.get("requeue_floor_s"),
+        "floor_s": notice.requeue_floor_s,
     }
 
 

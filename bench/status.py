@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from slurmpre import jobs
+from slurmpre.job import records
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 from slurmpre.slurm.parse import format_version
 
@@ -32,52 +33,35 @@ TARGET_S = 1.0
 
 def ledger(job: str, folder: Path, t0: float) -> str:
     """A job preempted twice, as slurmpre's ledger records it (3 attempts)."""
-    recs: list[dict[str, object]] = [
-        {"event": "submitted", "job": job, "name": "bench", "time": t0}
-    ]
+    recs: list[records.Record] = [records.Submitted(job=job, name="bench", time=t0)]
     resume: str | None = None
     for attempt, node in enumerate(["gpu-preemptible-dp-1", "gpu-preemptible-dp-2", None]):
         t = t0 + 100 * attempt
         step = None if resume is None else 40 * attempt
+        ids = {"job": job, "attempt": attempt}
         recs.append(
-            {
-                "event": "start",
-                "job": job,
-                "attempt": attempt,
-                "nodes": [node or "gpu-preemptible-dp-1"],
-                "num_nodes": 1,
-                "resume_from": resume,
-                "step": step,
-                "time": t,
-                "world_size": 1,
-            }
-        )
-        if node is None:
-            recs.append(
-                {
-                    "event": "end",
-                    "job": job,
-                    "attempt": attempt,
-                    "exit_code": 0,
-                    "seconds": 60,
-                    "time": t + 60,
-                }
+            records.Start(
+                **ids, nodes=(node or "gpu-preemptible-dp-1",), num_nodes=1, resume_from=resume,
+                step=step, time=t, world_size=1,
             )
+        )  # fmt: skip
+        if node is None:
+            recs.append(records.End(**ids, exit_code=0, seconds=60, time=t + 60))
             break
         resume = str(folder / f"step-{40 * (attempt + 1):08d}")
         recs += [
-            {"event": "notice", "job": job, "attempt": attempt, "kind": "drain", "node": node,
-             "reason": "preempted", "drained_at": t + 50, "seen_at": t + 51, "deadline_at": t + 350,
-             "deadline_from": "slurm", "first": True, "time": t + 51},
-            {"event": "checkpoint", "job": job, "attempt": attempt, "after_notice": True, "path": resume,
-             "step": 40 * (attempt + 1), "seconds": 1.0, "time": t + 52},
-            {"event": "committed", "job": job, "attempt": attempt, "path": resume, "step": 40 * (attempt + 1),
-             "time": t + 52},
-            {"event": "requeued", "job": job, "attempt": attempt, "requeued_at": t + 53, "time": t + 53,
-             "why": "after the just-in-time checkpoint"},
-            {"event": "end", "job": job, "attempt": attempt, "exit_code": 1, "seconds": 54, "time": t + 54},
+            records.Notice(**ids, kind="drain", node=node, reason="preempted", drained_at=t + 50,
+                           seen_at=t + 51, deadline_at=t + 350, deadline_from="slurm", first=True,
+                           time=t + 51),
+            records.Checkpoint(**ids, after_notice=True, path=resume, step=40 * (attempt + 1),
+                               seconds=1.0, time=t + 52),
+            records.Committed(**ids, path=resume, step=40 * (attempt + 1), committed_seen_at=t + 52,
+                              time=t + 52),
+            records.Requeued(**ids, requeued_at=t + 53, time=t + 53,
+                             why="after the just-in-time checkpoint"),
+            records.End(**ids, exit_code=1, seconds=54, time=t + 54),
         ]  # fmt: skip
-    return "".join(json.dumps(r) + "\n" for r in recs)
+    return "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in recs)
 
 
 def timed(argv: list[str], repeat: int, env: dict[str, str]) -> tuple[float, float]:

@@ -31,8 +31,9 @@ from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import IN_PLACE_ENV
-from slurmpre.job.ledger import Ledger, attempt_key, in_place_field
+from slurmpre.job.ledger import Ledger, attempt_key
 from slurmpre.job.notice import Agree, NoticeGate
+from slurmpre.job.records import Checkpoint
 from slurmpre.reading import SMALL, read_text
 
 
@@ -258,17 +259,16 @@ def _record_commit(
     # The watcher requeues once it sees this: a checkpoint newer than the notice.
     try:
         Ledger(target, access=access).append(
-            {
-                "event": "checkpoint",
-                "job": env["SLURMPRE_JOB_TAG"],
-                "attempt": restart_count(env),
-                **in_place_field(_in_place(env)),
-                "step": step,
-                "path": str(final),
-                "after_notice": _gate.agreed,
+            Checkpoint(
+                job=env["SLURMPRE_JOB_TAG"],
+                attempt=restart_count(env),
+                in_place=_in_place(env),
+                step=step,
+                path=str(final),
+                after_notice=_gate.agreed,
                 # Writing and committing it (`slurmpre plan`); unknown for another's save.
-                **({} if seconds is None else {"seconds": round(seconds, 3)}),
-            }
+                seconds=None if seconds is None else round(seconds, 3),
+            )
         )
     except CheckpointError as exc:
         # The checkpoint is committed and will be found; only the early requeue is lost.

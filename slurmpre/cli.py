@@ -424,6 +424,23 @@ def _slurm_job(client: Any, job: str) -> Any:
         raise
 
 
+def _slurm_view(client: Any, job: str) -> Any:
+    """Slurm's view of ``job`` for a command that only shows it: None when Slurm has
+    forgotten it, or does not answer (said in one line: the ledger is shown instead)."""
+    from slurmpre.errors import CommandError
+
+    try:
+        return _slurm_job(client, job)
+    except CommandError as exc:
+        first = str(exc).splitlines()[0]
+        click.echo(
+            f"slurmpre: Slurm did not answer about job {job} ({first}): showing what its "
+            "checkpoint folder records",
+            err=True,
+        )
+        return None
+
+
 def _mine(info: Any, job: str) -> None:
     import getpass
 
@@ -468,7 +485,7 @@ def status(
     entry = jobs.locate(job or "", checkpoint_dir)
 
     def once() -> JobStatus:
-        info = _slurm_job(client, entry.job)
+        info = _slurm_view(client, entry.job)
         _mine(info, entry.job)
         records = Ledger(Path(entry.checkpoint_dir)).records()
         return job_status(
@@ -501,6 +518,7 @@ def _list_jobs(client: Any, as_json: bool) -> None:
 
     from slurmpre import jobs
     from slurmpre.job.ledger import Ledger
+    from slurmpre.job.records import Start
 
     me = getpass.getuser()
     live = {j.job_id: j for j in client.jobs() if j.user == me}
@@ -511,8 +529,8 @@ def _list_jobs(client: Any, as_json: bool) -> None:
             records = Ledger(Path(e.checkpoint_dir)).records()
         except SlurmpreError:
             records = []
-        starts = [r for r in records if str(r.get("job")) == e.job and r.get("event") == "start"]
-        attempts = len({r.get("attempt") for r in starts})
+        starts = [r for r in records if isinstance(r, Start) and r.job == e.job]
+        attempts = len({r.attempt for r in starts})
         rows.append(
             {
                 "job": e.job,
@@ -520,7 +538,7 @@ def _list_jobs(client: Any, as_json: bool) -> None:
                 "state": info.state if info else "UNKNOWN TO SLURM",
                 "restarts": info.restarts if info else max(attempts - 1, 0),
                 "attempts": attempts,
-                "in_place": sum(1 for r in starts if r.get("in_place")),
+                "in_place": sum(1 for r in starts if r.in_place),
                 "checkpoint_dir": e.checkpoint_dir,
             }
         )
@@ -545,6 +563,7 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
     import time
 
     from slurmpre import jobs
+    from slurmpre.errors import CommandError
     from slurmpre.slurm.client import default_client
 
     entry = jobs.locate(job, checkpoint_dir)
@@ -556,7 +575,7 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
     else:
         path = folder / f"{entry.name}-{entry.job}.out"
     client = default_client()
-    info = _slurm_job(client, entry.job)
+    info = _slurm_view(client, entry.job)
     _mine(info, entry.job)
     if info is not None and info.stdout and attempt is None:
         path = Path(info.stdout)
@@ -571,7 +590,11 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
             raise SlurmpreError(f"cannot read the log {path}: {exc.strerror or exc}") from None
         if not follow:
             return
-        info = _slurm_job(client, entry.job)
+        try:
+            info = _slurm_job(client, entry.job)
+        except CommandError:
+            time.sleep(1)  # Slurm does not answer now: the job may still run
+            continue
         if info is None or info.finished:
             time.sleep(1)  # what the last attempt wrote as it ended
             with contextlib.suppress(FileNotFoundError):
@@ -700,9 +723,10 @@ def plan(
     """
     from slurmpre import defaults
     from slurmpre.job.ledger import Ledger
+    from slurmpre.job.records import Record
     from slurmpre.plan import Inputs, lines, make_plan, measure
 
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     for folder in folders:
         ledger = Ledger(_folder(folder))
         if not ledger.path.is_file():

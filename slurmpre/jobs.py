@@ -123,20 +123,19 @@ def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = No
             f"job {which!r} is not among the jobs you submitted with slurmpre "
             f"({path or index_path()}): give its --checkpoint-dir"
         )
+    from slurmpre.job import records
     from slurmpre.job.ledger import Ledger
 
     folder = Path(checkpoint_dir)
     ledger = Ledger(folder)
     if not ledger.path.is_file():
         raise UsageError(f"--checkpoint-dir {checkpoint_dir!r} has no ledger ({ledger.path})")
-    records = ledger.records()
-    named = [r for r in records if r.get("event") in ("submitted", "start")]
+    named = [r for r in ledger.records() if isinstance(r, records.Submitted | records.Start)]
     for r in reversed(named):
-        if str(r.get("job")) == which or r.get("name") == which:
-            job = str(r["job"])
+        if r.job == which or (isinstance(r, records.Submitted) and r.name == which):
             name = next(
-                (str(x.get("name")) for x in named if str(x.get("job")) == job and x.get("name")),
+                (x.name for x in named if isinstance(x, records.Submitted) and x.job == r.job),
                 folder.name,
             )
-            return Submitted(job, name, str(folder), str(folder / "logs"), float(r["time"]))
+            return Submitted(r.job, name, str(folder), str(folder / "logs"), r.time or 0.0)
     raise UsageError(f"no job {which!r} in the ledger of {checkpoint_dir!r}")

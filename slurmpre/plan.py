@@ -29,6 +29,7 @@ from typing import Any
 
 from slurmpre import defaults
 from slurmpre.errors import UsageError
+from slurmpre.job.records import Checkpoint, End, Notice, Record, Requeued, Start
 
 
 @dataclass(frozen=True)
@@ -152,37 +153,24 @@ class Measured:
     running_s: float
 
 
-def measure(records: list[dict[str, Any]]) -> Measured:
+def measure(records: list[Record]) -> Measured:
     """From attempt ledgers: the median checkpoint write, the running time per preemption
     (drain notices that ended an attempt), and the median requeue -> next start."""
-    writes = [
-        float(r["seconds"])
-        for r in records
-        if r.get("event") == "checkpoint" and isinstance(r.get("seconds"), int | float)
-    ]
-    running = sum(
-        float(r["seconds"])
-        for r in records
-        if r.get("event") == "end" and isinstance(r.get("seconds"), int | float)
-    )
-    preempted = {
-        (r.get("job"), r.get("attempt"))
-        for r in records
-        if r.get("event") == "notice" and r.get("kind") == "drain"
-    }
-    starts = {
-        (r.get("job"), r.get("attempt")): float(r["time"])
-        for r in records
-        if r.get("event") == "start" and isinstance(r.get("time"), int | float)
-    }
+    writes = [r.seconds for r in records if isinstance(r, Checkpoint) and r.seconds is not None]
+    running = sum(r.seconds for r in records if isinstance(r, End))
+    preempted = {(r.job, r.attempt) for r in records if isinstance(r, Notice) and r.kind == "drain"}
+    # When each attempt started: its first step (an in-place restart later in the same
+    # attempt is no restart from a requeue).
+    starts: dict[tuple[str, int], float] = {}
+    for r in records:
+        if isinstance(r, Start) and r.time is not None:
+            starts.setdefault((r.job, r.attempt), r.time)
     restarts = []
     for r in records:
-        if r.get("event") != "requeued" or not isinstance(r.get("requeued_at"), int | float):
-            continue
-        attempt = r.get("attempt")
-        nxt = starts.get((r.get("job"), attempt + 1 if isinstance(attempt, int) else None))
-        if nxt is not None:
-            restarts.append(nxt - float(r["requeued_at"]))
+        if isinstance(r, Requeued):
+            nxt = starts.get((r.job, r.attempt + 1))
+            if nxt is not None:
+                restarts.append(nxt - r.requeued_at)
     return Measured(
         checkpoint_s=statistics.median(writes) if writes else None,
         mtbf_s=running / len(preempted) if preempted and running > 0 else None,

@@ -33,6 +33,7 @@ from slurmpre.errors import CheckpointError, SlurmError, UsageError
 from slurmpre.job.checkpoints import LEFTOVER, Checkpoint, list_all
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
+from slurmpre.job.records import Start
 from slurmpre.slurm.client import SlurmClient
 
 PRUNED = ".pruned-"
@@ -114,9 +115,9 @@ def decide(
     newest = complete[0] if complete else None
     kept_complete = set(complete[:keep])
     resumed = {
-        os.path.realpath(str(r["resume_from"]))
+        os.path.realpath(r.resume_from)
         for r in ledger.records()
-        if r.get("event") == "start" and str(r.get("job")) in live and r.get("resume_from")
+        if isinstance(r, Start) and r.job in live and r.resume_from
     }
     remove: list[tuple[Path, str]] = []
     kept: list[tuple[Path, str]] = []

@@ -19,7 +19,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slurmpre.job.ledger import attempt_of
+from slurmpre.job.records import (
+    AttemptRecord,
+    Checkpoint,
+    End,
+    InPlace,
+    Notice,
+    Record,
+    Requeued,
+    Start,
+)
 from slurmpre.slurm.parse import JobInfo
 
 
@@ -67,18 +76,14 @@ class JobStatus:
         return asdict(self)
 
 
-def _of(records: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:
-    return [r for r in records if str(r.get("job")) == job]
-
-
-def _ended(recs: list[dict[str, Any]], has_next: bool, slurm: JobInfo | None) -> str:
-    end = next((r for r in recs if r.get("event") == "end"), None)
-    requeued = next((r for r in recs if r.get("event") == "requeued"), None)
-    notices = [r for r in recs if r.get("event") == "notice"]
-    kind = notices[0].get("kind") if notices else None
-    if requeued is not None:
+def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> str:
+    end = next((r for r in recs if isinstance(r, End)), None)
+    requeued = any(isinstance(r, Requeued) for r in recs)
+    notices = [r for r in recs if isinstance(r, Notice)]
+    kind = notices[0].kind if notices else None
+    if requeued:
         return "time limit -> requeue" if kind == "time-limit" else "notice -> requeue"
-    if any(r.get("event") == "in_place" for r in recs):
+    if any(isinstance(r, InPlace) for r in recs):
         return "notice -> in place"
     if end is None:
         if has_next:
@@ -86,19 +91,18 @@ def _ended(recs: list[dict[str, Any]], has_next: bool, slurm: JobInfo | None) ->
         if slurm is not None and slurm.state in ("RUNNING", "COMPLETING"):
             return "running"
         return "killed" if slurm is None else slurm.state.lower()
-    code = end.get("exit_code")
-    if code == 0:
+    if end.exit_code == 0:
         return "completed"
     if slurm is not None and slurm.state == "TIMEOUT" and not has_next:
         return "time limit"
-    return f"failed (exit {code})"
+    return f"failed (exit {end.exit_code})"
 
 
 def job_status(
     job: str,
     name: str,
     checkpoint_dir: str,
-    records: list[dict[str, Any]],
+    records: list[Record],
     slurm: JobInfo | None,
     *,
     gpus_per_node: int = 0,
@@ -106,62 +110,52 @@ def job_status(
     now: float,
 ) -> JobStatus:
     """Rows from the ledger's records of ``job``; ``slurm`` is None when Slurm forgot it."""
-    mine = [r for r in _of(records, job) if isinstance(r.get("attempt"), int)]
+    mine = [r for r in records if isinstance(r, AttemptRecord) and r.job == job]
     # An attempt is Slurm's restart count and, after in-place restarts, their number.
-    attempts = sorted({attempt_of(r) for r in mine})
-    starts = {attempt_of(r): r for r in mine if r.get("event") == "start"}
+    attempts = sorted({r.attempt_id for r in mine}, key=lambda a: (a.restart, a.in_place))
+    starts = {r.attempt_id: r for r in mine if isinstance(r, Start)}
     rows: list[AttemptRow] = []
     node_seconds = 0.0
     for i, k in enumerate(attempts):
-        recs = [r for r in mine if attempt_of(r) == k]
-        start = starts.get(k, {})
+        recs = [r for r in mine if r.attempt_id == k]
+        start = starts.get(k)
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
-        end = next((r for r in recs if r.get("event") == "end"), None)
-        notices = [r for r in recs if r.get("event") == "notice"]
-        notice = notices[0] if notices else None
-        on_notice = [r for r in recs if r.get("event") == "checkpoint" and r.get("after_notice")]
-        committed = [r for r in recs if r.get("event") == "checkpoint"]
-        started = start.get("time")
-        ended_at = end.get("time") if end else (nxt.get("time") if nxt else None)
+        end = next((r for r in recs if isinstance(r, End)), None)
+        notice = next((r for r in recs if isinstance(r, Notice)), None)
+        committed = [r for r in recs if isinstance(r, Checkpoint)]
+        on_notice = [r for r in committed if r.after_notice]
+        started = start.time if start else None
+        ended_at = end.time if end else (nxt.time if nxt else None)
         running = slurm is not None and slurm.state in ("RUNNING", "COMPLETING")
-        held_until: Any = now if ended_at is None and running else ended_at
-        if isinstance(started, int | float) and isinstance(held_until, int | float):
-            node_seconds += max(held_until - started, 0.0) * len(start.get("nodes") or [])
-        checkpoint_step = on_notice[-1]["step"] if on_notice else None
-        newest = committed[-1]["step"] if committed else start.get("step")
-        next_step = nxt.get("step") if nxt else None
+        held_until = now if ended_at is None and running else ended_at
+        if started is not None and held_until is not None and start is not None:
+            node_seconds += max(held_until - started, 0.0) * len(start.nodes)
+        checkpoint_step = on_notice[-1].step if on_notice else None
+        newest = committed[-1].step if committed else (start.step if start else None)
+        next_step = nxt.step if nxt else None
         lost: int | None = None
         if nxt is not None:
             if checkpoint_step is not None and next_step == checkpoint_step:
                 lost = 0
-            elif isinstance(newest, int) and isinstance(next_step, int) and checkpoint_step:
+            elif newest is not None and next_step is not None and checkpoint_step:
                 lost = max(newest - next_step, 0)
-            elif isinstance(newest, int) and isinstance(next_step, int) and newest > next_step:
+            elif newest is not None and next_step is not None and newest > next_step:
                 lost = newest - next_step  # at least: steps after `newest` are not seen
-        describe = None
-        if notice is not None:
-            where = f" of {notice['node']}" if notice.get("node") else ""
-            why = f" ({notice['reason']})" if notice.get("reason") else ""
-            describe = f"{notice.get('kind')}{where}{why}"
         rows.append(
             AttemptRow(
-                attempt=k[0],
-                in_place=k[1],
-                nodes=tuple(start.get("nodes") or ()),
-                started_at=started if isinstance(started, int | float) else None,
+                attempt=k.restart,
+                in_place=k.in_place,
+                nodes=start.nodes if start else (),
+                started_at=started,
                 ended_at=ended_at,
                 ended=_ended(recs, nxt is not None, slurm if nxt is None else None),
-                resumed_from=start.get("resume_from"),
-                resume_step=start.get("step"),
-                notice=describe,
-                step_at_notice=notice.get("step_at_notice") if notice else None,
+                resumed_from=start.resume_from if start else None,
+                resume_step=start.step if start else None,
+                notice=notice.describe() if notice else None,
+                step_at_notice=notice.step_at_notice if notice else None,
                 checkpoint_step=checkpoint_step,
                 steps_lost=lost,
-                gap_s=(
-                    nxt["time"] - ended_at
-                    if nxt and isinstance(nxt.get("time"), int | float) and ended_at
-                    else None
-                ),
+                gap_s=(nxt.time - ended_at if nxt and nxt.time is not None and ended_at else None),
             )
         )
     requeues = max(len({a.attempt for a in rows}) - 1, 0)

@@ -12,6 +12,7 @@ from slurmpre import access, jobs
 from slurmpre.access import Access, make_dirs
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.job import records
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
 from slurmpre.render import log_path, render
@@ -76,7 +77,7 @@ def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submit
             "wait for it or cancel it (or pass --force to share the folder anyway)"
         )
     job_id = client.submit(script)
-    ledger.append({"event": "submitted", "job": job_id, "name": spec.name})
+    ledger.append(records.Submitted(job=job_id, name=spec.name))
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
     write_atomic(copy, script, mode=mode.file_mode)
     try:

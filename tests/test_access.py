@@ -18,6 +18,8 @@ from slurmpre.job.notice import Notice, write_notice
 from slurmpre.render import launch_argv, render
 from slurmpre.spec import SpecError, validate
 
+from tests.records import record
+
 
 @pytest.fixture
 def umask() -> Iterator[object]:
@@ -52,7 +54,7 @@ def everything(folder: Path, mode: access.Access, monkeypatch: pytest.MonkeyPatc
     access.make_dirs(folder, mode)  # as `slurmpre submit` does
     ledger = Ledger(folder, access=mode)
     ledger.ensure()
-    ledger.append({"event": "start", "job": "7", "attempt": 0})
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
     ledger.publish(choice(folder))
     write_notice(
         folder / ".slurmpre" / "notice-7-0.json",
@@ -123,7 +125,7 @@ def test_an_old_world_readable_ledger_is_closed_on_the_next_record(
     ledger.ensure()
     ledger.path.write_text("")
     ledger.path.chmod(0o644)
-    ledger.append({"event": "start"})
+    ledger.append(record({"event": "start"}))
     assert stat.S_IMODE(ledger.path.stat().st_mode) == 0o600
 
 

@@ -29,6 +29,7 @@ from slurmpre.prune import prune, size_of
 
 from tests.conftest import slurmpre_cli, wait_for
 from tests.job.test_owner import Jobs
+from tests.records import dicts, record
 from tests.test_hostile import bounded, committed, dcp, fingerprint, hf, sane, torch_zip
 
 # -- links: judged by where they lead, at every level --------------------------------
@@ -244,7 +245,7 @@ def test_no_special_file_where_a_file_is_read_makes_a_command_hang(
 def test_logs_never_hang_on_a_special_file_by_the_logs_name(tmp_path: Path, kind: str) -> None:
     folder = tmp_path / "ckpt"
     # A job id Slurm has not given out here (the cluster's tests may run beside this one).
-    Ledger(folder).append({"event": "submitted", "job": "999997", "name": "n"})
+    Ledger(folder).append(record({"event": "submitted", "job": "999997", "name": "n"}))
     log = folder / "logs" / "n-999997.out"
     log.parent.mkdir()
     if kind == "fifo":
@@ -367,14 +368,14 @@ BAD_RECORDS = [
 def test_a_ledger_record_of_the_wrong_shape_is_skipped_with_one_warning(tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     ledger = Ledger(folder)
-    ledger.append({"event": "submitted", "job": "999996", "name": "n"})
-    ledger.append({"event": "start", "job": "999996", "attempt": 0, "nodes": ["n1"]})
+    ledger.append(record({"event": "submitted", "job": "999996", "name": "n"}))
+    ledger.append(record({"event": "start", "job": "999996", "attempt": 0, "nodes": ["n1"]}))
     with ledger.path.open("a") as fh:
-        for record in BAD_RECORDS:
-            fh.write(json.dumps(record).replace("Infinity", "1e400") + "\n")
+        for bad in BAD_RECORDS:
+            fh.write(json.dumps(bad).replace("Infinity", "1e400") + "\n")
     warned: list[str] = []
     for _ in range(2):  # two readers of one file in one process: each line named once
-        records = Ledger(folder, warn=warned.append).records()
+        records = dicts(Ledger(folder, warn=warned.append))
         assert [r["event"] for r in records] == ["submitted", "start"]
     assert len(warned) == len(BAD_RECORDS), warned
     for args in (
@@ -420,7 +421,7 @@ def test_folders_made_under_umask_000_are_never_open_to_others(
     old = os.umask(0)
     try:
         folder = tmp_path / "a" / "b" / "ckpt"
-        Ledger(folder, access=who).append({"event": "submitted", "job": "1", "name": "n"})
+        Ledger(folder, access=who).append(record({"event": "submitted", "job": "1", "name": "n"}))
         with Ledger(folder, access=who).writing_lock(5):
             pass
         access.make_dirs(tmp_path / "x" / "y" / "z", who)

@@ -10,6 +10,8 @@ from slurmpre import jobs
 from slurmpre.errors import UsageError
 from slurmpre.job.ledger import Ledger
 
+from tests.records import record
+
 
 def test_remember_and_find_by_id_or_newest_name(tmp_path: Path) -> None:
     index = tmp_path / "state" / "slurmpre" / "jobs.jsonl"
@@ -31,8 +33,8 @@ def test_remember_and_find_by_id_or_newest_name(tmp_path: Path) -> None:
 def test_locate_through_a_checkpoint_folders_ledger(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    ledger.append({"event": "submitted", "job": "5", "name": "tiny"})
-    ledger.append({"event": "start", "job": "5", "attempt": 0})
+    ledger.append(record({"event": "submitted", "job": "5", "name": "tiny"}))
+    ledger.append(record({"event": "start", "job": "5", "attempt": 0}))
     found = jobs.locate("tiny", str(tmp_path))
     assert (found.job, found.name, found.log_dir) == ("5", "tiny", str(tmp_path / "logs"))
     assert jobs.locate("5", str(tmp_path)).name == "tiny"

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from slurmpre.errors import UsageError
 from slurmpre.job.ledger import Ledger
+from slurmpre.job.records import Record
 from slurmpre.plan import Inputs, make_plan, measure
 
 from tests.conftest import slurmpre_cli
+from tests.records import record
 
 # (checkpoint s, mtbf s, restart s) -> Young, Daly, periodic goodput, just-in-time goodput,
 # periodic and just-in-time cost per useful GPU-hour at $2.00 on demand, 50 % off.
@@ -65,25 +67,28 @@ def test_impossible_inputs_are_refused_by_name(field: str, value: float, flag: s
         make_plan(Inputs(**{**base, field: value}))  # type: ignore[arg-type]
 
 
-def ledger_records() -> list[dict[str, object]]:
+def ledger_records() -> list[Record]:
     """Two attempts of job 9: 1000 s, a drain, a requeue, 80 s later a start, 500 s more."""
     return [
-        {"event": "start", "job": "9", "attempt": 0, "time": 0.0},
-        {"event": "checkpoint", "job": "9", "attempt": 0, "seconds": 10.0},
-        {"event": "notice", "job": "9", "attempt": 0, "kind": "drain", "first": True},
-        {"event": "notice", "job": "9", "attempt": 0, "kind": "drain", "first": False},
-        {"event": "checkpoint", "job": "9", "attempt": 0, "seconds": 14.0},
-        {"event": "requeued", "job": "9", "attempt": 0, "requeued_at": 1000.0},
-        {"event": "end", "job": "9", "attempt": 0, "seconds": 1000.0},
-        {"event": "start", "job": "9", "attempt": 1, "time": 1080.0},
-        {"event": "notice", "job": "9", "attempt": 1, "kind": "time-limit"},
-        {"event": "checkpoint", "job": "9", "attempt": 1, "seconds": 12.0},
-        {"event": "end", "job": "9", "attempt": 1, "seconds": 500.0},
+        record(r)
+        for r in (
+            {"event": "start", "job": "9", "attempt": 0, "time": 0.0},
+            {"event": "checkpoint", "job": "9", "attempt": 0, "seconds": 10.0},
+            {"event": "notice", "job": "9", "attempt": 0, "kind": "drain", "first": True},
+            {"event": "notice", "job": "9", "attempt": 0, "kind": "drain", "first": False},
+            {"event": "checkpoint", "job": "9", "attempt": 0, "seconds": 14.0},
+            {"event": "requeued", "job": "9", "attempt": 0, "requeued_at": 1000.0},
+            {"event": "end", "job": "9", "attempt": 0, "seconds": 1000.0},
+            {"event": "start", "job": "9", "attempt": 1, "time": 1080.0},
+            {"event": "notice", "job": "9", "attempt": 1, "kind": "time-limit"},
+            {"event": "checkpoint", "job": "9", "attempt": 1, "seconds": 12.0},
+            {"event": "end", "job": "9", "attempt": 1, "seconds": 500.0},
+        )
     ]
 
 
 def test_measures_what_the_ledger_holds() -> None:
-    seen = measure(ledger_records())  # type: ignore[arg-type]
+    seen = measure(ledger_records())
     assert seen.checkpoint_s == 12.0  # the median write
     assert seen.preemptions == 1  # the time-limit warning is no preemption
     assert seen.mtbf_s == 1500.0  # running seconds per preemption
@@ -93,8 +98,8 @@ def test_measures_what_the_ledger_holds() -> None:
 def test_cli_reads_ledgers_and_options_win(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    for record in ledger_records():
-        ledger.append(record)
+    for r in ledger_records():
+        ledger.append(r)
     proc = slurmpre_cli("plan", str(tmp_path), "--json", "--restart-seconds", "300")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -15,6 +15,7 @@ from slurmpre.prune import prune
 
 from tests.conftest import slurmpre_cli
 from tests.job.test_owner import DONE, RUNNING, Jobs
+from tests.records import record
 
 
 def folder_with(tmp_path: Path, steps: list[int], *, partial: list[int] = ()) -> Path:  # type: ignore[assignment]
@@ -31,12 +32,14 @@ def folder_with(tmp_path: Path, steps: list[int], *, partial: list[int] = ()) ->
 
 def start(folder: Path, job: str, resume: int | None) -> None:
     Ledger(folder).append(
-        {
-            "event": "start",
-            "job": job,
-            "attempt": 0,
-            "resume_from": None if resume is None else str(folder / step_dir_name(resume)),
-        }
+        record(
+            {
+                "event": "start",
+                "job": job,
+                "attempt": 0,
+                "resume_from": None if resume is None else str(folder / step_dir_name(resume)),
+            }
+        )
     )
 
 

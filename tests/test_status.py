@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from slurmpre.job.records import Record
 from slurmpre.slurm.parse import parse_jobs
 from slurmpre.status import Prices, gpus_of, job_status, lines
 
@@ -17,13 +18,18 @@ RUNNING = parse_jobs((DATA / "slurm-22.05" / "job-running-elastic.txt").read_tex
 
 
 def records() -> list[dict[str, Any]]:
+    """The ledger's lines as JSON objects, for a test to vary."""
     return [json.loads(line) for line in LEDGER.read_text().splitlines()]
+
+
+def typed(recs: list[dict[str, Any]]) -> list[Record]:
+    return [Record.from_json(r) for r in recs]
 
 
 def test_three_preemptions_four_attempts() -> None:
     recs = records()
     end = max(r["time"] for r in recs)
-    st = job_status("6", "drill", "/c", recs, None, prices=Prices(2.0, 0.5), now=end)
+    st = job_status("6", "drill", "/c", typed(recs), None, prices=Prices(2.0, 0.5), now=end)
     assert st.state == "UNKNOWN TO SLURM" and st.restarts == 3
     assert [a.ended for a in st.attempts] == [
         "notice -> requeue",
@@ -64,7 +70,7 @@ def test_a_node_failure_and_an_older_resume_lose_steps() -> None:
     for r in recs:
         if r.get("attempt") == 3 and r["event"] == "start":
             r["step"], r["resume_from"] = 41, r["resume_from"].replace("82", "41")
-    st = job_status("6", "drill", "/c", recs, None, now=0.0)
+    st = job_status("6", "drill", "/c", typed(recs), None, now=0.0)
     a2 = st.attempts[2]
     assert a2.ended == "node failure" and a2.steps_lost == 80 - 41
 
@@ -72,7 +78,7 @@ def test_a_node_failure_and_an_older_resume_lose_steps() -> None:
 def test_a_running_job_counts_its_time_until_now_and_gpus_from_tres() -> None:
     recs = [r for r in records() if not (r.get("attempt") == 3 and r["event"] == "end")]
     start = next(r["time"] for r in recs if r.get("attempt") == 3 and r["event"] == "start")
-    st = job_status("6", "drill", "/c", recs, RUNNING, gpus_per_node=8, now=start + 3600)
+    st = job_status("6", "drill", "/c", typed(recs), RUNNING, gpus_per_node=8, now=start + 3600)
     assert st.attempts[-1].ended == "running" and st.state == "RUNNING"
     assert st.gpu_hours == pytest.approx(st.node_hours * 8)
     assert st.node_hours > 1.0  # the running attempt's hour on its one node
@@ -86,7 +92,7 @@ def test_gpus_per_node_from_the_jobs_tres() -> None:
 
 def test_only_this_jobs_records_count() -> None:
     recs = [*records(), {"event": "start", "job": "7", "attempt": 0, "time": 1.0, "nodes": ["x"]}]
-    st = job_status("6", "drill", "/c", recs, None, now=0.0)
+    st = job_status("6", "drill", "/c", typed(recs), None, now=0.0)
     assert len(st.attempts) == 4
 
 
@@ -98,7 +104,7 @@ def test_an_in_place_restart_is_a_row_of_its_own_and_not_a_requeue() -> None:
         for line in (DATA / "ledgers" / "in-place-then-requeue.jsonl").read_text().splitlines()
     ]
     job = str(recs[0]["job"])
-    st = job_status(job, "tiny", "/c", recs, None, now=max(r["time"] for r in recs))
+    st = job_status(job, "tiny", "/c", typed(recs), None, now=max(r["time"] for r in recs))
     assert [(a.attempt, a.in_place, a.label) for a in st.attempts] == [
         (0, 0, "0"),
         (0, 1, "0.1"),

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from slurmpre.job import records
+
+_A = TypeVar("_A", bound=records.AttemptRecord)
 
 
 @dataclass(frozen=True)
@@ -148,12 +152,18 @@ def _log_attempts(run: Observed) -> set[int]:
     return {int(e["attempt"]) for e in run.log if "attempt" in e}
 
 
-def _ledger_for(run: Observed, attempt: int, event: str) -> list[dict[str, Any]]:
-    return [
-        r
-        for r in run.ledger
-        if r.get("event") == event and r.get("attempt") == attempt and r.get("job") == run.job_id
-    ]
+def _ledger_for(run: Observed, attempt: int, kind: type[_A]) -> list[_A]:
+    """The ledger's records of one kind for an attempt of the run's job (steps in place
+    included); records that do not read as records are left out."""
+    out = []
+    for raw in run.ledger:
+        try:
+            r = records.Record.from_json(raw)
+        except records.ShapeError:
+            continue
+        if isinstance(r, kind) and r.attempt == attempt and r.job == run.job_id:
+            out.append(r)
+    return out
 
 
 def preemptions(run: Observed) -> list[Preemption]:
@@ -165,14 +175,12 @@ def preemptions(run: Observed) -> list[Preemption]:
         after = next(
             (a for a in rows if a.attempt > hit.attempt and a.resumed_step is not None), None
         )
-        notices = _ledger_for(run, hit.attempt, "notice")
-        requeues = _ledger_for(run, hit.attempt, "requeued")
+        notices = _ledger_for(run, hit.attempt, records.Notice)
+        requeues = _ledger_for(run, hit.attempt, records.Requeued)
         if run.mode == "slurmpre":
-            saved = [
-                c for c in _ledger_for(run, hit.attempt, "checkpoint") if c.get("after_notice")
-            ]
-            checkpoint_step = saved[-1]["step"] if saved else None
-            requeue_at = requeues[0]["requeued_at"] if requeues else None
+            saved = [c for c in _ledger_for(run, hit.attempt, records.Checkpoint) if c.after_notice]
+            checkpoint_step: int | None = saved[-1].step if saved else None
+            requeue_at: float | None = requeues[0].requeued_at if requeues else None
         else:
             saves = _events(run.log, hit.attempt, "save-end")
             checkpoint_step = saves[-1]["step"] if saves else None
@@ -188,7 +196,7 @@ def preemptions(run: Observed) -> list[Preemption]:
                 attempt=hit.attempt,
                 node=hit.node,
                 drained_at=hit.drained_at,
-                notice_seen_s=notices[0]["seen_at"] - hit.drained_at if notices else None,
+                notice_seen_s=notices[0].seen_at - hit.drained_at if notices else None,
                 checkpoint_step=checkpoint_step,
                 requeue_s=None if requeue_at is None else requeue_at - hit.drained_at,
                 resumed_step=after.resumed_step if after else None,

@@ -24,6 +24,8 @@ from slurmpre.drill import report
 from slurmpre.drill.plan import Moment, schedule
 from slurmpre.drill.train import FINAL, LOG
 from slurmpre.errors import SandboxError, SlurmpreError, UsageError
+from slurmpre.job import records
+from slurmpre.job.ledger import Ledger
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node
 from slurmpre.spec import JobSpec, read, validate
@@ -287,12 +289,12 @@ class Driver:
         self.shown = len(log)
         if self.mode != "slurmpre":
             return
-        ledger = read_jsonl(self.folder / ".slurmpre" / "attempts.jsonl")
+        ledger = Ledger(self.folder, warn=lambda _: None).records()
         for r in ledger[self.shown_ledger :]:
-            if r.get("event") == "notice" and r.get("first", True):
-                self._say(f"slurmpre saw the notice ({r.get('kind')} of {r.get('node')})")
-            elif r.get("event") == "requeued":
-                self._say(f"slurmpre requeued the job ({r.get('why')})")
+            if isinstance(r, records.Notice) and r.first:
+                self._say(f"slurmpre saw the notice ({r.kind} of {r.node})")
+            elif isinstance(r, records.Requeued):
+                self._say(f"slurmpre requeued the job ({r.why})")
         self.shown_ledger = len(ledger)
 
     def collect(self) -> report.Observed:

@@ -13,7 +13,6 @@ a line that is not a JSON object is skipped with a warning.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -27,6 +26,7 @@ from filelock import FileLock, Timeout
 from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
+from slurmpre.job.records import AttemptId, Record, ShapeError, Start
 from slurmpre.reading import LARGE, SMALL, read_regular, read_text
 
 LEDGER_DIR = ".slurmpre"
@@ -88,9 +88,12 @@ class Ledger:
         except OSError as exc:
             raise CheckpointError(f"cannot create {str(self.dir)!r}: {exc.strerror}") from None
 
-    def append(self, record: dict[str, Any], *, timeout: float = 60.0) -> None:
-        """Add one record; a CheckpointError naming the file when it cannot be written."""
-        line = json.dumps({"time": self.clock(), **record}, sort_keys=True) + "\n"
+    def append(self, record: Record, *, timeout: float = 60.0) -> None:
+        """Add one record, stamped with the time unless it has one; a CheckpointError naming
+        the file when it cannot be written."""
+        if record.time is None:
+            record = record.stamped(self.clock())
+        line = json.dumps(record.to_json(), sort_keys=True) + "\n"
         try:
             with self._lock(timeout), self._open_for_append() as fh:
                 # A kill mid-write leaves a last line without its newline: end it
@@ -114,8 +117,9 @@ class Ledger:
         set_mode(fd, self.access.file_mode)
         return os.fdopen(fd, "ab")
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every whole record, in order; torn, binary and non-object lines are skipped."""
+    def records(self) -> list[Record]:
+        """Every whole record, in order; torn and binary lines, and records of the wrong
+        shape, are skipped with a warning (once per line per process)."""
         try:
             data = read_regular(self.path, LARGE)
         except FileNotFoundError:
@@ -129,25 +133,22 @@ class Ledger:
             if not raw.strip():
                 continue
             try:
-                value = json.loads(raw.decode())
-            except (UnicodeDecodeError, ValueError):
-                value = None
-            why = "not a JSON object" if not isinstance(value, dict) else _wrong_shape(value)
-            if why is None:
-                out.append(value)
+                out.append(Record.from_json(json.loads(raw.decode())))
                 continue
+            except ShapeError as exc:
+                why = str(exc)
+            except (UnicodeDecodeError, ValueError):
+                why = "not a JSON object"
             key = (str(self.path), number, raw)
             if key not in _WARNED:
                 _WARNED.add(key)
                 self.warn(f"slurmpre: skipping line {number} of {self.path}: {why}")
         return out
 
-    def previous_start(self, job: str, attempt: int, in_place: int = 0) -> dict[str, Any] | None:
+    def previous_start(self, job: str, attempt: AttemptId) -> Start | None:
         """The last attempt started before this one (of this job, else of any job here)."""
-        starts = [r for r in self.records() if r.get("event") == "start"]
-        before = [
-            r for r in starts if not (r.get("job") == job and attempt_of(r) == (attempt, in_place))
-        ]
+        starts = [r for r in self.records() if isinstance(r, Start)]
+        before = [r for r in starts if not (r.job == job and r.attempt_id == attempt)]
         return before[-1] if before else None
 
     # -- the per-attempt choice ------------------------------------------------
@@ -244,99 +245,13 @@ _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-# What each key of a record holds, whatever the event; a record whose keys hold other
-# types is skipped with a warning (as a torn line is), so that no reader meets a list
-# where it counts on a job id, or a string where it subtracts times. Keys not listed
-# here are left to the reader (a later version's records). Numbers must be finite.
-_NUM: tuple[type, ...] = (int, float)
-_OPT_NUM = (int, float, type(None))
-_OPT_STR = (str, type(None))
-_RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "event": (str,),
-    "time": _NUM,
-    "job": (str,),
-    "name": (str,),
-    "attempt": (int,),
-    "in_place": (int,),
-    "nodes": (list,),
-    "num_nodes": (int,),
-    "world_size": (int,),
-    "resume_from": (str, type(None)),
-    "step": (int, type(None)),
-    "path": (str,),
-    "seconds": _NUM,
-    "after_notice": (bool,),
-    "kind": (str,),
-    "node": _OPT_STR,
-    "reason": _OPT_STR,
-    "why": _OPT_STR,
-    "first": (bool,),
-    "seen_at": _NUM,
-    "drained_at": _OPT_NUM,
-    "deadline_at": _OPT_NUM,
-    "deadline_from": (str, type(None)),
-    "step_at_notice": (int, type(None)),
-    "requeue_floor_s": _OPT_NUM,
-    "restart": _OPT_STR,
-    "restart_why": _OPT_STR,
-    "requeued_at": _NUM,
-    "requested_at": _NUM,
-    "released_at": _NUM,
-    "release_s": _NUM,
-    "committed_seen_at": _NUM,
-    "exit_code": (int, type(None)),
-    "keep": (list,),
-    "kept": (list,),
-    "release": (list,),
-    "released": (list,),
-}
-_REQUIRED = ("event", "time")
-
-
-def _wrong_shape(record: dict[str, Any]) -> str | None:
-    """Why ``record`` cannot be read as a ledger record, or None."""
-    for key in _REQUIRED:
-        if key not in record:
-            return f"no {key!r}"
-    for key, value in record.items():
-        types = _RECORD_TYPES.get(key)
-        if types is None:
-            continue
-        if isinstance(value, bool) and bool not in types:
-            return f"{key} = {value!r} has the wrong type"
-        if not isinstance(value, types):
-            return f"{key} = {_short(value)} has the wrong type"
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"{key} = {value!r} is not a finite number"
-        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
-            return f"{key} = {_short(value)} must be a list of names"
-    return None
-
-
-def _short(value: object) -> str:
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 # Lines warned about, in this process: each is named once, however many readers read it.
 _WARNED: set[tuple[str, int, bytes]] = set()
 
 
 def attempt_key(attempt: int, in_place: int = 0) -> str:
     """An attempt's name in file names: ``3``, or ``3.1`` after one in-place restart."""
-    return f"{attempt}.{in_place}" if in_place else str(attempt)
-
-
-def attempt_of(record: dict[str, Any]) -> tuple[Any, int]:
-    """A record's (attempt, in-place restarts); a record without ``in_place`` has 0."""
-    in_place = record.get("in_place", 0)
-    return record.get("attempt"), in_place if isinstance(in_place, int) else 0
-
-
-def in_place_field(in_place: int) -> dict[str, int]:
-    """``{"in_place": k}`` for a ledger record of an in-place restart; nothing otherwise,
-    so the records of a job that never restarted in place read as they always did."""
-    return {"in_place": in_place} if in_place else {}
+    return AttemptId(attempt, in_place).key
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from slurmpre.errors import SlurmpreError
 from slurmpre.job.ledger import Ledger
+from slurmpre.job.records import Start, Submitted
 from slurmpre.slurm.client import SlurmClient
 
 RECENT = 10  # how many of the folder's latest jobs are asked about
@@ -32,10 +33,9 @@ def recorded_jobs(ledger: Ledger) -> list[str]:
     """The jobs the ledger names, newest last, each once."""
     seen: dict[str, None] = {}
     for record in ledger.records():
-        if record.get("event") in ("submitted", "start") and record.get("job"):
-            job = str(record["job"])
-            seen.pop(job, None)
-            seen[job] = None
+        if isinstance(record, Submitted | Start) and record.job:
+            seen.pop(record.job, None)
+            seen[record.job] = None
     return list(seen)
 
 

@@ -20,9 +20,10 @@ from slurmpre.errors import CheckpointError, JobEnvironmentError, SlurmpreError,
 from slurmpre.job import checkpoints
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import JobEnv
-from slurmpre.job.ledger import Choice, Ledger, in_place_field
+from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
+from slurmpre.job.records import AttemptId, Start
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.slurm.client import SlurmClient
 
@@ -100,7 +101,7 @@ def agree(
     for line in checkpoints.summarize(found):
         say(line)
     ckpt = found.checkpoint
-    previous = ledger.previous_start(job.tag, job.restart_count, job.in_place)
+    previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
     world = job.num_nodes * nproc_for(opts, job)
     choice = Choice(
         job=job.tag,
@@ -110,24 +111,23 @@ def agree(
         step=ckpt.step if ckpt else None,
         nodes=job.nodes,
         world_size=world,
-        previous_world_size=previous.get("world_size") if previous else None,
+        previous_world_size=previous.world_size if previous else None,
         # torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command.
         rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id, job.in_place)}",
         published_at=time.time(),
     )
     ledger.publish(choice, timeout=opts.agree_timeout)
     ledger.append(
-        {
-            "event": "start",
-            "job": job.tag,
-            "attempt": job.restart_count,
-            **in_place_field(job.in_place),
-            "nodes": list(job.nodes),
-            "num_nodes": job.num_nodes,
-            "world_size": world,
-            "resume_from": choice.resume_from,
-            "step": choice.step,
-        },
+        Start(
+            job=job.tag,
+            attempt=job.restart_count,
+            in_place=job.in_place,
+            nodes=tuple(job.nodes),
+            num_nodes=job.num_nodes,
+            world_size=world,
+            resume_from=choice.resume_from,
+            step=choice.step,
+        ),
         timeout=opts.agree_timeout,
     )
     if ckpt is None:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from slurmpre.errors import SlurmpreError
 from slurmpre.job.args import RunOptions, parse_args
 from slurmpre.job.env import JobEnv, read_job_env
-from slurmpre.job.ledger import Ledger, in_place_field
+from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import notice_path
+from slurmpre.job.records import End
 from slurmpre.job.resume import (
     agree,
     check_checkpoint_dir,
@@ -121,14 +122,13 @@ def run_attempt(
             if job.is_first_node:
                 try:
                     ledger.append(
-                        {
-                            "event": "end",
-                            "job": job.tag,
-                            "attempt": job.restart_count,
-                            **in_place_field(job.in_place),
-                            "exit_code": code,
-                            "seconds": round(time.time() - started_at, 3),
-                        }
+                        End(
+                            job=job.tag,
+                            attempt=job.restart_count,
+                            in_place=job.in_place,
+                            exit_code=code,
+                            seconds=round(time.time() - started_at, 3),
+                        )
                     )
                 except SlurmpreError as exc:
                     say(str(exc))

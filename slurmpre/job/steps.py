@@ -33,13 +33,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from slurmpre import access
 from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.job import records
 from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
 from slurmpre.job.inplace import Request, read_request, request_path
-from slurmpre.job.ledger import Ledger, attempt_key, in_place_field
+from slurmpre.job.ledger import Ledger, attempt_key
 from slurmpre.job.resume import task_checkpoint_dir
 from slurmpre.job.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
@@ -216,7 +217,7 @@ class Steps:
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
             self.say(f"cannot release {', '.join(request.release)} ({why}): requeuing instead")
-            self._ledger(in_place, {"event": "in_place_failed", "why": why})
+            self._ledger(in_place, records.InPlaceFailed, why=why)
             self._requeue(in_place, f"in-place restart failed: {why}")
             return None
         seconds = round(self.clock() - started, 3)
@@ -226,15 +227,13 @@ class Steps:
         )
         self._ledger(
             in_place,
-            {
-                "event": "in_place",
-                "kept": list(request.keep),
-                "released": list(request.release),
-                "release_s": seconds,
-                "requested_at": request.at,
-                "released_at": self.wall(),
-                "why": request.why,
-            },
+            records.InPlace,
+            kept=tuple(request.keep),
+            released=tuple(request.release),
+            release_s=seconds,
+            requested_at=request.at,
+            released_at=self.wall(),
+            why=request.why,
         )
         return resized
 
@@ -245,17 +244,12 @@ class Steps:
             self.say(f"requeue failed too: {str(exc).splitlines()[0]}")
             return
         self.say(f"requeued job {self.job.job_id} ({why})")
-        self._ledger(in_place, {"event": "requeued", "why": why, "requeued_at": self.wall()})
+        self._ledger(in_place, records.Requeued, why=why, requeued_at=self.wall())
 
-    def _ledger(self, in_place: int, record: dict[str, object]) -> None:
+    def _ledger(self, in_place: int, of: type[records.AttemptRecord], **fields: Any) -> None:
         try:
             self.ledger.append(
-                {
-                    "job": self.job.tag,
-                    "attempt": self.job.restart_count,
-                    **in_place_field(in_place),
-                    **record,
-                }
+                of(job=self.job.tag, attempt=self.job.restart_count, in_place=in_place, **fields)
             )
         except SlurmpreError as exc:
             self.say(str(exc))

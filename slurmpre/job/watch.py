@@ -25,14 +25,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from slurmpre import defaults
 from slurmpre.errors import SlurmpreError
-from slurmpre.job import checkpoints
+from slurmpre.job import checkpoints, records
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
-from slurmpre.job.ledger import Ledger, attempt_of, in_place_field
+from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import Notice, listening_path, notice_path, taken_path, write_notice
 from slurmpre.job.requeue import Action, Facts, decide
 from slurmpre.signals import Latch, quiet_thread
@@ -271,7 +271,7 @@ class Watcher:
             elif notice.node is not None and notice.node not in self._state.drained:
                 self._state.drained.add(notice.node)
                 self.say(f"another node drained: {notice.describe()}")
-                self._ledger(_notice_record(notice, first=False))
+                self._ledger(records.Notice, **_notice_fields(notice, first=False))
         return self._interval(0)
 
     # -- after a notice ---------------------------------------------------------------
@@ -311,18 +311,16 @@ class Watcher:
         if restart.keep:
             expected["in_place"] = 0
         self._ledger(
-            _notice_record(
-                notice,
-                first=True,
-                step_at_notice=state.step_at_notice,
-                drained_at=notice.since,
-                deadline_from=notice.anchored_on,
-                deadline_at=notice.since + budget,
-                restart="in_place" if restart.keep else "requeue",
-                restart_why=restart.why,
-                requeue_floor_s=floor,
-                expected_wait_s=expected,
-            )
+            records.Notice,
+            **_notice_fields(notice, first=True),
+            step_at_notice=state.step_at_notice,
+            drained_at=notice.since,
+            deadline_from=notice.anchored_on,
+            deadline_at=notice.since + budget,
+            restart="in_place" if restart.keep else "requeue",
+            restart_why=restart.why,
+            requeue_floor_s=floor,
+            expected_wait_s=expected,
         )
 
     def _facts(self) -> Facts:
@@ -334,14 +332,7 @@ class Watcher:
                 step, path = state.committed
                 state.committed_at = self.clock()
                 self.say(f"checkpoint of step {step} committed after the notice: {path}")
-                self._ledger(
-                    {
-                        "event": "committed",
-                        "step": step,
-                        "path": path,
-                        "committed_seen_at": self.wall(),
-                    }
-                )
+                self._ledger(records.Committed, step=step, path=path, committed_seen_at=self.wall())
         now = self.clock()
         return Facts(
             listening=listening_path(self.folder, tag, attempt).exists(),
@@ -364,7 +355,7 @@ class Watcher:
             return True
         if decision.action is Action.SKIP:
             self.say(f"not requeuing: {decision.why}")
-            self._ledger({"event": "requeue_skipped", "why": decision.why})
+            self._ledger(records.RequeueSkipped, why=decision.why)
             self._finish(Action.SKIP, decision.why)
             return True
         return self._requeue(decision.why)
@@ -419,13 +410,11 @@ class Watcher:
             f"({why}): the next step starts when this one ends"
         )
         self._ledger(
-            {
-                "event": "in_place_requested",
-                "keep": list(restart.keep),
-                "release": list(release),
-                "why": why,
-                "requested_at": self.wall(),
-            }
+            records.InPlaceRequested,
+            keep=tuple(restart.keep),
+            release=tuple(release),
+            why=why,
+            requested_at=self.wall(),
         )
         self._finish(Action.REQUEUE, why, in_place=restart.keep)
         return True
@@ -436,7 +425,7 @@ class Watcher:
                 "the job was submitted without --requeue: not requeuing it "
                 "(the checkpoint is taken; resubmit to resume)"
             )
-            self._ledger({"event": "requeue_skipped", "why": "job has no --requeue"})
+            self._ledger(records.RequeueSkipped, why="job has no --requeue")
             self._finish(Action.SKIP, "job has no --requeue")
             return True
         try:
@@ -445,7 +434,7 @@ class Watcher:
             self.say(f"requeue failed, retrying: {str(exc).splitlines()[0]}")
             return False  # the next round tries again
         self.say(f"requeued job {self.job.job_id} ({why})")
-        self._ledger({"event": "requeued", "why": why, "requeued_at": self.wall()})
+        self._ledger(records.Requeued, why=why, requeued_at=self.wall())
         self._finish(Action.REQUEUE, why, requeued=True)
         return True
 
@@ -454,14 +443,14 @@ class Watcher:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
         listening = listening_path(self.folder, self.job.tag, self.job.attempt).exists()
+        this = records.AttemptId(self.job.restart_count, self.job.in_place)
         for record in reversed(self._records()):
             if (
-                record.get("event") == "checkpoint"
-                and attempt_of(record) == (self.job.restart_count, self.job.in_place)
-                and record.get("after_notice")
+                isinstance(record, records.Checkpoint)
+                and record.attempt_id == this
+                and record.after_notice
             ):
-                step = record.get("step")
-                return (step if isinstance(step, int) else None), str(record.get("path"))
+                return record.step, record.path
         if listening:
             return None
         found = _latest(self.folder)
@@ -470,22 +459,23 @@ class Watcher:
             return found.step, str(found.path)
         return None
 
-    def _records(self) -> list[dict[str, object]]:
+    def _records(self) -> list[records.Record]:
         try:
             return self.ledger.records()
         except SlurmpreError as exc:
             self.say(f"could not read the ledger: {exc}")
             return []
 
-    def _ledger(self, record: dict[str, object]) -> None:
+    def _ledger(self, of: type[records.AttemptRecord], **fields: Any) -> None:
+        """Append a record of this attempt: one ``of`` that type, with ``fields``."""
         try:
             self.ledger.append(
-                {
-                    "job": self.job.tag,
-                    "attempt": self.job.restart_count,
-                    **in_place_field(self.job.in_place),
-                    **record,
-                }
+                of(
+                    job=self.job.tag,
+                    attempt=self.job.restart_count,
+                    in_place=self.job.in_place,
+                    **fields,
+                )
             )
         except SlurmpreError as exc:
             self.say(f"could not write the ledger (watching goes on): {exc}")
@@ -498,13 +488,11 @@ def _latest(folder: Path) -> checkpoints.Checkpoint | None:
         return None
 
 
-def _notice_record(notice: Notice, *, first: bool, **extra: object) -> dict[str, object]:
+def _notice_fields(notice: Notice, *, first: bool) -> dict[str, Any]:
     return {
-        "event": "notice",
         "kind": notice.kind,
         "node": notice.node,
         "reason": notice.reason,
         "seen_at": notice.seen_at,
         "first": first,
-        **extra,
     }

@@ -6,6 +6,7 @@ from typing import Any
 
 from slurmpre.drill import report
 from slurmpre.drill.report import Hit, Observed, Sample
+from slurmpre.job import records
 
 NODES = ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2")
 
@@ -43,11 +44,17 @@ def slurmpre_run() -> Observed:
         *steps(1, 31, 60, 151.0),
         {"event": "done", "attempt": 1, "t": 181.0, "step": 60},
     ]
+    notice = {"kind": "drain", "node": NODES[1], "reason": "preempted", "first": True}
     ledger = [
-        {"event": "notice", "job": "5", "attempt": 0, "seen_at": 131.5},
-        {"event": "checkpoint", "job": "5", "attempt": 0, "step": 30, "after_notice": True},
-        {"event": "requeued", "job": "5", "attempt": 0, "requeued_at": 132.5},
-        {"event": "notice", "job": "4", "attempt": 0, "seen_at": 1.0},  # another job's
+        r.to_json()
+        for r in (
+            records.Notice(job="5", attempt=0, seen_at=131.5, time=131.5, **notice),
+            records.Checkpoint(
+                job="5", attempt=0, step=30, path="/c/step-00000030", after_notice=True, time=132.0
+            ),
+            records.Requeued(job="5", attempt=0, why="notice", requeued_at=132.5, time=132.5),
+            records.Notice(job="4", attempt=0, seen_at=1.0, time=1.0, **notice),  # another job's
+        )
     ]
     samples = [
         Sample(90.0, "PENDING", 0, ()),

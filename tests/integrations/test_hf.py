@@ -18,6 +18,7 @@ from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import NoticeGate, listening_path
 
 from tests.conftest import as_a_job
+from tests.records import dicts
 
 STEPS = 24
 
@@ -76,7 +77,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
     stopped_at, _ = train(folder, [NoticeAt(13, notice), SlurmpreCallback()])
     assert stopped_at == 13  # saved and stopped at the step the notice was seen
     assert listening_path(folder, "7", 0).exists()  # the watcher waits for this script's save
-    records = [r for r in Ledger(folder).records() if r["event"] == "checkpoint"]
+    records = [r for r in dicts(Ledger(folder)) if r["event"] == "checkpoint"]
     # Every save is reported; the one on the notice is what the watcher requeues after.
     assert [(r["step"], r["after_notice"]) for r in records] == [(10, False), (13, True)]
     assert records[-1]["path"] == str(folder / "checkpoint-13")

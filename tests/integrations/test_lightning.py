@@ -19,6 +19,7 @@ from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import NoticeGate
 
 from tests.conftest import as_a_job
+from tests.records import dicts
 
 STEPS = 24
 
@@ -76,7 +77,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
     notice = as_a_job(monkeypatch, folder, "7")
     stopped_at, _ = fit(folder, [NoticeAt(9, notice), SlurmpreCallback()])
     assert stopped_at == 9
-    (record,) = [r for r in Ledger(folder).records() if r["event"] == "checkpoint"]
+    (record,) = [r for r in dicts(Ledger(folder)) if r["event"] == "checkpoint"]
     assert (record["step"], record["after_notice"]) == (9, True)
     chosen = checkpoints.latest(folder).checkpoint
     assert chosen is not None and chosen.where == str(folder / "step=9.ckpt")

@@ -21,6 +21,8 @@ from slurmpre.errors import CheckpointError
 from slurmpre.job import checkpoints
 from slurmpre.job.ledger import Ledger
 
+from tests.records import dicts
+
 WORKER = r"""
 import json, os, random, sys, time
 import slurmpre
@@ -199,7 +201,7 @@ def test_committed_records_a_frameworks_complete_checkpoint(tmp_path: Path) -> N
     Ledger(tmp_path).ensure()
     path = _hf(tmp_path, 30)
     assert slurmpre.committed(str(path), env=_env(tmp_path)) == path
-    (record,) = [r for r in Ledger(tmp_path).records() if r["event"] == "checkpoint"]
+    (record,) = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "checkpoint"]
     assert (record["step"], record["path"], record["job"]) == (30, str(path), "9")
     assert "seconds" not in record  # slurmpre did not time another's save
 
@@ -224,7 +226,7 @@ def test_committed_refuses_what_the_next_attempt_could_not_resume_from(
     path = make(folder)  # type: ignore[operator]
     with pytest.raises(CheckpointError, match=message):
         slurmpre.committed(path, env=_env(folder))
-    assert [r for r in Ledger(folder).records() if r["event"] == "checkpoint"] == []
+    assert [r for r in dicts(Ledger(folder)) if r["event"] == "checkpoint"] == []
 
 
 def test_an_in_place_step_names_its_checkpoints_after_its_own_attempt(tmp_path: Path) -> None:

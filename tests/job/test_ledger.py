@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 from slurmpre.job.ledger import Choice, Ledger
+from slurmpre.job.records import AttemptId
+
+from tests.records import dicts, record
 
 
 def choice(**kw: object) -> Choice:
@@ -26,20 +29,20 @@ def choice(**kw: object) -> Choice:
 def test_append_only_and_readable(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    ledger.append({"event": "start", "job": "7", "attempt": 0, "world_size": 4})
-    ledger.append({"event": "end", "job": "7", "attempt": 0, "exit_code": 0})
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0, "world_size": 4}))
+    ledger.append(record({"event": "end", "job": "7", "attempt": 0, "exit_code": 0}))
     before = ledger.path.read_text()
-    ledger.append({"event": "start", "job": "7", "attempt": 1, "world_size": 2})
+    ledger.append(record({"event": "start", "job": "7", "attempt": 1, "world_size": 2}))
     assert ledger.path.read_text().startswith(before)
-    assert [r["event"] for r in ledger.records()] == ["start", "end", "start"]
-    prev = ledger.previous_start("7", 1)
-    assert prev is not None and prev["world_size"] == 4
+    assert [r["event"] for r in dicts(ledger)] == ["start", "end", "start"]
+    prev = ledger.previous_start("7", AttemptId(1))
+    assert prev is not None and prev.world_size == 4
 
 
 def test_a_line_cut_short_by_a_kill_is_skipped(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    ledger.append({"event": "start", "job": "7", "attempt": 0})
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
     with ledger.path.open("a") as fh:
         fh.write('{"event": "end", "jo')
     assert len(ledger.records()) == 1
@@ -124,28 +127,28 @@ def test_a_torn_last_line_never_swallows_the_next_record(tmp_path: Path) -> None
     glued onto it (it would be lost with it, and previous_start would go back too far)."""
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    ledger.append({"event": "start", "job": "7", "attempt": 0, "world_size": 4})
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0, "world_size": 4}))
     with ledger.path.open("a") as fh:
         fh.write('{"event": "end", "jo')
-    ledger.append({"event": "start", "job": "7", "attempt": 1, "world_size": 2})
-    assert [r["attempt"] for r in ledger.records()] == [0, 1]
-    previous = ledger.previous_start("7", 2)
-    assert previous is not None and previous["world_size"] == 2
+    ledger.append(record({"event": "start", "job": "7", "attempt": 1, "world_size": 2}))
+    assert [r["attempt"] for r in dicts(ledger)] == [0, 1]
+    previous = ledger.previous_start("7", AttemptId(2))
+    assert previous is not None and previous.world_size == 2
 
 
 def test_binary_and_non_object_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
     warned: list[str] = []
     ledger = Ledger(tmp_path, warn=warned.append)
     ledger.ensure()
-    ledger.append({"event": "start", "job": "7", "attempt": 0})
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
     with ledger.path.open("ab") as fh:
         fh.write(b"\xff\xfe\x00binary\n")
         fh.write(b'["a", "json", "array"]\n')
         fh.write(b"42\n")
         fh.write(b'{"event": "torn", "jo')
     for attempt in (1, 2):
-        ledger.append({"event": "start", "job": "7", "attempt": attempt})
-    assert [r["attempt"] for r in ledger.records()] == [0, 1, 2]
+        ledger.append(record({"event": "start", "job": "7", "attempt": attempt}))
+    assert [r["attempt"] for r in dicts(ledger)] == [0, 1, 2]
     assert [w.split(" of ")[0] for w in warned] == [
         f"slurmpre: skipping line {n}" for n in (2, 3, 4, 5)
     ]
@@ -158,14 +161,14 @@ def test_an_unwritable_ledger_is_a_slurmpre_error_naming_the_file(tmp_path: Path
     ledger.ensure()
     ledger.path.mkdir()  # a real OSError, even as root
     with pytest.raises(CheckpointError, match=r"cannot write the ledger '.*attempts.jsonl'"):
-        ledger.append({"event": "start"})
+        ledger.append(record({"event": "start"}))
 
 
 def test_one_clock_for_every_record(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path, clock=lambda: 123.5)
     ledger.ensure()
-    ledger.append({"event": "start"})
-    assert ledger.records()[0]["time"] == 123.5
+    ledger.append(record({"event": "start"}))
+    assert dicts(ledger)[0]["time"] == 123.5
 
 
 def test_the_step_before_an_in_place_restart_is_the_previous_start(tmp_path: Path) -> None:
@@ -175,13 +178,15 @@ def test_the_step_before_an_in_place_restart_is_the_previous_start(tmp_path: Pat
     ledger.ensure()
     for attempt, in_place, world in ((0, 0, 4), (1, 0, 2), (1, 1, 1)):
         ledger.append(
-            {
-                "event": "start",
-                "job": "7",
-                "attempt": attempt,
-                **({"in_place": in_place} if in_place else {}),
-                "world_size": world,
-            }
+            record(
+                {
+                    "event": "start",
+                    "job": "7",
+                    "attempt": attempt,
+                    **({"in_place": in_place} if in_place else {}),
+                    "world_size": world,
+                }
+            )
         )
-    prev = ledger.previous_start("7", 1, in_place=1)
-    assert prev is not None and prev["world_size"] == 2
+    prev = ledger.previous_start("7", AttemptId(1, 1))
+    assert prev is not None and prev.world_size == 2

@@ -10,6 +10,7 @@ from slurmpre.job.owner import live_holders, recorded_jobs
 from slurmpre.slurm.parse import JobInfo, parse_jobs
 
 from tests.conftest import DATA
+from tests.records import record
 
 RUNNING = parse_jobs((DATA / "slurm-22.05" / "job-running-elastic.txt").read_text())[0]
 DONE = parse_jobs((DATA / "slurm-22.05" / "job-cancelled.txt").read_text())[0]
@@ -35,8 +36,8 @@ def ledger(tmp_path: Path, *jobs: str) -> Ledger:
     led = Ledger(tmp_path)
     led.ensure()
     for job in jobs:
-        led.append({"event": "submitted", "job": job})
-    led.append({"event": "start", "job": jobs[0], "attempt": 0})
+        led.append(record({"event": "submitted", "job": job}))
+    led.append(record({"event": "start", "job": jobs[0], "attempt": 0}))
     return led
 
 

@@ -19,6 +19,7 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import wait_for, wait_preemptible_idle
+from tests.records import dicts
 
 WRAPPER = [sys.executable, "-m", "slurmpre.job", "run"]
 
@@ -127,9 +128,9 @@ def test_all_nodes_resume_from_the_choice_of_node_0(sandbox: Sandbox, shared_tmp
     assert seen[0]["SLURMPRE_RESUME_FROM"] == str(ckpt / "step-00000001")
     assert seen[0]["SLURMPRE_RESUME_STEP"] == "1"
     assert (seen[0]["SLURMPRE_RESTART_COUNT"], seen[0]["SLURMPRE_NUM_NODES"]) == ("0", "2")
-    starts = [r for r in Ledger(ckpt).records() if r["event"] == "start"]
+    starts = [r for r in dicts(Ledger(ckpt)) if r["event"] == "start"]
     assert len(starts) == 1 and starts[0]["resume_from"] == str(ckpt / "step-00000001")
-    ends = [r for r in Ledger(ckpt).records() if r["event"] == "end"]
+    ends = [r for r in dicts(Ledger(ckpt)) if r["event"] == "end"]
     assert ends[0]["exit_code"] == 0
 
 
@@ -283,5 +284,5 @@ def test_the_requeue_is_recorded_though_slurm_ends_the_step_before_scontrol_retu
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    events = [r["event"] for r in Ledger(tmp_path).records()]
+    events = [r["event"] for r in dicts(Ledger(tmp_path))]
     assert events[-2:] == ["requeued", "end"], (events, proc.stderr)

@@ -22,6 +22,8 @@ from slurmpre.job.inplace import Request, request_path, write_request
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.steps import Steps, parse_args, resized_env, step_argv
 
+from tests.records import dicts
+
 NODES = "gpu-preemptible-dp-[1-3]"
 KEEP = ("gpu-preemptible-dp-1", "gpu-preemptible-dp-3")
 
@@ -130,7 +132,7 @@ def test_a_request_releases_the_nodes_and_runs_the_next_step_on_the_rest(tmp_pat
     ]
     assert second["nodelist"] == ",".join(KEEP)
     assert second["ntasks"] is None  # the old allocation's task count would start 3 tasks
-    record = next(r for r in Ledger(folder).records() if r["event"] == "in_place")
+    record = next(r for r in dicts(Ledger(folder)) if r["event"] == "in_place")
     assert record["released"] == ["gpu-preemptible-dp-2"] and record["attempt"] == 0
     assert any("released gpu-preemptible-dp-2" in s for s in said)
 
@@ -150,7 +152,7 @@ def test_when_the_release_fails_the_job_is_requeued(tmp_path: Path) -> None:
     _code, said, slurm = steps(tmp_path, env, folder, Slurm(resize_fails=True))
     assert slurm.requeued == ["77"]
     assert len(lines(log)) == 1
-    events = [r["event"] for r in Ledger(folder).records()]
+    events = [r["event"] for r in dicts(Ledger(folder))]
     assert events == ["in_place_failed", "requeued"]
     assert any("requeuing instead" in s for s in said)
 

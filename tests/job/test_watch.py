@@ -29,6 +29,7 @@ from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
 
 from tests.conftest import DATA
+from tests.records import dicts, record
 
 JOB = JobEnv(
     "42", 0, 0, ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2"), "gpu-preemptible-dp-1", 0
@@ -158,23 +159,25 @@ class Harness:
         self.watcher.run()
 
     def events(self) -> list[str]:
-        return [r["event"] for r in Ledger(self.folder).records()]
+        return [r["event"] for r in dicts(Ledger(self.folder))]
 
     def record(self, event: str) -> dict[str, object]:
-        return next(r for r in Ledger(self.folder).records() if r["event"] == event)
+        return next(r for r in dicts(Ledger(self.folder)) if r["event"] == event)
 
     def commit(self, step: int, *, after_notice: bool | None = None) -> None:
         with writing(self.folder, step) as p:
             (p / "w").write_text(str(step))
         if after_notice is not None:  # what slurmpre.checkpoint() adds for a running job
             self.ledger.append(
-                {
-                    "event": "checkpoint",
-                    "attempt": 0,
-                    "step": step,
-                    "path": f"p{step}",
-                    "after_notice": after_notice,
-                }
+                record(
+                    {
+                        "event": "checkpoint",
+                        "attempt": 0,
+                        "step": step,
+                        "path": f"p{step}",
+                        "after_notice": after_notice,
+                    }
+                )
             )
 
     def listening(self) -> None:
@@ -279,7 +282,7 @@ def test_two_drains_one_after_the_other_make_one_requeue(tmp_path: Path) -> None
     h.slurm.drains["gpu-preemptible-dp-2"] = (1.0, "preempted")
     h.slurm.drains["gpu-preemptible-dp-1"] = (8.0, "preempted")
     h.run()
-    records = Ledger(tmp_path).records()
+    records = dicts(Ledger(tmp_path))
     notices = [(r["node"], r["first"]) for r in records if r["event"] == "notice"]
     assert notices == [("gpu-preemptible-dp-2", True), ("gpu-preemptible-dp-1", False)]
     assert h.slurm.requeued == ["42"]
