@@ -414,14 +414,12 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
 # -- status, logs, cancel --------------------------------------------------------
 def _slurm_job(client: Any, job: str) -> Any:
     """Slurm's view of ``job``, or None when Slurm has forgotten it."""
-    from slurmpre.errors import SlurmError
+    from slurmpre.errors import JobNotFound
 
     try:
         return client.job(job)
-    except SlurmError as exc:
-        if "Invalid job id" in str(exc) or "knows no job" in str(exc):
-            return None
-        raise
+    except JobNotFound:
+        return None
 
 
 def _slurm_view(client: Any, job: str) -> Any:

@@ -34,6 +34,10 @@ class SlurmError(CommandError):
     """Slurm refused or failed a request."""
 
 
+class JobNotFound(SlurmError):
+    """Slurm knows no such job (never had it, or has forgotten it after MinJobAge)."""
+
+
 class SandboxError(SlurmpreError):
     """The local Slurm sandbox could not be brought up, inspected or changed."""
 

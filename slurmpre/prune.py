@@ -29,7 +29,7 @@ from pathlib import Path
 
 from filelock import Timeout
 
-from slurmpre.errors import CheckpointError, SlurmError, UsageError
+from slurmpre.errors import CheckpointError, JobNotFound, SlurmError, UsageError
 from slurmpre.job.checkpoints import LEFTOVER, Checkpoint, list_all
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
@@ -94,10 +94,9 @@ def live_jobs(
     for job in recorded_jobs(ledger):
         try:
             info = client.job(job)
-        except SlurmError as exc:
-            text = str(exc)
-            if "Invalid job id" in text:
-                continue  # long gone
+        except JobNotFound:
+            continue  # long gone
+        except SlurmError:
             say(f"cannot tell whether job {job} still runs: keeping what it may need")
             live.add(job)
             continue

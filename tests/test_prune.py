@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 import slurmpre
-from slurmpre.errors import CheckpointError, UsageError
+from slurmpre.errors import CheckpointError, SlurmError, UsageError
 from slurmpre.job.checkpoints import latest, step_dir_name, writing
 from slurmpre.job.ledger import Ledger
 from slurmpre.prune import prune
+from slurmpre.slurm.parse import JobInfo
 
 from tests.conftest import slurmpre_cli
 from tests.job.test_owner import DONE, RUNNING, Jobs
@@ -172,3 +173,27 @@ def test_cli_prune_and_verify(tmp_path: Path) -> None:
     assert "no completion mark" in bad.stderr
     gone = slurmpre_cli("ckpt", "verify", str(folder / "step-00000009"))
     assert gone.returncode == 1 and "does not exist" in gone.stderr
+
+
+def test_a_job_slurm_knows_no_more_holds_nothing(tmp_path: Path) -> None:
+    """Slurm forgot job 9 (its JobNotFound, however scontrol worded it): what it resumed
+    from is pruned like any older checkpoint; a job Slurm cannot judge still holds its own."""
+    folder = folder_with(tmp_path, [10, 20, 30])
+    start(folder, "9", 10)  # gone
+    start(folder, "6", 20)  # Slurm does not answer about it
+    done = prune(folder, 1, Unjudged({"6"}))  # type: ignore[arg-type]
+    assert {e.name for e in done.removed} == {"step-00000010"}
+    assert {e.name: e.why for e in done.kept}["step-00000020"] == "a live job resumed from it"
+
+
+class Unjudged(Jobs):
+    """Slurm knows none of the jobs, and cannot be asked about those named."""
+
+    def __init__(self, unanswered: set[str]) -> None:
+        super().__init__({})
+        self.unanswered = unanswered
+
+    def job(self, job_id: str) -> JobInfo:
+        if job_id in self.unanswered:
+            raise SlurmError("command failed (exit 1): scontrol show job\n    Unable to contact")
+        return super().job(job_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from slurmpre.errors import SlurmpreError
+from slurmpre.errors import JobNotFound, SlurmpreError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Start, Submitted
 from slurmpre.slurm.client import SlurmClient
@@ -51,10 +51,10 @@ def live_holders(
     for job in [j for j in recorded_jobs(ledger) if j != besides][-RECENT:]:
         try:
             info = client.job(job)
+        except JobNotFound:
+            continue  # long gone
         except SlurmpreError as exc:
-            text = str(exc)
-            if "Invalid job id" not in text and "knows no job" not in text:
-                say(f"cannot tell whether job {job} still runs ({text.splitlines()[0]})")
+            say(f"cannot tell whether job {job} still runs ({str(exc).splitlines()[0]})")
             continue
         if not info.finished:
             live.append(Holder(job, info.state))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from slurmpre.cmd import run
-from slurmpre.errors import SlurmError
+from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.slurm.parse import (
     JobInfo,
     NodeInfo,
@@ -79,9 +79,16 @@ class CommandLineSlurm:
         return parse_nodes(self._run(argv))
 
     def job(self, job_id: str) -> JobInfo:
-        jobs = parse_jobs(self._run(["scontrol", "show", "job", "-o", str(job_id)]))
+        """The job; JobNotFound when Slurm knows no such job (the one place that reads
+        scontrol's words for it)."""
+        try:
+            jobs = parse_jobs(self._run(["scontrol", "show", "job", "-o", str(job_id)]))
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                raise JobNotFound(f"Slurm knows no job {job_id}") from None
+            raise
         if not jobs:
-            raise SlurmError(f"Slurm knows no job {job_id}")
+            raise JobNotFound(f"Slurm knows no job {job_id}")
         return jobs[0]
 
     def jobs(self) -> list[JobInfo]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmpre.errors import SlurmError
+import pytest
+from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import live_holders, recorded_jobs
 from slurmpre.slurm.parse import JobInfo, parse_jobs
@@ -25,10 +26,7 @@ class Jobs:
         if self.down:
             raise SlurmError("command failed (exit 1): scontrol show job\n    Unable to contact")
         if job_id not in self.known:
-            raise SlurmError(
-                f"command failed (exit 1): scontrol show job -o {job_id}\n"
-                "    slurm_load_jobs error: Invalid job id specified"
-            )
+            raise JobNotFound(f"Slurm knows no job {job_id}")  # as the client says it
         return self.known[job_id]
 
 
@@ -57,3 +55,27 @@ def test_when_slurm_does_not_answer_nothing_blocks_and_it_says_so(tmp_path: Path
     assert said == [
         "cannot tell whether job 10 still runs (command failed (exit 1): scontrol show job)"
     ]
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_the_client_says_a_job_is_gone_in_one_way(release: str) -> None:
+    """scontrol's words for an unknown job (captured on each release) become JobNotFound,
+    read in one place; any other failure stays a SlurmError."""
+    from slurmpre.errors import CommandError
+    from slurmpre.slurm.client import CommandLineSlurm
+
+    said = (DATA / f"slurm-{release}" / "job-unknown.txt").read_text()
+
+    class Failing(CommandLineSlurm):
+        def __init__(self, stderr: str) -> None:
+            super().__init__()
+            self.stderr = stderr
+
+        def _run(self, argv: object, *, input: str | None = None) -> str:
+            raise SlurmError(f"command failed (exit 1): scontrol show job\n    {self.stderr}")
+
+    with pytest.raises(JobNotFound, match="Slurm knows no job 42"):
+        Failing(said).job("42")
+    with pytest.raises(SlurmError) as info:
+        Failing("Unable to contact slurm controller").job("42")
+    assert not isinstance(info.value, JobNotFound) and isinstance(info.value, CommandError)
