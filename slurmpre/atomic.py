@@ -7,12 +7,17 @@ import os
 from pathlib import Path
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_path(path: Path, *, directory: bool = False) -> None:
+    """Flush a file's (or a folder's entries') data to disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    fsync_path(path, directory=True)
 
 
 def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:

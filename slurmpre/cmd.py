@@ -1,4 +1,5 @@
-"""The one seam through which slurmpre runs external commands.
+"""The one seam through which slurmpre runs the external commands it waits for (the
+sandbox's daemons, which it starts and leaves running, are started by the sandbox).
 
 argv lists only, never a shell; a timeout on every call; logged at debug; a
 missing executable, a time-out and a failure each become a `CommandError` whose

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 from typing import BinaryIO
 
 # Bounds for what slurmpre reads whole, by what the file is.
@@ -86,7 +85,3 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a file"
-
-
-def real(path: str | os.PathLike[str]) -> str:
-    return os.path.realpath(Path(path))

@@ -113,7 +113,7 @@ def _bad(key: str, value: object, why: str) -> SpecError:
     return SpecError(f"{key} = {value!r}: {why}")
 
 
-def _int(key: str, value: object, *, minimum: int | None = None) -> int:
+def _int(key: str, value: object) -> int:
     """A whole number within the key's range (`defaults.RANGES`)."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and re.fullmatch(r"-?\d{1,30}", value.strip()):
@@ -121,7 +121,6 @@ def _int(key: str, value: object, *, minimum: int | None = None) -> int:
         else:
             raise _bad(key, value, "must be a whole number")
     low, high = defaults.RANGES[key]
-    low = low if minimum is None else minimum
     if value < low:
         raise _bad(key, value, f"must be {low:g} or more")
     if value > high:

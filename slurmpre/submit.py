@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpre import access, jobs
+from slurmpre import access, cmd, jobs
 from slurmpre.access import Access, make_dirs
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import SlurmpreError, UsageError
@@ -40,14 +39,14 @@ def check_python(python: str, cwd: Path | None = None) -> None:
     login node, which sees the same shared volume, from the folder the job will run in
     (sbatch's default: this one)."""
     try:
-        proc = subprocess.run(
+        proc = cmd.run(
             [python, "-c", "import slurmpre"],
-            capture_output=True,
-            text=True,
             timeout=60,
-            cwd=cwd,
+            check=False,
+            cwd=None if cwd is None else str(cwd),
+            error=UsageError,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except UsageError as exc:
         raise UsageError(f"python = {python!r} cannot run: {exc}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -28,6 +28,19 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="slurmpre-test-state-")
 
 
+# Fixtures that stand for the running cluster: a test that uses one (itself or through
+# another fixture) is a sandbox test, whatever file it sits in.
+CLUSTER_FIXTURES = frozenset({"sandbox", "release"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the cluster as `sandbox`: bin/test runs those apart from
+    the others, which run beside them (and may not touch the cluster)."""
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.sandbox)
+
+
 def slurmpre_cli(
     *args: str, check: bool = False, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:

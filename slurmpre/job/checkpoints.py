@@ -40,7 +40,7 @@ from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import NamedTuple, TypeVar
 
 from slurmpre.access import OWNER, Access, make_dir, make_dirs, set_mode
-from slurmpre.atomic import write_atomic
+from slurmpre.atomic import fsync_path, write_atomic
 from slurmpre.errors import CheckpointError
 from slurmpre.reading import (
     LARGE,
@@ -968,15 +968,6 @@ def fresh_incoming(folder: Path, step: int, attempt_tag: str, access: Access = O
     return incoming
 
 
-def _fsync_path(path: Path, *, directory: bool = False) -> None:
-    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def commit(
     incoming: Path, folder: Path, step: int, *, now: float | None = None, access: Access = OWNER
 ) -> Path:
@@ -1002,9 +993,9 @@ def commit(
             rel = full.relative_to(incoming).as_posix()
             if rel == MARKER:
                 continue
-            _fsync_path(full)
+            fsync_path(full)
             manifest[rel] = full.stat().st_size
-        _fsync_path(Path(root), directory=True)
+        fsync_path(Path(root), directory=True)
     if not manifest:
         raise CheckpointError(
             f"the checkpoint of step {step} is empty: nothing was written to {str(incoming)!r}"
@@ -1014,7 +1005,7 @@ def commit(
     text = json.dumps({"step": step, "committed_at": stamp, "files": manifest}, sort_keys=True)
     write_atomic(marker, text + "\n", mode=access.file_mode)
     set_mode(incoming, access.dir_mode)
-    _fsync_path(incoming, directory=True)
+    fsync_path(incoming, directory=True)
     return _publish(incoming, folder, step, stamp)
 
 
@@ -1034,7 +1025,7 @@ def _publish(sealed: Path, folder: Path, step: int, stamp: float) -> Path:
             return final
         final.rename(folder / f".partial-{final.name}-{int(stamp * 1000)}")
     sealed.rename(final)
-    _fsync_path(folder, directory=True)
+    fsync_path(folder, directory=True)
     return final
 
 

@@ -27,7 +27,7 @@ from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 from slurmpre.job.records import AttemptId, Record, ShapeError, Start
-from slurmpre.reading import LARGE, SMALL, read_regular, read_text
+from slurmpre.reading import LARGE, SMALL, read_regular, read_text, real_inside
 
 LEDGER_DIR = ".slurmpre"
 ATTEMPTS = "attempts.jsonl"
@@ -255,12 +255,14 @@ def attempt_key(attempt: int, in_place: int = 0) -> str:
 
 
 def _inside(path: Path, folder: Path) -> bool:
-    """``path`` names an entry below ``folder`` once symlinks and ``..`` are resolved."""
+    """``path`` names an entry below ``folder`` (not the folder itself) once symlinks and
+    ``..`` are resolved."""
     try:
-        real, base = path.resolve(), folder.resolve()
-    except (OSError, RuntimeError):
+        return os.path.realpath(path) != os.path.realpath(folder) and real_inside(
+            path, os.path.realpath(folder)
+        )
+    except (OSError, ValueError):
         return False
-    return real != base and real.is_relative_to(base)
 
 
 def _ends_with_newline(path: Path) -> bool:

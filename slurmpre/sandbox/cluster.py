@@ -156,9 +156,6 @@ class Sandbox:
             for n in state.nodes
         )
 
-    def node_states(self) -> list[NodeInfo]:
-        return self.client.nodes()
-
     # -- up -----------------------------------------------------------------
     def up(
         self,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,7 +254,7 @@ class Root:
         """Every mount at or under ``path``, deepest first (lazy, so a busy one goes too)."""
         prefix = str(path).rstrip("/") + "/"
         for point in sorted(mounts_under(prefix), key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+            run(["umount", "-l", point], check=False)
 
 
 def deactivate() -> None:

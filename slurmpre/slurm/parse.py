@@ -1,4 +1,4 @@
-"""Pure parsers of Slurm's text output, the same on Slurm 22.05 and 24.11.
+"""Pure parsers of Slurm's text output, the same on Slurm 22.05, 24.11 and 26.05.
 
 Each takes the text a command printed and returns frozen values; tests feed them
 output captured from real clusters (``tests/data/``).

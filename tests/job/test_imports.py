@@ -1,0 +1,27 @@
+"""The job side starts fast and imports nothing of the login side: what `python -m
+slurmpre.job` (and `slurmpre run`) load must hold neither click nor jinja2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("click", "jinja2", "slurmpre.cli", "slurmpre.render", "slurmpre.status")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "import slurmpre.job.entry, slurmpre.job.run, slurmpre.job.steps",
+        "import slurmpre.console",
+        "import slurmpre, slurmpre.api",  # what a training script imports
+    ],
+)
+def test_the_job_side_imports_neither_click_nor_jinja2(entry: str) -> None:
+    code = f"{entry}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stdout
