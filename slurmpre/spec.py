@@ -15,12 +15,12 @@ import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from slurmpre import access, defaults, reading, sbatch_options
+from slurmpre import access, defaults, launchers, reading, sbatch_options
 from slurmpre.errors import UsageError
+from slurmpre.launchers import Launcher
 from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
 if sys.version_info >= (3, 11):
@@ -31,12 +31,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 class SpecError(UsageError):
     """A job spec is malformed; the message names the key and the value."""
-
-
-class Launcher(str, Enum):
-    TORCHRUN = "torchrun"
-    ACCELERATE = "accelerate"
-    PLAIN = "plain"
 
 
 @dataclass(frozen=True)
@@ -71,7 +65,7 @@ class JobSpec:
     array: str | None = None
     checkpoint_dir: str = ""
     log_dir: str = ""
-    launcher: Launcher = Launcher.TORCHRUN
+    launcher: Launcher = launchers.DEFAULT
     nproc_per_node: int | None = None  # None: one process per GPU Slurm gave the node
     env: Mapping[str, str] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
@@ -521,9 +515,9 @@ def validate(
         raise _bad("gpus", spec.gpus, "asks for GPUs per job, and gpus_per_node per node: give one")
     if spec.gpu_type is not None and not (spec.gpus_per_node or spec.gpus):
         raise _bad("gpu_type", spec.gpu_type, "needs gpus_per_node or gpus of 1 or more")
-    nested = own_launcher(spec.command)
+    nested = launchers.own(spec.command)
     if nested is not None:
-        raise _bad("command", " ".join(spec.command[:3]), _NESTED[nested])
+        raise _bad("command", " ".join(spec.command[:3]), launchers.NESTED[nested])
     if spec.safety_margin >= spec.preempt_window:
         raise _bad(
             "safety_margin",
@@ -549,37 +543,6 @@ def validate(
     return spec
 
 
-_LAUNCHERS = {
-    "torchrun": "torchrun",
-    "accelerate": "accelerate",
-    "accelerate-launch": "accelerate",
-    "deepspeed": "deepspeed",
-}
-_LAUNCHER_MODULES = {
-    "torch.distributed.run": "torchrun",
-    "torch.distributed.launch": "torchrun",
-    "accelerate.commands.launch": "accelerate",
-    "accelerate": "accelerate",
-    "deepspeed": "deepspeed",
-    "deepspeed.launcher.runner": "deepspeed",
-}
-
-
-# A command that starts a launcher of its own: slurmpre starts the launcher on every node
-# with this allocation's machines, ranks and rendezvous; the key that asks for it.
-_NESTED = {
-    "torchrun": "starts torchrun, a launcher of its own: slurmpre starts torchrun on every "
-    "node with the job's rendezvous. Give the script itself (python train.py ...) with "
-    "launcher = 'torchrun', the default",
-    "accelerate": "starts accelerate launch, a launcher of its own: slurmpre starts it on "
-    "every node with the job's machines, ranks and rendezvous. Give the script itself "
-    "(python train.py ...) with launcher = 'accelerate'",
-    "deepspeed": "starts the deepspeed launcher, which reaches other nodes over ssh, not "
-    "through Slurm. Give the script itself (python train.py ...) with launcher = "
-    "'torchrun': deepspeed.initialize() reads torchrun's environment",
-}
-
-
 def parse_gpus(value: object, key: str = "gpus_per_node") -> tuple[str | None, int]:
     """``8``, ``"8"`` or ``"h100:8"`` -> (GPU type or None, the count)."""
     if isinstance(value, str) and ":" in value:
@@ -588,64 +551,6 @@ def parse_gpus(value: object, key: str = "gpus_per_node") -> tuple[str | None, i
             raise _bad(key, value, "must be a count, or TYPE:COUNT such as h100:8")
         return gpu_type, _int(key, count.strip())
     return None, _int(key, value)
-
-
-def own_launcher(command: Sequence[str]) -> str | None:
-    """The launcher a command starts by itself (``torchrun``, ``accelerate``, ``deepspeed``,
-    or ``python -m torch.distributed.run``), or None. Read through what only runs the
-    next word (``env`` with its settings, ``nice``), and python's own flags (``-u``,
-    ``-X opt``, ``-mtorch.distributed.run``)."""
-    words = list(command)
-    while words and PurePosixPath(words[0]).name in _PASS_THROUGH:
-        words = _after_pass_through(words)
-    if not words:
-        return None
-    first = PurePosixPath(words[0]).name
-    if first in _LAUNCHERS:
-        return _LAUNCHERS[first]
-    if not _PYTHON.fullmatch(first):
-        return None
-    rest = words[1:]
-    while rest and rest[0].startswith("-") and rest[0] != "-":
-        flag = rest.pop(0)
-        if flag.startswith("-m"):
-            module = flag[2:] or (rest[0] if rest else "")
-            return _LAUNCHER_MODULES.get(module)
-        if flag in ("-c", "--"):
-            return None
-        if flag in ("-X", "-W", "--check-hash-based-pycs") and rest:
-            rest.pop(0)
-    return None
-
-
-_PYTHON = re.compile(r"(?:python|pypy)[0-9.]*", re.ASCII)
-_PASS_THROUGH = frozenset({"env", "nice", "nohup", "exec", "command", "stdbuf", "taskset"})
-
-
-def _after_pass_through(words: list[str]) -> list[str]:
-    """What a pass-through command (``env A=1 -u X``, ``nice -n 5``) runs next."""
-    name, rest = PurePosixPath(words[0]).name, words[1:]
-    takes_value = {
-        "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
-        "nice": {"-n", "--adjustment"},
-        "taskset": set(),
-        "stdbuf": set(),
-    }
-    valued = takes_value.get(name, set())
-    while rest:
-        word = rest[0]
-        if name == "env" and "=" in word and not word.startswith("-"):
-            rest.pop(0)
-        elif name == "taskset" and not word.startswith("-") and len(rest) > 1:
-            rest.pop(0)  # the CPU mask
-            break
-        elif word.startswith("-") and word != "-":
-            rest.pop(0)
-            if word in valued and rest:
-                rest.pop(0)
-        else:
-            break
-    return rest
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:

@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from slurmpre import access, defaults
+from slurmpre import access, defaults, launchers
 from slurmpre.errors import UsageError
 from slurmpre.job.watch import WatchConfig
 from slurmpre.signals import RESERVED_SIGNALS, signal_named
-
-LAUNCHERS = ("torchrun", "accelerate", "plain")
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,8 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     )
     parser.add_argument(
         "--launcher",
-        choices=LAUNCHERS,
-        default="torchrun",
+        choices=launchers.NAMES,
+        default=launchers.DEFAULT.value,
         help="torchrun: one torchrun per node, c10d rendezvous on node 0 (default); "
         "accelerate: one `accelerate launch` per node, the same rendezvous; "
         "plain: COMMAND once per node",

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import UsageError
+from slurmpre.launchers import PYTHON
 
 # Outside Linux's ephemeral range (32768-60999) and Slurm's own ports.
 PORT_BASE = 20000
 PORT_SPAN = 10000
-_PYTHON = re.compile(r"^python[0-9.]*$")
 
 
 def port_for(job_id: str, in_place: int = 0) -> int:
@@ -64,7 +64,7 @@ def _launch(
     if not command:
         raise UsageError("no command to run after --")
     first = command[0]
-    if _PYTHON.match(Path(first).name):
+    if PYTHON.fullmatch(Path(first).name):
         rest = list(command[1:])
         if not rest:
             raise UsageError(f"command {first!r} names no script to run under {name}")

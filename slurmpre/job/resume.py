@@ -25,6 +25,7 @@ from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
 from slurmpre.job.records import AttemptId, Start
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
+from slurmpre.launchers import Launcher
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -143,7 +144,7 @@ def child_command(
     command = list(opts.command)
     if opts.resume_arg and choice.resume_from:
         command += [opts.resume_arg, choice.resume_from]
-    if opts.launcher == "plain":
+    if opts.launcher == Launcher.PLAIN:
         return command
     host, _, port = choice.rdzv_endpoint.rpartition(":")
     rdzv = Rendezvous(
@@ -154,7 +155,7 @@ def child_command(
         nproc_per_node=nproc_for(opts, job),
         node_rank=job.node_id,
     )
-    if opts.launcher == "accelerate":
+    if opts.launcher == Launcher.ACCELERATE:
         return accelerate_argv(command, rdzv, os.environ if env is None else env)
     return torchrun_argv(command, rdzv)
 
@@ -183,11 +184,11 @@ def child_env(
             ACCESS_ENV: opts.file_access.name,
         }
     )
-    if opts.launcher == "accelerate" and job.gpus_on_node == 0:
+    if opts.launcher == Launcher.ACCELERATE and job.gpus_on_node == 0:
         # Slurm gave this node no GPU: Accelerate must be told, or each process counts
         # itself alone (DistributedType.NO) inside a torch.distributed world of many.
         out.setdefault("ACCELERATE_USE_CPU", "true")
-    if opts.launcher == "plain" and choice.rdzv_endpoint:
+    if opts.launcher == Launcher.PLAIN and choice.rdzv_endpoint:
         # One process per node: what torch.distributed's env:// needs, so a script (or
         # a launcher of its own) can meet the other nodes. A value the job set wins.
         host, _, port = choice.rdzv_endpoint.rpartition(":")
