@@ -474,3 +474,22 @@ def test_slurmpre_run_survives_the_time_limit_warning_from_its_start(tmp_path: P
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out
+
+
+@pytest.mark.parametrize("who", [access.OWNER, access.GROUP])
+def test_the_batch_script_makes_its_log_folders_closed_under_umask_000(
+    tmp_path: Path, who: access.Access
+) -> None:
+    from slurmpre.render import render
+    from slurmpre.spec import validate
+
+    spec = validate({"name": "n", "command": ["python", "t.py"], "file_access": who.name})
+    (line,) = [x for x in render(spec).splitlines() if "mkdir" in x and "LOG_DIR" in x]
+    logs = tmp_path / "a" / "b" / "logs"
+    subprocess.run(
+        ["bash", "-c", f"umask 000; {line}"],
+        env={**os.environ, "SLURMPRE_LOG_DIR": str(logs)},
+        check=True,
+    )
+    for path in (tmp_path / "a", tmp_path / "a" / "b", logs):
+        assert path.stat().st_mode & 0o777 == who.dir_mode, path
