@@ -31,6 +31,12 @@ def _err(message: str) -> None:
     click.echo(f"slurmpre: error: {message}", err=True)
 
 
+def _shown(text: str) -> str:
+    """A name as a terminal should show it: control characters (a newline, an escape
+    sequence that would clear the screen) written as escapes, not sent."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def _json(value: object) -> str:
     """Indented JSON, with what JSON cannot hold (an infinite or NaN number) as null."""
     return json.dumps(_finite(value), indent=2, allow_nan=False)
@@ -298,7 +304,7 @@ def ckpt_latest(folder: str) -> None:
 
     found = latest(_folder(folder))
     for line in summarize(found):
-        click.echo(line, err=True)
+        click.echo(_shown(line), err=True)
     if found.checkpoint is None:
         raise CheckpointError(f"no complete checkpoint under {str(folder)!r}")
     click.echo(str(found.checkpoint.path))
@@ -327,9 +333,11 @@ def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
     for c in found:
         step = "-" if c.step is None else str(c.step)
         state = "complete" if c.complete else "INCOMPLETE"
-        click.echo(f"{step:>10}  {state:<10}  {c.format.value:<10}  {c.path.name}  ({c.reason})")
+        click.echo(
+            f"{step:>10}  {state:<10}  {c.format.value:<10}  {_shown(c.path.name)}  ({c.reason})"
+        )
     for i in others:
-        click.echo(f"{'-':>10}  {'ignored':<10}  {'':<10}  {i.name}  ({i.reason})")
+        click.echo(f"{'-':>10}  {'ignored':<10}  {'':<10}  {_shown(i.name)}  ({i.reason})")
 
 
 @ckpt.command("verify")
@@ -397,11 +405,11 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
     else:
         verb = "would remove" if dry_run else "removed"
         for e in done.removed:
-            click.echo(f"{verb} {e.name} ({human(e.size)}): {e.why}")
+            click.echo(f"{verb} {_shown(e.name)} ({human(e.size)}): {e.why}")
         for e in done.kept:
-            click.echo(f"kept {e.name}: {e.why}")
+            click.echo(f"kept {_shown(e.name)}: {e.why}")
         for f in done.failed:
-            click.echo(f"could not remove {f.name} (left as {f.left_as}): {f.why}")
+            click.echo(f"could not remove {_shown(f.name)} (left as {_shown(f.left_as)}): {f.why}")
         freed = "would free" if dry_run else "freed"
         click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
     if done.failed:

@@ -240,6 +240,14 @@ def _other_digits(f: Path, out: Path, rng: random.Random) -> None:
     (f / name / ".slurmpre-complete").write_text("{}")
 
 
+def _odd_names(f: Path, out: Path, rng: random.Random) -> None:
+    for name in ("step_7 copy", "step_\n8", "checkpoint-9\t", "-step_6", "step-0000 0089",
+                 "step_\u0663", "ste\u0301p_5", ".step_84", "step_83\x1b[2J"):  # fmt: skip
+        (f / name).mkdir()
+        (f / name / ".metadata").write_bytes(b"__0_0.distcp")
+        (f / name / "__0_0.distcp").write_bytes(b"x")
+
+
 def _loops(f: Path, out: Path, rng: random.Random) -> None:
     (f / "step_91").symlink_to("step_91")
     (f / "checkpoint-90").symlink_to(f / "checkpoint-89")
@@ -268,6 +276,7 @@ SPOILERS = [
     _fifo_ckpt,
     _huge_steps,
     _other_digits,
+    _odd_names,
     _loops,
     _file_by_a_folder_name,
 ]
@@ -321,7 +330,9 @@ def test_no_command_hangs_and_prune_touches_nothing_it_must_not(tmp_path: Path, 
     print(f"seed {SEED}, folder {index}: {', '.join(spoilers) or 'no spoilers'}")
     outside_before = fingerprint(out)
     # What reads first: none of these may hang, exhaust memory or crash.
-    sane(bounded("ckpt", "list", "--all", str(folder)))
+    listed = sane(bounded("ckpt", "list", "--all", str(folder)))
+    shown = listed.stdout + listed.stderr
+    assert not [c for c in shown if not c.isprintable() and c != "\n"], shown  # no escapes sent
     sane(bounded("ckpt", "list", "--json", str(folder)))
     chosen = sane(bounded("ckpt", "latest", str(folder)))
     for entry in sorted(folder.iterdir())[:12]:
