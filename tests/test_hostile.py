@@ -146,8 +146,8 @@ def _alias_of_own(f: Path, out: Path, rng: random.Random) -> None:
 
 
 def _alias_of_dcp(f: Path, out: Path, rng: random.Random) -> None:
-    dcp(f, "step_2")
-    (f / "step_87").symlink_to("step_2")
+    dcp(f, "step_86")  # above the steps the base folder takes (1 to 85)
+    (f / "step_87").symlink_to("step_86")
 
 
 def _link_out_own(f: Path, out: Path, rng: random.Random) -> None:
