@@ -195,6 +195,12 @@ def prune(
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist")
     ledger = Ledger(folder)
+    if ledger.dir.is_symlink():
+        # Its lock and its records would be somewhere else: prune takes a lock there.
+        raise CheckpointError(
+            f"{str(ledger.dir)!r} is a link: slurmpre keeps its records only in a folder "
+            "of the checkpoint folder itself, so it prunes nothing"
+        )
     if not ledger.dir.is_dir():
         # Nothing of slurmpre's here, so no rank 0 takes the writing lock: refuse
         # rather than guess whether something writes into the folder right now.

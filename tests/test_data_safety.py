@@ -67,6 +67,20 @@ def test_nothing_is_read_chosen_or_pruned_through_a_link_out_of_the_folder(
     assert fingerprint(out) == before
 
 
+def test_prune_takes_no_lock_and_reads_no_ledger_through_a_linked_ledger_folder(
+    tmp_path: Path,
+) -> None:
+    folder, out = tmp_path / "ckpt", tmp_path / "outside"
+    committed(folder, 1)
+    committed(folder, 2)
+    out.mkdir()
+    (folder / ".slurmpre").symlink_to(out)
+    proc = slurmpre_cli("ckpt", "prune", str(folder), "--keep", "1")
+    assert proc.returncode == 1 and "is a link" in proc.stderr, proc
+    assert list(out.iterdir()) == []  # no lock file made over there
+    assert (folder / step_dir_name(1)).is_dir()
+
+
 @pytest.mark.parametrize("layout", ["slurmpre", "dcp", "lightning"])
 def test_a_link_is_never_a_second_checkpoint_and_its_target_stays(
     tmp_path: Path, layout: str
