@@ -19,7 +19,7 @@ from filelock import FileLock, Timeout
 
 from slurmpre.access import OWNER, make_dirs, set_mode
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.reading import LARGE, read_regular
+from slurmpre.reading import LARGE, read_regular, skip_line
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,12 @@ def known(path: Path | None = None) -> list[Submitted]:
         entry = _entry(line)
         if isinstance(entry, Submitted):
             out.append(entry)
-        elif (str(path), number, line) not in _WARNED:
-            _WARNED.add((str(path), number, line))
-            print(f"slurmpre: skipping line {number} of {path}: {entry}", file=sys.stderr)
+        else:
+            skip_line(path, number, line, entry, lambda text: print(text, file=sys.stderr))
     return out
 
 
 _FIELDS = {f.name: f.type for f in fields(Submitted)}
-_WARNED: set[tuple[str, int, bytes]] = set()
 
 
 def _entry(line: bytes) -> Submitted | str:

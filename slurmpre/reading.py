@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from typing import BinaryIO
 
 # Bounds for what slurmpre reads whole, by what the file is.
@@ -72,6 +73,21 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, root: str | None =
 def read_text(path: str | os.PathLike[str], limit: int, *, root: str | None = None) -> str:
     """read_regular, decoded as UTF-8 (a UnicodeDecodeError for a binary file)."""
     return read_regular(path, limit, root=root).decode()
+
+
+# Lines of a records file already named as skipped, in this process: each is named once,
+# however many readers read the file.
+_SKIPPED: set[tuple[str, int, bytes]] = set()
+
+
+def skip_line(
+    path: str | os.PathLike[str], number: int, raw: bytes, why: str, warn: Callable[[str], None]
+) -> None:
+    """Say, once per process, that line ``number`` of ``path`` is skipped, and why."""
+    key = (str(path), number, raw)
+    if key not in _SKIPPED:
+        _SKIPPED.add(key)
+        warn(f"slurmpre: skipping line {number} of {path}: {why}")
 
 
 def _kind(mode: int) -> str:

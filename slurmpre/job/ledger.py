@@ -27,7 +27,7 @@ from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 from slurmpre.job.records import AttemptId, Record, ShapeError, Start
-from slurmpre.reading import LARGE, SMALL, read_regular, read_text, real_inside
+from slurmpre.reading import LARGE, SMALL, read_regular, read_text, real_inside, skip_line
 
 LEDGER_DIR = ".slurmpre"
 ATTEMPTS = "attempts.jsonl"
@@ -139,10 +139,7 @@ class Ledger:
                 why = str(exc)
             except (UnicodeDecodeError, ValueError):
                 why = "not a JSON object"
-            key = (str(self.path), number, raw)
-            if key not in _WARNED:
-                _WARNED.add(key)
-                self.warn(f"slurmpre: skipping line {number} of {self.path}: {why}")
+            skip_line(self.path, number, raw, why, self.warn)
         return out
 
     def previous_start(self, job: str, attempt: AttemptId) -> Start | None:
@@ -243,10 +240,6 @@ _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
     "rdzv_endpoint": str,
     "published_at": (int, float),
 }
-
-
-# Lines warned about, in this process: each is named once, however many readers read it.
-_WARNED: set[tuple[str, int, bytes]] = set()
 
 
 def attempt_key(attempt: int, in_place: int = 0) -> str:
