@@ -27,7 +27,8 @@ from typing import Any
 import tomllib
 from slurmpre.drill.run import DrillOptions, bring_up, drill_spec, wait_whole
 from slurmpre.drill.train import LOG
-from slurmpre.job.ledger import ATTEMPTS, LEDGER_DIR, Ledger
+from slurmpre.job.layout import FolderLayout
+from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Checkpoint, Notice
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
@@ -74,7 +75,7 @@ def one(box: Sandbox, work: Path, in_place: bool, window: float) -> dict[str, An
     preempt.finish(timeout=window + 120)
     if info.state != "COMPLETED":
         raise SystemExit(f"bench: job {job_id} ended {info.state}; logs in {folder / 'logs'}")
-    raw = jsonl(folder / LEDGER_DIR / ATTEMPTS)
+    raw = jsonl(FolderLayout(folder).ledger)
     typed = Ledger(folder).records()
     notice = next(r for r in typed if isinstance(r, Notice))
     events = jsonl(log)

@@ -31,7 +31,8 @@ from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import IN_PLACE_ENV
-from slurmpre.job.ledger import Ledger, attempt_key
+from slurmpre.job.layout import attempt_key
+from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import Agree, NoticeGate
 from slurmpre.job.records import Checkpoint
 from slurmpre.reading import SMALL, read_text
@@ -187,7 +188,7 @@ def _writing(target: Path, access: Access, rank: int, timeout: float) -> Iterato
         lock.acquire()
     except Timeout:
         raise CheckpointError(
-            f"could not take {ledger.dir / 'writing.lock'} within {timeout:g} s "
+            f"could not take {ledger.layout.writing_lock} within {timeout:g} s "
             "(is `slurmpre ckpt prune` stuck?)"
         ) from None
     except OSError as exc:

@@ -570,16 +570,17 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
 
     from slurmpre import jobs
     from slurmpre.errors import CommandError
+    from slurmpre.job.layout import LogLayout
     from slurmpre.slurm.client import default_client
 
     entry = jobs.locate(job, checkpoint_dir)
-    folder = Path(entry.log_dir)
+    logs = LogLayout(Path(entry.log_dir), entry.name)
     if attempt is not None:
         if attempt < 0:
             raise UsageError(f"--attempt {attempt}: attempts count from 0")
-        path = folder / f"{entry.name}-{entry.job}.attempt-{attempt}.out"
+        path = logs.attempt_log(entry.job, attempt)
     else:
-        path = folder / f"{entry.name}-{entry.job}.out"
+        path = logs.job_log(entry.job)
     client = default_client()
     info = _slurm_view(client, entry.job)
     _mine(info, entry.job)

@@ -30,13 +30,12 @@ from pathlib import Path
 from filelock import Timeout
 
 from slurmpre.errors import CheckpointError, JobNotFound, SlurmError, UsageError
-from slurmpre.job.checkpoints import LEFTOVER, Checkpoint, list_all
+from slurmpre.job.checkpoints import Checkpoint, list_all
+from slurmpre.job.layout import LEFTOVER, PRUNED, FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
 from slurmpre.job.records import Start
 from slurmpre.slurm.client import SlurmClient
-
-PRUNED = ".pruned-"
 
 
 @dataclass(frozen=True)
@@ -258,11 +257,7 @@ def _own_entry(path: Path, folder: Path, root: str) -> None:
 def _shown(path: Path, folder: Path) -> str:
     """``path`` relative to the folder, as prune's output names it; what an earlier prune
     set aside by the name it had."""
-    name = path.name
-    if name.startswith(PRUNED):
-        head, _, stamp = name[len(PRUNED) :].rpartition("-")
-        if head and stamp.isdigit():
-            path = path.with_name(head)
+    path = FolderLayout.unpruned(path)
     try:
         return path.relative_to(folder).as_posix()
     except ValueError:
@@ -272,7 +267,7 @@ def _shown(path: Path, folder: Path) -> str:
 def _set_aside(path: Path) -> Path:
     if path.name.startswith(PRUNED):
         return path
-    aside = path.with_name(f"{PRUNED}{path.name}-{time.time_ns()}")
+    aside = FolderLayout.pruned(path, time.time_ns())
     path.rename(aside)
     return aside
 

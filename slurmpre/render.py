@@ -16,6 +16,7 @@ import jinja2
 
 from slurmpre import __version__, access, reading, sbatch_options
 from slurmpre.errors import UsageError
+from slurmpre.job.layout import LogLayout
 from slurmpre.signals import WARN_SIGNAL
 from slurmpre.spec import JobSpec
 
@@ -91,11 +92,18 @@ def _slurm_pattern_escape(path: str) -> str:
 def output_pattern(spec: JobSpec) -> str:
     """The appended job log: ``<log_dir>/<name>-%j.out`` (``%A_%a`` for arrays)."""
     tag = "%A_%a" if spec.is_array else "%j"
-    return f"{_slurm_pattern_escape(spec.log_dir)}/{_slurm_pattern_escape(spec.name)}-{tag}.out"
+    name = LogLayout.JOB.format(name=_slurm_pattern_escape(spec.name), job=tag)
+    return f"{_slurm_pattern_escape(spec.log_dir)}/{name}"
 
 
 def log_path(spec: JobSpec, job_id: str) -> Path:
-    return Path(spec.log_dir) / f"{spec.name}-{job_id}.out"
+    return LogLayout(Path(spec.log_dir), spec.name).job_log(job_id)
+
+
+# Each attempt's own log, as the batch script names it from its variables.
+ATTEMPT_LOG = LogLayout.ATTEMPT.format(
+    name="$SLURMPRE_JOB_NAME", job="$slurmpre_job_tag", attempt="$slurmpre_attempt"
+)
 
 
 def launch_argv(spec: JobSpec) -> list[str]:
@@ -169,6 +177,7 @@ def context(spec: JobSpec) -> dict[str, Any]:
         "spec": spec,
         "version": __version__,
         "output": output_pattern(spec),
+        "attempt_log": ATTEMPT_LOG,
         "warn_signal": WARN_SIGNAL.name.removeprefix("SIG"),
         "launch": [shlex.quote(a) for a in launch_argv(spec)],
         "steps": [shlex.quote(a) for a in steps_argv(spec)],

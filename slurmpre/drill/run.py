@@ -25,6 +25,7 @@ from slurmpre.drill.plan import Moment, schedule
 from slurmpre.drill.train import FINAL, LOG
 from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 from slurmpre.job import records
+from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node
@@ -321,7 +322,7 @@ class Driver:
             read_jsonl(self.folder / LOG),
             self.samples,
             self.hits,
-            read_jsonl(self.folder / ".slurmpre" / "attempts.jsonl"),
+            read_jsonl(FolderLayout(self.folder).ledger),
         )
 
 

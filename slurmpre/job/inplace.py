@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmpre.atomic import write_atomic
-from slurmpre.job.ledger import LEDGER_DIR
+from slurmpre.job.layout import FolderLayout
 from slurmpre.reading import SMALL, read_text
 
 
@@ -70,7 +70,7 @@ class Request:
 
 
 def request_path(folder: Path, job_tag: str, attempt: str) -> Path:
-    return folder / LEDGER_DIR / f"in-place-{job_tag}-{attempt}.json"
+    return FolderLayout(folder).in_place_request(job_tag, attempt)
 
 
 def write_request(path: Path, request: Request, *, mode: int = 0o600) -> None:

@@ -26,11 +26,9 @@ from filelock import FileLock, Timeout
 from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
+from slurmpre.job.layout import FolderLayout, attempt_key
 from slurmpre.job.records import AttemptId, Record, ShapeError, Start
 from slurmpre.reading import LARGE, SMALL, read_regular, read_text, real_inside, skip_line
-
-LEDGER_DIR = ".slurmpre"
-ATTEMPTS = "attempts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -59,26 +57,27 @@ class Ledger:
         access: Access = OWNER,
     ) -> None:
         self.folder = checkpoint_dir
-        self.dir = checkpoint_dir / LEDGER_DIR
+        self.layout = FolderLayout(checkpoint_dir)
+        self.dir = self.layout.meta
         self.access = access
-        self.path = self.dir / ATTEMPTS
+        self.path = self.layout.ledger
         self.clock = clock
         self.warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
 
     def _lock(self, timeout: float = 60.0) -> FileLock:
-        return self._file_lock("ledger.lock", timeout)
+        return self._file_lock(self.layout.ledger_lock, timeout)
 
     def writing_lock(self, timeout: float) -> FileLock:
         """Held by rank 0 while a checkpoint is written and committed, and by
         `ckpt prune` while it decides what to remove: never both at once."""
-        return self._file_lock("writing.lock", timeout)
+        return self._file_lock(self.layout.writing_lock, timeout)
 
-    def _file_lock(self, name: str, timeout: float) -> FileLock:
+    def _file_lock(self, path: Path, timeout: float) -> FileLock:
         """A lock in the ledger folder, which is made first with slurmpre's mode: filelock
         would make a missing parent itself, with the umask's mode (0777 under umask 000)."""
         if not self.dir.is_dir():
             self.ensure()
-        return FileLock(str(self.dir / name), timeout=timeout, mode=self.access.file_mode)
+        return FileLock(str(path), timeout=timeout, mode=self.access.file_mode)
 
     def ensure(self) -> None:
         """Create the ledger folder; an existing one is set to the access's mode."""
@@ -105,7 +104,7 @@ class Ledger:
                 os.fsync(fh.fileno())
         except Timeout:
             raise CheckpointError(
-                f"could not lock {self.dir / 'ledger.lock'} within {timeout:g} s"
+                f"could not lock {self.layout.ledger_lock} within {timeout:g} s"
             ) from None
         except OSError as exc:
             raise CheckpointError(
@@ -149,13 +148,10 @@ class Ledger:
         return before[-1] if before else None
 
     # -- the per-attempt choice ------------------------------------------------
-    def _choice_path(self, job: str, attempt: str) -> Path:
-        return self.dir / f"choice-{job}-{attempt}.json"
-
     def publish(self, choice: Choice, *, timeout: float = 60.0) -> None:
         """Node 0's choice for the attempt; the other nodes wait up to their agree timeout
         for it, so node 0 may wait as long for the lock."""
-        path = self._choice_path(choice.job, attempt_key(choice.attempt, choice.in_place))
+        path = self.layout.choice(choice.job, attempt_key(choice.attempt, choice.in_place))
         try:
             with self._lock(timeout):
                 write_atomic(
@@ -163,7 +159,7 @@ class Ledger:
                 )
         except Timeout:
             raise CheckpointError(
-                f"could not lock {self.dir / 'ledger.lock'} within {timeout:g} s"
+                f"could not lock {self.layout.ledger_lock} within {timeout:g} s"
             ) from None
         except OSError as exc:
             raise CheckpointError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
@@ -178,7 +174,7 @@ class Ledger:
         sleep: Callable[[float], None] = time.sleep,
     ) -> Choice:
         attempt = str(attempt)  # 3, or "3.1" after an in-place restart
-        path = self._choice_path(job, attempt)
+        path = self.layout.choice(job, attempt)
         deadline = clock() + timeout
         while True:
             try:
@@ -240,11 +236,6 @@ _CHOICE_TYPES: dict[str, type | tuple[type, ...]] = {
     "rdzv_endpoint": str,
     "published_at": (int, float),
 }
-
-
-def attempt_key(attempt: int, in_place: int = 0) -> str:
-    """An attempt's name in file names: ``3``, or ``3.1`` after one in-place restart."""
-    return AttemptId(attempt, in_place).key
 
 
 def _inside(path: Path, folder: Path) -> bool:

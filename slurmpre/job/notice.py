@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurmpre.atomic import write_atomic
-from slurmpre.job.ledger import LEDGER_DIR
+from slurmpre.job.layout import FolderLayout
 from slurmpre.reading import SMALL, read_text
 
 
@@ -47,17 +47,17 @@ class Notice:
 
 
 def notice_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
-    return folder / LEDGER_DIR / f"notice-{job_tag}-{attempt}.json"
+    return FolderLayout(folder).notice(job_tag, attempt)
 
 
 def listening_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
     """Exists once the training script has asked `preemption_requested()` in this attempt."""
-    return folder / LEDGER_DIR / f"listening-{job_tag}-{attempt}"
+    return FolderLayout(folder).listening(job_tag, attempt)
 
 
 def taken_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
     """Exists once `preemption_requested()` has answered True: the script stops on the notice."""
-    return folder / LEDGER_DIR / f"taken-{job_tag}-{attempt}"
+    return FolderLayout(folder).taken(job_tag, attempt)
 
 
 def write_notice(path: Path, notice: Notice, *, mode: int = 0o600) -> None:

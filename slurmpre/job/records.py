@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from slurmpre.job.layout import attempt_key
+
 _R = TypeVar("_R", bound="Record")
 
 
@@ -37,7 +39,7 @@ class AttemptId:
     @property
     def key(self) -> str:
         """Its name in files and in the logs: ``3``, or ``3.1`` after one in-place restart."""
-        return f"{self.restart}.{self.in_place}" if self.in_place else str(self.restart)
+        return attempt_key(self.restart, self.in_place)
 
     def __str__(self) -> str:
         return self.key

@@ -40,7 +40,8 @@ from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.job import records
 from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
 from slurmpre.job.inplace import Request, read_request, request_path
-from slurmpre.job.ledger import Ledger, attempt_key
+from slurmpre.job.layout import attempt_key
+from slurmpre.job.ledger import Ledger
 from slurmpre.job.resume import task_checkpoint_dir
 from slurmpre.job.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient

@@ -537,13 +537,13 @@ def test_a_partial_folder_costs_one_lookup_in_slurmpres_layout(
         (tmp_path / ck.step_dir_name(step)).mkdir()
     (tmp_path / ck.step_dir_name(202)).write_text("a file by a folder's name")
     lookups: list[str] = []
-    real = ck.os.access
+    real = os.access
 
     def counted(path: str, mode: int, **kw: object) -> bool:
         lookups.append(path)
         return real(path, mode, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ck.os, "access", counted)
+    monkeypatch.setattr(os, "access", counted)
     found = latest(tmp_path)
     assert found.checkpoint is not None and found.checkpoint.path == good
     # The file is no checkpoint: it drops out of what the log names, judged in full.

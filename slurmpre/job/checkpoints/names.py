@@ -1,0 +1,120 @@
+"""The names a checkpoint can have (one grammar per layout), its step, and what a judged
+candidate is. Nothing here touches the disk."""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import Enum
+from pathlib import Path
+from typing import NamedTuple
+
+from slurmpre.errors import CheckpointError
+
+DCP_METADATA = ".metadata"
+HF_STATE = "trainer_state.json"
+# The Trainer's own just-in-time save (transformers >= 5, enable_jit_checkpoint) creates
+# this in checkpoint-N before it saves and removes it after.
+HF_INCOMPLETE = "checkpoint-is-incomplete.txt"
+DEEPSPEED_TAG = "latest"
+# Accelerate's save_state writes each process's random states last.
+ACCELERATE_RNG = "random_states_0.pkl"
+# The names a checkpoint can have, one grammar per layout; anything else is not one.
+# The capturing group that matched names the layout, and so the marks of completeness
+# to look for inside (_MARKS): one lookup per partial folder in slurmpre's own layout.
+# Digits are ASCII digits (re.ASCII): the 8-digit names sort by step as strings.
+# A step has at most STEP_DIGITS digits, in every grammar and in check_step alike: a
+# step the grammar could not read back would be committed and then never found.
+STEP_DIGITS = 18
+MAX_STEP = 10**STEP_DIGITS - 1
+_D = f"\\d{{1,{STEP_DIGITS}}}"
+_DIR_NAME = re.compile(
+    rf"step-(\d{{8}}|[1-9]\d{{8,{STEP_DIGITS - 1}}})"  # 1: slurmpre's own name, its commits only
+    rf"|global_step({_D})"  # 2: DeepSpeed
+    rf"|checkpoint[-_]({_D})"  # 3: Hugging Face checkpoint-N, Accelerate checkpoint_N
+    rf"|(?:.*?[-_. ])??step[-_=]?({_D})",  # 4: other step names: DCP's step_N, run-step-N
+    re.ASCII,
+)
+SLURMPRE_NAME, DEEPSPEED_NAME, CHECKPOINT_NAME, STEP_NAME = 1, 2, 3, 4
+# Lightning: epoch=1-step=200.ckpt; and without a step, last.ckpt and epoch=3.ckpt.
+_CKPT_STEPPED = re.compile(rf"(?:.*[-_])?step=({_D})(?:-v\d+)?\.ckpt", re.ASCII)
+_CKPT_UNSTEPPED = re.compile(rf"(?:last|epoch={_D})(?:-v\d+)?\.ckpt", re.ASCII)
+# Any name of any layout, in one call; never a hidden one (in-flight commits and the like).
+_ANY_NAME = re.compile(
+    "(?!\\.)(?:"
+    + "|".join(f"(?:{p.pattern})" for p in (_DIR_NAME, _CKPT_STEPPED, _CKPT_UNSTEPPED))
+    + ")",
+    re.ASCII,
+)
+# Every grammar holds one of these: a name without costs one C-level search and no more.
+_MAYBE = re.compile(r"step|checkpoint|\.ckpt$").search
+# In a match of _ANY_NAME, groups 1.._DIR_GROUPS are a folder's step, the next a file's.
+_DIR_GROUPS = _DIR_NAME.groups
+if (
+    _ANY_NAME.groups != _DIR_GROUPS + _CKPT_STEPPED.groups + _CKPT_UNSTEPPED.groups
+):  # pragma: no cover
+    raise ImportError("checkpoint name grammar: a pattern gained a capturing group")
+
+
+class Format(str, Enum):
+    SLURMPRE = "slurmpre"
+    DCP = "torch-dcp"
+    HF = "hf-trainer"
+    DEEPSPEED = "deepspeed"
+    LIGHTNING = "lightning"
+    ACCELERATE = "accelerate"
+    UNKNOWN = "unknown"
+
+
+class Checkpoint(NamedTuple):
+    """One candidate, judged: a tuple of plain values (``ckpt list`` makes one per entry of
+    a folder that may hold 10,000, and a frozen dataclass costs twice as much)."""
+
+    where: str  # its path, as a string (a Path each costs more than the whole scan)
+    step: int | None
+    format: Format
+    complete: bool
+    reason: str
+
+    @property
+    def path(self) -> Path:
+        return Path(self.where)
+
+    @property
+    def name(self) -> str:
+        return self.where.rpartition(os.sep)[2]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.where,
+            "step": self.step,
+            "format": self.format.value,
+            "complete": self.complete,
+            "reason": self.reason,
+        }
+
+
+def step_of(name: str) -> int | None:
+    """The step a checkpoint's name gives, by the grammar of its layout (None: no step)."""
+    m = _DIR_NAME.fullmatch(name) or _CKPT_STEPPED.fullmatch(name)
+    return None if m is None or m.lastindex is None else int(m[m.lastindex])
+
+
+# -- committing ------------------------------------------------------------------
+def check_step(step: object) -> int:
+    """A checkpoint's step: a whole number, 0 or more (not a bool, not a float or string)."""
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise CheckpointError(f"checkpoint step must be a whole number, got {step!r}")
+    if step < 0:
+        raise CheckpointError(f"checkpoint step must be 0 or more, got {step}")
+    if step > MAX_STEP:
+        raise CheckpointError(
+            f"checkpoint step must be at most {MAX_STEP} ({STEP_DIGITS} digits, the most a "
+            f"checkpoint's name can hold and be found again), got {step}"
+        )
+    return step
+
+
+# slurmpre's own names below step 10^8: eight digits, so their string order is their steps'.
+_OWN = re.compile(r"step-\d{8}", re.ASCII).fullmatch
+_OWN_LIMIT = 10**8
