@@ -8,11 +8,8 @@ command line wins). Every error names the key and the bad value, and is a
 from __future__ import annotations
 
 import difflib
-import math
 import re
-import signal
 import sys
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -20,8 +17,8 @@ from typing import Any
 
 from slurmpre import access, defaults, launchers, reading, sbatch_options
 from slurmpre.errors import UsageError
+from slurmpre.job import options
 from slurmpre.launchers import Launcher
-from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -309,23 +306,15 @@ def _seconds(key: str, value: object) -> float:
         number = float(value)
     except ValueError:
         raise _bad(key, value, "must be a number of seconds") from None
-    low, high = defaults.RANGES[key]
-    if not math.isfinite(number) or not low <= number <= high:
-        raise _bad(key, value, f"must be from {low:g} to {high:g} seconds")
+    why = options.in_range(key, number)
+    if why is not None:
+        raise _bad(key, value, f"{why} seconds")
     return number
-
-
-# The wrapper's own options: as the resume argument they could only be a mistake.
-WRAPPER_OPTIONS = (
-    "--launcher", "--checkpoint-dir", "--nproc-per-node", "--resume-arg", "--agree-timeout",
-    "--poll-interval", "--window", "--time-warning", "--safety-margin", "--drain-reason",
-    "--notice-signal", "--no-watch", "--help", "-h",
-)  # fmt: skip
 
 
 def parse_resume_arg(value: object) -> str:
     text = _one_line("resume_arg", value).strip()
-    if text in ("", "--") or text in WRAPPER_OPTIONS:
+    if text in ("", "--") or text in options.FLAGS:  # the wrapper's own: only a mistake
         raise _bad("resume_arg", value, "cannot be right: give the flag your script reads")
     return text
 
@@ -335,11 +324,9 @@ def _pattern(key: str, value: object) -> str | None:
         return None
     text = _one_line(key, value)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": still valid
-            re.compile(text)
-    except re.error as exc:
-        raise _bad(key, value, f"is not a regular expression ({exc})") from None
+        options.pattern(text)
+    except ValueError as exc:
+        raise _bad(key, value, str(exc)) from None
     return text
 
 
@@ -399,21 +386,10 @@ def _array(key: str, value: object) -> str | None:
 def _signal_name(key: str, value: object) -> str | None:
     if value in (None, ""):
         return None
-    text = _one_line(key, value)
-    sig = None if text.strip().isdigit() else signal_named(text)  # a spec names its signal
-    if sig is None:
-        raise _bad(key, value, "is not a signal name such as USR1 or TERM")
-    if sig in (signal.SIGKILL, signal.SIGSTOP):
-        raise _bad(
-            key,
-            value,
-            "cannot be caught: the training could not checkpoint on it, only die or stop",
-        )
-    if sig in RESERVED_SIGNALS:
-        raise _bad(
-            key, value, f"is reserved ({WARN_SIGNAL.name} carries Slurm's time-limit warning)"
-        )
-    return sig.name
+    try:
+        return options.notice_signal(_one_line(key, value)).name
+    except ValueError as exc:
+        raise _bad(key, value, str(exc)) from None
 
 
 def _path(key: str, value: object) -> str:

@@ -7,18 +7,19 @@ same `slurmpre.defaults`, for a wrapper run by hand.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from slurmpre import access, defaults, launchers
 from slurmpre.errors import UsageError
+from slurmpre.job import options
 from slurmpre.job.watch import WatchConfig
-from slurmpre.signals import RESERVED_SIGNALS, signal_named
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -42,29 +43,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _in_range(flag: str, key: str, value: float) -> float:
-    """The same finite ranges as the spec's (`defaults.RANGES`): the wrapper can be run by hand."""
-    low, high = defaults.RANGES[key]
-    if not math.isfinite(value) or not low <= value <= high:
-        raise UsageError(f"{flag} must be from {low:g} to {high:g}, got {value:g}")
+    """The spec's range for the key: the wrapper can be run by hand."""
+    why = options.in_range(key, value)
+    if why is not None:
+        raise UsageError(f"{flag} {why}, got {value:g}")
     return value
 
 
-# The options that are seconds: flag, the spec key whose range applies, default, help.
-_SECONDS = (
-    ("--agree-timeout", "agree_timeout", defaults.AGREE_TIMEOUT,
-     "seconds the other nodes wait for node 0's checkpoint choice"),
-    ("--poll-interval", "poll_interval", defaults.POLL_INTERVAL,
-     "seconds between the watcher's Slurm queries"),
-    ("--window", "preempt_window", defaults.PREEMPT_WINDOW,
-     "seconds from drain to node removal on this provider"),
-    ("--time-warning", "warn_before_end", defaults.WARN_BEFORE_END,
-     "seconds before the time limit that sbatch's --signal warning comes"),
-    ("--safety-margin", "safety_margin", defaults.SAFETY_MARGIN,
-     "requeue anyway this long before the window closes"),
-)  # fmt: skip
+def _checked(flag: str, text: str | None, check: Callable[[str], _T]) -> _T | None:
+    """``check(text)``, or None without a value; a UsageError naming the flag and its value."""
+    if not text:
+        return None
+    try:
+        return check(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {text!r} {exc}") from None
 
 
-def parse_args(argv: Sequence[str]) -> RunOptions:
+def _parser() -> _Parser:
     parser = _Parser(
         prog="slurmpre run",
         add_help=True,
@@ -75,61 +71,29 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         "warning: tell the training, wait for its checkpoint, requeue the job. The sbatch "
         "script slurmpre renders writes every option from the spec.",
     )
-    parser.add_argument(
-        "--launcher",
-        choices=launchers.NAMES,
-        default=launchers.DEFAULT.value,
-        help="torchrun: one torchrun per node, c10d rendezvous on node 0 (default); "
-        "accelerate: one `accelerate launch` per node, the same rendezvous; "
-        "plain: COMMAND once per node",
-    )
-    parser.add_argument(
-        "--checkpoint-dir", required=True, help="the job's checkpoint folder (shared volume)"
-    )
-    parser.add_argument(
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        help="torchrun processes per node (default: the GPUs Slurm gave the node, else 1)",
-    )
-    parser.add_argument(
-        "--resume-arg",
-        default=None,
-        help="after a restart, append this flag and the checkpoint path to COMMAND",
-    )
-    for flag, _key, default, text in _SECONDS:
-        parser.add_argument(flag, type=float, default=default, help=text)
-    parser.add_argument(
-        "--drain-reason",
-        default=None,
-        help="only drains whose reason matches this regular expression are notices",
-    )
-    parser.add_argument(
-        "--notice-signal",
-        default=None,
-        help="also send this signal (e.g. USR1) to the training processes on a notice",
-    )
-    parser.add_argument(
-        "--no-watch", action="store_true", help="no watcher: resume and rendezvous only"
-    )
-    parser.add_argument(
-        "--min-nodes",
-        type=int,
-        default=1,
-        help="fewest nodes the job trains on (the spec's MIN): an in-place restart "
-        "needs at least this many left",
-    )
-    parser.add_argument(
-        "--no-in-place",
-        action="store_true",
-        help="always requeue on a drain, never restart inside the allocation",
-    )
-    parser.add_argument(
-        "--file-access",
-        choices=tuple(access.NAMES),
-        default=access.OWNER.name,
-        help="who may read what slurmpre creates: owner (default) or group",
-    )
+    choices = {
+        "--launcher": (launchers.NAMES, launchers.DEFAULT.value),
+        "--file-access": (tuple(access.NAMES), access.OWNER.name),
+    }
+    for o in options.OPTIONS:
+        if o.kind == "switch":
+            parser.add_argument(o.flag, action="store_true", help=o.help)
+        elif o.kind == "choice":
+            names, default = choices[o.flag]
+            parser.add_argument(o.flag, choices=names, default=default, help=o.help)
+        else:
+            parser.add_argument(
+                o.flag,
+                type={"seconds": float, "count": int, "text": str}[o.kind],
+                default=o.default,
+                required=o.flag == "--checkpoint-dir",
+                help=o.help,
+            )
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> RunOptions:
+    parser = _parser()
     args_list = list(argv)
     if args_list and args_list[0] == "run":
         args_list = args_list[1:]
@@ -140,33 +104,21 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     command = tuple(args_list[cut + 1 :])
     if not command:
         raise UsageError("no command after --")
-    if not 1 <= ns.min_nodes <= defaults.RANGES["nodes"][1]:
-        raise UsageError(
-            f"--min-nodes must be from 1 to {defaults.RANGES['nodes'][1]:g}, got {ns.min_nodes}"
-        )
-    if ns.nproc_per_node is not None:
-        _in_range("--nproc-per-node", "nproc_per_node", ns.nproc_per_node)
-    seconds = {
-        key: _in_range(flag, key, getattr(ns, flag[2:].replace("-", "_")))
-        for flag, key, _default, _text in _SECONDS
-    }
+    numbers = {}
+    for o in options.OPTIONS:
+        value = getattr(ns, o.flag[2:].replace("-", "_"))
+        if o.kind in ("seconds", "count") and value is not None:
+            numbers[o.key] = _in_range(o.flag, o.key, value)
     watch = WatchConfig(
-        interval=seconds["poll_interval"],
-        window=seconds["preempt_window"],
-        time_warning=seconds["warn_before_end"],
-        margin=seconds["safety_margin"],
+        interval=numbers["poll_interval"],
+        window=numbers["preempt_window"],
+        time_warning=numbers["warn_before_end"],
+        margin=numbers["safety_margin"],
         in_place=not ns.no_in_place,
         min_nodes=ns.min_nodes,
     )
-    reason = None
-    if ns.drain_reason:
-        try:
-            reason = re.compile(ns.drain_reason)
-        except re.error as exc:
-            raise UsageError(
-                f"--drain-reason {ns.drain_reason!r} is not a pattern: {exc}"
-            ) from None
-    notice_signal = parse_signal(ns.notice_signal) if ns.notice_signal else None
+    reason = _checked("--drain-reason", ns.drain_reason, options.pattern)
+    notice_signal = _checked("--notice-signal", ns.notice_signal, options.notice_signal)
     return RunOptions(
         launcher=ns.launcher,
         checkpoint_dir=Path(ns.checkpoint_dir),
@@ -180,13 +132,3 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         notice_signal=notice_signal,
         file_access=access.NAMES[ns.file_access],
     )
-
-
-def parse_signal(name: str) -> signal.Signals:
-    """``TERM``, ``SIGUSR2`` or ``12`` -> the signal; refuses the ones slurmpre needs for itself."""
-    sig = signal_named(name)
-    if sig is None:
-        raise UsageError(f"--notice-signal {name!r} is not a signal name")
-    if sig in RESERVED_SIGNALS:
-        raise UsageError(f"--notice-signal {name!r} cannot be used: choose e.g. SIGUSR1 or SIGTERM")
-    return sig
