@@ -54,7 +54,7 @@ class Capacity:
 
 def capacity(nodes: list[NodeInfo], jobs: list[JobInfo], user: str) -> Capacity:
     out = Capacity()
-    mine = [j for j in jobs if j.user == user and j.state in ("RUNNING", "COMPLETING")]
+    mine = [j for j in jobs if j.user == user and j.holds_nodes]
     for node in nodes:
         preemptible = PREEMPTIBLE_FEATURE in node.features
         c = out.preemptible if preemptible else out.standard

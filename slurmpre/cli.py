@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from slurmpre import __version__
+from slurmpre import __version__, defaults
 from slurmpre.errors import SlurmpreError, UsageError
 
 EXIT_UNEXPECTED = 3
@@ -180,7 +180,10 @@ def sandbox_status(as_json: bool) -> None:
 
 @sandbox.command("preempt")
 @click.argument("node")
-@click.option("--window", default=300.0, show_default=True, help="Seconds from drain to removal.")
+@click.option(
+    "--window", default=float(defaults.PREEMPT_WINDOW), show_default=True,
+    help="Seconds from drain to removal.",
+)  # fmt: skip
 @click.option(
     "--return-after",
     type=float,
@@ -460,10 +463,14 @@ def _mine(info: Any, job: str) -> None:
 @click.option("--checkpoint-dir", default=None, help="Find the job in this folder's ledger.")
 @click.option("--follow", is_flag=True, help="Keep the view updated until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--price", type=float, default=2.0, show_default=True, help="On-demand $/GPU-hour.")
 @click.option(
-    "--discount", type=float, default=0.5, show_default=True, help="Preemptible discount."
-)
+    "--price", type=float, default=defaults.ON_DEMAND_PRICE, show_default=True,
+    help="On-demand $/GPU-hour.",
+)  # fmt: skip
+@click.option(
+    "--discount", type=float, default=defaults.PREEMPTIBLE_DISCOUNT, show_default=True,
+    help="Preemptible discount.",
+)  # fmt: skip
 def status(
     job: str | None,
     checkpoint_dir: str | None,
@@ -478,7 +485,8 @@ def status(
     from slurmpre import jobs
     from slurmpre.job.ledger import Ledger
     from slurmpre.slurm.client import default_client
-    from slurmpre.status import JobStatus, Prices, gpus_of, job_status, lines
+    from slurmpre.slurm.parse import FINISHED
+    from slurmpre.status import UNKNOWN_TO_SLURM, JobStatus, Prices, gpus_of, job_status, lines
 
     if not (math.isfinite(price) and price >= 0 and 0 <= discount < 1):
         raise UsageError(
@@ -512,8 +520,7 @@ def status(
         else:
             for line in lines(st):
                 click.echo(line)
-        finished = st.state not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING")
-        if not follow or finished:
+        if not follow or st.state in FINISHED or st.state == UNKNOWN_TO_SLURM:
             return
         time.sleep(5)
         click.echo("")
@@ -525,6 +532,7 @@ def _list_jobs(client: Any, as_json: bool) -> None:
     from slurmpre import jobs
     from slurmpre.job.ledger import Ledger
     from slurmpre.job.records import Start
+    from slurmpre.status import UNKNOWN_TO_SLURM
 
     me = getpass.getuser()
     live = {j.job_id: j for j in client.jobs() if j.user == me}
@@ -541,7 +549,7 @@ def _list_jobs(client: Any, as_json: bool) -> None:
             {
                 "job": e.job,
                 "name": e.name,
-                "state": info.state if info else "UNKNOWN TO SLURM",
+                "state": info.state if info else UNKNOWN_TO_SLURM,
                 "restarts": info.restarts if info else max(attempts - 1, 0),
                 "attempts": attempts,
                 "in_place": sum(1 for r in starts if r.in_place),
@@ -706,10 +714,14 @@ def nodes(as_json: bool) -> None:
 @click.option("--window", type=float, default=None, help="Drain to removal (default 300).")
 @click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
 @click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
-@click.option("--price", type=float, default=2.0, show_default=True, help="On-demand $/GPU-hour.")
 @click.option(
-    "--discount", type=float, default=0.5, show_default=True, help="Preemptible discount."
-)
+    "--price", type=float, default=defaults.ON_DEMAND_PRICE, show_default=True,
+    help="On-demand $/GPU-hour.",
+)  # fmt: skip
+@click.option(
+    "--discount", type=float, default=defaults.PREEMPTIBLE_DISCOUNT, show_default=True,
+    help="Preemptible discount.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plan(
     folders: tuple[str, ...],

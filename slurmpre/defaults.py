@@ -12,6 +12,8 @@ SAFETY_MARGIN = 30  # requeue anyway this long before the window closes
 WARN_BEFORE_END = 300  # seconds: the time-limit warning (--signal) before the limit
 AGREE_TIMEOUT = 300.0  # seconds the other nodes wait for node 0's checkpoint choice
 CHECKPOINT_TIMEOUT = 1800.0  # seconds a rank waits for the others to finish a checkpoint
+ON_DEMAND_PRICE = 2.0  # $ per GPU-hour on demand, for cost figures (`status`, `plan`)
+PREEMPTIBLE_DISCOUNT = 0.5  # the preemptible nodes' discount: half price
 
 # The range of every number a spec (and the wrapper's command line) accepts: finite,
 # and inside what Slurm itself takes (--signal's time is at most 65535 s).

@@ -40,8 +40,8 @@ class Inputs:
     window_s: float = float(defaults.PREEMPT_WINDOW)
     margin_s: float = float(defaults.SAFETY_MARGIN)
     notice_s: float = float(defaults.POLL_INTERVAL)
-    price: float = 2.0  # on-demand, per GPU-hour
-    discount: float = 0.5  # preemptible = price * (1 - discount)
+    price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour
+    discount: float = defaults.PREEMPTIBLE_DISCOUNT  # preemptible = price * (1 - discount)
     sources: tuple[str, ...] = ()  # where each measured value came from
 
     def check(self) -> None:

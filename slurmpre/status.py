@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slurmpre import defaults
+from slurmpre.job.layout import attempt_key
 from slurmpre.job.records import (
     AttemptRecord,
     Checkpoint,
@@ -29,7 +31,7 @@ from slurmpre.job.records import (
     Requeued,
     Start,
 )
-from slurmpre.slurm.parse import JobInfo
+from slurmpre.slurm.parse import JobInfo, tres
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,16 @@ class AttemptRow:
 
     @property
     def label(self) -> str:
-        return f"{self.attempt}.{self.in_place}" if self.in_place else str(self.attempt)
+        return attempt_key(self.attempt, self.in_place)
+
+
+UNKNOWN_TO_SLURM = "UNKNOWN TO SLURM"  # the state of a job Slurm has forgotten
 
 
 @dataclass(frozen=True)
 class Prices:
-    price: float = 2.0  # on demand, per GPU-hour (per node-hour for a job without GPUs)
-    discount: float = 0.5
+    price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour (node-hour for a job without GPUs)
+    discount: float = defaults.PREEMPTIBLE_DISCOUNT
 
 
 @dataclass
@@ -88,7 +93,7 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
     if end is None:
         if has_next:
             return "node failure"  # killed with its node; Slurm requeued it
-        if slurm is not None and slurm.state in ("RUNNING", "COMPLETING"):
+        if slurm is not None and slurm.holds_nodes:
             return "running"
         return "killed" if slurm is None else slurm.state.lower()
     if end.exit_code == 0:
@@ -126,7 +131,7 @@ def job_status(
         on_notice = [r for r in committed if r.after_notice]
         started = start.time if start else None
         ended_at = end.time if end else (nxt.time if nxt else None)
-        running = slurm is not None and slurm.state in ("RUNNING", "COMPLETING")
+        running = slurm is not None and slurm.holds_nodes
         held_until = now if ended_at is None and running else ended_at
         if started is not None and held_until is not None and start is not None:
             node_seconds += max(held_until - started, 0.0) * len(start.nodes)
@@ -165,7 +170,7 @@ def job_status(
     return JobStatus(
         job=job,
         name=name,
-        state=slurm.state if slurm is not None else "UNKNOWN TO SLURM",
+        state=slurm.state if slurm is not None else UNKNOWN_TO_SLURM,
         restarts=slurm.restarts if slurm is not None else requeues,
         checkpoint_dir=checkpoint_dir,
         attempts=rows,
@@ -180,14 +185,9 @@ def gpus_of(info: JobInfo | None) -> int:
     """GPUs per node from the job's TRES (``gres/gpu=16`` over ``node=2``)."""
     if info is None:
         return 0
-    tres = dict(
-        item.partition("=")[::2] for item in info.raw.get("TRES", "").split(",") if "=" in item
-    )
-    try:
-        gpus, nodes = int(tres.get("gres/gpu", "0")), int(tres.get("node", "1"))
-    except ValueError:
-        return 0
-    return gpus // nodes if nodes else 0
+    raw = info.raw.get("TRES")
+    gpus, nodes = tres(raw, "gres/gpu"), tres(raw, "node") or 1
+    return gpus // nodes
 
 
 def _clock(t: float | None, t0: float | None) -> str:

@@ -12,7 +12,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from slurmpre import defaults
 from slurmpre.job import records
+from slurmpre.slurm.parse import HOLDING_NODES
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
 
@@ -110,7 +112,7 @@ class Summary:
 @dataclass(frozen=True)
 class Prices:
     on_demand_node_hour: float = 10.0
-    preemptible_discount: float = 0.5
+    preemptible_discount: float = defaults.PREEMPTIBLE_DISCOUNT
 
 
 def _events(log: list[dict[str, Any]], attempt: int, event: str) -> list[dict[str, Any]]:
@@ -233,7 +235,7 @@ def node_seconds(samples: list[Sample], ended_at: float) -> float:
     total = 0.0
     for here, nxt in zip(samples, [*samples[1:], None], strict=True):
         until = nxt.t if nxt is not None else ended_at
-        if here.state in ("RUNNING", "COMPLETING"):
+        if here.state in HOLDING_NODES:
             total += max(until - here.t, 0.0) * len(here.nodes)
     return total
 

@@ -6,13 +6,12 @@ same `slurmpre.defaults`, for a wrapper run by hand.
 
 from __future__ import annotations
 
-import argparse
 import re
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 from slurmpre import access, defaults, launchers
 from slurmpre.errors import UsageError
@@ -37,11 +36,6 @@ class RunOptions:
     file_access: access.Access = access.OWNER
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def _in_range(flag: str, key: str, value: float) -> float:
     """The spec's range for the key: the wrapper can be run by hand."""
     why = options.in_range(key, value)
@@ -60,8 +54,8 @@ def _checked(flag: str, text: str | None, check: Callable[[str], _T]) -> _T | No
         raise UsageError(f"{flag} {text!r} {exc}") from None
 
 
-def _parser() -> _Parser:
-    parser = _Parser(
+def _parser() -> options.Parser:
+    parser = options.Parser(
         prog="slurmpre run",
         add_help=True,
         usage="slurmpre run [options] -- COMMAND [ARGS...]",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmpre.atomic import write_atomic
 from slurmpre.job.layout import FolderLayout
+from slurmpre.job.records import describe_notice
 from slurmpre.reading import SMALL, read_text
 
 
@@ -41,9 +42,7 @@ class Notice:
         return "seen" if self.at is None else "slurm"
 
     def describe(self) -> str:
-        where = f" of {self.node}" if self.node else ""
-        why = f" ({self.reason})" if self.reason else ""
-        return f"{self.kind}{where}{why}"
+        return describe_notice(self.kind, self.node, self.reason)
 
 
 def notice_path(folder: Path, job_tag: str, attempt: str | int) -> Path:

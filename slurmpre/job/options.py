@@ -9,14 +9,25 @@ the wrapper its flag with the same reason.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import signal
 import warnings
 from dataclasses import dataclass
+from typing import NoReturn
 
 from slurmpre import defaults
+from slurmpre.errors import UsageError
 from slurmpre.signals import RESERVED_SIGNALS, WARN_SIGNAL, signal_named
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse for the job side's commands: a bad option is one UsageError, not exit 2
+    with a usage screen from deep inside a job."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,13 @@ class AttemptId:
         return self.key
 
 
+def describe_notice(kind: str, node: str | None, reason: str | None) -> str:
+    """``drain of NODE (reason)``, or ``time-limit``: a notice in the logs and in `status`."""
+    where = f" of {node}" if node else ""
+    why = f" ({reason})" if reason else ""
+    return f"{kind}{where}{why}"
+
+
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Record:
     """What every record holds. ``time`` is when the ledger appended it (None before)."""
@@ -232,10 +239,7 @@ class Notice(AttemptRecord):
         return self._OPTIONAL | self._FIRST_ONLY
 
     def describe(self) -> str:
-        """``drain of NODE (reason)``, or ``time-limit``."""
-        where = f" of {self.node}" if self.node else ""
-        why = f" ({self.reason})" if self.reason else ""
-        return f"{self.kind}{where}{why}"
+        return describe_notice(self.kind, self.node, self.reason)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

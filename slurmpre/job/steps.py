@@ -23,7 +23,6 @@ If the release fails, the job is requeued instead. A signal to the supervisor
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -33,11 +32,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from slurmpre import access
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.job import records
+from slurmpre.job import options, records
 from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
 from slurmpre.job.inplace import Request, read_request, request_path
 from slurmpre.job.layout import attempt_key
@@ -61,13 +60,8 @@ class StepsOptions:
     file_access: access.Access = access.OWNER
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def parse_args(argv: Sequence[str]) -> StepsOptions:
-    parser = _Parser(
+    parser = options.Parser(
         prog="slurmpre.job steps",
         usage="python -m slurmpre.job steps [options] -- srun [SRUN OPTIONS] WRAPPER...",
         description="In the batch script: run the job's step, and when its watcher asks, "

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurmpre import procs
+from slurmpre import defaults, procs
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
 from slurmpre.sandbox.cluster import Sandbox, spawn_detached
 
-DEFAULT_WINDOW = 300.0
+DEFAULT_WINDOW = float(defaults.PREEMPT_WINDOW)
 DEFAULT_REASON = "preempted"
 
 

@@ -39,6 +39,15 @@ def _null(value: str | None) -> str | None:
     return value
 
 
+# Job states (JobState= in scontrol's output). A finished job holds nothing and
+# will not run again; one holding nodes is billed for them.
+FINISHED = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+})  # fmt: skip
+HOLDING_NODES = frozenset({"RUNNING", "COMPLETING"})
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """One node as Slurm reports it."""
@@ -134,7 +143,7 @@ def gres_gpus(raw: str | None) -> int:
     return total
 
 
-def _tres(raw: str | None, key: str) -> int:
+def tres(raw: str | None, key: str) -> int:
     """``cpu=2,mem=4G,gres/gpu=2,gres/gpu:h100=2`` -> the untyped ``key``'s count."""
     for item in (_null(raw) or "").split(","):
         name, _, value = item.partition("=")
@@ -164,7 +173,7 @@ def parse_nodes(text: str) -> list[NodeInfo]:
                 cpus=_count(rec.get("CPUTot")),
                 cpus_alloc=_count(rec.get("CPUAlloc")),
                 gpus=gres_gpus(rec.get("Gres")),
-                gpus_alloc=_tres(rec.get("AllocTRES"), "gres/gpu"),
+                gpus_alloc=tres(rec.get("AllocTRES"), "gres/gpu"),
             )
         )
     return nodes
@@ -194,17 +203,11 @@ class JobInfo:
 
     @property
     def finished(self) -> bool:
-        return self.state in (
-            "COMPLETED",
-            "FAILED",
-            "CANCELLED",
-            "TIMEOUT",
-            "NODE_FAIL",
-            "OUT_OF_MEMORY",
-            "BOOT_FAIL",
-            "DEADLINE",
-            "PREEMPTED",
-        )
+        return self.state in FINISHED
+
+    @property
+    def holds_nodes(self) -> bool:
+        return self.state in HOLDING_NODES
 
 
 def parse_jobs(text: str) -> list[JobInfo]:
