@@ -30,10 +30,10 @@ from slurmpre.drill.train import LOG
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Checkpoint, Notice
+from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.parse import requeue_floor
-from slurmpre.submit import submit
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from slurmpre.drill.train import LOG
-from slurmpre.render import render
+from slurmpre.login.render import render
+from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.spec import validate
 
 
 def rpc_counts() -> dict[str, int]:

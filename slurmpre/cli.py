@@ -243,8 +243,8 @@ _set_opt = click.option(
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
 def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> None:
     """Print the sbatch script for SPEC.toml (or write it to --output)."""
-    from slurmpre.render import render
-    from slurmpre.spec import load
+    from slurmpre.login.render import render
+    from slurmpre.login.spec import load
 
     script = render(load(spec_file, sets))
     if output is None:
@@ -268,11 +268,11 @@ def submit_cmd(
     spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only: bool, force: bool
 ) -> None:
     """Render SPEC.toml and submit it with sbatch; print the job id."""
-    from slurmpre.render import render
+    from slurmpre.login.render import render
+    from slurmpre.login.spec import load
+    from slurmpre.login.submit import submit
+    from slurmpre.login.submit import test_only as sbatch_test_only
     from slurmpre.slurm.client import default_client
-    from slurmpre.spec import load
-    from slurmpre.submit import submit
-    from slurmpre.submit import test_only as sbatch_test_only
 
     spec = load(spec_file, sets)
     if dry_run:
@@ -381,7 +381,7 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
     resumed from, partial ones newer than the newest complete, and everything
     while a checkpoint is being written.
     """
-    from slurmpre.prune import human, prune
+    from slurmpre.login.prune import human, prune
     from slurmpre.slurm.client import default_client
 
     done = prune(
@@ -482,11 +482,18 @@ def status(
     """A job's attempts, how each ended, steps lost and cost; without JOB, your jobs."""
     import time
 
-    from slurmpre import jobs
     from slurmpre.job.ledger import Ledger
+    from slurmpre.login import jobs
+    from slurmpre.login.status import (
+        UNKNOWN_TO_SLURM,
+        JobStatus,
+        Prices,
+        gpus_of,
+        job_status,
+        lines,
+    )
     from slurmpre.slurm.client import default_client
     from slurmpre.slurm.parse import FINISHED
-    from slurmpre.status import UNKNOWN_TO_SLURM, JobStatus, Prices, gpus_of, job_status, lines
 
     if not (math.isfinite(price) and price >= 0 and 0 <= discount < 1):
         raise UsageError(
@@ -529,10 +536,10 @@ def status(
 def _list_jobs(client: Any, as_json: bool) -> None:
     import getpass
 
-    from slurmpre import jobs
     from slurmpre.job.ledger import Ledger
     from slurmpre.job.records import Start
-    from slurmpre.status import UNKNOWN_TO_SLURM
+    from slurmpre.login import jobs
+    from slurmpre.login.status import UNKNOWN_TO_SLURM
 
     me = getpass.getuser()
     live = {j.job_id: j for j in client.jobs() if j.user == me}
@@ -576,9 +583,9 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
     """The job's log: every attempt, appended; or one attempt's own log."""
     import time
 
-    from slurmpre import jobs
     from slurmpre.errors import CommandError
     from slurmpre.job.layout import LogLayout
+    from slurmpre.login import jobs
     from slurmpre.slurm.client import default_client
 
     entry = jobs.locate(job, checkpoint_dir)
@@ -644,8 +651,8 @@ def cancel(job: str, checkpoint_dir: str | None, after_checkpoint: bool, wait: f
     """Cancel a job, saying whether a checkpoint was being written at that moment."""
     from filelock import Timeout
 
-    from slurmpre import jobs
     from slurmpre.job.ledger import Ledger
+    from slurmpre.login import jobs
     from slurmpre.slurm.client import default_client
 
     if not wait >= 0:
@@ -693,7 +700,7 @@ def nodes(as_json: bool) -> None:
     """Preemptible against standard capacity; draining nodes and your jobs on them."""
     import getpass
 
-    from slurmpre.capacity import capacity, lines
+    from slurmpre.login.capacity import capacity, lines
     from slurmpre.slurm.client import default_client
 
     client = default_client()
@@ -743,7 +750,7 @@ def plan(
     from slurmpre import defaults
     from slurmpre.job.ledger import Ledger
     from slurmpre.job.records import Record
-    from slurmpre.plan import Inputs, lines, make_plan, measure
+    from slurmpre.login.plan import Inputs, lines, make_plan, measure
 
     records: list[Record] = []
     for folder in folders:

@@ -15,8 +15,8 @@ from slurmpre.job.args import parse_args
 from slurmpre.job.checkpoints import writing
 from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import Notice, write_notice
-from slurmpre.render import launch_argv, render
-from slurmpre.spec import SpecError, validate
+from slurmpre.login.render import launch_argv, render
+from slurmpre.login.spec import SpecError, validate
 
 from tests.records import record
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from slurmpre.capacity import capacity, lines
+from slurmpre.login.capacity import capacity, lines
 from slurmpre.slurm.parse import gres_gpus, parse_jobs, parse_nodes
 
 

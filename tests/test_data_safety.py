@@ -25,7 +25,7 @@ from slurmpre.job.checkpoints import (
     step_of,
 )
 from slurmpre.job.ledger import Ledger
-from slurmpre.prune import prune, size_of
+from slurmpre.login.prune import prune, size_of
 
 from tests.conftest import slurmpre_cli, wait_for
 from tests.job.test_owner import Jobs
@@ -303,7 +303,7 @@ def test_render_never_hangs_on_what_it_reads(tmp_path: Path, spec: str) -> None:
     ],
 )
 def test_a_setup_that_would_swallow_the_launch_line_is_refused(setup: list[str]) -> None:
-    from slurmpre.spec import SpecError, validate
+    from slurmpre.login.spec import SpecError, validate
 
     with pytest.raises(SpecError, match="setup: its lines are not whole shell commands"):
         validate({"name": "n", "command": ["python", "t.py"], "setup": setup})
@@ -312,8 +312,8 @@ def test_a_setup_that_would_swallow_the_launch_line_is_refused(setup: list[str])
 def test_a_job_that_ends_inside_its_setup_block_fails(tmp_path: Path) -> None:
     """The end marker: bash runs the rendered script's setup block (srun stubbed: nothing
     of Slurm runs here); a block that ends the script early fails it, one that ends goes on."""
-    from slurmpre.render import render
-    from slurmpre.spec import validate
+    from slurmpre.login.render import render
+    from slurmpre.login.spec import validate
 
     stub = tmp_path / "bin"
     stub.mkdir()
@@ -494,8 +494,8 @@ def test_slurmpre_run_survives_the_time_limit_warning_from_its_start(tmp_path: P
 def test_the_batch_script_makes_its_log_folders_closed_under_umask_000(
     tmp_path: Path, who: access.Access
 ) -> None:
-    from slurmpre.render import render
-    from slurmpre.spec import validate
+    from slurmpre.login.render import render
+    from slurmpre.login.spec import validate
 
     spec = validate({"name": "n", "command": ["python", "t.py"], "file_access": who.name})
     (line,) = [x for x in render(spec).splitlines() if "mkdir" in x and "LOG_DIR" in x]

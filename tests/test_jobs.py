@@ -6,9 +6,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from slurmpre import jobs
 from slurmpre.errors import UsageError
 from slurmpre.job.ledger import Ledger
+from slurmpre.login import jobs
 
 from tests.records import record
 

@@ -9,7 +9,7 @@ import pytest
 from slurmpre.errors import UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Record
-from slurmpre.plan import Inputs, make_plan, measure
+from slurmpre.login.plan import Inputs, make_plan, measure
 
 from tests.conftest import slurmpre_cli
 from tests.records import record

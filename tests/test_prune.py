@@ -11,7 +11,7 @@ import slurmpre
 from slurmpre.errors import CheckpointError, SlurmError, UsageError
 from slurmpre.job.checkpoints import latest, step_dir_name, writing
 from slurmpre.job.ledger import Ledger
-from slurmpre.prune import prune
+from slurmpre.login.prune import prune
 from slurmpre.slurm.parse import JobInfo
 
 from tests.conftest import slurmpre_cli

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.render import launch_argv, output_pattern, python_bin, render
-from slurmpre.spec import JobSpec, load, validate
+from slurmpre.login.render import launch_argv, output_pattern, python_bin, render
+from slurmpre.login.spec import JobSpec, load, validate
 
 ROOT = Path(__file__).parent.parent
 GOLDEN = Path(__file__).parent / "golden"

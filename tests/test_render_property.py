@@ -16,11 +16,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from slurmpre import sbatch_options
 from slurmpre.errors import UsageError
 from slurmpre.job.args import parse_args
-from slurmpre.render import launch_argv, python_bin, render
-from slurmpre.spec import SpecError, validate
+from slurmpre.login import sbatch_options
+from slurmpre.login.render import launch_argv, python_bin, render
+from slurmpre.login.spec import SpecError, validate
 
 PIECES = [
     "a", "b", "Z", "0", "7", "-", "--", "_", ".", "/", " ", "'", '"', "\\", "$", "$(id)", "`id`",

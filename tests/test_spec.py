@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slurmpre.spec import JobSpec, Launcher, NodeRange, SpecError, load, parse_sets, validate
+from slurmpre.login.spec import JobSpec, Launcher, NodeRange, SpecError, load, parse_sets, validate
 
 from tests.conftest import slurmpre_cli
 
@@ -244,7 +244,7 @@ def test_extra_sbatch_is_one_normalized_option_per_line() -> None:
 
 def test_a_value_that_starts_with_a_dash_reaches_the_wrapper_intact() -> None:
     from slurmpre.job.args import parse_args
-    from slurmpre.render import launch_argv
+    from slurmpre.login.render import launch_argv
 
     s = spec(resume_arg="-r", drain_reason="-preempt")
     argv = launch_argv(s)
@@ -299,7 +299,7 @@ def test_scripts_and_other_modules_run_under_torchrun() -> None:
 
 
 def test_a_gpu_type_is_asked_for_as_slurm_writes_it() -> None:
-    from slurmpre.render import render
+    from slurmpre.login.render import render
 
     for kw in ({"gpus_per_node": "h100:8"}, {"gpus_per_node": 8, "gpu_type": "h100"}):
         s = spec(**kw)
@@ -309,7 +309,7 @@ def test_a_gpu_type_is_asked_for_as_slurm_writes_it() -> None:
 
 
 def test_gpus_for_the_whole_job_are_asked_for_with_their_type() -> None:
-    from slurmpre.render import render
+    from slurmpre.login.render import render
 
     for kw in ({"gpus": "h100:16"}, {"gpus": 16, "gpu_type": "h100"}):
         s = spec(nodes="1-4", **kw)
@@ -359,7 +359,7 @@ def test_a_managed_option_in_extra_sbatch_says_which_key_to_write() -> None:
     "value", ["a\\b", 'say "hi"', "it's", "back\\\\slash", "a b#c", "$HOME", "\\"]
 )
 def test_an_option_value_reads_back_as_sbatch_reads_it(value: str) -> None:
-    from slurmpre import sbatch_options
+    from slurmpre.login import sbatch_options
 
     s = spec(extra_sbatch=[f"--comment={sbatch_options.quote(value)}"])
     (line,) = s.extra_sbatch
@@ -369,7 +369,7 @@ def test_an_option_value_reads_back_as_sbatch_reads_it(value: str) -> None:
 
 def test_every_supported_releases_options_are_known() -> None:
     """A name only one release has is still resolved, and refused when it is managed."""
-    from slurmpre import sbatch_options
+    from slurmpre.login import sbatch_options
 
     assert set(sbatch_options.BY_RELEASE) == {"22.05", "24.11", "26.05"}
     assert sbatch_options.resolve("spread-segments") == "spread-segments"  # 26.05 only

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from slurmpre.job.records import Record
+from slurmpre.login.status import Prices, gpus_of, job_status, lines
 from slurmpre.slurm.parse import parse_jobs
-from slurmpre.status import Prices, gpus_of, job_status, lines
 
 from tests.conftest import DATA
 

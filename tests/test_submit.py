@@ -273,7 +273,7 @@ def test_a_python_without_slurmpre_is_refused_before_the_job_waits(
     python: str, message: str, tmp_path: Path
 ) -> None:
     from slurmpre.errors import UsageError
-    from slurmpre.submit import check_python
+    from slurmpre.login.submit import check_python
 
     with pytest.raises(UsageError, match=re.escape(message)):
         check_python(python, cwd=tmp_path)  # not the checkout, where any python finds it

@@ -1,6 +1,6 @@
 """The drill on the sandbox: submit, preempt on schedule, watch, and collect what happened.
 
-The job is `examples/drill.toml` through `slurmpre.submit`, as a user would
+The job is `examples/drill.toml` through `slurmpre.login.submit`, as a user would
 submit it: the template, the wrapper and the watcher all take part. An
 uninterrupted copy runs at the same time on the standard node (its weights and
 wall time are the reference); with ``baseline`` the seeds' recipe then runs
@@ -27,10 +27,10 @@ from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 from slurmpre.job import records
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
+from slurmpre.login.spec import JobSpec, read, validate
+from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node
-from slurmpre.spec import JobSpec, read, validate
-from slurmpre.submit import submit
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drill.toml"
 POLL = 0.25

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("click", "jinja2", "slurmpre.cli", "slurmpre.render", "slurmpre.status")
+HEAVY = ("click", "jinja2", "slurmpre.cli", "slurmpre.login")
 
 
 @pytest.mark.parametrize(

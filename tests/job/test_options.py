@@ -7,8 +7,8 @@ from slurmpre import defaults
 from slurmpre.errors import UsageError
 from slurmpre.job import options
 from slurmpre.job.args import parse_args
-from slurmpre.render import launch_argv
-from slurmpre.spec import SpecError, validate
+from slurmpre.login.render import launch_argv
+from slurmpre.login.spec import SpecError, validate
 
 BASE = {"name": "job", "command": ["python", "train.py"]}
 

@@ -1,4 +1,4 @@
-"""slurmpre's table of sbatch's options (slurmpre/sbatch_releases.py, read from each
+"""slurmpre's table of sbatch's options (slurmpre/login/sbatch_releases.py, read from each
 release's source by tests/data/sbatch/extract.py) against the real sbatch of that release.
 
 getopt_long answers without anything being submitted: ``sbatch --NAME`` with nothing on
@@ -13,8 +13,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from slurmpre.login.sbatch_releases import RELEASES
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sbatch_releases import RELEASES
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import format_version
 

@@ -1,7 +1,7 @@
 """sbatch's long options, read from Slurm's own ``src/common/slurm_opt.c``, one release each.
 
     python tests/data/sbatch/extract.py 22.05=PATH/slurm_opt.c 24.11=PATH/slurm_opt.c ... \
-        > slurmpre/sbatch_releases.py
+        > slurmpre/login/sbatch_releases.py
 
 An option belongs to sbatch when it is in ``common_options[]`` with a ``set_func`` or a
 ``set_func_sbatch`` (as ``slurm_option_table_create`` builds getopt_long's table).

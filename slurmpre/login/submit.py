@@ -7,16 +7,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpre import access, cmd, jobs
+from slurmpre import access, cmd
 from slurmpre.access import Access, make_dirs
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.job import records
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.render import log_path, render
+from slurmpre.login import jobs
+from slurmpre.login.render import log_path, render
+from slurmpre.login.spec import JobSpec
 from slurmpre.slurm.client import SlurmClient
-from slurmpre.spec import JobSpec
 
 
 @dataclass(frozen=True)

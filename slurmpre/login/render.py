@@ -14,21 +14,22 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, access, reading, sbatch_options
+from slurmpre import __version__, access, reading
 from slurmpre.errors import UsageError
 from slurmpre.job.layout import LogLayout
+from slurmpre.login import sbatch_options
+from slurmpre.login.spec import JobSpec
 from slurmpre.signals import WARN_SIGNAL
-from slurmpre.spec import JobSpec
 
 DEFAULT_TEMPLATE = "default.sbatch.j2"
 
 
 def templates_dir() -> Path:
     """Inside an installed wheel: slurmpre/templates; in a checkout: the repository's templates/."""
-    packaged = Path(__file__).parent / "templates"
+    packaged = Path(__file__).parent.parent / "templates"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).parent.parent / "templates"
+    return Path(__file__).parent.parent.parent / "templates"
 
 
 def _quote(value: object) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from slurmpre.sbatch_releases import ALIASES, RELEASES, SHORT
+from slurmpre.login.sbatch_releases import ALIASES, RELEASES, SHORT
 
 
 class Arg(Enum):

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre import access, defaults, launchers, reading, sbatch_options
+from slurmpre import access, defaults, launchers, reading
 from slurmpre.errors import UsageError
 from slurmpre.job import options
 from slurmpre.launchers import Launcher
+from slurmpre.login import sbatch_options
 
 if sys.version_info >= (3, 11):
     import tomllib
