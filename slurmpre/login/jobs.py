@@ -8,18 +8,24 @@ One JSON line per submission in ``$XDG_STATE_HOME/slurmpre/jobs.jsonl``
 
 from __future__ import annotations
 
+import getpass
 import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
 from slurmpre.access import OWNER, make_dirs, set_mode
-from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.errors import CommandError, JobNotFound, SlurmpreError, UsageError
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.records import Start
 from slurmpre.reading import LARGE, read_regular, skip_line
+from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo
 
 
 @dataclass(frozen=True)
@@ -137,3 +143,61 @@ def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = No
             )
             return Submitted(r.job, name, str(folder), str(folder / "logs"), r.time or 0.0)
     raise UsageError(f"no job {which!r} in the ledger of {checkpoint_dir!r}")
+
+
+# -- what Slurm says of a job -------------------------------------------------------
+def slurm_job(client: Any, job: str) -> JobInfo | None:
+    """Slurm's view of ``job``, or None when Slurm has forgotten it."""
+    try:
+        return client.job(job)  # type: ignore[no-any-return]
+    except JobNotFound:
+        return None
+
+
+def slurm_view(client: Any, job: str, warn: Callable[[str], None]) -> JobInfo | None:
+    """Slurm's view of ``job`` for a command that only shows it: None when Slurm has
+    forgotten it, or does not answer (said in one line: the ledger is shown instead)."""
+    try:
+        return slurm_job(client, job)
+    except CommandError as exc:
+        first = str(exc).splitlines()[0]
+        warn(
+            f"slurmpre: Slurm did not answer about job {job} ({first}): showing what its "
+            "checkpoint folder records"
+        )
+        return None
+
+
+def check_mine(info: JobInfo | None, job: str) -> None:
+    """A UsageError when Slurm says ``job`` belongs to another user."""
+    me = getpass.getuser()
+    if info is not None and info.user and info.user != me:
+        raise UsageError(f"job {job} belongs to {info.user}, not to you ({me}): refused")
+
+
+def rows(client: Any, last: int = 50) -> list[dict[str, object]]:
+    """One row per job you submitted (the last ``last``), with Slurm's state where it
+    still knows the job, else what its ledger records."""
+    me = getpass.getuser()
+    live = {j.job_id: j for j in client.jobs() if j.user == me}
+    out: list[dict[str, object]] = []
+    for e in known()[-last:]:
+        info = live.get(e.job)
+        try:
+            records = Ledger(Path(e.checkpoint_dir)).records()
+        except SlurmpreError:
+            records = []
+        starts = [r for r in records if isinstance(r, Start) and r.job == e.job]
+        attempts = len({r.attempt for r in starts})
+        out.append(
+            {
+                "job": e.job,
+                "name": e.name,
+                "state": info.state if info else UNKNOWN_TO_SLURM,
+                "restarts": info.restarts if info else max(attempts - 1, 0),
+                "attempts": attempts,
+                "in_place": sum(1 for r in starts if r.in_place),
+                "checkpoint_dir": e.checkpoint_dir,
+            }
+        )
+    return out

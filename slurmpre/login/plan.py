@@ -25,10 +25,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slurmpre import defaults
 from slurmpre.errors import UsageError
+from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Checkpoint, End, Notice, Record, Requeued, Start
 
 
@@ -178,6 +180,59 @@ def measure(records: list[Record]) -> Measured:
         checkpoints=len(writes),
         preemptions=len(preempted),
         running_s=running,
+    )
+
+
+@dataclass(frozen=True)
+class Given:
+    """What the user gave on the command line (None: measure it, or take the default)."""
+
+    checkpoint_s: float | None = None
+    mtbf_s: float | None = None
+    restart_s: float | None = None
+    window_s: float | None = None
+    margin_s: float | None = None
+    notice_s: float | None = None
+    price: float = defaults.ON_DEMAND_PRICE
+    discount: float = defaults.PREEMPTIBLE_DISCOUNT
+
+
+def inputs_from(folders: list[Path], given: Given) -> Inputs:
+    """The plan's inputs: what was given, else what the folders' ledgers measured (each
+    named in ``sources``), else the defaults; a UsageError naming the flag that is missing."""
+    records: list[Record] = []
+    for folder in folders:
+        ledger = Ledger(folder)
+        if not ledger.path.is_file():
+            raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
+        records += ledger.records()
+    seen = measure(records)
+    sources: list[str] = []
+
+    def pick(value: float | None, measured: float | None, flag: str, what: str) -> float:
+        if value is not None:
+            return value
+        if measured is None:
+            where = "in the ledger(s)" if folders else "(no checkpoint folder given)"
+            raise UsageError(f"no {what} measured {where}: give {flag}")
+        sources.append(f"{what} {measured:.4g} s")
+        return measured
+
+    def default(value: float | None, fallback: float) -> float:
+        return fallback if value is None else value
+
+    return Inputs(
+        checkpoint_s=pick(
+            given.checkpoint_s, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint write"
+        ),
+        mtbf_s=pick(given.mtbf_s, seen.mtbf_s, "--mtbf", "running time per preemption"),
+        restart_s=pick(given.restart_s, seen.restart_s, "--restart-seconds", "restart"),
+        window_s=default(given.window_s, defaults.PREEMPT_WINDOW),
+        margin_s=default(given.margin_s, defaults.SAFETY_MARGIN),
+        notice_s=default(given.notice_s, defaults.POLL_INTERVAL),
+        price=given.price,
+        discount=given.discount,
+        sources=tuple(sources),
     )
 
 

@@ -31,7 +31,7 @@ from slurmpre.job.records import (
     Requeued,
     Start,
 )
-from slurmpre.slurm.parse import JobInfo, tres
+from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo, tres
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,6 @@ class AttemptRow:
     @property
     def label(self) -> str:
         return attempt_key(self.attempt, self.in_place)
-
-
-UNKNOWN_TO_SLURM = "UNKNOWN TO SLURM"  # the state of a job Slurm has forgotten
 
 
 @dataclass(frozen=True)

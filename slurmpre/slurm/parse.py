@@ -46,6 +46,7 @@ FINISHED = frozenset({
     "BOOT_FAIL", "DEADLINE", "PREEMPTED",
 })  # fmt: skip
 HOLDING_NODES = frozenset({"RUNNING", "COMPLETING"})
+UNKNOWN_TO_SLURM = "UNKNOWN TO SLURM"  # what slurmpre calls the state of a job Slurm forgot
 
 
 @dataclass(frozen=True)

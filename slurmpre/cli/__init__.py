@@ -1,0 +1,89 @@
+"""The command line: parse arguments, call the core, print. Nothing else lives here.
+
+One module per command group (`sandbox`, `generate`, `ckpt`, `jobs`, `capacity`,
+`drill`); this one makes the ``slurmpre`` group of them. Errors are turned into one
+message and an exit code in exactly one place, `main`: a slurmpre error exits 1 (2
+for bad input), Ctrl-C 130, and anything unexpected 3, with its traceback only
+under ``--debug``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+
+import click
+
+from slurmpre import __version__
+from slurmpre.cli import capacity, ckpt, drill, generate, jobs, sandbox
+from slurmpre.cli.common import err
+from slurmpre.errors import SlurmpreError
+
+EXIT_UNEXPECTED = 3
+EXIT_INTERRUPTED = 130
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmpre")
+@click.option("--debug", is_flag=True, help="Log every command run and show tracebacks.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Run ML jobs on preemptible Slurm nodes and lose no work when a node is taken back."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="slurmpre: %(name)s: %(message)s")
+
+
+for command in (
+    sandbox.sandbox,
+    generate.render_cmd,
+    generate.submit_cmd,
+    generate.run_cmd,
+    ckpt.ckpt,
+    jobs.status,
+    jobs.logs,
+    jobs.cancel,
+    capacity.nodes,
+    capacity.plan,
+    drill.drill,
+):
+    cli.add_command(command)
+
+
+# -- entry point ---------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    if args[:1] == ["run"]:
+        from slurmpre.job.entry import main as job
+
+        return job(args)
+    try:
+        cli.main(args=args, prog_name="slurmpre", standalone_mode=False)
+    except SlurmpreError as exc:
+        err(str(exc))
+        if debug:
+            traceback.print_exc()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("slurmpre: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("slurmpre: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    except Exception as exc:  # noqa: BLE001 - the one place unexpected errors become exit 3
+        err(f"unexpected {type(exc).__name__}: {exc}")
+        if debug:
+            traceback.print_exc()
+        else:
+            click.echo("slurmpre: run again with --debug for the traceback", err=True)
+        return EXIT_UNEXPECTED
+    return 0

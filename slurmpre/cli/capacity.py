@@ -1,0 +1,83 @@
+"""``slurmpre nodes`` and ``plan``: preemptible capacity, and what checkpointing costs."""
+
+from __future__ import annotations
+
+import click
+
+from slurmpre import defaults
+from slurmpre.cli.common import folder_arg, json_text
+
+
+# -- nodes ---------------------------------------------------------------------
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def nodes(as_json: bool) -> None:
+    """Preemptible against standard capacity; draining nodes and your jobs on them."""
+    import getpass
+
+    from slurmpre.login.capacity import capacity, lines
+    from slurmpre.slurm.client import default_client
+
+    client = default_client()
+    cap = capacity(client.nodes(), client.jobs(), getpass.getuser())
+    if as_json:
+        click.echo(json_text(cap.as_dict()))
+        return
+    for line in lines(cap):
+        click.echo(line)
+
+
+# -- plan ----------------------------------------------------------------------
+@click.command()
+@click.argument("folders", nargs=-1)
+@click.option("--checkpoint-seconds", type=float, default=None, help="One checkpoint's write.")
+@click.option("--mtbf", type=float, default=None, help="Seconds of running per preemption.")
+@click.option("--restart-seconds", type=float, default=None, help="Requeue to training again.")
+@click.option("--window", type=float, default=None, help="Drain to removal (default 300).")
+@click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
+@click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
+@click.option(
+    "--price", type=float, default=defaults.ON_DEMAND_PRICE, show_default=True,
+    help="On-demand $/GPU-hour.",
+)  # fmt: skip
+@click.option(
+    "--discount", type=float, default=defaults.PREEMPTIBLE_DISCOUNT, show_default=True,
+    help="Preemptible discount.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plan(
+    folders: tuple[str, ...],
+    checkpoint_seconds: float | None,
+    mtbf: float | None,
+    restart_seconds: float | None,
+    window: float | None,
+    margin: float | None,
+    notice_seconds: float | None,
+    price: float,
+    discount: float,
+    as_json: bool,
+) -> None:
+    """How often to checkpoint, the goodput, and the cost per useful GPU-hour.
+
+    Measures what it can in the ledgers of the checkpoint FOLDERS given (checkpoint
+    write time, running time per preemption, requeue to next start); options override.
+    """
+    from slurmpre.login.plan import Given, inputs_from, lines, make_plan
+
+    given = Given(
+        checkpoint_s=checkpoint_seconds,
+        mtbf_s=mtbf,
+        restart_s=restart_seconds,
+        window_s=window,
+        margin_s=margin,
+        notice_s=notice_seconds,
+        price=price,
+        discount=discount,
+    )
+    inputs = inputs_from([folder_arg(f) for f in folders], given)
+    result = make_plan(inputs)
+    if as_json:
+        click.echo(json_text(result.as_dict()))
+        return
+    for line in lines(result):
+        click.echo(line)

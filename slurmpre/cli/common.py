@@ -1,0 +1,55 @@
+"""What every command module shares: printing JSON and names, and reading arguments."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurmpre.errors import UsageError
+
+
+def err(message: str) -> None:
+    click.echo(f"slurmpre: error: {message}", err=True)
+
+
+def shown(text: str) -> str:
+    """A name as a terminal should show it: control characters (a newline, an escape
+    sequence that would clear the screen) written as escapes, not sent."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def json_text(value: object) -> str:
+    """Indented JSON, with what JSON cannot hold (an infinite or NaN number) as null."""
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def folder_arg(value: str) -> Path:
+    if not value.strip():
+        raise UsageError("FOLDER is empty: name the checkpoint folder")
+    return Path(value)
+
+
+def sandbox_here() -> Any:
+    """The sandbox of this machine ($SLURMPRE_SANDBOX_DIR, else the default state folder)."""
+    from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+
+    return Sandbox(Path(os.environ.get("SLURMPRE_SANDBOX_DIR", DEFAULT_STATE_DIR)))
+
+
+def say_err(line: str) -> None:
+    click.echo(line, err=True)

@@ -1,0 +1,67 @@
+"""``slurmpre drill``: preempt a real job on the sandbox, with the seeds' recipe beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from slurmpre.cli.common import json_text, sandbox_here
+from slurmpre.errors import SlurmpreError
+
+
+# -- drill -------------------------------------------------------------------
+@click.command()
+@click.option("--preemptions", default=3, show_default=True, help="How many preemptions.")
+@click.option(
+    "--window", default=15.0, show_default=True, help="Seconds from drain to node removal."
+)
+@click.option("--seed", type=int, default=None, help="Replay a schedule (printed by each run).")
+@click.option(
+    "--baseline", is_flag=True, help="Also run the seeds' recipe under the same schedule."
+)
+@click.option(
+    "--stock-timings", is_flag=True, help="Slurm's default timings (each requeue >= 121 s)."
+)
+@click.option(
+    "--steps", type=int, default=None, help="Training steps (default: enough for every preemption)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the timeline and summary as JSON.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/var/lib/slurmpre/drill"),
+    show_default=True,
+    help="Where each run keeps its checkpoints and logs (a folder per run).",
+)
+def drill(
+    preemptions: int,
+    window: float,
+    seed: int | None,
+    baseline: bool,
+    stock_timings: bool,
+    steps: int | None,
+    as_json: bool,
+    workdir: Path,
+) -> None:
+    """Preempt a real training job on the local sandbox and show that no work is lost."""
+    from slurmpre.drill.run import DrillOptions, render, run_drill
+
+    opts = DrillOptions(
+        preemptions=preemptions,
+        window=window,
+        seed=seed,
+        baseline=baseline,
+        stock_timings=stock_timings,
+        steps=steps,
+        workdir=workdir,
+    )
+    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
+    result = run_drill(sandbox_here(), opts, say=say)
+    for line in render(result):
+        say(line)
+    if as_json:
+        click.echo(json_text(result.as_dict()))
+    failures = result.failures()
+    if failures:
+        raise SlurmpreError("drill failed: " + "; ".join(failures))
