@@ -152,7 +152,7 @@ def set_tracking(tracking: str) -> None:
     state = Sandbox(DEFAULT_STATE_DIR).load()
     if state is not None and tracking != "auto" and state.tracking == tracking:
         return
-    from slurmpre.sandbox.cluster import choose_tracking
+    from slurmpre.sandbox.tracking import choose_tracking
 
     if (
         state is not None

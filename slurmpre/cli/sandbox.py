@@ -78,7 +78,7 @@ def sandbox_up(
 def sandbox_fetch(releases: tuple[str, ...]) -> None:
     """Make the Debian root of each Slurm release now (cached), so a later `up --slurm`
     starts at once. Nothing is started; a root made already is kept."""
-    from slurmpre.sandbox.cluster import host_suite, require_root
+    from slurmpre.sandbox.host import host_suite, require_root
     from slurmpre.sandbox.roots import Root, suite_of
 
     for release in releases:

@@ -366,7 +366,7 @@ def bring_up(sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None]) -
     try:
         state = sandbox.up(stock_timings=opts.stock_timings, say=say)
     except UsageError:
-        if _queued():
+        if _queued(sandbox):
             raise
         say("restarting the sandbox with the drill's timings and shape (no job was queued)")
         sandbox.down(say=say)
@@ -374,10 +374,11 @@ def bring_up(sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None]) -
     return state.timings
 
 
-def _queued() -> bool:
+def _queued(sandbox: Sandbox) -> bool:
     from slurmpre.cmd import run
 
-    return bool(run(["squeue", "-h", "-o", "%i"], check=False, timeout=15).stdout.strip())
+    out = run(["squeue", "-h", "-o", "%i"], check=False, timeout=15, env=sandbox.env).stdout
+    return bool(out.strip())
 
 
 def run_drill(
@@ -391,6 +392,7 @@ def run_drill(
         say(f"  preemption {i}: {m.describe()}")
     raw = load_example()
     timings = bring_up(sandbox, opts, say)
+    sandbox.use()  # the jobs it submits, and what they run, use the sandbox's Slurm
     say(f"sandbox timings: {timings}")
     work = opts.workdir / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     work.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,6 @@ import os
 import shutil
 import socket
 import stat
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,6 @@ from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
 from slurmpre.errors import CommandError, SandboxError, UsageError
 from slurmpre.sandbox.config import (
-    CGROUP,
     CTLD_PORT,
     MARKER,
     PGID,
@@ -36,26 +34,28 @@ from slurmpre.sandbox.config import (
     TUNED,
     NodeSpec,
     SandboxConfig,
-    Tracking,
     node_specs,
     parse_topology,
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,
 )
-from slurmpre.sandbox.roots import ROOTS_DIR, SUITES, Root, deactivate, suite_of
+from slurmpre.sandbox.daemons import spawn_detached, start_munge
+from slurmpre.sandbox.host import (
+    ensure_installed,
+    host_suite,
+    port_in_use,
+    remove_managed,
+    require_root,
+    write_managed,
+)
+from slurmpre.sandbox.roots import ROOTS_DIR, Root, slurm_path, suite_of
+from slurmpre.sandbox.tracking import choose_tracking, clean_cgroups, slurm_plugins
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
 
 DEFAULT_STATE_DIR = Path("/var/lib/slurmpre/sandbox")
 SLURM_ETC = Path("/etc/slurm")
-PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
-EXECUTABLES = {
-    "munged": "/usr/sbin/munged",
-    "slurmctld": "/usr/sbin/slurmctld",
-    "slurmd": "/usr/sbin/slurmd",
-    "sbatch": "/usr/bin/sbatch",
-}
 # Log lines that every healthy start prints and that explain nothing.
 _NOISE = ("pmix", "PMIx", "socket/core boundaries", "Couldn't load specified plugin name for mpi")
 
@@ -90,18 +90,26 @@ class Sandbox:
         self.state_dir = state_dir
         self.etc = self.host_etc = etc
         self.hostname = socket.gethostname().split(".")[0]
-        self.client = CommandLineSlurm(timeout=15)
         self.root: Root | None = None  # set from the state: a Slurm other than the host's
+        self.client = CommandLineSlurm(timeout=15, env=self.env)
 
     def _enter(self, root: Root | None) -> None:
-        """Slurm's commands and config are the root's from now on (or the host's)."""
+        """This object's Slurm commands and config are the root's from now on (or the
+        host's); the process's own PATH is left as it is (see `use`)."""
         self.root = root
-        if root is not None:
-            root.activate()
-            self.etc = root.path / "etc" / "slurm"
-        else:
-            deactivate()
-            self.etc = self.host_etc
+        self.etc = self.host_etc if root is None else root.path / "etc" / "slurm"
+        self.client = CommandLineSlurm(timeout=15, env=self.env)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """This process's environment, with the sandbox's Slurm commands first on PATH:
+        what a command the sandbox runs gets."""
+        return {**os.environ, "PATH": slurm_path(os.environ.get("PATH", ""), self.root)}
+
+    def use(self) -> None:
+        """Put the sandbox's Slurm commands first on this process's PATH, for a caller
+        that runs them itself, or submits jobs (which inherit PATH). Only this does."""
+        os.environ["PATH"] = self.env["PATH"]
 
     @property
     def conf_arg(self) -> str:
@@ -312,7 +320,7 @@ class Sandbox:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                run(["scontrol", "ping"], timeout=5, error=SandboxError)
+                run(["scontrol", "ping"], timeout=5, env=self.env, error=SandboxError)
                 return
             except SandboxError:
                 if time.monotonic() > deadline:
@@ -323,7 +331,7 @@ class Sandbox:
             time.sleep(0.2)
 
     def _require_multiple_slurmd(self) -> None:
-        conf = run(["scontrol", "show", "config"], error=SandboxError).stdout
+        conf = run(["scontrol", "show", "config"], env=self.env, error=SandboxError).stdout
         for line in conf.splitlines():
             if line.replace(" ", "").lower().startswith("multiple_slurmd=yes"):
                 return
@@ -435,217 +443,3 @@ class Sandbox:
                 if node["name"] == name:
                     node["pid"] = pid
             self.save(state)
-
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def clean_cgroups(nodes: list[str], root: Path = CGROUP_ROOT) -> list[Path]:
-    """Remove the ``slurm_<node>`` cgroup v1 trees of these nodes, deepest first, after
-    killing any process still in them (they belong to jobs of a sandbox that is gone)."""
-    removed: list[Path] = []
-    for tree in sorted(root.glob("*/slurm_*")):
-        if tree.name.removeprefix("slurm_") not in nodes or not tree.is_dir():
-            continue
-        dirs = sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
-        for cgroup in [*reversed(dirs), tree]:
-            try:
-                pids = {int(x) for x in (cgroup / "cgroup.procs").read_text().split()}
-            except (OSError, ValueError):
-                pids = set()
-            procs.kill_now(pids)
-            try:
-                cgroup.rmdir()
-                removed.append(cgroup)
-            except OSError:
-                pass
-    return removed
-
-
-def spawn_detached(argv: list[str], log: Path) -> int:
-    """Start ``argv`` in a session of its own, output appended to ``log``; return its pid."""
-    with log.open("ab") as out:
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
-    return proc.pid
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise SandboxError(
-            "the sandbox runs Slurm's daemons and must be run as root (try: sudo slurmpre ...)"
-        )
-
-
-def write_managed(path: Path, text: str) -> None:
-    write_atomic(path, text)
-
-
-def remove_managed(path: Path) -> None:
-    """Remove a config file the sandbox wrote earlier (never one it did not write)."""
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return
-    if MARKER in text:
-        path.unlink()
-
-
-CGROUP_V1_CONTROLLERS = ("freezer", "cpuset")  # proctrack/cgroup, and task/cgroup's cores
-
-
-def cgroup_v1_controllers(mounts: str) -> set[str]:
-    """The cgroup v1 controllers mounted, from /proc/mounts text."""
-    found: set[str] = set()
-    for line in mounts.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[2] == "cgroup":
-            found |= set(fields[3].split(","))
-    return found
-
-
-def slurm_plugins(root: Root | None = None) -> set[str] | None:
-    """The plugin names Slurm's packages installed (``cgroup_v1``, ...); None if unknown."""
-    base = Path("/") if root is None else root.path
-    found = set()
-    for lib in base.glob("usr/lib/*/slurm-wlm"):
-        found |= {p.name.removesuffix(".so") for p in lib.glob("*.so")}
-    return found or None
-
-
-def choose_tracking(
-    wanted: str, say: Callable[[str], None], plugins: set[str] | None = None
-) -> Tracking:
-    """``cgroup`` where the host mounts the cgroup v1 controllers Slurm needs, else ``pgid``.
-
-    Slurm 22.05 keeps one ``slurm_<node>`` hierarchy per slurmd under cgroup v1,
-    so several slurmd on one host work; its cgroup v2 plugin wants systemd,
-    which the sandbox does not have.
-    """
-    if wanted in TRACKINGS and wanted != CGROUP.name:
-        return TRACKINGS[wanted]
-    if plugins is not None and "cgroup_v1" not in plugins:
-        if wanted == CGROUP.name:
-            raise SandboxError("--tracking cgroup: this Slurm has no cgroup/v1 plugin")
-        say("this Slurm has no cgroup/v1 plugin: tracking processes by pgid")
-        return PGID
-    try:
-        mounts = Path("/proc/mounts").read_text()
-    except OSError:
-        mounts = ""
-    missing = [c for c in CGROUP_V1_CONTROLLERS if c not in cgroup_v1_controllers(mounts)]
-    writable = all(os.access(f"/sys/fs/cgroup/{c}", os.W_OK) for c in CGROUP_V1_CONTROLLERS)
-    if not missing and writable:
-        return CGROUP
-    why = f"cgroup v1 {', '.join(missing)} not mounted" if missing else "cgroup v1 not writable"
-    if wanted == CGROUP.name:
-        raise SandboxError(f"--tracking cgroup is not possible on this host: {why}")
-    say(f"proctrack/cgroup is not possible here ({why}): tracking processes by pgid")
-    return PGID
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def ensure_installed(say: Callable[[str], None]) -> None:
-    missing = [name for name, path in EXECUTABLES.items() if not Path(path).exists()]
-    if not missing:
-        return
-    if shutil.which("apt-get") is None:
-        raise SandboxError(
-            f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get"
-        )
-    say(f"installing {' '.join(PACKAGES)} (missing: {', '.join(missing)})")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    try:
-        run(["apt-get", "update", "-qq"], timeout=600, env=env, error=SandboxError)
-        run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-            timeout=900,
-            env=env,
-            error=SandboxError,
-        )
-    except SandboxError as exc:
-        first = str(exc).splitlines()
-        detail = next((ln.strip() for ln in reversed(first) if ln.strip()), str(exc))
-        raise SandboxError(f"could not install Slurm with apt-get: {detail}") from None
-
-
-def munge_works(root: Root | None = None) -> bool:
-    wrap = (lambda argv: argv) if root is None else root.argv
-    try:
-        encoded = run(wrap(["munge", "-n"]), timeout=5, error=SandboxError).stdout
-        run(wrap(["unmunge"]), input=encoded, timeout=5, error=SandboxError)
-    except SandboxError:
-        return False
-    return True
-
-
-def _ids_in(root: Root, user: str) -> tuple[int, int]:
-    """A user's uid and gid as the root's /etc/passwd has them (not the host's)."""
-    for line in (root.path / "etc/passwd").read_text().splitlines():
-        fields = line.split(":")
-        if len(fields) > 3 and fields[0] == user:
-            return int(fields[2]), int(fields[3])
-    raise SandboxError(f"the root {root.path} has no user {user}")
-
-
-def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
-    """Start munged as user munge, unless a working munged is already there (then None)."""
-    if munge_works(root):
-        return None
-    if root is None:
-        run_dir = Path("/run/munge")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.chown(run_dir, "munge", "munge")
-        argv = [EXECUTABLES["munged"], "-F", "--force"]
-        ids: dict[str, Any] = {"user": "munge", "group": "munge"}
-    else:
-        uid, gid = _ids_in(root, "munge")
-        run_dir = root.path / "run/munge"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        os.chown(run_dir, uid, gid)
-        argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
-        argv += ["-F", "--force"]
-        ids = {}
-    with (log_dir / "munged.out").open("ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            **ids,
-        )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if munge_works(root):
-            return proc.pid
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    tail = (log_dir / "munged.out").read_text(errors="replace").strip().splitlines()[-3:]
-    raise SandboxError("munged did not start: " + (" | ".join(tail) or "no output"))
-
-
-def host_suite() -> str | None:
-    """The host's Debian suite (its packages' Slurm), from /etc/os-release."""
-    try:
-        text = Path("/etc/os-release").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            name = line.partition("=")[2].strip().strip('"')
-            return name if name in SUITES.values() else None
-    return None

@@ -21,7 +21,8 @@ from pathlib import Path
 from slurmpre import defaults, procs
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
-from slurmpre.sandbox.cluster import Sandbox, spawn_detached
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.daemons import spawn_detached
 
 DEFAULT_WINDOW = float(defaults.PREEMPT_WINDOW)
 DEFAULT_REASON = "preempted"
@@ -87,16 +88,16 @@ def preempt(
     node = client.nodes([plan.node])[0]
     if node.down:
         raise SandboxError(f"node {plan.node} is already down ({node.state}); nothing to preempt")
-    jobs = _jobs_on(plan.node)
+    jobs = _jobs_on(sandbox, plan.node)
     client.update_node(plan.node, state="DRAIN", reason=plan.reason)
     note(f"drain {plan.node} (reason: {plan.reason}); running jobs: {', '.join(jobs) or 'none'}")
 
     if plan.once_empty:
-        while (left := t0 + plan.window - clock()) > 0 and _jobs_on(plan.node):
+        while (left := t0 + plan.window - clock()) > 0 and _jobs_on(sandbox, plan.node):
             sleep(min(left, 1.0))
     else:
         sleep_until(plan.window)
-    doomed = _jobs_on(plan.node)
+    doomed = _jobs_on(sandbox, plan.node)
     killed = remove_node(sandbox, plan.node)
     if plan.mark_down:
         client.update_node(plan.node, state="DOWN", reason=f"{plan.reason}: node removed")
@@ -159,8 +160,9 @@ def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]
     return pid, log
 
 
-def _jobs_on(node: str) -> list[str]:
-    out = run(["squeue", "-h", "-w", node, "-o", "%i"], check=False, timeout=15).stdout
+def _jobs_on(sandbox: Sandbox, node: str) -> list[str]:
+    argv = ["squeue", "-h", "-w", node, "-o", "%i"]
+    out = run(argv, check=False, timeout=15, env=sandbox.env).stdout
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
 

@@ -84,8 +84,7 @@ class Root:
 
     def activate(self) -> None:
         """This process and its children use the root's Slurm commands."""
-        deactivate()
-        os.environ["PATH"] = os.pathsep.join([str(self.shims), os.environ.get("PATH", "")])
+        os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), self)
 
     # -- making it ------------------------------------------------------------
     @property
@@ -257,12 +256,17 @@ class Root:
             run(["umount", "-l", point], check=False)
 
 
+def slurm_path(path: str, root: Root | None) -> str:
+    """``path`` (a PATH) with the root's Slurm commands first, and no other root's;
+    with no root, the host's commands again (no root's shims)."""
+    parts = path.split(os.pathsep) if path else []
+    kept = [p for p in parts if not (p.endswith("-bin") and Path(p).parent == ROOTS_DIR)]
+    return os.pathsep.join(kept if root is None else [str(root.shims), *kept])
+
+
 def deactivate() -> None:
     """No root's Slurm commands on PATH: the host's again (or none)."""
-    parts = os.environ.get("PATH", "").split(os.pathsep)
-    kept = [p for p in parts if not (p.endswith("-bin") and Path(p).parent == ROOTS_DIR)]
-    if kept != parts:
-        os.environ["PATH"] = os.pathsep.join(kept)
+    os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), None)
 
 
 def mounts_under(prefix: str) -> list[str]:

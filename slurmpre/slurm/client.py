@@ -7,7 +7,7 @@ a pyslurm backend may be added behind the same Protocol.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -61,11 +61,12 @@ class SlurmClient(Protocol):
 class CommandLineSlurm:
     """The backend that always works: Slurm's own command-line tools."""
 
-    def __init__(self, timeout: float = 30.0) -> None:
+    def __init__(self, timeout: float = 30.0, env: Mapping[str, str] | None = None) -> None:
         self.timeout = timeout
+        self.env = env  # None: this process's (Slurm's commands found on its PATH)
 
     def _run(self, argv: Sequence[str], *, input: str | None = None) -> str:
-        return run(argv, timeout=self.timeout, input=input, error=SlurmError).stdout
+        return run(argv, timeout=self.timeout, env=self.env, input=input, error=SlurmError).stdout
 
     def version(self) -> tuple[int, int, int]:
         return parse_version(self._run(["sinfo", "--version"]))
@@ -101,6 +102,7 @@ class CommandLineSlurm:
                 ["sbatch", "--test-only", *args],
                 input=script,
                 timeout=self.timeout,
+                env=self.env,
                 error=SlurmError,
             )
             return (res.stderr or res.stdout).strip()

@@ -46,7 +46,8 @@ def job_state(job_id: str) -> str:
 
 def main() -> int:
     box = Sandbox(DEFAULT_STATE_DIR)
-    box.current()  # also puts the root's Slurm commands first on PATH
+    box.current()
+    box.use()  # the root's Slurm commands first on PATH
     version = parse_version(sh("sinfo", "--version").stdout)
     out = HERE / f"slurm-{version[0]}.{version[1]:02d}"
     out.mkdir(exist_ok=True)

@@ -2,7 +2,6 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.sandbox.cluster import cgroup_v1_controllers
 from slurmpre.sandbox.config import (
     MARKER,
     PGID,
@@ -15,6 +14,7 @@ from slurmpre.sandbox.config import (
     render_gres_conf,
     render_slurm_conf,
 )
+from slurmpre.sandbox.tracking import cgroup_v1_controllers
 
 
 def cfg(version: tuple[int, int, int] = (22, 5, 8), **kw: object) -> SandboxConfig:

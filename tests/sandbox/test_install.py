@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import SandboxError
-from slurmpre.sandbox import cluster
+from slurmpre.sandbox import cluster, host
 
 
 def test_not_root_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     with pytest.raises(SandboxError, match="must be run as root"):
         cluster.Sandbox(Path("/nonexistent")).up()
 
 
 def test_unreachable_apt_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # Pretend Slurm is missing, and put an apt-get that fails as an offline one does.
-    monkeypatch.setattr(cluster, "EXECUTABLES", {"slurmctld": str(tmp_path / "missing")})
+    monkeypatch.setattr(host, "EXECUTABLES", {"slurmctld": str(tmp_path / "missing")})
     fake = tmp_path / "bin" / "apt-get"
     fake.parent.mkdir()
     fake.write_text(
@@ -29,7 +29,7 @@ def test_unreachable_apt_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     with pytest.raises(SandboxError) as info:
-        cluster.ensure_installed(lambda _: None)
+        host.ensure_installed(lambda _: None)
     assert str(info.value) == (
         "could not install Slurm with apt-get: E: Unable to locate package slurmctld"
     )

@@ -93,10 +93,34 @@ def test_activate_puts_one_roots_commands_first_and_deactivate_takes_them_away(
     assert os.environ["PATH"] == "/usr/local/bin:/usr/bin"
 
 
+def test_loading_a_sandbox_on_a_root_leaves_the_process_path_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Reading the state is no reason to change what every later command of this
+    process finds on PATH: only `use()` does, and the sandbox's own commands get the
+    root's Slurm through their environment."""
+    import json
+
+    from slurmpre.sandbox.cluster import Sandbox
+
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin")
+    sid = Root("sid", roots.ROOTS_DIR / "sid")
+    state = {"version": [26, 5, 5], "timings": "tuned", "nodes": [], "root": str(sid.path),
+             "suite": "sid"}  # fmt: skip
+    (tmp_path / "sandbox.json").write_text(json.dumps(state))
+    box = Sandbox(tmp_path)
+    assert box.load() is not None
+    assert os.environ["PATH"] == "/usr/local/bin:/usr/bin"
+    assert box.client.env is not None
+    assert box.client.env["PATH"].split(os.pathsep)[0] == str(sid.shims)
+    box.use()
+    assert os.environ["PATH"].split(os.pathsep) == [str(sid.shims), "/usr/local/bin", "/usr/bin"]
+
+
 def test_stale_job_cgroups_of_the_sandboxs_nodes_are_removed_deepest_first(tmp_path: Path) -> None:
     """A fresh sandbox numbers jobs from 1 again; a job_1 cgroup left by a killed
     slurmstepd made the new job 1 fail to start (cpuset.cpus: Device or resource busy)."""
-    from slurmpre.sandbox.cluster import clean_cgroups
+    from slurmpre.sandbox.tracking import clean_cgroups
 
     for ctrl in ("cpuset", "freezer"):
         (tmp_path / ctrl / "slurm_gpu-dp-1" / "uid_0" / "job_1" / "step_batch").mkdir(parents=True)

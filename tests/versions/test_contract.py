@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox, host_suite
+from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.sandbox.host import host_suite
 from slurmpre.sandbox.roots import SUITES, Root, mounts_under
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import JobInfo, format_version
@@ -92,7 +93,8 @@ def release(request: pytest.FixtureRequest, host_back: None) -> Iterator[str]:
 @pytest.fixture
 def box(release: str) -> Sandbox:
     box = Sandbox(DEFAULT_STATE_DIR)
-    box.current()  # the root's Slurm commands first on PATH, here and in what we start
+    box.current()
+    box.use()  # the root's Slurm commands first on PATH, here and in what we start
     return box
 
 

@@ -1,0 +1,89 @@
+"""Starting the sandbox's daemons: each in a session of its own, output to its log;
+munged first, as user munge (inside a root when the sandbox runs one)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from slurmpre.cmd import run
+from slurmpre.errors import SandboxError
+from slurmpre.sandbox.host import EXECUTABLES
+from slurmpre.sandbox.roots import Root
+
+
+def spawn_detached(argv: list[str], log: Path) -> int:
+    """Start ``argv`` in a session of its own, output appended to ``log``; return its pid."""
+    with log.open("ab") as out:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
+    return proc.pid
+
+
+def munge_works(root: Root | None = None) -> bool:
+    wrap = (lambda argv: argv) if root is None else root.argv
+    try:
+        encoded = run(wrap(["munge", "-n"]), timeout=5, error=SandboxError).stdout
+        run(wrap(["unmunge"]), input=encoded, timeout=5, error=SandboxError)
+    except SandboxError:
+        return False
+    return True
+
+
+def _ids_in(root: Root, user: str) -> tuple[int, int]:
+    """A user's uid and gid as the root's /etc/passwd has them (not the host's)."""
+    for line in (root.path / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) > 3 and fields[0] == user:
+            return int(fields[2]), int(fields[3])
+    raise SandboxError(f"the root {root.path} has no user {user}")
+
+
+def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
+    """Start munged as user munge, unless a working munged is already there (then None)."""
+    if munge_works(root):
+        return None
+    if root is None:
+        run_dir = Path("/run/munge")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.chown(run_dir, "munge", "munge")
+        argv = [EXECUTABLES["munged"], "-F", "--force"]
+        ids: dict[str, Any] = {"user": "munge", "group": "munge"}
+    else:
+        uid, gid = _ids_in(root, "munge")
+        run_dir = root.path / "run/munge"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        os.chown(run_dir, uid, gid)
+        argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
+        argv += ["-F", "--force"]
+        ids = {}
+    with (log_dir / "munged.out").open("ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **ids,
+        )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if munge_works(root):
+            return proc.pid
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = (log_dir / "munged.out").read_text(errors="replace").strip().splitlines()[-3:]
+    raise SandboxError("munged did not start: " + (" | ".join(tail) or "no output"))
