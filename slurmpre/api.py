@@ -18,24 +18,23 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from filelock import Timeout
 
 from slurmpre.access import Access, make_dir, make_dirs, touch
 from slurmpre.access import from_env as access_from_env
-from slurmpre.atomic import write_atomic
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.env import IN_PLACE_ENV
 from slurmpre.job.layout import attempt_key
 from slurmpre.job.ledger import Ledger
+from slurmpre.job.meeting import Alone, FolderMeeting, Meeting, TorchMeeting, device
 from slurmpre.job.notice import Agree, NoticeGate
 from slurmpre.job.records import Checkpoint
-from slurmpre.reading import SMALL, read_text
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -43,8 +42,8 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def _int(env: Mapping[str, str], key: str) -> int | None:
-    raw = env.get(key, "")
-    return int(raw) if raw.strip().isdigit() else None
+    raw = env.get(key, "").strip()
+    return int(raw) if raw.isdigit() else None
 
 
 def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
@@ -96,11 +95,6 @@ def _distributed() -> Any | None:
     return None
 
 
-def _env_int(env: Mapping[str, str], key: str) -> int | None:
-    raw = env.get(key, "").strip()
-    return int(raw) if raw.isdigit() else None
-
-
 def ranks(env: Mapping[str, str] | None = None) -> tuple[int, int]:
     """(global rank, world size) of this process.
 
@@ -114,7 +108,7 @@ def ranks(env: Mapping[str, str] | None = None) -> tuple[int, int]:
         return int(dist.get_rank()), int(dist.get_world_size())
     e = _env(env)
     for rank_key, world_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        rank, world = _env_int(e, rank_key), _env_int(e, world_key)
+        rank, world = _int(e, rank_key), _int(e, world_key)
         if rank is not None and world is not None:
             if not 0 <= rank < world:
                 raise CheckpointError(f"{rank_key}={rank} is not below {world_key}={world}")
@@ -218,11 +212,11 @@ def _write(
     except OSError as exc:
         raise CheckpointError(f"cannot create {str(incoming)!r}: {exc.strerror}") from None
     if dist is not None:
-        meet: _Meeting = _TorchMeeting(dist)
+        meet: Meeting = TorchMeeting(dist)
     elif world > 1:
-        meet = _FolderMeeting(checkpoints.sync_path(incoming), rank, world, timeout, access)
+        meet = FolderMeeting(checkpoints.sync_path(incoming), rank, world, timeout, access)
     else:
-        meet = _Alone()
+        meet = Alone()
     try:
         yield incoming
     except BaseException as exc:
@@ -310,147 +304,18 @@ def committed(
     return where
 
 
-class _Meeting(Protocol):
-    """How the ranks of one checkpoint learn that all wrote, and what rank 0 made of it."""
-
-    def failed(self, exc: BaseException) -> None: ...
-
-    def written(self) -> None: ...
-
-    def verdict(self, final: Path | None, exc: BaseException | None) -> None: ...
-
-
-class _Alone:
-    def failed(self, exc: BaseException) -> None:
-        pass
-
-    def written(self) -> None:
-        pass
-
-    def verdict(self, final: Path | None, exc: BaseException | None) -> None:
-        pass
-
-
-class _TorchMeeting:
-    """Two small all_reduces: did every rank write, did rank 0 commit. A failing rank
-    takes part too, so an exception on one rank never leaves the others waiting."""
-
-    def __init__(self, dist: Any) -> None:
-        self.dist = dist
-
-    def _all(self, ok: bool) -> bool:
-        torch = sys.modules["torch"]
-        flag = torch.tensor([1 if ok else 0], dtype=torch.int64, device=_device(self.dist))
-        self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN)
-        return bool(flag.item())
-
-    def failed(self, exc: BaseException) -> None:
-        self._all(False)
-
-    def written(self) -> None:
-        if not self._all(True):
-            raise CheckpointError("another rank failed while writing the checkpoint: not committed")
-
-    def verdict(self, final: Path | None, exc: BaseException | None) -> None:
-        if not self._all(exc is None) and exc is None:
-            raise CheckpointError("rank 0 could not commit the checkpoint")
-
-
-class _FolderMeeting:
-    """Marks in a folder beside the checkpoint, for ranks without torch.distributed:
-    ``done-<rank>`` or ``abort-<rank>`` from every rank, then rank 0's ``verdict``."""
-
-    POLL = 0.05
-
-    def __init__(self, folder: Path, rank: int, world: int, timeout: float, access: Access) -> None:
-        self.folder, self.rank, self.world, self.timeout = folder, rank, world, timeout
-        self.access = access
-        try:
-            make_dir(folder, access, exist_ok=True)
-        except OSError as exc:
-            raise CheckpointError(f"cannot create {str(folder)!r}: {exc.strerror}") from None
-
-    def _mark(self, name: str, text: str = "") -> None:
-        with contextlib.suppress(OSError):
-            write_atomic(self.folder / name, text, mode=self.access.file_mode)
-
-    def _wait(self, what: str, ready: Callable[[], str | None]) -> str:
-        deadline = time.monotonic() + self.timeout
-        while (found := ready()) is None:
-            if time.monotonic() >= deadline:
-                raise CheckpointError(
-                    f"rank {self.rank}: gave up waiting {self.timeout:g} s for {what} "
-                    f"({self.folder}); the checkpoint is not committed"
-                )
-            time.sleep(self.POLL)
-        return found
-
-    def failed(self, exc: BaseException) -> None:
-        self._mark(f"abort-{self.rank}", f"{type(exc).__name__}: {exc}")
-        if self.rank == 0:
-            self._mark("verdict", "aborted")
-
-    def _all_written(self) -> str | None:
-        try:
-            names = {p.name for p in self.folder.iterdir()}
-        except OSError:
-            return None
-        aborted = sorted(n for n in names if n.startswith("abort-"))
-        if aborted:
-            return aborted[0]
-        done = all(f"done-{r}" in names for r in range(self.world))
-        return "done" if done else None
-
-    def written(self) -> None:
-        self._mark(f"done-{self.rank}")
-        if self.rank != 0:
-            return
-        try:
-            outcome = self._wait(f"all {self.world} ranks to finish writing", self._all_written)
-        except CheckpointError:
-            self._mark("verdict", "aborted")
-            raise
-        if outcome != "done":
-            self._mark("verdict", "aborted")
-            raise CheckpointError(
-                f"rank {outcome.removeprefix('abort-')} failed while writing the checkpoint: "
-                "not committed"
-            )
-
-    def _read_verdict(self) -> str | None:
-        try:
-            return read_text(self.folder / "verdict", SMALL) or None
-        except (OSError, UnicodeDecodeError):
-            return None
-
-    def verdict(self, final: Path | None, exc: BaseException | None) -> None:
-        if self.rank == 0:
-            self._mark("verdict", "aborted" if exc is not None else f"committed {final}")
-            return
-        outcome = self._wait("rank 0 to commit the checkpoint", self._read_verdict)
-        if not outcome.startswith("committed"):
-            raise CheckpointError("another rank failed while writing the checkpoint: not committed")
-
-
 _gate = NoticeGate(lambda: os.environ.get("SLURMPRE_NOTICE_FILE", ""))
-
-
-def _device(dist: Any) -> Any:
-    torch = sys.modules["torch"]
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 @functools.cache
 def _torch_agree(dist: Any) -> Agree:
     """The agreement collective, built once (it is asked for on every step)."""
     torch = sys.modules["torch"]
-    device = _device(dist)
+    where = device(dist)
 
     def agree(flag: int, every: int) -> tuple[int, int]:
         # One small all_reduce: MAX of the flags, and MIN of the proposals (as MAX of -x).
-        both = torch.tensor([flag, -every], dtype=torch.int64, device=device)
+        both = torch.tensor([flag, -every], dtype=torch.int64, device=where)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
         return int(both[0].item()), -int(both[1].item())
 
