@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from slurmpre.drill.run import DrillOptions, bring_up, drill_spec, wait_whole
+from slurmpre.drill.jobs import drill_spec
+from slurmpre.drill.options import DrillOptions
+from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import LOG
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger

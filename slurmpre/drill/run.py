@@ -16,174 +16,23 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import report
+from slurmpre.drill.jobs import SEEDS_SCRIPT, drill_spec, load_example, train_args
+from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
 from slurmpre.drill.train import FINAL, LOG
 from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 from slurmpre.job import records
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
-from slurmpre.login.spec import JobSpec, read, validate
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drill.toml"
 POLL = 0.25
-
-SEEDS_SCRIPT = """#!/bin/bash
-#SBATCH --job-name=drill-seeds
-#SBATCH --nodes=1-2
-#SBATCH --constraint=preemptible
-#SBATCH --requeue
-#SBATCH --open-mode=append
-#SBATCH --output={log}
-# The provider's recipe (the seeds' docs): --requeue, periodic checkpoints, and
-# after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1.
-export GLOO_SOCKET_IFNAME=lo
-export SLURMPRE_CHECKPOINT_DIR={ckpt}
-srun --ntasks-per-node=1 {python} -m torch.distributed.run \\
-  --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=1 --rdzv_id=$SLURM_JOB_ID \\
-  --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\
-  -m slurmpre.drill.train {args} --mode seeds
-"""
-
-
-@dataclass(frozen=True)
-class DrillOptions:
-    preemptions: int = 3
-    window: float = 15.0
-    seed: int | None = None
-    baseline: bool = False
-    stock_timings: bool = False
-    steps: int | None = None  # None: enough for every preemption (`training_steps`)
-    every: int = 40
-    step_seconds: float = 0.2
-    save_seconds: float = 1.0
-    return_after: float = 10.0
-    workdir: Path = Path("/var/lib/slurmpre/drill")
-    prices: report.Prices = field(default_factory=report.Prices)
-
-    def check(self) -> None:
-        if not 0 <= self.preemptions <= 100:
-            raise UsageError(f"--preemptions must be from 0 to 100, got {self.preemptions}")
-        if not 5 <= self.window <= 3600:
-            raise UsageError(f"--window must be from 5 to 3600 seconds, got {self.window:g}")
-        if self.steps is not None and not 20 <= self.steps <= 100_000:
-            raise UsageError(f"--steps must be from 20 to 100000, got {self.steps}")
-
-    def training_steps(self) -> int:
-        """Long enough that every preemption comes before the run ends, and no longer.
-
-        An attempt's moment comes within one periodic interval of where it resumed (a
-        mid-checkpoint moment waits for the next periodic save). slurmpre resumes
-        where it stopped; the seeds' recipe trains on through the window and keeps
-        what its last periodic save holds: at most ``kept`` steps an attempt. So the
-        last moment comes by ``(N-1) * kept + every`` steps.
-        """
-        if self.steps is not None:
-            return self.steps
-        through = round(self.window / self.step_seconds) if self.baseline else 0
-        kept = self.every * ((self.every + through) // self.every)
-        return max(200, (self.preemptions - 1) * kept + self.every + 1)
-
-
-@dataclass
-class DrillResult:
-    seed: int
-    options: DrillOptions
-    timings: str
-    schedule: list[Moment]
-    runs: dict[str, report.Observed]
-    identical: dict[str, bool]
-    workdir: Path
-
-    def failures(self) -> list[str]:
-        """What breaks slurmpre's promise in this run (empty: it was kept)."""
-        out = []
-        run = self.runs["slurmpre"]
-        summary = report.summarize(run, self.runs.get("reference"))
-        if run.state != "COMPLETED":
-            out.append(f"the slurmpre job ended {run.state}")
-        if not self.identical.get("slurmpre"):
-            out.append("its final weights differ from the uninterrupted run's")
-        if summary.steps_lost != 0:
-            out.append(f"it lost {summary.steps_lost} steps")
-        if summary.partial_checkpoint_loaded:
-            out.append("an attempt resumed from a partial checkpoint")
-        if len(run.hits) < len(self.schedule):
-            out.append(f"only {len(run.hits)} of {len(self.schedule)} preemptions happened")
-        return out
-
-    def as_dict(self) -> dict[str, Any]:
-        ref = self.runs.get("reference")
-        return {
-            "seed": self.seed,
-            "timings": self.timings,
-            "window_s": self.options.window,
-            "return_after_s": self.options.return_after,
-            "steps": self.options.training_steps(),
-            "checkpoint_every": self.options.every,
-            "prices": {
-                "on_demand_node_hour": self.options.prices.on_demand_node_hour,
-                "preemptible_discount": self.options.prices.preemptible_discount,
-            },
-            "schedule": [{"moment": m.kind, "after": m.after} for m in self.schedule],
-            "identical_weights": self.identical,
-            "runs": {
-                name: report.as_dict(run, ref, self.options.prices)
-                for name, run in self.runs.items()
-            },
-            "failures": self.failures(),
-            "workdir": str(self.workdir),
-        }
-
-
-def load_example(path: Path = EXAMPLE) -> dict[str, Any]:
-    if not path.is_file():
-        raise UsageError(
-            f"{path} is missing: run the drill from a slurmpre checkout (it submits that spec)"
-        )
-    return read(path)
-
-
-def drill_spec(raw: dict[str, Any], opts: DrillOptions, folder: Path, **overrides: Any) -> JobSpec:
-    """The example spec as the drill submits it: this interpreter, these steps, this folder."""
-    command = list(raw["command"])
-    if command[:1] == ["python"]:
-        command[0] = sys.executable
-    command += train_args(opts)
-    return validate(
-        {
-            **raw,
-            "command": command,
-            "checkpoint_dir": str(folder),
-            "preempt_window": int(opts.window),
-            "safety_margin": min(int(raw.get("safety_margin", 30)), int(opts.window) // 3),
-            "poll_interval": min(float(raw.get("poll_interval", 1)), opts.window / 6),
-            # The drill measures the requeue path, against the seeds' recipe, one restart
-            # per preemption; in-place restarts have their own benchmark (bench/inplace.py).
-            "in_place": False,
-            **overrides,
-        }
-    )
-
-
-def train_args(opts: DrillOptions) -> list[str]:
-    return [
-        "--steps",
-        str(opts.training_steps()),
-        "--every",
-        str(opts.every),
-        "--step-seconds",
-        f"{opts.step_seconds:g}",
-        "--save-seconds",
-        f"{opts.save_seconds:g}",
-    ]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,74 @@
+"""The jobs the drill submits: slurmpre's example spec with the drill's steps and folder,
+and the seeds' recipe as a plain sbatch script (the provider's way, for comparison)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from slurmpre.drill.options import DrillOptions
+from slurmpre.errors import UsageError
+from slurmpre.login.spec import JobSpec, read, validate
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drill.toml"
+
+SEEDS_SCRIPT = """#!/bin/bash
+#SBATCH --job-name=drill-seeds
+#SBATCH --nodes=1-2
+#SBATCH --constraint=preemptible
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output={log}
+# The provider's recipe (the seeds' docs): --requeue, periodic checkpoints, and
+# after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1.
+export GLOO_SOCKET_IFNAME=lo
+export SLURMPRE_CHECKPOINT_DIR={ckpt}
+srun --ntasks-per-node=1 {python} -m torch.distributed.run \\
+  --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=1 --rdzv_id=$SLURM_JOB_ID \\
+  --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\
+  -m slurmpre.drill.train {args} --mode seeds
+"""
+
+
+def load_example(path: Path = EXAMPLE) -> dict[str, Any]:
+    if not path.is_file():
+        raise UsageError(
+            f"{path} is missing: run the drill from a slurmpre checkout (it submits that spec)"
+        )
+    return read(path)
+
+
+def drill_spec(raw: dict[str, Any], opts: DrillOptions, folder: Path, **overrides: Any) -> JobSpec:
+    """The example spec as the drill submits it: this interpreter, these steps, this folder."""
+    command = list(raw["command"])
+    if command[:1] == ["python"]:
+        command[0] = sys.executable
+    command += train_args(opts)
+    return validate(
+        {
+            **raw,
+            "command": command,
+            "checkpoint_dir": str(folder),
+            "preempt_window": int(opts.window),
+            "safety_margin": min(int(raw.get("safety_margin", 30)), int(opts.window) // 3),
+            "poll_interval": min(float(raw.get("poll_interval", 1)), opts.window / 6),
+            # The drill measures the requeue path, against the seeds' recipe, one restart
+            # per preemption; in-place restarts have their own benchmark (bench/inplace.py).
+            "in_place": False,
+            **overrides,
+        }
+    )
+
+
+def train_args(opts: DrillOptions) -> list[str]:
+    return [
+        "--steps",
+        str(opts.training_steps()),
+        "--every",
+        str(opts.every),
+        "--step-seconds",
+        f"{opts.step_seconds:g}",
+        "--save-seconds",
+        f"{opts.save_seconds:g}",
+    ]

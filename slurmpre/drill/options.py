@@ -1,0 +1,102 @@
+"""The drill's options (what the command line gives), and its result (what it prints,
+as text or JSON, and what makes it fail)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpre.drill import report
+from slurmpre.drill.plan import Moment
+from slurmpre.errors import UsageError
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    preemptions: int = 3
+    window: float = 15.0
+    seed: int | None = None
+    baseline: bool = False
+    stock_timings: bool = False
+    steps: int | None = None  # None: enough for every preemption (`training_steps`)
+    every: int = 40
+    step_seconds: float = 0.2
+    save_seconds: float = 1.0
+    return_after: float = 10.0
+    workdir: Path = Path("/var/lib/slurmpre/drill")
+    prices: report.Prices = field(default_factory=report.Prices)
+
+    def check(self) -> None:
+        if not 0 <= self.preemptions <= 100:
+            raise UsageError(f"--preemptions must be from 0 to 100, got {self.preemptions}")
+        if not 5 <= self.window <= 3600:
+            raise UsageError(f"--window must be from 5 to 3600 seconds, got {self.window:g}")
+        if self.steps is not None and not 20 <= self.steps <= 100_000:
+            raise UsageError(f"--steps must be from 20 to 100000, got {self.steps}")
+
+    def training_steps(self) -> int:
+        """Long enough that every preemption comes before the run ends, and no longer.
+
+        An attempt's moment comes within one periodic interval of where it resumed (a
+        mid-checkpoint moment waits for the next periodic save). slurmpre resumes
+        where it stopped; the seeds' recipe trains on through the window and keeps
+        what its last periodic save holds: at most ``kept`` steps an attempt. So the
+        last moment comes by ``(N-1) * kept + every`` steps.
+        """
+        if self.steps is not None:
+            return self.steps
+        through = round(self.window / self.step_seconds) if self.baseline else 0
+        kept = self.every * ((self.every + through) // self.every)
+        return max(200, (self.preemptions - 1) * kept + self.every + 1)
+
+
+@dataclass
+class DrillResult:
+    seed: int
+    options: DrillOptions
+    timings: str
+    schedule: list[Moment]
+    runs: dict[str, report.Observed]
+    identical: dict[str, bool]
+    workdir: Path
+
+    def failures(self) -> list[str]:
+        """What breaks slurmpre's promise in this run (empty: it was kept)."""
+        out = []
+        run = self.runs["slurmpre"]
+        summary = report.summarize(run, self.runs.get("reference"))
+        if run.state != "COMPLETED":
+            out.append(f"the slurmpre job ended {run.state}")
+        if not self.identical.get("slurmpre"):
+            out.append("its final weights differ from the uninterrupted run's")
+        if summary.steps_lost != 0:
+            out.append(f"it lost {summary.steps_lost} steps")
+        if summary.partial_checkpoint_loaded:
+            out.append("an attempt resumed from a partial checkpoint")
+        if len(run.hits) < len(self.schedule):
+            out.append(f"only {len(run.hits)} of {len(self.schedule)} preemptions happened")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        ref = self.runs.get("reference")
+        return {
+            "seed": self.seed,
+            "timings": self.timings,
+            "window_s": self.options.window,
+            "return_after_s": self.options.return_after,
+            "steps": self.options.training_steps(),
+            "checkpoint_every": self.options.every,
+            "prices": {
+                "on_demand_node_hour": self.options.prices.on_demand_node_hour,
+                "preemptible_discount": self.options.prices.preemptible_discount,
+            },
+            "schedule": [{"moment": m.kind, "after": m.after} for m in self.schedule],
+            "identical_weights": self.identical,
+            "runs": {
+                name: report.as_dict(run, ref, self.options.prices)
+                for name, run in self.runs.items()
+            },
+            "failures": self.failures(),
+            "workdir": str(self.workdir),
+        }
