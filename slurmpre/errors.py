@@ -26,6 +26,10 @@ class UsageError(SlurmpreError):
     exit_code = 2
 
 
+class SpecError(UsageError):
+    """A job spec is malformed; the message names the key and the value."""
+
+
 class CommandError(SlurmpreError):
     """An external command could not run, timed out, or failed."""
 
