@@ -1,4 +1,5 @@
-"""A preemption notice, and the file that carries it from node 0 to every rank.
+"""A preemption notice: where it comes from (a drain, the time-limit warning), and the
+file that carries it from node 0 to every rank.
 
 Node 0's watcher writes ``<checkpoint_dir>/.slurmpre/notice-<job>-<attempt>.json``
 (atomically) when it sees a drain or a time-limit warning; ranks learn of it
@@ -13,15 +14,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from slurmpre.atomic import write_atomic
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.records import describe_notice
 from slurmpre.reading import SMALL, read_text
+from slurmpre.signals import Latch
+from slurmpre.slurm.client import SlurmClient
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,61 @@ class Notice:
 
     def describe(self) -> str:
         return describe_notice(self.kind, self.node, self.reason)
+
+
+class NoticeSource(Protocol):
+    """Something that can tell that the job is about to lose its nodes."""
+
+    name: str
+
+    def poll(self) -> list[Notice]:
+        """Every notice it sees now (empty when all is well); SlurmpreError when it cannot tell."""
+        ...
+
+
+class DrainSource:
+    """The provider's notice: a node of the job drained (one query for all nodes)."""
+
+    name = "drain"
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        nodes: Sequence[str],
+        reason: re.Pattern[str] | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.nodes = tuple(nodes)
+        self.reason = reason
+        self.wall = wall
+        self.queries = 0
+
+    def poll(self) -> list[Notice]:
+        self.queries += 1
+        found = []
+        for node in self.client.nodes(self.nodes):
+            if node.name not in self.nodes or not node.draining:
+                continue
+            if self.reason is not None and not self.reason.search(node.reason or ""):
+                continue
+            found.append(Notice("drain", node.name, node.reason, self.wall(), node.reason_time))
+        return found
+
+
+class SignalSource:
+    """The time-limit warning: Slurm's ``--signal`` reaches the wrapper; a latch keeps its time."""
+
+    name = "time-limit"
+
+    def __init__(self, latch: Latch) -> None:
+        self.latch = latch
+
+    def poll(self) -> list[Notice]:
+        at = self.latch.at
+        if at is None:
+            return []
+        return [Notice("time-limit", None, "time limit warning from Slurm (--signal)", at, at)]
 
 
 def notice_path(folder: Path, job_tag: str, attempt: str | int) -> Path:

@@ -19,7 +19,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.job.args import RunOptions, parse_args
 from slurmpre.job.env import JobEnv, read_job_env
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import notice_path
+from slurmpre.job.notice import DrainSource, SignalSource, notice_path
 from slurmpre.job.records import End
 from slurmpre.job.resume import (
     agree,
@@ -29,7 +29,7 @@ from slurmpre.job.resume import (
     child_env,
 )
 from slurmpre.job.supervise import Supervisor, relay_notice
-from slurmpre.job.watch import DrainSource, SignalSource, Watcher
+from slurmpre.job.watch import Watcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import queue
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from slurmpre import defaults
 from slurmpre.errors import SlurmpreError
@@ -33,66 +32,18 @@ from slurmpre.job import checkpoints, records
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import Notice, listening_path, notice_path, taken_path, write_notice
+from slurmpre.job.notice import (
+    Notice,
+    NoticeSource,
+    listening_path,
+    notice_path,
+    taken_path,
+    write_notice,
+)
 from slurmpre.job.requeue import Action, Facts, decide
-from slurmpre.signals import Latch, quiet_thread
+from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import requeue_floor
-
-
-class NoticeSource(Protocol):
-    """Something that can tell that the job is about to lose its nodes."""
-
-    name: str
-
-    def poll(self) -> list[Notice]:
-        """Every notice it sees now (empty when all is well); SlurmpreError when it cannot tell."""
-        ...
-
-
-class DrainSource:
-    """The provider's notice: a node of the job drained (one query for all nodes)."""
-
-    name = "drain"
-
-    def __init__(
-        self,
-        client: SlurmClient,
-        nodes: Sequence[str],
-        reason: re.Pattern[str] | None = None,
-        wall: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.nodes = tuple(nodes)
-        self.reason = reason
-        self.wall = wall
-        self.queries = 0
-
-    def poll(self) -> list[Notice]:
-        self.queries += 1
-        found = []
-        for node in self.client.nodes(self.nodes):
-            if node.name not in self.nodes or not node.draining:
-                continue
-            if self.reason is not None and not self.reason.search(node.reason or ""):
-                continue
-            found.append(Notice("drain", node.name, node.reason, self.wall(), node.reason_time))
-        return found
-
-
-class SignalSource:
-    """The time-limit warning: Slurm's ``--signal`` reaches the wrapper; a latch keeps its time."""
-
-    name = "time-limit"
-
-    def __init__(self, latch: Latch) -> None:
-        self.latch = latch
-
-    def poll(self) -> list[Notice]:
-        at = self.latch.at
-        if at is None:
-            return []
-        return [Notice("time-limit", None, "time limit warning from Slurm (--signal)", at, at)]
 
 
 @dataclass(frozen=True)

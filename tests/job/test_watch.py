@@ -23,8 +23,15 @@ from slurmpre.job.checkpoints import writing
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import read_request, request_path
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import listening_path, notice_path, read_notice, taken_path
-from slurmpre.job.watch import DrainSource, SignalSource, WatchConfig, Watcher
+from slurmpre.job.notice import (
+    DrainSource,
+    SignalSource,
+    listening_path,
+    notice_path,
+    read_notice,
+    taken_path,
+)
+from slurmpre.job.watch import WatchConfig, Watcher
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
 
