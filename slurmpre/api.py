@@ -22,8 +22,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from filelock import Timeout
-
 from slurmpre.access import Access, make_dir, make_dirs, touch
 from slurmpre.access import from_env as access_from_env
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
@@ -35,6 +33,7 @@ from slurmpre.job.ledger import Ledger
 from slurmpre.job.meeting import Alone, FolderMeeting, Meeting, TorchMeeting, device
 from slurmpre.job.notice import Agree, NoticeGate
 from slurmpre.job.records import Checkpoint
+from slurmpre.locks import LockTimeout
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -180,7 +179,7 @@ def _writing(target: Path, access: Access, rank: int, timeout: float) -> Iterato
     try:
         lock = ledger.writing_lock(timeout)
         lock.acquire()
-    except Timeout:
+    except LockTimeout:
         raise CheckpointError(
             f"could not take {ledger.layout.writing_lock} within {timeout:g} s "
             "(is `slurmpre ckpt prune` stuck?)"

@@ -8,16 +8,23 @@ message names the command, the exit code and the indented stderr.
 
 from __future__ import annotations
 
-import logging
 import shlex
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmpre.errors import CommandError, SlurmpreError
 from slurmpre.signals import warning_blocked
 
-log = logging.getLogger(__name__)
+
+def _debug(message: str, *args: object) -> None:
+    """Log at debug level, when something set logging up (``--debug``); the job side
+    never imports logging (it would cost the wrapper's start-up, to say nothing)."""
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger(__name__).debug(message, *args)
+
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -58,7 +65,7 @@ def run(
 ) -> Result:
     """Run ``argv`` and return its output; raise ``error`` when it cannot run or fails."""
     argv = tuple(argv)
-    log.debug("run: %s", shlex.join(argv))
+    _debug("run: %s", shlex.join(argv))
     try:
         # The warning Slurm sends to the whole job step must not kill an `scontrol` the
         # wrapper runs at that instant: every command starts with it blocked.
@@ -86,7 +93,7 @@ def run(
     except subprocess.TimeoutExpired:
         raise error(f"command timed out after {timeout:g} s: {shlex.join(argv)}") from None
     result = Result(argv, proc.returncode, stdout, stderr)
-    log.debug("exit %d: %s", proc.returncode, argv[0])
+    _debug("exit %d: %s", proc.returncode, argv[0])
     if check and proc.returncode != 0:
         raise error(render_failure(argv, proc.returncode, stdout, stderr))
     return result

@@ -16,7 +16,7 @@ from typing import TypeVar
 from slurmpre import access, defaults, launchers
 from slurmpre.errors import UsageError
 from slurmpre.job import options
-from slurmpre.job.watch import WatchConfig
+from slurmpre.job.options import WatchConfig
 
 _T = TypeVar("_T")
 

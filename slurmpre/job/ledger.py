@@ -21,13 +21,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from slurmpre.access import OWNER, Access, make_dirs, set_mode
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 from slurmpre.job.layout import FolderLayout, attempt_key
 from slurmpre.job.records import AttemptId, Record, ShapeError, Start
+from slurmpre.locks import FolderLock, LockTimeout
 from slurmpre.reading import LARGE, SMALL, read_regular, read_text, real_inside, skip_line
 
 
@@ -64,20 +63,19 @@ class Ledger:
         self.clock = clock
         self.warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
 
-    def _lock(self, timeout: float = 60.0) -> FileLock:
+    def _lock(self, timeout: float = 60.0) -> FolderLock:
         return self._file_lock(self.layout.ledger_lock, timeout)
 
-    def writing_lock(self, timeout: float) -> FileLock:
+    def writing_lock(self, timeout: float) -> FolderLock:
         """Held by rank 0 while a checkpoint is written and committed, and by
         `ckpt prune` while it decides what to remove: never both at once."""
         return self._file_lock(self.layout.writing_lock, timeout)
 
-    def _file_lock(self, path: Path, timeout: float) -> FileLock:
-        """A lock in the ledger folder, which is made first with slurmpre's mode: filelock
-        would make a missing parent itself, with the umask's mode (0777 under umask 000)."""
+    def _file_lock(self, path: Path, timeout: float) -> FolderLock:
+        """A lock in the ledger folder, which is made first with slurmpre's mode."""
         if not self.dir.is_dir():
             self.ensure()
-        return FileLock(str(path), timeout=timeout, mode=self.access.file_mode)
+        return FolderLock(path, timeout=timeout, mode=self.access.file_mode)
 
     def ensure(self) -> None:
         """Create the ledger folder; an existing one is set to the access's mode."""
@@ -102,7 +100,7 @@ class Ledger:
                 fh.write(line.encode())
                 fh.flush()
                 os.fsync(fh.fileno())
-        except Timeout:
+        except LockTimeout:
             raise CheckpointError(
                 f"could not lock {self.layout.ledger_lock} within {timeout:g} s"
             ) from None
@@ -157,7 +155,7 @@ class Ledger:
                 write_atomic(
                     path, json.dumps(asdict(choice), sort_keys=True), mode=self.access.file_mode
                 )
-        except Timeout:
+        except LockTimeout:
             raise CheckpointError(
                 f"could not lock {self.layout.ledger_lock} within {timeout:g} s"
             ) from None

@@ -75,6 +75,21 @@ OPTIONS: tuple[Option, ...] = (
            "who may read what slurmpre creates: owner (default) or group"),
 )  # fmt: skip
 
+
+@dataclass(frozen=True)
+class WatchConfig:
+    interval: float = defaults.POLL_INTERVAL  # seconds between Slurm queries
+    jitter: float = 0.2  # +- this fraction of the interval, so jobs do not poll in step
+    window: float = defaults.PREEMPT_WINDOW  # drain -> removal, the provider's five minutes
+    time_warning: float = defaults.WARN_BEFORE_END  # --signal warning -> time limit
+    margin: float = defaults.SAFETY_MARGIN  # requeue anyway this long before the window closes
+    commit_poll: float = 0.25  # after a notice, how often to look for its checkpoint
+    max_backoff: float = 60.0  # longest wait between queries while a source does not answer
+    exit_grace: float = 5.0  # after a commit, how long to wait for a script that does not listen
+    in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
+    min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
+
+
 # Every word the wrapper takes as an option of its own.
 FLAGS = frozenset(o.flag for o in OPTIONS) | {"--help", "-h"}
 

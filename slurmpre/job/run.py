@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmpre.errors import SlurmpreError
 from slurmpre.job.args import RunOptions, parse_args
@@ -29,9 +31,11 @@ from slurmpre.job.resume import (
     child_env,
 )
 from slurmpre.job.supervise import Supervisor, relay_notice
-from slurmpre.job.watch import Watcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
+
+if TYPE_CHECKING:
+    from slurmpre.job.watch import Watcher
 
 
 def requeue_allowed(client: SlurmClient, job: JobEnv, say: Callable[[str], None]) -> bool:
@@ -40,6 +44,31 @@ def requeue_allowed(client: SlurmClient, job: JobEnv, say: Callable[[str], None]
     except SlurmpreError as exc:
         say(f"cannot read the job's requeue flag ({str(exc).splitlines()[0]}); assuming --requeue")
         return True
+
+
+def start_watcher(
+    opts: RunOptions,
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    client: SlurmClient,
+    warning: Latch,
+    say: Callable[[str], None],
+) -> Watcher:
+    from slurmpre.job.watch import Watcher  # here: off the path to the training
+
+    watcher = Watcher(
+        [DrainSource(client, job.nodes, opts.drain_reason), SignalSource(warning)],
+        job,
+        folder,
+        ledger,
+        client,
+        opts.watch,
+        requeue_allowed=requeue_allowed(client, job, say),
+        say=say,
+    )
+    watcher.start()
+    return watcher
 
 
 def run_attempt(
@@ -64,19 +93,6 @@ def run_attempt(
     ledger.ensure()
     client = client or CommandLineSlurm()
     watcher: Watcher | None = None
-    if job.is_first_node and opts.watching:
-        # Watching starts before the choice: a drain or a warning during start-up counts.
-        watcher = Watcher(
-            [DrainSource(client, job.nodes, opts.drain_reason), SignalSource(warning)],
-            job,
-            folder,
-            ledger,
-            client,
-            opts.watch,
-            requeue_allowed=requeue_allowed(client, job, say),
-            say=say,
-        )
-        watcher.start()
     stop_relay = threading.Event()
     started_at = time.time()
     try:
@@ -89,6 +105,11 @@ def run_attempt(
                 code = 128 + (supervisor.stopped or 15)
                 say(f"stopped by signal {supervisor.stopped} before the training started")
             else:
+                if job.is_first_node and opts.watching:
+                    # Started once the training is on its way: nothing is lost by it (a
+                    # node that drained during start-up is still draining, the warning is
+                    # latched), and its imports and Slurm query stay off that path.
+                    watcher = start_watcher(opts, job, folder, ledger, client, warning, say)
                 if opts.notice_signal is not None:
                     quiet_thread(
                         relay_notice,

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurmpre import defaults
 from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints, records
 from slurmpre.job.env import JobEnv
@@ -40,24 +39,11 @@ from slurmpre.job.notice import (
     taken_path,
     write_notice,
 )
+from slurmpre.job.options import WatchConfig
 from slurmpre.job.requeue import Action, Facts, decide
 from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import requeue_floor
-
-
-@dataclass(frozen=True)
-class WatchConfig:
-    interval: float = defaults.POLL_INTERVAL  # seconds between Slurm queries
-    jitter: float = 0.2  # +- this fraction of the interval, so jobs do not poll in step
-    window: float = defaults.PREEMPT_WINDOW  # drain -> removal, the provider's five minutes
-    time_warning: float = defaults.WARN_BEFORE_END  # --signal warning -> time limit
-    margin: float = defaults.SAFETY_MARGIN  # requeue anyway this long before the window closes
-    commit_poll: float = 0.25  # after a notice, how often to look for its checkpoint
-    max_backoff: float = 60.0  # longest wait between queries while a source does not answer
-    exit_grace: float = 5.0  # after a commit, how long to wait for a script that does not listen
-    in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
-    min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
 
 
 @dataclass

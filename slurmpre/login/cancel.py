@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from filelock import Timeout
-
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
+from slurmpre.locks import LockTimeout
 from slurmpre.login.jobs import Submitted, check_mine, slurm_job
 
 
@@ -34,7 +33,7 @@ def cancel(client: Any, entry: Submitted, *, after_checkpoint: bool, wait: float
     lock = ledger.writing_lock(wait if after_checkpoint else 0)
     try:
         lock.acquire()
-    except Timeout:
+    except LockTimeout:
         if after_checkpoint:
             raise SlurmpreError(
                 f"a checkpoint was still being written after {wait:g} s: job {entry.job} "

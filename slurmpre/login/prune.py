@@ -27,14 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import Timeout
-
 from slurmpre.errors import CheckpointError, JobNotFound, SlurmError, UsageError
 from slurmpre.job.checkpoints import Checkpoint, list_all
 from slurmpre.job.layout import LEFTOVER, PRUNED, FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
 from slurmpre.job.records import Start
+from slurmpre.locks import LockTimeout
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -217,7 +216,7 @@ def prune(
                 _own_entry(path, folder, root)
             if not dry_run:
                 sized = [(_set_aside(path), shown, why, size) for path, shown, why, size in sized]
-    except Timeout:
+    except LockTimeout:
         raise CheckpointError(
             f"a checkpoint is being written in {str(folder)!r} (its writing lock was held for "
             f"{wait:g} s): nothing removed; try again, or wait longer with --wait"

@@ -6,7 +6,6 @@ a pyslurm backend may be added behind the same Protocol.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -126,6 +125,8 @@ class CommandLineSlurm:
     def resize(self, job_id: str, nodes: Sequence[str]) -> dict[str, str | None]:
         # scontrol writes slurm_job_<id>_resize.{sh,csh} into its working directory:
         # a private one, so nothing lands in the user's folder and nobody else's is read.
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="slurmpre-resize-") as work:
             run(
                 ["scontrol", "update", f"JobId={job_id}", f"NodeList={','.join(nodes)}"],

@@ -31,7 +31,8 @@ from slurmpre.job.notice import (
     read_notice,
     taken_path,
 )
-from slurmpre.job.watch import WatchConfig, Watcher
+from slurmpre.job.options import WatchConfig
+from slurmpre.job.watch import Watcher
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
 

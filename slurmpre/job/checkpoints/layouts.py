@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import zipfile
 from pathlib import Path
 from stat import S_ISLNK, S_ISREG
 
@@ -98,6 +97,8 @@ def _relative(rel: object) -> bool:
 def _zip_complete(path: Path, root: str | None = None) -> tuple[bool, str]:
     """A Lightning/torch.save checkpoint: a zip archive that opens and holds a data.pkl.
     Only a regular file is opened (inside ``root``, a realpath, when given)."""
+    import zipfile  # only for Lightning's files: kept off the wrapper's start-up
+
     try:
         with open_regular(path, root=root) as fh, zipfile.ZipFile(fh) as archive:
             names = archive.namelist()
