@@ -17,7 +17,8 @@ import argparse
 from pathlib import Path
 
 from slurmpre.drill import report
-from slurmpre.drill.run import DrillOptions, render, run_drill
+from slurmpre.drill.options import DrillOptions
+from slurmpre.drill.run import render, run_drill
 from slurmpre.sandbox.cluster import Sandbox
 
 

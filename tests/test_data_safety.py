@@ -28,7 +28,7 @@ from slurmpre.job.ledger import Ledger
 from slurmpre.login.prune import prune, size_of
 
 from tests.conftest import slurmpre_cli, wait_for
-from tests.job.test_owner import Jobs
+from tests.fakes import Jobs
 from tests.records import dicts, record
 from tests.test_hostile import bounded, committed, dcp, fingerprint, hf, sane, torch_zip
 
@@ -62,7 +62,7 @@ def test_nothing_is_read_chosen_or_pruned_through_a_link_out_of_the_folder(
     assert not verdict.complete and "link" in verdict.reason
     with pytest.raises(CheckpointError, match=r"not in the checkpoint folder|not a complete"):
         slurmpre.committed(through, env={"SLURMPRE_CHECKPOINT_DIR": str(folder)})
-    done = prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}))
     assert not done.removed
     assert fingerprint(out) == before
 
@@ -98,7 +98,7 @@ def test_a_link_is_never_a_second_checkpoint_and_its_target_stays(
     Ledger(folder).ensure()
     assert latest(folder).checkpoint.path == old  # type: ignore[union-attr]
     assert not judge(alias).complete
-    done = prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}))
     assert old.exists() and latest(folder).checkpoint.path == old  # type: ignore[union-attr]
     assert not done.removed
     assert {k: v for k, v in fingerprint(folder).items() if not k.startswith(".slurmpre")} == before
@@ -126,7 +126,7 @@ def test_a_marker_of_another_step_does_not_make_a_checkpoint(tmp_path: Path) -> 
     verdict = judge(folder / step_dir_name(10))
     assert not verdict.complete and "of step 5, not 10" in verdict.reason
     assert latest(folder).checkpoint.path == old  # type: ignore[union-attr]
-    prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    prune(folder, 1, Jobs({}))
     assert old.is_dir() and (folder / step_dir_name(10)).is_dir()  # newer: it may be written
 
 
@@ -144,7 +144,7 @@ def test_prune_keeps_what_is_not_known_to_be_older_and_names_paths_in_full(
     os.utime(newest, (2_000, 2_000))
     os.utime(last, (3_000, 3_000))
     Ledger(folder).ensure()
-    done = prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}))
     assert last.exists() and newest.exists()
     assert {e.name for e in done.removed} == {
         "lightning_logs/version_0/checkpoints/epoch=0-step=10.ckpt",
@@ -157,7 +157,7 @@ def test_prune_keeps_what_is_not_known_to_be_older_and_names_paths_in_full(
     )
     # ... and an older last.ckpt goes like any older one.
     os.utime(last, (1_500, 1_500))
-    done = prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}))
     assert [e.name for e in done.removed] == ["lightning_logs/version_1/checkpoints/last.ckpt"]
 
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 import slurmpre
-from slurmpre.errors import CheckpointError, SlurmError, UsageError
+from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.job.checkpoints import latest, step_dir_name, writing
 from slurmpre.job.ledger import Ledger
 from slurmpre.login.prune import prune
-from slurmpre.slurm.parse import JobInfo
 
 from tests.conftest import slurmpre_cli
-from tests.job.test_owner import DONE, RUNNING, Jobs
+from tests.fakes import Jobs
+from tests.job.test_owner import DONE, RUNNING
 from tests.records import record
 
 
@@ -56,7 +56,7 @@ def test_keeps_the_newest_n_and_what_live_jobs_need(tmp_path: Path) -> None:
     (folder / ".incoming-step-00000045-8-0-n1").mkdir()  # job 8 died writing it
     (folder / ".partial-step-00000040-1700000000000").mkdir()
     jobs = Jobs({"7": RUNNING, "8": DONE})
-    done = prune(folder, 2, jobs)  # type: ignore[arg-type]
+    done = prune(folder, 2, jobs)
     assert names(folder) == [
         ".incoming-step-00000055-7-0-n3",
         "step-00000020",
@@ -83,8 +83,8 @@ def test_keeps_the_newest_n_and_what_live_jobs_need(tmp_path: Path) -> None:
 def test_keep_one_still_keeps_the_newest_complete_and_zero_is_refused(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, [1, 2], partial=[3])
     with pytest.raises(UsageError, match="--keep 0"):
-        prune(folder, 0, Jobs({}))  # type: ignore[arg-type]
-    prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+        prune(folder, 0, Jobs({}))
+    prune(folder, 1, Jobs({}))
     assert names(folder) == ["step-00000002", "step-00000003"]
 
 
@@ -92,13 +92,13 @@ def test_a_folder_with_only_partial_checkpoints_loses_nothing_but_dead_leftovers
     tmp_path: Path,
 ) -> None:
     folder = folder_with(tmp_path, [], partial=[1, 2])
-    done = prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}))
     assert done.removed == () and names(folder) == ["step-00000001", "step-00000002"]
 
 
 def test_dry_run_removes_nothing(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, [1, 2, 3])
-    done = prune(folder, 1, Jobs({}), dry_run=True)  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}), dry_run=True)
     assert [e.name for e in done.removed] == ["step-00000002", "step-00000001"]
     assert names(folder) == ["step-00000001", "step-00000002", "step-00000003"]
 
@@ -107,7 +107,7 @@ def test_a_job_slurm_cannot_judge_counts_as_live(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, [1, 2, 3])
     start(folder, "7", 1)
     said: list[str] = []
-    prune(folder, 1, Jobs({}, down=True), say=said.append)  # type: ignore[arg-type]
+    prune(folder, 1, Jobs({}, down=True), say=said.append)
     assert names(folder) == ["step-00000001", "step-00000003"]
     assert said == ["cannot tell whether job 7 still runs: keeping what it may need"]
 
@@ -134,20 +134,20 @@ def test_nothing_is_removed_while_a_checkpoint_is_being_written(tmp_path: Path) 
     try:
         assert inside.wait(60)
         with pytest.raises(CheckpointError, match="a checkpoint is being written"):
-            prune(folder, 1, Jobs({}), wait=0.5)  # type: ignore[arg-type]
+            prune(folder, 1, Jobs({}), wait=0.5)
         assert names(folder)[-3:] == ["step-00000001", "step-00000002", "step-00000003"]
     finally:
         release.set()
         writer.join(60)
     assert not failures
-    prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    prune(folder, 1, Jobs({}))
     assert names(folder) == ["step-00000004"]
 
 
 def test_a_prune_killed_midway_is_finished_by_the_next(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, [1, 2])
     (folder / "step-00000001").rename(folder / ".pruned-step-00000001-1700000000000000000")
-    done = prune(folder, 1, Jobs({}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}))
     assert names(folder) == ["step-00000002"]
     assert [e.name for e in done.removed] == ["step-00000001"]
 
@@ -155,7 +155,7 @@ def test_a_prune_killed_midway_is_finished_by_the_next(tmp_path: Path) -> None:
 def test_a_folder_slurmpre_never_wrote_to_is_refused(tmp_path: Path) -> None:
     (tmp_path / "step-00000001").mkdir()
     with pytest.raises(CheckpointError, match="prunes nothing"):
-        prune(tmp_path, 1, Jobs({}))  # type: ignore[arg-type]
+        prune(tmp_path, 1, Jobs({}))
 
 
 def test_cli_prune_and_verify(tmp_path: Path) -> None:
@@ -181,19 +181,6 @@ def test_a_job_slurm_knows_no_more_holds_nothing(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, [10, 20, 30])
     start(folder, "9", 10)  # gone
     start(folder, "6", 20)  # Slurm does not answer about it
-    done = prune(folder, 1, Unjudged({"6"}))  # type: ignore[arg-type]
+    done = prune(folder, 1, Jobs({}, unanswered={"6"}))
     assert {e.name for e in done.removed} == {"step-00000010"}
     assert {e.name: e.why for e in done.kept}["step-00000020"] == "a live job resumed from it"
-
-
-class Unjudged(Jobs):
-    """Slurm knows none of the jobs, and cannot be asked about those named."""
-
-    def __init__(self, unanswered: set[str]) -> None:
-        super().__init__({})
-        self.unanswered = unanswered
-
-    def job(self, job_id: str) -> JobInfo:
-        if job_id in self.unanswered:
-            raise SlurmError("command failed (exit 1): scontrol show job\n    Unable to contact")
-        return super().job(job_id)

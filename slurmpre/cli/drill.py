@@ -45,7 +45,8 @@ def drill(
     workdir: Path,
 ) -> None:
     """Preempt a real training job on the local sandbox and show that no work is lost."""
-    from slurmpre.drill.run import DrillOptions, render, run_drill
+    from slurmpre.drill.options import DrillOptions
+    from slurmpre.drill.run import render, run_drill
 
     opts = DrillOptions(
         preemptions=preemptions,

@@ -38,7 +38,7 @@ def test_the_run_is_long_enough_for_every_preemption_of_either_recipe(
     """Replays the worst a schedule can do: each attempt's moment as late as it can come,
     the seeds' recipe training through the window and keeping only its last periodic save.
     Every drain must come while the run still trains."""
-    from slurmpre.drill.run import DrillOptions
+    from slurmpre.drill.options import DrillOptions
 
     seed = random.SystemRandom().randrange(2**32)
     print(f"seed {seed}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment
 from slurmpre.drill.report import Hit
-from slurmpre.drill.run import DrillOptions, DrillResult, render
+from slurmpre.drill.run import render
 
 from tests.drill.test_report import reference_run, slurmpre_run
 

@@ -15,10 +15,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: find tests/
+
 from slurmpre.job.args import parse_args
 from slurmpre.job.run import run_attempt
 from slurmpre.signals import Latch
-from slurmpre.slurm.parse import NodeInfo
+from slurmpre.slurm.parse import JobInfo, NodeInfo, parse_jobs
+
+from tests.conftest import DATA
+from tests.fakes import FakeSlurm
 
 TRAIN = """\
 import os, time
@@ -32,16 +37,13 @@ with slurmpre.checkpoint(3) as path:
 """
 
 
-class Job:
-    requeue = True
-
-
-class KillingSlurm:
+class KillingSlurm(FakeSlurm):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def job(self, job_id: str) -> Job:
-        return Job()
+    def job(self, job_id: str) -> JobInfo:
+        text = (DATA / "slurm-22.05" / "job-running-elastic.txt").read_text()
+        return parse_jobs(text)[0]  # a running job with Requeue=1
 
     def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
         return [NodeInfo(n, "ALLOCATED", frozenset(), None, ("preemptible",)) for n in names]
@@ -74,7 +76,7 @@ def main() -> int:
     }
     warning = Latch()
     warning(signal.SIGUSR2, None)  # the time-limit warning, latched at start-up
-    return run_attempt(opts, env, warning=warning, client=KillingSlurm(folder))  # type: ignore[arg-type]
+    return run_attempt(opts, env, warning=warning, client=KillingSlurm(folder))
 
 
 if __name__ == "__main__":

@@ -8,26 +8,14 @@ import pytest
 from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import live_holders, recorded_jobs
-from slurmpre.slurm.parse import JobInfo, parse_jobs
+from slurmpre.slurm.parse import parse_jobs
 
 from tests.conftest import DATA
+from tests.fakes import Jobs
 from tests.records import record
 
 RUNNING = parse_jobs((DATA / "slurm-22.05" / "job-running-elastic.txt").read_text())[0]
 DONE = parse_jobs((DATA / "slurm-22.05" / "job-cancelled.txt").read_text())[0]
-
-
-class Jobs:
-    def __init__(self, known: dict[str, JobInfo], down: bool = False) -> None:
-        self.known, self.down, self.asked = known, down, []
-
-    def job(self, job_id: str) -> JobInfo:
-        self.asked.append(job_id)
-        if self.down:
-            raise SlurmError("command failed (exit 1): scontrol show job\n    Unable to contact")
-        if job_id not in self.known:
-            raise JobNotFound(f"Slurm knows no job {job_id}")  # as the client says it
-        return self.known[job_id]
 
 
 def ledger(tmp_path: Path, *jobs: str) -> Ledger:
@@ -42,7 +30,7 @@ def ledger(tmp_path: Path, *jobs: str) -> Ledger:
 def test_only_live_jobs_other_than_this_one_hold_the_folder(tmp_path: Path) -> None:
     led = ledger(tmp_path, "10", "11", "12", "13")
     jobs = Jobs({"11": RUNNING, "12": DONE, "13": RUNNING})
-    holders = live_holders(led, jobs, besides="13")  # type: ignore[arg-type]
+    holders = live_holders(led, jobs, besides="13")
     assert [h.job for h in holders] == ["11"]  # 10: purged by Slurm; 12: finished
     assert recorded_jobs(led) == ["11", "12", "13", "10"]
     assert "13" not in jobs.asked
@@ -50,7 +38,7 @@ def test_only_live_jobs_other_than_this_one_hold_the_folder(tmp_path: Path) -> N
 
 def test_when_slurm_does_not_answer_nothing_blocks_and_it_says_so(tmp_path: Path) -> None:
     said: list[str] = []
-    holders = live_holders(ledger(tmp_path, "10"), Jobs({}, down=True), say=said.append)  # type: ignore[arg-type]
+    holders = live_holders(ledger(tmp_path, "10"), Jobs({}, down=True), say=said.append)
     assert holders == []
     assert said == [
         "cannot tell whether job 10 still runs (command failed (exit 1): scontrol show job)"

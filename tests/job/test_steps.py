@@ -22,6 +22,7 @@ from slurmpre.job.inplace import Request, request_path, write_request
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.steps import Steps, parse_args, resized_env, step_argv
 
+from tests.fakes import FakeSlurm
 from tests.records import dicts
 
 NODES = "gpu-preemptible-dp-[1-3]"
@@ -48,7 +49,7 @@ sys.exit(int(os.environ.get("STEPS_EXIT", "0")))
 """
 
 
-class Slurm:
+class Slurm(FakeSlurm):
     def __init__(self, *, resize_fails: bool = False) -> None:
         self.resized: list[tuple[str, tuple[str, ...]]] = []
         self.requeued: list[str] = []
@@ -98,7 +99,7 @@ def steps(
     said: list[str] = []
     srun = str(tmp_path / "srun")
     opts = parse_args([f"--checkpoint-dir={folder}", *argv, "--", srun, "--ntasks-per-node=1"])
-    code = Steps(opts, read_job_env(env), env, slurm, said.append).run()  # type: ignore[arg-type]
+    code = Steps(opts, read_job_env(env), env, slurm, said.append).run()
     return code, said, slurm
 
 
@@ -170,7 +171,7 @@ def test_another_launcher_than_srun_never_restarts_in_place(tmp_path: Path) -> N
     mpirun.symlink_to(tmp_path / "srun")
     opts = parse_args([f"--checkpoint-dir={folder}", "--", str(mpirun)])
     slurm = Slurm()
-    Steps(opts, read_job_env(env), env, slurm, print).run()  # type: ignore[arg-type]
+    Steps(opts, read_job_env(env), env, slurm, print).run()
     assert slurm.resized == []
 
 

@@ -37,6 +37,7 @@ from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
 
 from tests.conftest import DATA
+from tests.fakes import FakeSlurm, Nodes
 from tests.records import dicts, record
 
 JOB = JobEnv(
@@ -57,7 +58,7 @@ class Clock:
         return EPOCH + self.now
 
 
-class ScriptedSlurm:
+class ScriptedSlurm(FakeSlurm):
     """Answers `nodes` from a script of drains (stamped as Slurm does, to the second)."""
 
     def __init__(self, clock: Clock) -> None:
@@ -125,7 +126,7 @@ class Harness:
         self.watcher = Watcher(
             [
                 DrainSource(
-                    self.slurm,  # type: ignore[arg-type]
+                    self.slurm,
                     job.nodes,
                     re.compile(reason) if reason else None,
                     wall=self.clock.wall,
@@ -135,7 +136,7 @@ class Harness:
             job,
             tmp_path,
             self.ledger,
-            self.slurm,  # type: ignore[arg-type]
+            self.slurm,
             config or WatchConfig(),
             requeue_allowed=requeue_allowed,
             say=self.said.append,
@@ -196,15 +197,11 @@ class Harness:
 
 
 def test_captured_draining_node_is_a_notice_with_slurms_own_time() -> None:
-    class Captured:
-        def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
-            return CAPTURED
-
-    (found,) = DrainSource(Captured(), ["gpu-preemptible-dp-1"]).poll()  # type: ignore[arg-type]
+    (found,) = DrainSource(Nodes(CAPTURED), ["gpu-preemptible-dp-1"]).poll()
     assert (found.node, found.reason) == ("gpu-preemptible-dp-1", "preempted [by test]")
     assert found.at == time.mktime((2026, 11, 30, 17, 17, 38, 0, 0, -1))
     assert found.anchored_on == "slurm"
-    assert DrainSource(Captured(), ["gpu-preemptible-dp-2"]).poll() == []  # type: ignore[arg-type]
+    assert DrainSource(Nodes(CAPTURED), ["gpu-preemptible-dp-2"]).poll() == []
 
 
 def test_drain_is_seen_within_one_interval_then_requeue_after_the_commit(tmp_path: Path) -> None:
