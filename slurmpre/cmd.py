@@ -1,5 +1,7 @@
-"""The one seam through which slurmpre runs the external commands it waits for (the
-sandbox's daemons, which it starts and leaves running, are started by the sandbox).
+"""The one seam through which slurmpre runs the external commands whose answer it reads
+(Slurm's tools, apt-get, munge's checks). The processes it supervises instead (the
+training under the wrapper, the batch script's srun steps, the sandbox's daemons)
+are started by their supervisors: job/supervise.py, job/steps.py, sandbox/daemons.py.
 
 argv lists only, never a shell; a timeout on every call; logged at debug; a
 missing executable, a time-out and a failure each become a `CommandError` whose

@@ -46,8 +46,9 @@ def end_all(snapshot: dict[int, int], grace: float = GRACE) -> list[int]:
     return alive
 
 
-def main() -> int:
-    end_all(read_snapshots(sys.stdin))
+def main(stream: object = None) -> int:
+    """Read snapshots until the wrapper's end closes the stream (stdin), then end the last."""
+    end_all(read_snapshots(sys.stdin if stream is None else stream))
     return 0
 
 

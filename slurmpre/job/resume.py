@@ -173,7 +173,6 @@ def child_env(
             "SLURMPRE_RESUME_STEP": "" if choice.step is None else str(choice.step),
             "SLURMPRE_RESTART_COUNT": str(job.restart_count),
             "SLURMPRE_JOB_TAG": tag,
-            "SLURMPRE_NUM_NODES": str(job.num_nodes),
             "SLURMPRE_WORLD_SIZE": str(choice.world_size),
             "SLURMPRE_PREVIOUS_WORLD_SIZE": ""
             if choice.previous_world_size is None

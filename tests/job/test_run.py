@@ -107,7 +107,7 @@ def test_all_nodes_resume_from_the_choice_of_node_0(sandbox: Sandbox, shared_tmp
         "    with writing(d, 2) as p: (p / 'w').write_text('2')\n"
         "time.sleep(1)\n"
         "keys = ['SLURMPRE_RESUME_FROM', 'SLURMPRE_RESUME_STEP', 'SLURMPRE_RESTART_COUNT',\n"
-        "        'SLURMPRE_WORLD_SIZE', 'SLURMPRE_NUM_NODES', 'SLURMPRE_JOB_TAG']\n"
+        "        'SLURMPRE_WORLD_SIZE', 'SLURMPRE_JOB_TAG']\n"
         "(d / ('seen-' + os.environ['SLURM_NODEID'])).write_text("
         "json.dumps({k: os.environ[k] for k in keys}))\n"
     )
@@ -127,7 +127,7 @@ def test_all_nodes_resume_from_the_choice_of_node_0(sandbox: Sandbox, shared_tmp
     assert seen[0] == seen[1]
     assert seen[0]["SLURMPRE_RESUME_FROM"] == str(ckpt / "step-00000001")
     assert seen[0]["SLURMPRE_RESUME_STEP"] == "1"
-    assert (seen[0]["SLURMPRE_RESTART_COUNT"], seen[0]["SLURMPRE_NUM_NODES"]) == ("0", "2")
+    assert (seen[0]["SLURMPRE_RESTART_COUNT"], seen[0]["SLURMPRE_WORLD_SIZE"]) == ("0", "2")
     starts = [r for r in dicts(Ledger(ckpt)) if r["event"] == "start"]
     assert len(starts) == 1 and starts[0]["resume_from"] == str(ckpt / "step-00000001")
     ends = [r for r in dicts(Ledger(ckpt)) if r["event"] == "end"]
@@ -187,14 +187,42 @@ def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> N
         f"open({str(pids)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
     )
     child = f"setsid {sys.executable} -c {shlex.quote(grandchild)} & wait"
+    # The real guard, behind a tee that records the pids of each snapshot it receives:
+    # the test waits until one holds the grandchild (no race with the 2 s tracking).
+    record = tmp_path / "guard-knows"
+    tee = (
+        "import os, sys\n"
+        "from slurmpre.job import guard\n"
+        "def lines():\n"
+        "    pids = []\n"
+        "    for line in sys.stdin:\n"
+        "        if line.strip():\n"
+        "            pids.append(line.split()[0])\n"
+        "        else:\n"
+        f"            open({str(record)!r} + '.tmp', 'w').write(' '.join(pids))\n"
+        f"            os.replace({str(record)!r} + '.tmp', {str(record)!r})\n"
+        "            pids = []\n"
+        "        yield line\n"
+        "guard.main(lines())\n"
+    )
     code = (
-        "import sys\n"
-        "from slurmpre.job.supervise import supervise\n"
-        f"sys.exit(supervise(['bash', '-c', {child!r}], {{}}))\n"
+        "import subprocess, sys\n"
+        "from slurmpre.job import supervise as s\n"
+        "def start_guard():\n"
+        "    with s.warning_blocked():\n"
+        f"        return subprocess.Popen([sys.executable, '-c', {tee!r}],\n"
+        "            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,\n"
+        "            stderr=subprocess.DEVNULL, start_new_session=True, text=True)\n"
+        "s._start_guard = start_guard\n"
+        f"sys.exit(s.supervise(['bash', '-c', {child!r}], {{}}))\n"
     )
     wrapper = subprocess.Popen([sys.executable, "-c", code])
     pid = int(wait_for("the grandchild", lambda: pids.exists() and pids.read_text(), timeout=10))
-    time.sleep(2.5)  # one snapshot of the tree has reached the guard
+    wait_for(
+        "a snapshot holding the grandchild to reach the guard",
+        lambda: record.exists() and str(pid) in record.read_text().split(),
+        timeout=30,
+    )
     wrapper.kill()
     wrapper.wait(timeout=10)
     wait_for(f"grandchild {pid} to be ended by the guard", lambda: not _alive(pid), timeout=15)
