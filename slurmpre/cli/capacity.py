@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from slurmpre import defaults
-from slurmpre.cli.common import folder_arg, json_text
+from slurmpre.cli.common import folder_arg, json_text, prices
 
 
 # -- nodes ---------------------------------------------------------------------
@@ -36,14 +35,7 @@ def nodes(as_json: bool) -> None:
 @click.option("--window", type=float, default=None, help="Drain to removal (default 300).")
 @click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
 @click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
-@click.option(
-    "--price", type=float, default=defaults.ON_DEMAND_PRICE, show_default=True,
-    help="On-demand $/GPU-hour.",
-)  # fmt: skip
-@click.option(
-    "--discount", type=float, default=defaults.PREEMPTIBLE_DISCOUNT, show_default=True,
-    help="Preemptible discount.",
-)  # fmt: skip
+@prices
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plan(
     folders: tuple[str, ...],

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from slurmpre import defaults
 from slurmpre.errors import UsageError
 
 
@@ -49,6 +51,18 @@ def sandbox_here() -> Any:
     from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 
     return Sandbox(Path(os.environ.get("SLURMPRE_SANDBOX_DIR", DEFAULT_STATE_DIR)))
+
+
+def prices(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--price`` and ``--discount`` options of the commands that show a cost."""
+    command = click.option(
+        "--discount", type=float, default=defaults.PREEMPTIBLE_DISCOUNT, show_default=True,
+        help="Preemptible discount.",
+    )(command)  # fmt: skip
+    return click.option(
+        "--price", type=float, default=defaults.ON_DEMAND_PRICE, show_default=True,
+        help="On-demand $/GPU-hour.",
+    )(command)  # fmt: skip
 
 
 def say_err(line: str) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from slurmpre import defaults
-from slurmpre.cli.common import json_text, say_err
+from slurmpre.cli.common import json_text, prices, say_err
 from slurmpre.errors import UsageError
 
 _checkpoint_dir = click.option(
@@ -22,14 +21,7 @@ _checkpoint_dir = click.option(
 @_checkpoint_dir
 @click.option("--follow", is_flag=True, help="Keep the view updated until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option(
-    "--price", type=float, default=defaults.ON_DEMAND_PRICE, show_default=True,
-    help="On-demand $/GPU-hour.",
-)  # fmt: skip
-@click.option(
-    "--discount", type=float, default=defaults.PREEMPTIBLE_DISCOUNT, show_default=True,
-    help="Preemptible discount.",
-)  # fmt: skip
+@prices
 def status(
     job: str | None,
     checkpoint_dir: str | None,

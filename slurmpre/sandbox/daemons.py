@@ -18,18 +18,24 @@ from slurmpre.sandbox.roots import Root
 
 def spawn_detached(argv: list[str], log: Path) -> int:
     """Start ``argv`` in a session of its own, output appended to ``log``; return its pid."""
+    return _detached(argv, log).pid
+
+
+def _detached(argv: list[str], log: Path, **ids: Any) -> subprocess.Popen[bytes]:
+    """``argv`` in a session of its own (as ``user``/``group`` in ``ids``, when given),
+    its output appended to ``log``."""
     with log.open("ab") as out:
         try:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                **ids,
             )
         except OSError as exc:
             raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
-    return proc.pid
 
 
 def munge_works(root: Root | None = None) -> bool:
@@ -69,15 +75,7 @@ def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
         argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
         argv += ["-F", "--force"]
         ids = {}
-    with (log_dir / "munged.out").open("ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            **ids,
-        )
+    proc = _detached(argv, log_dir / "munged.out", **ids)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if munge_works(root):
