@@ -1,7 +1,7 @@
 """sbatch's long options, read from Slurm's own ``src/common/slurm_opt.c``, one release each.
 
     python tests/data/sbatch/extract.py 22.05=PATH/slurm_opt.c 24.11=PATH/slurm_opt.c ... \
-        > slurmpre/login/sbatch_releases.py
+        > slurmpre/login/sbatch_releases.py && ruff format slurmpre/login/sbatch_releases.py
 
 An option belongs to sbatch when it is in ``common_options[]`` with a ``set_func`` or a
 ``set_func_sbatch`` (as ``slurm_option_table_create`` builds getopt_long's table).
@@ -20,6 +20,7 @@ whole table). Debian ships no source for 26.05.5 in its pool, so 26.05 is made s
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -62,13 +63,38 @@ def main(args: list[str]) -> None:
     print("src/common/slurm_opt.c by tests/data/sbatch/extract.py (see there): generated,")
     print('do not edit. N: no argument, R: required, O: optional (only as --opt=value)."""')
     print()
-    print("RELEASES: dict[str, dict[str, str]] = {")
-    for release, table in tables.items():
-        print(f'    "{release}": {{')
-        for name in sorted(table):
-            print(f'        "{name}": "{table[name][0]}",')
-        print("    },")
+    names = list(tables)
+    first = names[0]
+    print("# The first release's whole table; each later one as its changes to the one before it.")
+    print(f'FIRST = "{first}"')
+    print("FIRST_TABLE: dict[str, str] = {")
+    for name in sorted(tables[first]):
+        print(f'    "{name}": "{tables[first][name][0]}",')
     print("}")
+    print("# release: (the release before it, names added or of another kind, names removed)")
+    print("CHANGES: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {")
+    for before, release in itertools.pairwise(names):
+        old, new = tables[before], tables[release]
+        changed = {n: new[n][0] for n in sorted(new) if n not in old or old[n][0] != new[n][0]}
+        removed = sorted(n for n in old if n not in new)
+        print(f'    "{release}": (')
+        print(f'        "{before}",')
+        items = ", ".join(f'"{n}": "{k}"' for n, k in changed.items())
+        print("        {" + items + "},")
+        print("        (" + "".join(f'"{n}", ' for n in removed) + "),")
+        print("    ),")
+    print("}")
+    print()
+    print()
+    print("def _releases() -> dict[str, dict[str, str]]:")
+    print("    out = {FIRST: dict(FIRST_TABLE)}")
+    print("    for release, (before, changed, removed) in CHANGES.items():")
+    print("        table = {n: k for n, k in out[before].items() if n not in removed}")
+    print("        out[release] = {**table, **changed}")
+    print("    return out")
+    print()
+    print()
+    print("RELEASES: dict[str, dict[str, str]] = _releases()")
     aliases: dict[str, str] = {}
     for table in tables.values():
         by_val: dict[str, list[str]] = {}
