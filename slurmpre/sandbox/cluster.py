@@ -15,9 +15,8 @@ import socket
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from filelock import FileLock
 
@@ -28,19 +27,18 @@ from slurmpre.errors import CommandError, SandboxError, UsageError
 from slurmpre.sandbox.config import (
     CTLD_PORT,
     MARKER,
-    PGID,
     STOCK,
-    TRACKINGS,
     TUNED,
     NodeSpec,
     SandboxConfig,
+    State,
     node_specs,
     parse_topology,
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,
 )
-from slurmpre.sandbox.daemons import spawn_detached, start_munge
+from slurmpre.sandbox.daemons import log_excerpt, spawn_detached, start_munge
 from slurmpre.sandbox.host import (
     ensure_installed,
     host_suite,
@@ -56,33 +54,6 @@ from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
 
 DEFAULT_STATE_DIR = Path("/var/lib/slurmpre/sandbox")
 SLURM_ETC = Path("/etc/slurm")
-# Log lines that every healthy start prints and that explain nothing.
-_NOISE = ("pmix", "PMIx", "socket/core boundaries", "Couldn't load specified plugin name for mpi")
-
-
-@dataclass
-class State:
-    """What ``up`` started, as written to ``sandbox.json``."""
-
-    version: list[int]
-    timings: str
-    nodes: list[dict[str, Any]]  # name, preemptible, port, pid
-    slurmctld: int | None = None
-    munged: int | None = None  # None: munge was already running and is not ours
-    helpers: list[int] = field(default_factory=list)
-    tracking: str = PGID.name  # sandboxes recorded before tracking was a choice ran pgid
-    root: str | None = None  # a Debian root the Slurm daemons run in (None: the host's Slurm)
-    suite: str | None = None  # that root's Debian suite
-
-    def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
-        return SandboxConfig(
-            hostname=hostname,
-            state_dir=state_dir,
-            version=(self.version[0], self.version[1], self.version[2]),
-            nodes=tuple(NodeSpec(n["name"], n["preemptible"], n["port"]) for n in self.nodes),
-            timings=STOCK if self.timings == "stock" else TUNED,
-            tracking=TRACKINGS.get(self.tracking, PGID),
-        )
 
 
 class Sandbox:
@@ -325,8 +296,7 @@ class Sandbox:
             except SandboxError:
                 if time.monotonic() > deadline:
                     raise SandboxError(
-                        "slurmctld did not answer within "
-                        f"{timeout:g} s{self._log_excerpt(cfg.log_dir)}"
+                        f"slurmctld did not answer within {timeout:g} s{log_excerpt(cfg.log_dir)}"
                     ) from None
             time.sleep(0.2)
 
@@ -358,19 +328,8 @@ class Sandbox:
         seen = ", ".join(f"{n.name}={n.state}" for n in last) or "no answer"
         raise SandboxError(
             f"sandbox nodes did not come up within {timeout:g} s ({seen})"
-            f"{self._log_excerpt(self.state_dir / 'log')}"
+            f"{log_excerpt(self.state_dir / 'log')}"
         )
-
-    def _log_excerpt(self, log_dir: Path, lines: int = 12) -> str:
-        picked: list[str] = []
-        for log in sorted(log_dir.glob("*.log")) + sorted(log_dir.glob("*.out")):
-            for line in log.read_text(errors="replace").splitlines():
-                low = line.lower()
-                if ("error" in low or "fatal" in low) and not any(n in line for n in _NOISE):
-                    picked.append(f"    {log.name}: {line.strip()}")
-        if not picked:
-            return ""
-        return "\nlog lines that matter:\n" + "\n".join(picked[-lines:])
 
     # -- down ---------------------------------------------------------------
     def down(self, say: Callable[[str], None] = lambda _: None) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slurmpre.defaults import PREEMPTIBLE_FEATURE
 from slurmpre.errors import UsageError
@@ -242,3 +243,28 @@ def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
     if cfg.version < (24, 5, 0):
         return None
     return f"{MARKER}\nCgroupPlugin=disabled\n"
+
+
+@dataclass
+class State:
+    """What ``up`` started, as written to ``sandbox.json``."""
+
+    version: list[int]
+    timings: str
+    nodes: list[dict[str, Any]]  # name, preemptible, port, pid
+    slurmctld: int | None = None
+    munged: int | None = None  # None: munge was already running and is not ours
+    helpers: list[int] = field(default_factory=list)
+    tracking: str = PGID.name  # sandboxes recorded before tracking was a choice ran pgid
+    root: str | None = None  # a Debian root the Slurm daemons run in (None: the host's Slurm)
+    suite: str | None = None  # that root's Debian suite
+
+    def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
+        return SandboxConfig(
+            hostname=hostname,
+            state_dir=state_dir,
+            version=(self.version[0], self.version[1], self.version[2]),
+            nodes=tuple(NodeSpec(n["name"], n["preemptible"], n["port"]) for n in self.nodes),
+            timings=STOCK if self.timings == "stock" else TUNED,
+            tracking=TRACKINGS.get(self.tracking, PGID),
+        )

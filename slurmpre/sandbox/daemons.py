@@ -85,3 +85,20 @@ def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
         time.sleep(0.1)
     tail = (log_dir / "munged.out").read_text(errors="replace").strip().splitlines()[-3:]
     raise SandboxError("munged did not start: " + (" | ".join(tail) or "no output"))
+
+
+# Log lines that every healthy start prints and that explain nothing.
+_NOISE = ("pmix", "PMIx", "socket/core boundaries", "Couldn't load specified plugin name for mpi")
+
+
+def log_excerpt(log_dir: Path, lines: int = 12) -> str:
+    """The error lines of the daemons' logs that explain something, for a failed start."""
+    picked: list[str] = []
+    for log in sorted(log_dir.glob("*.log")) + sorted(log_dir.glob("*.out")):
+        for line in log.read_text(errors="replace").splitlines():
+            low = line.lower()
+            if ("error" in low or "fatal" in low) and not any(n in line for n in _NOISE):
+                picked.append(f"    {log.name}: {line.strip()}")
+    if not picked:
+        return ""
+    return "\nlog lines that matter:\n" + "\n".join(picked[-lines:])
