@@ -14,6 +14,11 @@ AGREE_TIMEOUT = 300.0  # seconds the other nodes wait for node 0's checkpoint ch
 CHECKPOINT_TIMEOUT = 1800.0  # seconds a rank waits for the others to finish a checkpoint
 ON_DEMAND_PRICE = 2.0  # $ per GPU-hour on demand, for cost figures (`status`, `plan`)
 PREEMPTIBLE_DISCOUNT = 0.5  # the preemptible nodes' discount: half price
+# How a job continues after a notice that ends its allocation: "requeue" (scontrol
+# requeue: Slurm starts it again after cred_expire + 1, 121 s on stock timings) or
+# "successor" (a new job with the same script takes over: no such floor).
+RESTARTS = ("requeue", "successor")
+RESTART = "requeue"
 
 # The range of every number a spec (and the wrapper's command line) accepts: finite,
 # and inside what Slurm itself takes (--signal's time is at most 65535 s).

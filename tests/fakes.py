@@ -43,6 +43,9 @@ class FakeSlurm:
     def requeue(self, job_id: str) -> None:
         raise self._unexpected(f"requeue {job_id}")
 
+    def set_requeue(self, job_id: str, requeue: bool) -> None:
+        raise self._unexpected(f"set_requeue {job_id} {requeue}")
+
     def cancel(self, job_id: str) -> None:
         raise self._unexpected(f"cancel {job_id}")
 

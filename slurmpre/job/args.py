@@ -68,6 +68,7 @@ def _parser() -> options.Parser:
     choices = {
         "--launcher": (launchers.NAMES, launchers.DEFAULT.value),
         "--file-access": (tuple(access.NAMES), access.OWNER.name),
+        "--restart": (defaults.RESTARTS, defaults.RESTART),
     }
     for o in options.OPTIONS:
         if o.kind == "switch":
@@ -109,6 +110,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         time_warning=numbers["warn_before_end"],
         margin=numbers["safety_margin"],
         in_place=not ns.no_in_place,
+        restart=ns.restart,
         min_nodes=ns.min_nodes,
     )
     reason = _checked("--drain-reason", ns.drain_reason, options.pattern)

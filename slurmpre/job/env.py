@@ -12,6 +12,8 @@ from slurmpre.slurm.hostlist import expand
 # Set by the batch script's supervisor (`slurmpre.job.steps`) for each step it starts.
 IN_PLACE_ENV = "SLURMPRE_IN_PLACE"
 BATCH_HOST_ENV = "SLURMPRE_BATCH_HOST"
+# Set in a successor's environment by the job it takes over from (`job.successor`).
+PREDECESSOR_ENV = "SLURMPRE_PREDECESSOR"
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
@@ -38,6 +40,7 @@ class JobEnv:
     array_task_id: str | None = None
     in_place: int = 0  # restarts inside this allocation so far (SLURMPRE_IN_PLACE)
     batch_host: str | None = None  # where the batch script's supervisor runs, when one does
+    predecessor: str | None = None  # the job this one takes over from (SLURMPRE_PREDECESSOR)
 
     @property
     def num_nodes(self) -> int:
@@ -100,4 +103,5 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         array_task_id=env.get("SLURM_ARRAY_TASK_ID") or None,
         in_place=_int(env, IN_PLACE_ENV, default=0),
         batch_host=env.get(BATCH_HOST_ENV) or None,
+        predecessor=env.get(PREDECESSOR_ENV) or None,
     )

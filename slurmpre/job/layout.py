@@ -13,6 +13,8 @@ Under a checkpoint folder (`FolderLayout`)::
     .slurmpre/listening-<job>-<attempt>         the script asks preemption_requested()
     .slurmpre/taken-<job>-<attempt>             ... and it answered True
     .slurmpre/in-place-<job>-<attempt>.json     a request to restart inside the allocation
+    .slurmpre/job.sbatch            the batch script of the last submit, for a successor
+    .slurmpre/submit-env.json       the environment sbatch had at that submit (no SLURM_*)
 
 In the log folder (`LogLayout`): ``<name>-<job>.out``, appended across restarts (Slurm
 writes it), and ``<name>-<job>.attempt-<n>.out``, one per attempt (the batch script
@@ -93,6 +95,14 @@ class FolderLayout:
 
     def in_place_request(self, job: str, attempt: str | int) -> Path:
         return self.meta / f"in-place-{job}-{attempt}.json"
+
+    @property
+    def script(self) -> Path:
+        return self.meta / "job.sbatch"
+
+    @property
+    def submit_env(self) -> Path:
+        return self.meta / "submit-env.json"
 
     def step(self, step: int) -> Path:
         return self.folder / step_dir_name(step)

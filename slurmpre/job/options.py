@@ -71,6 +71,9 @@ OPTIONS: tuple[Option, ...] = (
            "needs at least this many left"),
     Option("--no-in-place", "in_place", "switch", False,
            "always requeue on a drain, never restart inside the allocation"),
+    Option("--restart", "restart", "choice", None,
+           "requeue: scontrol requeue (default); successor: submit the same script as a "
+           "new job that takes over"),
     Option("--file-access", "file_access", "choice", None,
            "who may read what slurmpre creates: owner (default) or group"),
 )  # fmt: skip
@@ -87,6 +90,7 @@ class WatchConfig:
     max_backoff: float = 60.0  # longest wait between queries while a source does not answer
     exit_grace: float = 5.0  # after a commit, how long to wait for a script that does not listen
     in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
+    restart: str = defaults.RESTART  # else: "requeue", or "successor" (a new job takes over)
     min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
 
 

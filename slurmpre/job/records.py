@@ -303,6 +303,18 @@ class InPlace(AttemptRecord):
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Successor(AttemptRecord):
+    """The watcher submitted a new job to take over from this one (instead of a requeue),
+    after making this one not requeueable."""
+
+    EVENT: ClassVar[str] = "successor"
+    successor: str  # the new job's id
+    excluded: tuple[str, ...]  # the draining nodes it may not start on
+    why: str | None
+    submitted_at: float
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class InPlaceFailed(AttemptRecord):
     EVENT: ClassVar[str] = "in_place_failed"
     why: str | None
@@ -327,6 +339,7 @@ EVENTS: dict[str, type[Record]] = {
         Committed,
         Requeued,
         RequeueSkipped,
+        Successor,
         InPlaceRequested,
         InPlace,
         InPlaceFailed,

@@ -25,6 +25,7 @@ from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
 from slurmpre.job.records import AttemptId, Start
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
+from slurmpre.job.successor import wait_for_predecessor
 from slurmpre.launchers import Launcher
 from slurmpre.slurm.client import SlurmClient
 
@@ -57,6 +58,10 @@ def check_command(command: Sequence[str]) -> None:
         raise UsageError(f"command not found: {exe!r}")
 
 
+# Beyond the predecessor's window: its wrapper's teardown and Slurm's end of the job.
+PREDECESSOR_GRACE = 60.0
+
+
 def nproc_for(opts: RunOptions, job: JobEnv) -> int:
     return opts.nproc_per_node or job.gpus_on_node or 1
 
@@ -86,6 +91,9 @@ def agree(
     """Node 0 chooses the checkpoint for this attempt; the others wait for its choice."""
     if not job.is_first_node:
         return ledger.wait_choice(job.tag, job.attempt, opts.agree_timeout)
+    # A successor: the job it takes over from commits its notice checkpoint and ends
+    # within its window; nothing is chosen before that.
+    wait_for_predecessor(ledger, client, job, opts.watch.window + PREDECESSOR_GRACE, say)
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(

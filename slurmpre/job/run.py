@@ -136,7 +136,9 @@ def run_attempt(
                 # (it finished its work); the job must not end COMPLETED before that.
                 watcher.post_exit(code)
                 outcome = watcher.result(timeout=watcher.longest_wait())
-                if outcome.notice is not None and outcome.requeued:
+                if outcome.successor is not None:
+                    say(f"the training exited after the notice; job {outcome.successor} takes over")
+                elif outcome.notice is not None and outcome.requeued:
                     say("the training exited after the notice; the job is requeued")
                 elif outcome.in_place is not None:
                     say("the training exited after the notice; the next step restarts in place")

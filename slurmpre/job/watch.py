@@ -30,6 +30,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints, records
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
+from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import (
     Notice,
@@ -41,6 +42,7 @@ from slurmpre.job.notice import (
 )
 from slurmpre.job.options import WatchConfig
 from slurmpre.job.requeue import Action, Facts, decide
+from slurmpre.job.successor import submit_successor
 from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import requeue_floor
@@ -64,6 +66,7 @@ class Outcome:
     why: str = ""
     requeued: bool = False
     in_place: tuple[str, ...] | None = None  # the nodes kept, when restarting in place
+    successor: str | None = None  # the job that takes over, instead of a requeue
 
 
 @dataclass
@@ -113,6 +116,7 @@ class Watcher:
         self.finished = threading.Event()
         self.outcome = Outcome()
         self._state = _State()
+        self._successor_refused = False  # then requeue, as without successors
         self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
@@ -304,8 +308,9 @@ class Watcher:
         *,
         requeued: bool = False,
         in_place: tuple[str, ...] | None = None,
+        successor: str | None = None,
     ) -> None:
-        self.outcome = Outcome(self._state.notice, action, why, requeued, in_place)
+        self.outcome = Outcome(self._state.notice, action, why, requeued, in_place, successor)
 
     def _plan(self) -> Plan:
         notice = self._state.notice
@@ -365,6 +370,8 @@ class Watcher:
             self._ledger(records.RequeueSkipped, why="job has no --requeue")
             self._finish(Action.SKIP, "job has no --requeue")
             return True
+        if self.config.restart == "successor" and self._hand_over(why):
+            return True
         try:
             self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
@@ -373,6 +380,40 @@ class Watcher:
         self.say(f"requeued job {self.job.job_id} ({why})")
         self._ledger(records.Requeued, why=why, requeued_at=self.wall())
         self._finish(Action.REQUEUE, why, requeued=True)
+        return True
+
+    def _hand_over(self, why: str) -> bool:
+        """Submit the successor, once this job cannot be requeued; False (this job stays
+        requeueable, and is requeued instead) when either step fails."""
+        if self._successor_refused:
+            return False
+        exclude = sorted(self._state.drained)
+        try:
+            self.client.set_requeue(self.job.job_id, False)
+        except SlurmpreError as exc:
+            self.say(f"cannot make this job non-requeueable ({_first(exc)}): requeuing it")
+            self._successor_refused = True
+            return False
+        try:
+            successor = submit_successor(FolderLayout(self.folder), self.job, exclude)
+        except SlurmpreError as exc:
+            self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
+            self._successor_refused = True
+            try:
+                self.client.set_requeue(self.job.job_id, True)
+            except SlurmpreError as again:
+                self.say(f"cannot make this job requeueable again ({_first(again)})")
+            return False
+        where = f", not on {', '.join(exclude)}" if exclude else ""
+        self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
+        self._ledger(
+            records.Successor,
+            successor=successor,
+            excluded=tuple(exclude),
+            why=why,
+            submitted_at=self.wall(),
+        )
+        self._finish(Action.REQUEUE, why, successor=successor)
         return True
 
     def _committed_since_notice(self) -> tuple[int | None, str] | None:
@@ -433,3 +474,11 @@ def _notice_fields(notice: Notice, *, first: bool) -> dict[str, Any]:
         "seen_at": notice.seen_at,
         "first": first,
     }
+
+
+def _first(exc: BaseException) -> str:
+    """An error in one line: its first, and the last one of what the command said."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"

@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, access, reading
+from slurmpre import __version__, access, defaults, reading
 from slurmpre.errors import UsageError
 from slurmpre.job.layout import LogLayout
 from slurmpre.login import sbatch_options
@@ -136,6 +136,8 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv.append("--no-watch")
     if spec.nodes.elastic and spec.nodes.min > 1:
         argv += ["--min-nodes", str(spec.nodes.min)]
+    if spec.restart != defaults.RESTART:
+        argv.append(f"--restart={spec.restart}")
     if not spec.in_place:
         argv.append("--no-in-place")
     if spec.file_access != access.OWNER.name:

@@ -58,6 +58,7 @@ class JobSpec:
     notice_signal: str | None = None  # also send this signal to the training processes
     watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)
     in_place: bool = True  # a drained node other than the batch host: restart in the allocation
+    restart: str = defaults.RESTART  # otherwise: "requeue", or "successor" (a new job)
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
     file_access: str = "owner"  # who may read what slurmpre creates: "owner" or "group"
     python: str = ""  # the interpreter that has slurmpre on the nodes
@@ -134,6 +135,10 @@ def validate(
                 continue
             if not isinstance(value, str) or not v.GPU_TYPE.match(value):
                 raise v.bad(key, value, "must be a GPU type such as h100 (letters, digits, _.-)")
+            kw[key] = value
+        elif key == "restart":
+            if value not in defaults.RESTARTS:
+                raise v.bad(key, value, "must be 'requeue' or 'successor'")
             kw[key] = value
         elif key == "file_access":
             if not isinstance(value, str) or value not in access.NAMES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -11,7 +12,8 @@ from slurmpre import access, cmd
 from slurmpre.access import Access, make_dirs
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.job import records
+from slurmpre.job import records, successor
+from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
 from slurmpre.login import jobs
@@ -76,6 +78,9 @@ def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submit
             f"checkpoint folder {spec.checkpoint_dir!r} is in use by {describe(holders)}: "
             "wait for it or cancel it (or pass --force to share the folder anyway)"
         )
+    # What a successor will submit again (restart = "successor"): recorded before the
+    # job can start, so its first notice finds it.
+    successor.record(FolderLayout(Path(spec.checkpoint_dir)), script, os.environ, mode.file_mode)
     job_id = client.submit(script)
     ledger.append(records.Submitted(job=job_id, name=spec.name))
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"

@@ -45,6 +45,10 @@ class SlurmClient(Protocol):
 
     def requeue(self, job_id: str) -> None: ...
 
+    def set_requeue(self, job_id: str, requeue: bool) -> None:
+        """Whether Slurm may requeue the job (``scontrol update JobId=... Requeue=0|1``)."""
+        ...
+
     def cancel(self, job_id: str) -> None: ...
 
     def config(self) -> dict[str, str]:
@@ -115,6 +119,9 @@ class CommandLineSlurm:
 
     def requeue(self, job_id: str) -> None:
         self._run(["scontrol", "requeue", str(job_id)])
+
+    def set_requeue(self, job_id: str, requeue: bool) -> None:
+        self._run(["scontrol", "update", f"JobId={job_id}", f"Requeue={int(requeue)}"])
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", str(job_id)])

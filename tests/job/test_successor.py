@@ -1,0 +1,185 @@
+"""Successors (restart = "successor"): the hand-over instead of a requeue, without Slurm.
+
+sbatch is a stand-in script here that records what it was given (its arguments, the
+script on stdin, its environment): the sandbox tests submit to the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from slurmpre.errors import JobEnvironmentError
+from slurmpre.job.env import JobEnv
+from slurmpre.job.layout import FolderLayout
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.options import WatchConfig
+from slurmpre.job.records import Successor
+from slurmpre.job.successor import record, recorded, submit_env, wait_for_predecessor
+from slurmpre.slurm.parse import parse_jobs
+
+from tests.conftest import DATA
+from tests.fakes import Jobs
+from tests.job.test_watch import EPOCH, Harness
+
+RUNNING = parse_jobs((DATA / "slurm-22.05" / "job-running-elastic.txt").read_text())[0]
+DONE = parse_jobs((DATA / "slurm-22.05" / "job-cancelled.txt").read_text())[0]
+
+
+def fake_sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
+    """An sbatch that keeps what it got and answers job 77 (or refuses, as a QOS limit does)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    seen = tmp_path / "sbatch-seen.json"
+    body = (
+        "import json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'script': sys.stdin.read(), 'env': dict(os.environ)}},"
+        f" open({str(seen)!r}, 'w'))\n"
+    )
+    if fails:
+        body += "sys.stderr.write('sbatch: error: QOSMaxSubmitJobPerUserLimit\\n')\nsys.exit(1)\n"
+    else:
+        body += "print('77')\n"
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f"#!{os.sys.executable}\n" + body)  # type: ignore[attr-defined]
+    sbatch.chmod(sbatch.stat().st_mode | stat.S_IXUSR)
+    return seen
+
+
+def recorded_submit(folder: Path, tmp_path: Path, **env: str) -> None:
+    path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    Ledger(folder).ensure()
+    record(FolderLayout(folder), "#!/bin/bash\necho train\n", {"PATH": path, **env}, 0o600)
+
+
+def test_the_recorded_environment_is_sbatchs_at_submit_without_any_jobs_variables(
+    tmp_path: Path,
+) -> None:
+    env = {"PATH": "/usr/bin", "HF_TOKEN": "t", "SLURM_JOB_ID": "5", "SLURM_NODELIST": "n1",
+           "SBATCH_PARTITION": "p", "SLURMPRE_PREDECESSOR": "4"}  # fmt: skip
+    assert submit_env(env) == {"PATH": "/usr/bin", "HF_TOKEN": "t", "SBATCH_PARTITION": "p"}
+    Ledger(tmp_path).ensure()
+    record(FolderLayout(tmp_path), "#!/bin/bash\n", env, 0o600)
+    script, kept = recorded(FolderLayout(tmp_path))
+    assert script == "#!/bin/bash\n" and kept == submit_env(env)
+    assert FolderLayout(tmp_path).submit_env.stat().st_mode & 0o777 == 0o600
+
+
+def harness(tmp_path: Path, *, fails: bool = False) -> tuple[Harness, Path]:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    seen = fake_sbatch(tmp_path, fails=fails)
+    recorded_submit(folder, tmp_path, SLURM_JOB_ID="99")
+    h = Harness(folder, config=WatchConfig(restart="successor"))
+    h.slurm.requeue_flag = True  # type: ignore[attr-defined]
+
+    def set_requeue(job_id: str, requeue: bool) -> None:
+        h.slurm.requeue_flag = requeue  # type: ignore[attr-defined]
+        h.said.append(f"(set_requeue {job_id} {requeue})")
+
+    h.slurm.set_requeue = set_requeue  # type: ignore[method-assign]
+    return h, seen
+
+
+def test_on_a_drain_a_successor_takes_over_instead_of_a_requeue(tmp_path: Path) -> None:
+    h, seen = harness(tmp_path)
+    h.commit(10)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))  # the notice checkpoint
+    h.run()
+    assert h.slurm.requeued == []  # no requeue: no 121 s floor
+    assert h.slurm.requeue_flag is False  # type: ignore[attr-defined]
+    # This job was made non-requeueable before the successor was submitted.
+    order = [s for s in h.said if s.startswith("(set_requeue") or "takes over" in s]
+    assert order[0] == "(set_requeue 42 False)" and "job 77 takes over from job 42" in order[1]
+    got = json.loads(seen.read_text())
+    assert got["argv"][-1] == "--exclude=gpu-preemptible-dp-2"
+    assert got["script"] == "#!/bin/bash\necho train\n"
+    assert got["env"]["SLURMPRE_PREDECESSOR"] == "42"
+    assert "SLURM_JOB_ID" not in got["env"]  # neither the recorded one nor this job's
+    successor = h.record("successor")
+    assert successor["successor"] == "77" and successor["excluded"] == ["gpu-preemptible-dp-2"]
+    assert h.events() == ["notice", "committed", "successor"]
+    assert h.watcher.outcome.successor == "77"
+
+
+def test_a_refused_successor_falls_back_to_a_requeue_and_the_job_stays_requeueable(
+    tmp_path: Path,
+) -> None:
+    h, _ = harness(tmp_path, fails=True)
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.at(5.0, lambda: h.commit(3))
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert h.slurm.requeue_flag is True  # type: ignore[attr-defined]
+    assert any("QOSMaxSubmitJobPerUserLimit" in s and "requeuing instead" in s for s in h.said)
+    assert "successor" not in h.events()
+
+
+def test_without_a_recorded_submit_the_job_is_requeued(tmp_path: Path) -> None:
+    h = Harness(tmp_path, config=WatchConfig(restart="successor"))
+    h.slurm.set_requeue = lambda job_id, requeue: None  # type: ignore[method-assign]
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.at(5.0, lambda: h.commit(3))
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert any("no recorded submit" in s for s in h.said)
+
+
+SUCCESSOR = JobEnv("77", 0, 0, ("gpu-preemptible-dp-1",), "gpu-preemptible-dp-1", 0,
+                   predecessor="42")  # fmt: skip
+
+
+def handed_over(tmp_path: Path) -> Ledger:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append(Successor(job="42", attempt=0, successor="77", excluded=("n2",), why="x",
+                            submitted_at=EPOCH))  # fmt: skip
+    return ledger
+
+
+class Ending(Jobs):
+    """The predecessor runs for ``runs`` more questions, then has ended."""
+
+    def __init__(self, runs: int) -> None:
+        super().__init__({"42": RUNNING})
+        self.runs = runs
+
+    def job(self, job_id: str):  # type: ignore[no-untyped-def]
+        info = super().job(job_id)
+        self.runs -= 1
+        return info if self.runs >= 0 else DONE
+
+
+def test_the_successor_chooses_nothing_until_its_predecessor_has_ended(tmp_path: Path) -> None:
+    ledger, said, slept = handed_over(tmp_path), [], []
+    wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, said.append, sleep=slept.append)
+    assert len(slept) == 3 and any("has ended (CANCELLED): taking over" in s for s in said)
+
+
+def test_a_predecessor_that_does_not_end_in_time_is_never_trained_beside(tmp_path: Path) -> None:
+    ledger, now = handed_over(tmp_path), [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    with pytest.raises(JobEnvironmentError, match="job 42, which this job takes over from"):
+        wait_for_predecessor(ledger, Ending(10**6), SUCCESSOR, 30, print,
+                             clock=lambda: now[0], sleep=sleep)  # fmt: skip
+
+
+def test_a_predecessor_the_ledger_does_not_name_is_not_waited_for(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    said: list[str] = []
+    wait_for_predecessor(ledger, Jobs({}), SUCCESSOR, 30, said.append)
+    assert "records no hand-over" in said[0]
+
+
+def test_a_gone_predecessor_is_not_waited_for(tmp_path: Path) -> None:
+    said: list[str] = []
+    wait_for_predecessor(handed_over(tmp_path), Jobs({}), SUCCESSOR, 30, said.append)
+    assert said == []
