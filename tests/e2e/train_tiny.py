@@ -139,7 +139,7 @@ def main() -> None:
             )
 
     for step in range(start, args.steps):
-        if step == args.hold_at and slurmpre.restart_count() == 0:
+        if step == args.hold_at and resume is None:  # the first attempt, of a chain too
             hold_for_the_notice(out, rank)
         if args.honor_notice and slurmpre.preemption_requested():
             # Every rank agrees on this step: save it, record it, and stop;
