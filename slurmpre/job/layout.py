@@ -93,6 +93,10 @@ class FolderLayout:
     def taken(self, job: str, attempt: str | int) -> Path:
         return self.meta / f"taken-{job}-{attempt}"
 
+    def listening_files(self) -> list[Path]:
+        """Every attempt's mark that its script asked `preemption_requested()`."""
+        return sorted(self.meta.glob("listening-*"))
+
     def in_place_request(self, job: str, attempt: str | int) -> Path:
         return self.meta / f"in-place-{job}-{attempt}.json"
 

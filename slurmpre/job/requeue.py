@@ -7,10 +7,14 @@ The rules, in order:
    never requeue, whatever it saved last. Any other exit after a notice
    (it stopped on the notice, or failed) requeues now.
 2. The deadline inside the window has passed: requeue now.
-3. A checkpoint committed after the notice: a script that listens is requeued
+3. The attempt is still starting: its script asked `preemption_requested()` in an
+   earlier attempt but not yet in this one, so it has trained no step since it
+   resumed from the newest complete checkpoint. Nothing to save, nothing to wait
+   for: requeue (or hand over) now, not at the deadline.
+4. A checkpoint committed after the notice: a script that listens is requeued
    at once (that is its notice checkpoint); one that does not listen gets
    ``exit_grace`` seconds to exit, since its commit may be its final save.
-4. Otherwise wait.
+5. Otherwise wait.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Facts:
     exit_code: int | None  # the training's exit code, once it has exited
     past_deadline: bool
     exit_grace: float
+    listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Decision:
 
 
 AFTER_CHECKPOINT = "after the just-in-time checkpoint"
+STILL_STARTING = "nothing to save: the attempt is still starting (no step trained since it resumed)"
 
 
 def decide(facts: Facts) -> Decision:
@@ -54,6 +60,8 @@ def decide(facts: Facts) -> Decision:
         return Decision(Action.REQUEUE, f"the training exited ({facts.exit_code}) after the notice")
     if facts.past_deadline:
         return Decision(Action.REQUEUE, "deadline inside the window")
+    if facts.listened_before and not facts.listening and not facts.committed:
+        return Decision(Action.REQUEUE, STILL_STARTING)
     if facts.committed:
         if facts.listening:
             return Decision(Action.REQUEUE, AFTER_CHECKPOINT)

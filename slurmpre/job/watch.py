@@ -78,6 +78,7 @@ class _State:
     committed_at: float | None = None  # monotonic
     exit_code: int | None = None
     drained: set[str] = field(default_factory=set)
+    listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
 
 
 _STOP = object()
@@ -228,6 +229,8 @@ class Watcher:
         state.deadline = self.clock() + max(left, 0.0)
         current = _latest(self.folder)
         state.step_at_notice = current.step if current else None
+        own = listening_path(self.folder, self.job.tag, self.job.attempt)
+        state.listened_before = any(p != own for p in FolderLayout(self.folder).listening_files())
         try:
             write_notice(
                 notice_path(self.folder, self.job.tag, self.job.attempt),
@@ -283,6 +286,7 @@ class Watcher:
             exit_code=state.exit_code,
             past_deadline=state.deadline is not None and now >= state.deadline,
             exit_grace=self.config.exit_grace,
+            listened_before=state.listened_before,
         )
 
     def _step(self) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from slurmpre.job.requeue import AFTER_CHECKPOINT, Action, Facts, decide
+from slurmpre.job.requeue import AFTER_CHECKPOINT, STILL_STARTING, Action, Facts, decide
 
 
 def facts(**kw: object) -> Facts:
@@ -27,6 +27,10 @@ def facts(**kw: object) -> Facts:
         ({"listening": False, "committed": True, "since_commit": 1.0}, Action.WAIT, ""),
         ({"listening": False, "committed": True, "since_commit": 5.0}, Action.REQUEUE, None),
         ({"past_deadline": True}, Action.REQUEUE, "deadline inside the window"),
+        # Still starting: it listened in an earlier attempt, not yet in this one.
+        ({"listening": False, "listened_before": True}, Action.REQUEUE, STILL_STARTING),
+        ({"listening": True, "listened_before": True}, Action.WAIT, ""),
+        ({"listening": False, "listened_before": False}, Action.WAIT, ""),
         # Exit 0 without taking the notice: its work is done, whatever it saved last.
         ({"exit_code": 0}, Action.SKIP, "the training finished its work after the notice"),
         ({"exit_code": 0, "committed": True}, Action.SKIP, None),

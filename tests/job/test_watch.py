@@ -32,6 +32,7 @@ from slurmpre.job.notice import (
     taken_path,
 )
 from slurmpre.job.options import WatchConfig
+from slurmpre.job.requeue import STILL_STARTING
 from slurmpre.job.watch import Watcher
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
@@ -548,3 +549,17 @@ def test_without_a_supervisor_in_the_batch_script_it_requeues(tmp_path: Path) ->
     h.run()
     assert h.slurm.requeued == ["42"]
     assert "no supervisor" in str(h.record("notice")["restart_why"])
+
+
+def test_a_notice_while_the_attempt_is_still_starting_requeues_at_once(tmp_path: Path) -> None:
+    """Attempt 0's script listened; attempt 1's has not asked yet (it is loading, it has
+    trained nothing since it resumed): nothing to save, so no wait for the deadline."""
+    h = Harness(tmp_path, job=dataclasses.replace(JOB, restart_count=1))
+    h.commit(10)
+    listening_path(tmp_path, "42", 0).touch()  # the earlier attempt's mark
+    h.slurm.drains["gpu-preemptible-dp-1"] = (3.0, "preempted")
+    h.run()
+    requeued = h.record("requeued")
+    assert requeued["why"] == STILL_STARTING
+    # At the first look after the drain (an interval of 5 s, +- 20 %), not at the deadline.
+    assert requeued["requeued_at"] - EPOCH <= 3.0 + 5 * 1.2 + 0.5  # type: ignore[operator]
