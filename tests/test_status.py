@@ -117,3 +117,40 @@ def test_an_in_place_restart_is_a_row_of_its_own_and_not_a_requeue() -> None:
     assert st.restarts == 1  # Slurm requeued it once; the in-place restart is not one
     text = lines(st)
     assert any(line.split()[0] == "0.1" for line in text[2:])
+
+
+def test_a_run_handed_over_to_successors_is_one_run_across_job_ids() -> None:
+    """restart = "successor": job 10 hands over to 11, which hands over to 12; `status 10`
+    shows the run's three attempts, their jobs, and zero steps lost at each hand-over."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = []
+    for i, (job, after) in enumerate((("10", None), ("11", "10"), ("12", "11"))):
+        resumed = None if after is None else 20 * i
+        path = None if resumed is None else f"/c/step-{resumed:08d}"
+        recs.append({"event": "start", "job": job, "attempt": 0, "nodes": [f"n{i}"],
+                     "num_nodes": 1, "world_size": 1, "resume_from": path, "step": resumed,
+                     "time": t + 100 * i})  # fmt: skip
+        if job != "12":
+            recs += [
+                {"event": "notice", "job": job, "attempt": 0, "kind": "drain", "node": f"n{i}",
+                 "reason": "preempted", "seen_at": t + 100 * i + 50, "first": True,
+                 "time": t + 100 * i + 50},
+                {"event": "checkpoint", "job": job, "attempt": 0, "step": 20 * (i + 1),
+                 "path": "/c", "after_notice": True, "seconds": 1.0, "time": t + 100 * i + 55},
+                {"event": "successor", "job": job, "attempt": 0, "successor": str(11 + i),
+                 "excluded": [f"n{i}"], "why": "after the just-in-time checkpoint",
+                 "submitted_at": t + 100 * i + 56, "time": t + 100 * i + 56},
+            ]  # fmt: skip
+        recs.append({"event": "end", "job": job, "attempt": 0, "exit_code": 0, "seconds": 60.0,
+                     "time": t + 100 * i + 60})  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, now=t + 400)
+    assert st.chain == ["10", "11", "12"]
+    assert [a.job for a in st.attempts] == ["10", "11", "12"]
+    assert [a.ended for a in st.attempts] == ["notice -> job 11", "notice -> job 12", "completed"]
+    assert [a.steps_lost for a in st.attempts] == [0, 0, None]
+    assert st.restarts == 2
+    text = lines(st)
+    assert text[0].startswith("jobs 10 -> 11 -> 12 (run)")
+    assert any(line.lstrip().startswith("11.0 ") for line in text)
+    # Asked from the middle of the run, it shows the rest of it.
+    assert job_status("11", "run", "/c", typed(recs), None, now=t + 400).chain == ["11", "12"]

@@ -33,7 +33,7 @@ def status(
     """A job's attempts, how each ended, steps lost and cost; without JOB, your jobs."""
     from slurmpre.job.ledger import Ledger
     from slurmpre.login import jobs
-    from slurmpre.login.status import JobStatus, Prices, gpus_of, job_status, lines
+    from slurmpre.login.status import JobStatus, Prices, chain, gpus_of, job_status, lines
     from slurmpre.slurm.client import default_client
     from slurmpre.slurm.parse import FINISHED, UNKNOWN_TO_SLURM
 
@@ -48,9 +48,10 @@ def status(
     entry = jobs.locate(job or "", checkpoint_dir)
 
     def once() -> JobStatus:
-        info = jobs.slurm_view(client, entry.job, say_err)
-        jobs.check_mine(info, entry.job)
         records = Ledger(Path(entry.checkpoint_dir)).records()
+        last = chain(records, entry.job)[-1]  # after hand-overs, the successor Slurm runs
+        info = jobs.slurm_view(client, last, say_err)
+        jobs.check_mine(info, last)
         return job_status(
             entry.job,
             entry.name,
@@ -95,7 +96,7 @@ def _list_jobs(rows: list[dict[str, object]], as_json: bool) -> None:
 def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool) -> None:
     """The job's log: every attempt, appended; or one attempt's own log."""
     from slurmpre.login import jobs
-    from slurmpre.login.logs import log_path, show
+    from slurmpre.login.logs import follow_successors, log_path, show
     from slurmpre.slurm.client import default_client
 
     entry = jobs.locate(job, checkpoint_dir)
@@ -105,7 +106,10 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
     info = jobs.slurm_view(client, entry.job, say_err)
     jobs.check_mine(info, entry.job)
     path = log_path(entry, attempt, info)
-    show(path, lambda text: click.echo(text, nl=False), follow=follow, client=client, job=entry.job)
+    write = lambda text: click.echo(text, nl=False)  # noqa: E731
+    show(path, write, follow=follow, client=client, job=entry.job)
+    if follow and attempt is None:
+        follow_successors(entry, client, write)
 
 
 @click.command()

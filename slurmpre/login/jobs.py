@@ -24,6 +24,7 @@ from slurmpre.access import OWNER, make_dirs, set_mode
 from slurmpre.errors import CommandError, JobNotFound, SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Start
+from slurmpre.login.status import chain
 from slurmpre.reading import LARGE, read_regular, skip_line
 from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo
 
@@ -182,13 +183,14 @@ def rows(client: Any, last: int = 50) -> list[dict[str, object]]:
     live = {j.job_id: j for j in client.jobs() if j.user == me}
     out: list[dict[str, object]] = []
     for e in known()[-last:]:
-        info = live.get(e.job)
         try:
             records = Ledger(Path(e.checkpoint_dir)).records()
         except SlurmpreError:
             records = []
-        starts = [r for r in records if isinstance(r, Start) and r.job == e.job]
-        attempts = len({r.attempt for r in starts})
+        run = chain(records, e.job)  # the job, and the successors that took over from it
+        info = live.get(run[-1])
+        starts = [r for r in records if isinstance(r, Start) and r.job in run]
+        attempts = len({(r.job, r.attempt) for r in starts})
         out.append(
             {
                 "job": e.job,
@@ -196,6 +198,7 @@ def rows(client: Any, last: int = 50) -> list[dict[str, object]]:
                 "state": info.state if info else UNKNOWN_TO_SLURM,
                 "restarts": info.restarts if info else max(attempts - 1, 0),
                 "attempts": attempts,
+                "jobs": run,
                 "in_place": sum(1 for r in starts if r.in_place),
                 "checkpoint_dir": e.checkpoint_dir,
             }

@@ -11,7 +11,9 @@ from typing import Any
 
 from slurmpre.errors import CommandError, SlurmpreError, UsageError
 from slurmpre.job.layout import LogLayout
+from slurmpre.job.ledger import Ledger
 from slurmpre.login.jobs import Submitted, slurm_job
+from slurmpre.login.status import chain
 from slurmpre.reading import open_regular
 from slurmpre.slurm.parse import JobInfo
 
@@ -30,6 +32,26 @@ def log_path(entry: Submitted, attempt: int | None, info: JobInfo | None) -> Pat
     if info is not None and info.stdout:
         return Path(info.stdout)
     return logs.job_log(entry.job)
+
+
+def follow_successors(
+    entry: Submitted, client: Any, write: Callable[[str], None], *, limit: int = 1000
+) -> None:
+    """After a followed job ends: if it handed over to a successor (restart = "successor"),
+    follow that job's log too, and so on to the end of the run."""
+    current = entry.job
+    for _ in range(limit):
+        jobs = chain(Ledger(Path(entry.checkpoint_dir)).records(), current)
+        if len(jobs) < 2:
+            return
+        successor = jobs[1]
+        write(f"slurmpre: job {successor} takes over from job {current}\n")
+        info = slurm_job(client, successor)
+        nxt = Submitted(
+            successor, entry.name, entry.checkpoint_dir, entry.log_dir, entry.submitted_at
+        )
+        show(log_path(nxt, None, info), write, follow=True, client=client, job=successor)
+        current = successor
 
 
 def print_from(path: Path, offset: int, write: Callable[[str], None]) -> int:

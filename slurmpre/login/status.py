@@ -30,6 +30,7 @@ from slurmpre.job.records import (
     Record,
     Requeued,
     Start,
+    Successor,
 )
 from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo, tres
 
@@ -49,6 +50,7 @@ class AttemptRow:
     steps_lost: int | None
     gap_s: float | None  # this attempt's end -> the next one's start
     in_place: int = 0  # restarts inside the allocation before this row (attempt 2.1: 1)
+    job: str = ""  # the Slurm job of this attempt (a successor's, after a hand-over)
 
     @property
     def label(self) -> str:
@@ -73,14 +75,29 @@ class JobStatus:
     gpu_hours: float = 0.0
     cost_preemptible: float = 0.0
     cost_on_demand: float = 0.0
+    # The jobs of the run, first to last: one, or more after hand-overs to successors.
+    chain: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def chain(records: list[Record], job: str) -> list[str]:
+    """``job`` and the successors that took over from it, in order (each job hands over
+    at most once; a loop in a corrupt ledger ends the chain)."""
+    after = {r.job: r.successor for r in records if isinstance(r, Successor)}
+    out = [job]
+    while out[-1] in after and after[out[-1]] not in out:
+        out.append(after[out[-1]])
+    return out
+
+
 def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> str:
     end = next((r for r in recs if isinstance(r, End)), None)
     requeued = any(isinstance(r, Requeued) for r in recs)
+    handed = next((r for r in recs if isinstance(r, Successor)), None)
+    if handed is not None:
+        return f"notice -> job {handed.successor}"
     notices = [r for r in recs if isinstance(r, Notice)]
     kind = notices[0].kind if notices else None
     if requeued:
@@ -111,15 +128,23 @@ def job_status(
     prices: Prices = Prices(),
     now: float,
 ) -> JobStatus:
-    """Rows from the ledger's records of ``job``; ``slurm`` is None when Slurm forgot it."""
-    mine = [r for r in records if isinstance(r, AttemptRecord) and r.job == job]
-    # An attempt is Slurm's restart count and, after in-place restarts, their number.
-    attempts = sorted({r.attempt_id for r in mine}, key=lambda a: (a.restart, a.in_place))
-    starts = {r.attempt_id: r for r in mine if isinstance(r, Start)}
+    """Rows from the ledger's records of the run that ``job`` began: its attempts, then
+    those of each successor that took over. ``slurm`` is Slurm's view of the run's last
+    job (None when Slurm forgot it)."""
+    jobs = chain(records, job)
+    order = {j: i for i, j in enumerate(jobs)}
+    mine = [r for r in records if isinstance(r, AttemptRecord) and r.job in order]
+    # An attempt is its job in the chain, Slurm's restart count and, after in-place
+    # restarts, their number.
+    attempts = sorted(
+        {(r.job, r.attempt_id) for r in mine},
+        key=lambda a: (order[a[0]], a[1].restart, a[1].in_place),
+    )
+    starts = {(r.job, r.attempt_id): r for r in mine if isinstance(r, Start)}
     rows: list[AttemptRow] = []
     node_seconds = 0.0
     for i, k in enumerate(attempts):
-        recs = [r for r in mine if r.attempt_id == k]
+        recs = [r for r in mine if (r.job, r.attempt_id) == k]
         start = starts.get(k)
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
         end = next((r for r in recs if isinstance(r, End)), None)
@@ -145,8 +170,9 @@ def job_status(
                 lost = newest - next_step  # at least: steps after `newest` are not seen
         rows.append(
             AttemptRow(
-                attempt=k.restart,
-                in_place=k.in_place,
+                attempt=k[1].restart,
+                in_place=k[1].in_place,
+                job=k[0],
                 nodes=start.nodes if start else (),
                 started_at=started,
                 ended_at=ended_at,
@@ -160,15 +186,18 @@ def job_status(
                 gap_s=(nxt.time - ended_at if nxt and nxt.time is not None and ended_at else None),
             )
         )
-    requeues = max(len({a.attempt for a in rows}) - 1, 0)
+    restarts = max(len({(a.job, a.attempt) for a in rows}) - 1, 0)
     node_hours = node_seconds / 3600
     gpu_hours = node_hours * gpus_per_node
     billed = gpu_hours if gpus_per_node else node_hours
+    if slurm is not None and len(jobs) == 1:
+        restarts = max(restarts, slurm.restarts)  # Slurm's count holds attempts unrecorded
     return JobStatus(
         job=job,
         name=name,
+        chain=jobs,
         state=slurm.state if slurm is not None else UNKNOWN_TO_SLURM,
-        restarts=slurm.restarts if slurm is not None else requeues,
+        restarts=restarts,
         checkpoint_dir=checkpoint_dir,
         attempts=rows,
         node_hours=node_hours,
@@ -192,8 +221,9 @@ def _clock(t: float | None, t0: float | None) -> str:
 
 
 def lines(st: JobStatus) -> list[str]:
+    jobs = f"jobs {' -> '.join(st.chain)}" if len(st.chain) > 1 else f"job {st.job}"
     out = [
-        f"job {st.job} ({st.name}): {st.state}, {st.restarts} restart(s); "
+        f"{jobs} ({st.name}): {st.state}, {st.restarts} restart(s); "
         f"checkpoints in {st.checkpoint_dir}"
     ]
     t0 = next((a.started_at for a in st.attempts if a.started_at is not None), None)
@@ -202,8 +232,9 @@ def lines(st: JobStatus) -> list[str]:
         f"{'notice ckpt':>11} {'lost':>4} {'gap s':>6}"
     )
     for a in st.attempts:
+        label = f"{a.job}.{a.label}" if len(st.chain) > 1 else a.label
         out.append(
-            f"  {a.label:>4} {','.join(a.nodes) or '-':<40} {_clock(a.started_at, t0):>7} "
+            f"  {label:>4} {','.join(a.nodes) or '-':<40} {_clock(a.started_at, t0):>7} "
             f"{_clock(a.ended_at, t0):>7}  {a.ended:<22} "
             f"{'-' if a.resume_step is None else a.resume_step:>7} "
             f"{'-' if a.checkpoint_step is None else a.checkpoint_step:>11} "
