@@ -242,7 +242,8 @@ class Watcher:
         late = self.wall() - notice.since
         restart = self._plan()
         floor = self._requeue_floor()
-        how = "restart in place" if restart.keep else "requeue"
+        successor = self.config.restart == "successor"
+        how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
         self.say(
             f"preemption notice: {notice.describe()}, {late:.0f} s ago "
             f"(time from {notice.anchored_on}); asking every rank to checkpoint, "
@@ -250,10 +251,13 @@ class Watcher:
         )
         # What Slurm itself adds before the next step can start, beyond the job's own
         # start-up: a requeue waits for cred_expire + 1 (and then for nodes); an
-        # in-place restart only for the release of the drained node.
+        # in-place restart only for the release of the drained node; a successor for
+        # a free node and its predecessor's end.
         expected: dict[str, int | None] = {"requeue": floor}
         if restart.keep:
             expected["in_place"] = 0
+        elif successor:
+            expected["successor"] = 0
         self._ledger(
             records.Notice,
             **_notice_fields(notice, first=True),
@@ -261,7 +265,7 @@ class Watcher:
             drained_at=notice.since,
             deadline_from=notice.anchored_on,
             deadline_at=notice.since + budget,
-            restart="in_place" if restart.keep else "requeue",
+            restart="in_place" if restart.keep else "successor" if successor else "requeue",
             restart_why=restart.why,
             requeue_floor_s=floor,
             expected_wait_s=expected,
