@@ -28,6 +28,7 @@ from slurmpre.reading import MEDIUM, read_text
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 POLL = 1.0  # seconds between looks at the predecessor
+RECORD_GRACE = 30.0  # seconds a hand-over record may take to follow the successor's start
 
 
 def submit_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -91,18 +92,8 @@ def wait_for_predecessor(
     predecessor = job.predecessor
     if not predecessor:
         return
-    handed = [
-        r
-        for r in ledger.records()
-        if isinstance(r, Successor) and r.job == predecessor and r.successor == job.job_id
-    ]
-    if not handed:
-        say(
-            f"{PREDECESSOR_ENV}={predecessor}, but the ledger records no hand-over from that "
-            "job to this one: not waiting for it"
-        )
-        return
     deadline = clock() + timeout
+    named_by = clock() + RECORD_GRACE
     said = False
     while True:
         try:
@@ -116,6 +107,14 @@ def wait_for_predecessor(
         if info is not None and info.finished:
             say(f"job {predecessor} has ended ({info.state}): taking over")
             return
+        # The predecessor records the hand-over just after its sbatch returns: only a
+        # job that the ledger names as handing over to this one is waited for.
+        if not _handed_over(ledger, predecessor, job.job_id) and clock() >= named_by:
+            say(
+                f"{PREDECESSOR_ENV}={predecessor}, but the ledger records no hand-over from "
+                "that job to this one: not waiting for it"
+            )
+            return
         if clock() >= deadline:
             raise JobEnvironmentError(
                 f"job {predecessor}, which this job takes over from, still runs after "
@@ -125,3 +124,10 @@ def wait_for_predecessor(
             say(f"waiting for job {predecessor} to commit its checkpoint and end")
             said = True
         sleep(POLL)
+
+
+def _handed_over(ledger: Ledger, predecessor: str, successor: str) -> bool:
+    return any(
+        isinstance(r, Successor) and r.job == predecessor and r.successor == successor
+        for r in ledger.records()
+    )

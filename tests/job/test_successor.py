@@ -135,7 +135,7 @@ SUCCESSOR = JobEnv("77", 0, 0, ("gpu-preemptible-dp-1",), "gpu-preemptible-dp-1"
 
 def handed_over(tmp_path: Path) -> Ledger:
     ledger = Ledger(tmp_path)
-    ledger.ensure()
+    ledger.ensure()  # (again: the folder may hold a ledger already)
     ledger.append(Successor(job="42", attempt=0, successor="77", excluded=("n2",), why="x",
                             submitted_at=EPOCH))  # fmt: skip
     return ledger
@@ -172,11 +172,38 @@ def test_a_predecessor_that_does_not_end_in_time_is_never_trained_beside(tmp_pat
 
 
 def test_a_predecessor_the_ledger_does_not_name_is_not_waited_for(tmp_path: Path) -> None:
+    """Not after the grace for its record: the live-job check then refuses to share."""
     ledger = Ledger(tmp_path)
     ledger.ensure()
     said: list[str] = []
-    wait_for_predecessor(ledger, Jobs({}), SUCCESSOR, 30, said.append)
-    assert "records no hand-over" in said[0]
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    wait_for_predecessor(ledger, Ending(10**6), SUCCESSOR, 300, said.append,
+                         clock=lambda: now[0], sleep=sleep)  # fmt: skip
+    assert "records no hand-over" in said[-1]
+    assert 30 <= now[0] <= 32
+
+
+def test_a_hand_over_recorded_just_after_the_successor_starts_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """The predecessor appends the record once its sbatch has returned: a successor that
+    starts first must not take the missing record for a stranger's variable."""
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    said: list[str] = []
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        if len(slept) == 2:
+            handed_over(tmp_path)  # appends the record (the ledger is the same folder)
+
+    wait_for_predecessor(ledger, Ending(5), SUCCESSOR, 300, said.append, sleep=sleep)
+    assert len(slept) == 5 and "taking over" in said[-1]
 
 
 def test_a_gone_predecessor_is_not_waited_for(tmp_path: Path) -> None:
