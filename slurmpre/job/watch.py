@@ -29,7 +29,6 @@ from typing import Any
 from slurmpre.errors import SlurmpreError
 from slurmpre.job import checkpoints, records
 from slurmpre.job.env import JobEnv
-from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import (
@@ -42,10 +41,9 @@ from slurmpre.job.notice import (
 )
 from slurmpre.job.options import WatchConfig
 from slurmpre.job.requeue import Action, Facts, decide
-from slurmpre.job.successor import submit_successor
+from slurmpre.job.restart import Restarts
 from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
-from slurmpre.slurm.parse import requeue_floor
 
 
 @dataclass
@@ -107,7 +105,6 @@ class Watcher:
         self.ledger = ledger
         self.client = client
         self.config = config
-        self.requeue_allowed = requeue_allowed
         self.say = say
         self.clock = clock
         self.wall = wall
@@ -117,7 +114,9 @@ class Watcher:
         self.finished = threading.Event()
         self.outcome = Outcome()
         self._state = _State()
-        self._successor_refused = False  # then requeue, as without successors
+        self.restarts = Restarts(
+            job, folder, ledger, client, config, requeue_allowed, say, self.wall, self._ledger
+        )
         self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
@@ -240,8 +239,8 @@ class Watcher:
         except OSError as exc:
             self.say(f"could not write the notice file: {exc}")
         late = self.wall() - notice.since
-        restart = self._plan()
-        floor = self._requeue_floor()
+        restart = self.restarts.plan(notice.kind, state.drained)
+        floor = self.restarts.floor()
         successor = self.config.restart == "successor"
         how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
         self.say(
@@ -300,14 +299,25 @@ class Watcher:
         decision = decide(self._facts())
         if decision.action is Action.WAIT:
             return False
-        if decision.action is Action.REQUEUE and self._restart_in_place(decision.why):
-            return True
         if decision.action is Action.SKIP:
             self.say(f"not requeuing: {decision.why}")
             self._ledger(records.RequeueSkipped, why=decision.why)
             self._finish(Action.SKIP, decision.why)
             return True
-        return self._requeue(decision.why)
+        kind = self._state.notice.kind
+        done = self.restarts.in_place(decision.why, kind, self._state.drained)
+        if done is None:
+            done = self.restarts.go_on(decision.why, self._state.drained)
+        if done is None:
+            return False  # the requeue failed: the next round tries again
+        self._finish(
+            done.action,
+            done.why or decision.why,
+            requeued=done.requeued,
+            in_place=done.in_place,
+            successor=done.successor,
+        )
+        return True
 
     def _finish(
         self,
@@ -319,110 +329,6 @@ class Watcher:
         successor: str | None = None,
     ) -> None:
         self.outcome = Outcome(self._state.notice, action, why, requeued, in_place, successor)
-
-    def _plan(self) -> Plan:
-        notice = self._state.notice
-        return plan(
-            kind=notice.kind if notice else "",
-            nodes=self.job.nodes,
-            drained=self._state.drained,
-            batch_host=self.job.batch_host,
-            min_nodes=self.config.min_nodes,
-            enabled=self.config.in_place,
-        )
-
-    def _requeue_floor(self) -> int | None:
-        try:
-            return requeue_floor(self.client.config())
-        except SlurmpreError as exc:
-            self.say(f"cannot read Slurm's configuration: {str(exc).splitlines()[0]}")
-            return None
-
-    def _restart_in_place(self, why: str) -> bool:
-        """Ask the batch script's supervisor to go on without the drained nodes; False
-        (requeue instead) when the plan, made again now, says the job cannot."""
-        restart = self._plan()
-        if restart.keep is None:
-            return False
-        release = tuple(n for n in self.job.nodes if n not in restart.keep)
-        path = request_path(self.folder, self.job.tag, self.job.attempt)
-        try:
-            write_request(
-                path,
-                Request(restart.keep, release, why, self.wall()),
-                mode=self.ledger.access.file_mode,
-            )
-        except OSError as exc:
-            self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
-            return False
-        self.say(
-            f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)} "
-            f"({why}): the next step starts when this one ends"
-        )
-        self._ledger(
-            records.InPlaceRequested,
-            keep=tuple(restart.keep),
-            release=tuple(release),
-            why=why,
-            requested_at=self.wall(),
-        )
-        self._finish(Action.REQUEUE, why, in_place=restart.keep)
-        return True
-
-    def _requeue(self, why: str) -> bool:
-        if not self.requeue_allowed:
-            self.say(
-                "the job was submitted without --requeue: not requeuing it "
-                "(the checkpoint is taken; resubmit to resume)"
-            )
-            self._ledger(records.RequeueSkipped, why="job has no --requeue")
-            self._finish(Action.SKIP, "job has no --requeue")
-            return True
-        if self.config.restart == "successor" and self._hand_over(why):
-            return True
-        try:
-            self.client.requeue(self.job.job_id)
-        except SlurmpreError as exc:
-            self.say(f"requeue failed, retrying: {str(exc).splitlines()[0]}")
-            return False  # the next round tries again
-        self.say(f"requeued job {self.job.job_id} ({why})")
-        self._ledger(records.Requeued, why=why, requeued_at=self.wall())
-        self._finish(Action.REQUEUE, why, requeued=True)
-        return True
-
-    def _hand_over(self, why: str) -> bool:
-        """Submit the successor, once this job cannot be requeued; False (this job stays
-        requeueable, and is requeued instead) when either step fails."""
-        if self._successor_refused:
-            return False
-        exclude = sorted(self._state.drained)
-        try:
-            self.client.set_requeue(self.job.job_id, False)
-        except SlurmpreError as exc:
-            self.say(f"cannot make this job non-requeueable ({_first(exc)}): requeuing it")
-            self._successor_refused = True
-            return False
-        try:
-            successor = submit_successor(FolderLayout(self.folder), self.job, exclude)
-        except SlurmpreError as exc:
-            self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
-            self._successor_refused = True
-            try:
-                self.client.set_requeue(self.job.job_id, True)
-            except SlurmpreError as again:
-                self.say(f"cannot make this job requeueable again ({_first(again)})")
-            return False
-        where = f", not on {', '.join(exclude)}" if exclude else ""
-        self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
-        self._ledger(
-            records.Successor,
-            successor=successor,
-            excluded=tuple(exclude),
-            why=why,
-            submitted_at=self.wall(),
-        )
-        self._finish(Action.REQUEUE, why, successor=successor)
-        return True
 
     def _committed_since_notice(self) -> tuple[int | None, str] | None:
         # A script that asks preemption_requested() checkpoints on the notice itself:
@@ -482,11 +388,3 @@ def _notice_fields(notice: Notice, *, first: bool) -> dict[str, Any]:
         "seen_at": notice.seen_at,
         "first": first,
     }
-
-
-def _first(exc: BaseException) -> str:
-    """An error in one line: its first, and the last one of what the command said."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"

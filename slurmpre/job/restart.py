@@ -1,0 +1,168 @@
+"""How a job goes on once a notice ends its allocation: the watcher decides *when*
+(`requeue.decide`); this module does *how*, and records each in the ledger.
+
+In order of preference: restart in place (the batch script's supervisor releases the
+drained nodes and runs the next step on the others: no new allocation at all); hand
+over to a successor job (``restart = "successor"``, `job.successor`: no requeue
+floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
+``cred_expire + 1``). A job submitted without ``--requeue`` is not requeued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmpre.errors import SlurmpreError
+from slurmpre.job import records
+from slurmpre.job.env import JobEnv
+from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
+from slurmpre.job.layout import FolderLayout
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.options import WatchConfig
+from slurmpre.job.requeue import Action
+from slurmpre.job.successor import submit_successor
+from slurmpre.slurm.client import SlurmClient
+from slurmpre.slurm.parse import requeue_floor
+
+
+@dataclass(frozen=True)
+class Done:
+    """How the job went on: the watcher's outcome."""
+
+    action: Action  # REQUEUE (it goes on, one way or another) or SKIP
+    requeued: bool = False
+    in_place: tuple[str, ...] | None = None  # the nodes kept
+    successor: str | None = None  # the job that took over
+    why: str | None = None  # when it is not the decision's own
+
+
+class Restarts:
+    def __init__(
+        self,
+        job: JobEnv,
+        folder: Path,
+        ledger: Ledger,
+        client: SlurmClient,
+        config: WatchConfig,
+        requeue_allowed: bool,
+        say: Callable[[str], None],
+        wall: Callable[[], float],
+        record: Callable[..., None],
+    ) -> None:
+        self.job, self.folder, self.ledger, self.client = job, folder, ledger, client
+        self.config, self.requeue_allowed = config, requeue_allowed
+        self.say, self.wall, self.record = say, wall, record
+        self.successor_refused = False  # then requeue, as without successors
+
+    def plan(self, kind: str, drained: Iterable[str]) -> Plan:
+        """Whether the job can go on in place after losing ``drained``, and why."""
+        return plan(
+            kind=kind,
+            nodes=self.job.nodes,
+            drained=set(drained),
+            batch_host=self.job.batch_host,
+            min_nodes=self.config.min_nodes,
+            enabled=self.config.in_place,
+        )
+
+    def floor(self) -> int | None:
+        """Slurm's requeue floor (``cred_expire + 1``), when its configuration answers."""
+        try:
+            return requeue_floor(self.client.config())
+        except SlurmpreError as exc:
+            self.say(f"cannot read Slurm's configuration: {_first(exc)}")
+            return None
+
+    def in_place(self, why: str, kind: str, drained: Iterable[str]) -> Done | None:
+        """Ask the batch script's supervisor to go on without the drained nodes; None
+        (go on otherwise) when the plan, made again now, says the job cannot."""
+        restart = self.plan(kind, drained)
+        if restart.keep is None:
+            return None
+        release = tuple(n for n in self.job.nodes if n not in restart.keep)
+        path = request_path(self.folder, self.job.tag, self.job.attempt)
+        try:
+            write_request(
+                path,
+                Request(restart.keep, release, why, self.wall()),
+                mode=self.ledger.access.file_mode,
+            )
+        except OSError as exc:
+            self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
+            return None
+        self.say(
+            f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)} "
+            f"({why}): the next step starts when this one ends"
+        )
+        self.record(
+            records.InPlaceRequested,
+            keep=tuple(restart.keep),
+            release=tuple(release),
+            why=why,
+            requested_at=self.wall(),
+        )
+        return Done(Action.REQUEUE, in_place=restart.keep)
+
+    def go_on(self, why: str, drained: Iterable[str]) -> Done | None:
+        """A successor, or a requeue; None when the requeue failed (try again)."""
+        if not self.requeue_allowed:
+            self.say(
+                "the job was submitted without --requeue: not requeuing it "
+                "(the checkpoint is taken; resubmit to resume)"
+            )
+            self.record(records.RequeueSkipped, why="job has no --requeue")
+            return Done(Action.SKIP, why="job has no --requeue")
+        if self.config.restart == "successor":
+            done = self._hand_over(why, sorted(drained))
+            if done is not None:
+                return done
+        try:
+            self.client.requeue(self.job.job_id)
+        except SlurmpreError as exc:
+            self.say(f"requeue failed, retrying: {_first(exc)}")
+            return None
+        self.say(f"requeued job {self.job.job_id} ({why})")
+        self.record(records.Requeued, why=why, requeued_at=self.wall())
+        return Done(Action.REQUEUE, requeued=True)
+
+    def _hand_over(self, why: str, exclude: list[str]) -> Done | None:
+        """Submit the successor, once this job cannot be requeued; None (this job stays
+        requeueable, and is requeued instead) when either step fails."""
+        if self.successor_refused:
+            return None
+        try:
+            self.client.set_requeue(self.job.job_id, False)
+        except SlurmpreError as exc:
+            self.say(f"cannot make this job non-requeueable ({_first(exc)}): requeuing it")
+            self.successor_refused = True
+            return None
+        try:
+            successor = submit_successor(FolderLayout(self.folder), self.job, exclude)
+        except SlurmpreError as exc:
+            self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
+            self.successor_refused = True
+            try:
+                self.client.set_requeue(self.job.job_id, True)
+            except SlurmpreError as again:
+                self.say(f"cannot make this job requeueable again ({_first(again)})")
+            return None
+        where = f", not on {', '.join(exclude)}" if exclude else ""
+        self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
+        self.record(
+            records.Successor,
+            successor=successor,
+            excluded=tuple(exclude),
+            why=why,
+            submitted_at=self.wall(),
+        )
+        return Done(Action.REQUEUE, successor=successor)
+
+
+def _first(exc: BaseException) -> str:
+    """An error in one line: its first, and the last one of what the command said."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"
