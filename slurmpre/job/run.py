@@ -46,7 +46,49 @@ def requeue_allowed(client: SlurmClient, job: JobEnv, say: Callable[[str], None]
         return True
 
 
-def start_watcher(
+class Watching:
+    """Node 0's watcher, started in the background before anything else of the attempt.
+
+    It must watch from the start: a drain or the time-limit warning while node 0 is
+    still choosing (or held in its choice) must lead to a requeue, or a job whose
+    training never started could end at its time limit, not requeued. Its imports and
+    its first Slurm query (the requeue flag) run in this thread, beside the choice
+    and the launch, not before them.
+    """
+
+    def __init__(self, build: Callable[[], Watcher], say: Callable[[str], None]) -> None:
+        self.build, self.say = build, say
+        self.watcher: Watcher | None = None
+        self.ready = threading.Event()
+        self.lock = threading.RLock()  # stop() may run again from a signal handler
+        self.stopped = False
+        quiet_thread(self._start, name="slurmpre-watch-start")
+
+    def _start(self) -> None:
+        try:
+            watcher = self.build()
+            with self.lock:  # a wrapper that ended before it was built: never started
+                if not self.stopped:
+                    watcher.start()
+                    self.watcher = watcher
+        except Exception as exc:  # noqa: BLE001 - the training goes on, unwatched, and says so
+            self.say(f"the watcher could not start ({type(exc).__name__}: {exc}): not watching")
+        finally:
+            self.ready.set()
+
+    def get(self) -> Watcher | None:
+        """The running watcher, once it has started (None if it could not)."""
+        self.ready.wait()
+        return self.watcher
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            if self.watcher is not None:
+                self.watcher.stop()
+
+
+def watcher_for(
     opts: RunOptions,
     job: JobEnv,
     folder: Path,
@@ -54,21 +96,22 @@ def start_watcher(
     client: SlurmClient,
     warning: Latch,
     say: Callable[[str], None],
-) -> Watcher:
-    from slurmpre.job.watch import Watcher  # here: off the path to the training
+) -> Callable[[], Watcher]:
+    def build() -> Watcher:
+        from slurmpre.job.watch import Watcher  # here: in the watcher's own thread
 
-    watcher = Watcher(
-        [DrainSource(client, job.nodes, opts.drain_reason), SignalSource(warning)],
-        job,
-        folder,
-        ledger,
-        client,
-        opts.watch,
-        requeue_allowed=requeue_allowed(client, job, say),
-        say=say,
-    )
-    watcher.start()
-    return watcher
+        return Watcher(
+            [DrainSource(client, job.nodes, opts.drain_reason), SignalSource(warning)],
+            job,
+            folder,
+            ledger,
+            client,
+            opts.watch,
+            requeue_allowed=requeue_allowed(client, job, say),
+            say=say,
+        )
+
+    return build
 
 
 def run_attempt(
@@ -92,6 +135,10 @@ def run_attempt(
     ledger = Ledger(folder, access=opts.file_access)
     ledger.ensure()
     client = client or CommandLineSlurm()
+    watching: Watching | None = None
+    if job.is_first_node and opts.watching:
+        # Watching starts before the choice: a drain or a warning during start-up counts.
+        watching = Watching(watcher_for(opts, job, folder, ledger, client, warning, say), say)
     watcher: Watcher | None = None
     stop_relay = threading.Event()
     started_at = time.time()
@@ -105,11 +152,6 @@ def run_attempt(
                 code = 128 + (supervisor.stopped or 15)
                 say(f"stopped by signal {supervisor.stopped} before the training started")
             else:
-                if job.is_first_node and opts.watching:
-                    # Started once the training is on its way: nothing is lost by it (a
-                    # node that drained during start-up is still draining, the warning is
-                    # latched), and its imports and Slurm query stay off that path.
-                    watcher = start_watcher(opts, job, folder, ledger, client, warning, say)
                 if opts.notice_signal is not None:
                     quiet_thread(
                         relay_notice,
@@ -127,10 +169,11 @@ def run_attempt(
         # watcher just asked for) must not cut its records short: it stops the watcher,
         # whose requeue, once asked, is still recorded, and the attempt's end too.
         def stop_watching(_signum: int) -> None:
-            if watcher is not None:
-                watcher.stop()
+            if watching is not None:
+                watching.stop()
 
         with terminating_held(stop_watching):
+            watcher = watching.get() if watching is not None else None
             if watcher is not None:
                 # The watcher alone decides: requeue (it stopped on the notice), or not
                 # (it finished its work); the job must not end COMPLETED before that.
@@ -157,8 +200,8 @@ def run_attempt(
                     say(str(exc))
     finally:
         stop_relay.set()
-        if watcher is not None:
-            watcher.stop()
+        if watching is not None:
+            watching.stop()
     return code
 
 
