@@ -122,7 +122,9 @@ def test_that_releases_sbatch_takes_every_option_as_the_table_says(
     check_table(release)
 
 
-def submit(box: Sandbox, folder: Path, release: str, nodes: str) -> str:
+def submit(
+    box: Sandbox, folder: Path, release: str, nodes: str, lines: tuple[str, ...] = ()
+) -> str:
     folder.mkdir()
     (folder / "train.py").write_text(TRAIN.format(steps=STEPS))
     spec = folder / "job.toml"
@@ -136,6 +138,7 @@ def submit(box: Sandbox, folder: Path, release: str, nodes: str) -> str:
                 f"python = {json.dumps(python_for(box))}",
                 f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
                 "poll_interval = 1",
+                *lines,
             ]
         )
         + "\n"
@@ -227,6 +230,54 @@ def test_a_drained_second_node_is_released_and_training_goes_on_in_place(
     released = [r for r in records if r.get("event") == "in_place"]
     assert [r["released"] for r in released] == [[victim]], records
     assert not any(r.get("event") == "requeued" for r in records)
+
+
+def test_a_drained_one_node_job_hands_over_to_a_successor(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    """restart = "successor" on this release: Requeue=0 and sbatch from inside the job,
+    --exclude of the draining node, and the new job waits for the old one to end."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    folder = tmp_path / f"successor {release}"
+    ckpt = folder / "ckpt"
+    job_id = submit(box, folder, release, "1", ('restart = "successor"',))
+    victim, successor = None, None
+    try:
+        steps = ckpt / "steps.jsonl"
+        wait_for(
+            "a few steps",
+            lambda: steps.exists() and steps.read_text().count("\n") >= 5,
+            timeout=120,
+        )
+        victim = only_node(slurm.job(job_id))
+        slurm.update_node(victim, state="DRAIN", reason="preempted")
+
+        def handed() -> str | None:
+            for line in (ckpt / ".slurmpre" / "attempts.jsonl").open():
+                record = json.loads(line)
+                if record.get("event") == "successor":
+                    return str(record["successor"])
+            return None
+
+        successor = wait_for("the hand-over", handed, timeout=90)
+        wait_for(
+            f"job {successor} to finish",
+            lambda: slurm.job(successor).finished,  # type: ignore[arg-type]
+            timeout=180,
+        )
+        assert slurm.job(successor).state == "COMPLETED", logs(ckpt)[-4000:]
+        first = slurm.job(job_id)
+        assert first.state == "COMPLETED" and first.restarts == 0 and not first.requeue
+        assert victim not in slurm.job(successor).nodes
+    finally:
+        if victim is not None:
+            slurm.update_node(victim, state="RESUME")
+        for job in (job_id, successor):
+            if job is not None and not slurm.job(job).finished:
+                slurm.cancel(job)
+    done = [json.loads(line) for line in (ckpt / "steps.jsonl").read_text().splitlines()]
+    assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
 
 
 def test_down_unmounts_what_up_mounted_and_leaves_no_process(release: str, box: Sandbox) -> None:
