@@ -139,7 +139,7 @@ class Restarts:
             self.successor_refused = True
             return None
         try:
-            successor = submit_successor(FolderLayout(self.folder), self.job, exclude)
+            submitted = submit_successor(FolderLayout(self.folder), self.job, exclude)
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True
@@ -148,6 +148,10 @@ class Restarts:
             except SlurmpreError as again:
                 self.say(f"cannot make this job requeueable again ({_first(again)})")
             return None
+        # An array task's successor is that task of a new array job: named as its records
+        # will name it (``125_3``), so the chain reads through.
+        task = self.job.array_task_id
+        successor = f"{submitted}_{task}" if task else submitted
         where = f", not on {', '.join(exclude)}" if exclude else ""
         self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
         self.record(

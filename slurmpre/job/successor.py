@@ -109,7 +109,7 @@ def wait_for_predecessor(
             return
         # The predecessor records the hand-over just after its sbatch returns: only a
         # job that the ledger names as handing over to this one is waited for.
-        if not _handed_over(ledger, predecessor, job.job_id) and clock() >= named_by:
+        if not _handed_over(ledger, predecessor, job.tag) and clock() >= named_by:
             say(
                 f"{PREDECESSOR_ENV}={predecessor}, but the ledger records no hand-over from "
                 "that job to this one: not waiting for it"

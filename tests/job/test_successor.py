@@ -6,6 +6,7 @@ script on stdin, its environment): the sandbox tests submit to the real one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -23,7 +24,7 @@ from slurmpre.slurm.parse import parse_jobs
 
 from tests.conftest import DATA
 from tests.fakes import Jobs
-from tests.job.test_watch import EPOCH, Harness
+from tests.job.test_watch import EPOCH, JOB, Harness
 
 RUNNING = parse_jobs((DATA / "slurm-22.05" / "job-running-elastic.txt").read_text())[0]
 DONE = parse_jobs((DATA / "slurm-22.05" / "job-cancelled.txt").read_text())[0]
@@ -210,3 +211,20 @@ def test_a_gone_predecessor_is_not_waited_for(tmp_path: Path) -> None:
     said: list[str] = []
     wait_for_predecessor(handed_over(tmp_path), Jobs({}), SUCCESSOR, 30, said.append)
     assert said == []
+
+
+def test_an_array_tasks_successor_is_that_task_of_a_new_array_job(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    seen = fake_sbatch(tmp_path)
+    recorded_submit(folder, tmp_path)
+    task = dataclasses.replace(JOB, job_id="44", array_job_id="40", array_task_id="3")
+    h = Harness(folder, config=WatchConfig(restart="successor"), job=task)
+    h.slurm.set_requeue = lambda job_id, requeue: None  # type: ignore[method-assign]
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    h.at(5.0, lambda: h.commit(3))
+    h.run()
+    got = json.loads(seen.read_text())
+    assert "--array=3" in got["argv"]  # that task alone, not the whole array again
+    assert got["env"]["SLURMPRE_PREDECESSOR"] == "40_3"
+    assert h.record("successor")["successor"] == "77_3"  # as the new task's records name it
