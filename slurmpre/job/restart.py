@@ -127,6 +127,11 @@ class Restarts:
         self.record(records.Requeued, why=why, requeued_at=self.wall())
         return Done(Action.REQUEUE, requeued=True)
 
+    def _submitted_in(self) -> Path:
+        """Where `slurmpre submit` recorded the job: its checkpoint folder (an array task
+        keeps its checkpoints in ``<checkpoint_dir>/task-<id>``, below it)."""
+        return self.folder.parent if self.job.array_task_id is not None else self.folder
+
     def _hand_over(self, why: str, exclude: list[str]) -> Done | None:
         """Submit the successor, once this job cannot be requeued; None (this job stays
         requeueable, and is requeued instead) when either step fails."""
@@ -139,7 +144,7 @@ class Restarts:
             self.successor_refused = True
             return None
         try:
-            submitted = submit_successor(FolderLayout(self.folder), self.job, exclude)
+            submitted = submit_successor(FolderLayout(self._submitted_in()), self.job, exclude)
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True

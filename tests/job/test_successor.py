@@ -214,10 +214,11 @@ def test_a_gone_predecessor_is_not_waited_for(tmp_path: Path) -> None:
 
 
 def test_an_array_tasks_successor_is_that_task_of_a_new_array_job(tmp_path: Path) -> None:
-    folder = tmp_path / "ckpt"
-    folder.mkdir()
+    base = tmp_path / "ckpt"
+    folder = base / "task-3"  # an array task's own checkpoints, below the job's folder
+    folder.mkdir(parents=True)
     seen = fake_sbatch(tmp_path)
-    recorded_submit(folder, tmp_path)
+    recorded_submit(base, tmp_path)  # where `slurmpre submit` recorded the job
     task = dataclasses.replace(JOB, job_id="44", array_job_id="40", array_task_id="3")
     h = Harness(folder, config=WatchConfig(restart="successor"), job=task)
     h.slurm.set_requeue = lambda job_id, requeue: None  # type: ignore[method-assign]
