@@ -1,7 +1,7 @@
 """The Slurm client: one Protocol, backends chosen in one place.
 
-The command-line backend (``sbatch``, ``scontrol``, ``sinfo``) must always work;
-a pyslurm backend may be added behind the same Protocol.
+The command-line backend (``sbatch``, ``scontrol``, ``sinfo``) is the one backend: it
+works against every release (README, "Why no pyslurm").
 """
 
 from __future__ import annotations
