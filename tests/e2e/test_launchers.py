@@ -64,8 +64,11 @@ def test_accelerate_launcher_runs_one_world_over_the_allocations_nodes(tmp_path:
     assert [r["index"] for r in ranks] == [0, 1]
     assert all(r["processes"] == 2 and r["local"] == 0 for r in ranks)
     assert all(r["sum"] == 3.0 for r in ranks)  # 1 + 2: both processes in one world
-    # Machine rank i runs on the job's i-th node, node 0 hosting the rendezvous.
-    assert [(r["node_rank"], r["node"]) for r in ranks] == list(enumerate(nodes))
+    # One machine per node of the allocation, each with its own machine rank. Which node
+    # gets which rank is torch's c10d rendezvous's own choice, not the node's place in the
+    # allocation: it differed between two runs here (the sandbox's nodes share one host).
+    assert sorted(r["node"] for r in ranks) == sorted(nodes)
+    assert sorted(r["node_rank"] for r in ranks) == [0, 1]
     assert {r["distributed"] for r in ranks} == {"DistributedType.MULTI_CPU"}
     start = next(r for r in ledger(tmp_path) if r["event"] == "start")
     assert (start["num_nodes"], start["world_size"]) == (2, 2)
