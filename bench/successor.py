@@ -16,10 +16,8 @@ Usage: python bench/successor.py [--stock-timings] [--window 120]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,37 +27,19 @@ from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import LOG
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Checkpoint, Notice, Successor
+from slurmpre.job.records import Checkpoint, Notice
+from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.parse import requeue_floor
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait(what: str, probe: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := probe():
-            return value
-        time.sleep(0.25)
-    raise SystemExit(f"bench: timed out waiting for {what}")
+from inplace import ROOT, jsonl, wait  # bench/: the same helpers as the in-place bench
 
 
 def last_job(folder: Path, first: str) -> str:
     """The run's last job: ``first``, or the successor that took over from it."""
-    handed = {r.job: r.successor for r in Ledger(folder).records() if isinstance(r, Successor)}
-    job = first
-    while job in handed:
-        job = handed[job]
-    return job
+    return chain(Ledger(folder).records(), first)[-1]
 
 
 def one(box: Sandbox, work: Path, restart: str, window: float) -> dict[str, Any]:
