@@ -17,6 +17,7 @@ __all__ = [
     "__version__",
     "checkpoint",
     "checkpoint_dir",
+    "checkpoint_requested",
     "committed",
     "preemption_requested",
     "previous_world_size",
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from slurmpre.api import (
         checkpoint,
         checkpoint_dir,
+        checkpoint_requested,
         committed,
         preemption_requested,
         previous_world_size,

@@ -25,14 +25,14 @@ from typing import Any
 from slurmpre.access import Access, make_dir, make_dirs, touch
 from slurmpre.access import from_env as access_from_env
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
-from slurmpre.errors import CheckpointError, UsageError
+from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
-from slurmpre.job.env import IN_PLACE_ENV
+from slurmpre.job.env import IN_PLACE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV
 from slurmpre.job.layout import attempt_key
-from slurmpre.job.ledger import Ledger
+from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.meeting import Alone, FolderMeeting, Meeting, TorchMeeting, device
-from slurmpre.job.notice import Agree, NoticeGate
-from slurmpre.job.records import Checkpoint
+from slurmpre.job.notice import CHECKPOINT, STOP, Agree, NoticeGate
+from slurmpre.job.records import Checkpoint, Waiting
 from slurmpre.locks import LockTimeout
 
 
@@ -46,13 +46,68 @@ def _int(env: Mapping[str, str], key: str) -> int | None:
 
 
 def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
-    """The complete checkpoint this attempt resumes from, or None for a fresh start."""
-    raw = _env(env).get("SLURMPRE_RESUME_FROM", "")
+    """The complete checkpoint this attempt resumes from, or None for a fresh start.
+
+    In a job that takes over from a preempted one (a successor), the training starts
+    while its predecessor still trains on its draining node: this call then tells the
+    predecessor that this one is ready, and blocks until the predecessor has committed
+    its last checkpoint and ended (seconds, at most its preemption window), so that
+    the start-up before it overlaps the predecessor's training. Call it once the model
+    and data are built, before the first step.
+    """
+    e = _env(env)
+    if e.get(RESUME_PENDING_ENV):
+        choice = _taken_over(e)
+        return Path(choice.resume_from) if choice.resume_from else None
+    raw = e.get("SLURMPRE_RESUME_FROM", "")
     return Path(raw) if raw else None
 
 
 def resume_step(env: Mapping[str, str] | None = None) -> int | None:
-    return _int(_env(env), "SLURMPRE_RESUME_STEP")
+    """The step of `resume_path`'s checkpoint (None for a fresh start); blocks as it does."""
+    e = _env(env)
+    if e.get(RESUME_PENDING_ENV):
+        return _taken_over(e).step
+    return _int(e, "SLURMPRE_RESUME_STEP")
+
+
+_taken: dict[tuple[str, str, str], Choice] = {}
+
+
+def _taken_over(env: Mapping[str, str]) -> Choice:
+    """A successor's checkpoint, once its predecessor has ended; the first call on rank 0
+    records that this training is ready (the predecessor then stops at once)."""
+    folder = checkpoint_dir(env)
+    tag = env.get("SLURMPRE_JOB_TAG", "")
+    attempt, in_place = restart_count(env), _in_place(env)
+    key = (str(folder), tag, attempt_key(attempt, in_place))
+    if key in _taken:
+        return _taken[key]
+    predecessor = env[RESUME_PENDING_ENV]
+    ledger = Ledger(folder, access=_access(env))
+    if ranks(env)[0] == 0:
+        try:
+            ledger.append(
+                Waiting(
+                    job=tag,
+                    attempt=attempt,
+                    in_place=in_place,
+                    predecessor=predecessor,
+                    waiting_at=time.time(),
+                )
+            )
+        except CheckpointError as exc:  # the predecessor then stops by its deadline
+            print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
+    timeout = float(env.get(RESUME_TIMEOUT_ENV) or 600)
+    try:
+        choice = ledger.wait_choice(tag, key[2], timeout, resume=True)
+    except SlurmpreError as exc:
+        raise CheckpointError(
+            f"no checkpoint to resume from after waiting {timeout:g} s for job {predecessor}, "
+            f"which this job takes over from, to end: {exc}"
+        ) from None
+    _taken[key] = choice
+    return choice
 
 
 def restart_count(env: Mapping[str, str] | None = None) -> int:
@@ -73,7 +128,10 @@ def world_size(env: Mapping[str, str] | None = None) -> int | None:
 
 def previous_world_size(env: Mapping[str, str] | None = None) -> int | None:
     """Processes in the previous attempt, for resharding and keeping the global batch."""
-    return _int(_env(env), "SLURMPRE_PREVIOUS_WORLD_SIZE")
+    e = _env(env)
+    if e.get(RESUME_PENDING_ENV):
+        return _taken_over(e).previous_world_size
+    return _int(e, "SLURMPRE_PREVIOUS_WORLD_SIZE")
 
 
 def checkpoint_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -159,6 +217,8 @@ def checkpoint(
         raise CheckpointError(f"checkpoint timeout must be more than 0 seconds, got {timeout!r}")
     target = Path(folder) if folder is not None else checkpoint_dir()
     env = os.environ
+    if env.get(RESUME_PENDING_ENV):
+        _taken_over(env)  # never write beside a predecessor that still trains
     dist = _distributed()
     rank, world = ranks(env)
     tag = _attempt_tag(env, target)
@@ -284,6 +344,8 @@ def committed(
     """
     e = _env(env)
     target = checkpoint_dir(e)
+    if e.get(RESUME_PENDING_ENV):
+        _taken_over(e)
     judged = checkpoints.judge(path)  # a CheckpointError if it does not exist
     where = Path(judged.where)
     if not checkpoints.findable(target, where):
@@ -321,8 +383,26 @@ def _torch_agree(dist: Any) -> Agree:
     return agree
 
 
+def _gate_for(env: Mapping[str, str] | None) -> NoticeGate:
+    return _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
+
+
+def _level(gate: NoticeGate, env: Mapping[str, str] | None, mark: str) -> tuple[int, bool]:
+    """The notice level all ranks agree on now, and whether this is the first rank
+    (which leaves the script's marks); ``mark`` is the mark this call leaves once."""
+    dist = _distributed()
+    first_rank = dist is None or dist.get_rank() == 0
+    if first_rank and mark not in gate.marked:
+        # The watcher then waits for the checkpoint this script takes on the notice,
+        # not for a periodic one that happens to land first.
+        _mark(_env(env), mark)
+        gate.marked.add(mark)
+    return gate.agree(None if dist is None else _torch_agree(dist)), first_rank
+
+
 def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
-    """True once the job must checkpoint now: its node is being preempted (or time runs out).
+    """True once the job must checkpoint now and stop: its node is being preempted (or
+    time runs out).
 
     Call it once per step on every rank. When torch.distributed is initialized
     all ranks agree through one small all_reduce, so they all see True at the
@@ -333,22 +413,50 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
         if slurmpre.preemption_requested():
             with slurmpre.checkpoint(step) as path:
                 save(path)
-            break  # slurmpre requeues the job once the checkpoint has committed
+            break  # slurmpre restarts the job once the checkpoint has committed
+
+    A script that also asks `checkpoint_requested()` is told to stop later: when the
+    job that takes over is ready, or as the draining node's deadline nears.
     """
-    gate = _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
-    dist = _distributed()
-    first_rank = dist is None or dist.get_rank() == 0
-    if not gate.listening_said and first_rank:
-        # The watcher then waits for the checkpoint this script takes on the notice,
-        # not for a periodic one that happens to land first.
-        _mark(_env(env), "SLURMPRE_LISTENING_FILE")
-        gate.listening_said = True
-    was = gate.agreed
-    answer = gate(None if dist is None else _torch_agree(dist))
-    if answer and not was and first_rank:
+    gate = _gate_for(env)
+    level, first_rank = _level(gate, env, "SLURMPRE_LISTENING_FILE")
+    gate.stop_asked = True
+    answer = level >= (STOP if gate.goes_on else CHECKPOINT)
+    if answer and first_rank and "SLURMPRE_TAKEN_FILE" not in gate.marked:
         # The script stops on this notice: its exit is not the end of its work.
         _mark(_env(env), "SLURMPRE_TAKEN_FILE")
+        gate.marked.add("SLURMPRE_TAKEN_FILE")
     return answer
+
+
+def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
+    """True, once, at the step where the job must checkpoint and may then go on training.
+
+    Scripts that can save and keep training ask this beside `preemption_requested()`,
+    on every rank and every step, this one first:
+
+        if slurmpre.checkpoint_requested():      # a notice: save now, and go on
+            save_checkpoint(step)
+        if slurmpre.preemption_requested():      # time to stop: save (again) and exit
+            save_checkpoint(step)                # (skip it if this step was just saved)
+            break
+
+    On a drain, the notice checkpoint is taken at once (a node can go before its
+    window ends); the script then trains on while a successor job starts up on
+    another node, and `preemption_requested()` turns True when that successor is
+    ready (it waits in `resume_path()`) or as the deadline nears (window, less the
+    margin, less the measured checkpoint time), whichever comes first. Where no
+    successor is on its way (an in-place restart, a requeue) both turn True at once.
+    """
+    gate = _gate_for(env)
+    gate.goes_on = True
+    level, _ = _level(gate, env, "SLURMPRE_GOES_ON_FILE")
+    if gate.checkpoint_answered or level < CHECKPOINT:
+        return False
+    if level >= STOP and gate.stop_asked:
+        return False  # preemption_requested() answers this notice: one save, not two
+    gate.checkpoint_answered = True
+    return True
 
 
 def _mark(env: Mapping[str, str], key: str) -> None:

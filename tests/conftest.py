@@ -81,6 +81,7 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
     fresh notice gate that looks at the notice file on every call. Returns the notice
     file, which the watcher writes on a drain."""
     from slurmpre import api
+    from slurmpre.job.layout import FolderLayout
     from slurmpre.job.notice import NoticeGate, listening_path, notice_path
 
     notice = notice_path(folder, tag, attempt)
@@ -90,6 +91,8 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
         "SLURMPRE_RESTART_COUNT": str(attempt),
         "SLURMPRE_NOTICE_FILE": str(notice),
         "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
+        "SLURMPRE_TAKEN_FILE": str(FolderLayout(folder).taken(tag, attempt)),
+        "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(api, "_gate", NoticeGate(lambda: str(notice), check_every=0.0))

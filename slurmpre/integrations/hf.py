@@ -7,9 +7,12 @@
     trainer.train(resume_from_checkpoint=resume_from_checkpoint())
 
 On a notice (a drain of one of the job's nodes, or the time-limit warning) every
-rank agrees on the step, the Trainer saves ``checkpoint-N`` there and stops; the
-callback then reports that save to slurmpre (`slurmpre.committed`), so the job is
-requeued at once, and the next attempt resumes from the newest complete checkpoint.
+rank agrees on the step and the Trainer saves ``checkpoint-N`` there; the callback
+reports that save to slurmpre (`slurmpre.committed`). Where a successor job is on its
+way (``restart = "successor"``) the Trainer then trains on, on the draining node, and
+saves once more and stops when slurmpre says so (the successor is ready, or the
+deadline nears); otherwise it stops at the notice's save. The next attempt resumes
+from the newest complete checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class SlurmpreCallback(TrainerCallback):  # type: ignore[misc]  # the framework 
     """Makes the Trainer checkpoint and stop on slurmpre's notice; reports each save."""
 
     def __init__(self) -> None:
-        self.notice_step: int | None = None
+        self.notice_step: int | None = None  # where it saved on the notice
+        self.stop_step: int | None = None  # where it saved and stopped
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = os.environ.get("SLURMPRE_CHECKPOINT_DIR")
@@ -45,9 +49,16 @@ class SlurmpreCallback(TrainerCallback):  # type: ignore[misc]  # the framework 
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # Every rank calls this at the same step; they agree on the notice together.
-        if self.notice_step is None and slurmpre.preemption_requested():
+        if self.stop_step is not None:
+            return
+        save = slurmpre.checkpoint_requested()  # the notice: save, and train on
+        stop = slurmpre.preemption_requested()  # time to stop: save, and stop
+        if save and self.notice_step is None:
             self.notice_step = state.global_step
+        if save or stop:
             control.should_save = True
+        if stop:
+            self.stop_step = state.global_step
             control.should_training_stop = True
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

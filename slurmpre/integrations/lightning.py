@@ -8,8 +8,9 @@
 
 On a notice every rank agrees on the batch (one small all_reduce under DDP, which
 Lightning has initialized), the trainer saves ``step=N.ckpt`` into the job's
-checkpoint folder there and stops; the save is reported to slurmpre
-(`slurmpre.committed`), so the job is requeued at once. Lightning's own
+checkpoint folder there; the save is reported to slurmpre (`slurmpre.committed`).
+Where a successor job is on its way (``restart = "successor"``) the trainer trains
+on and saves again and stops when slurmpre says so; otherwise it stops at once. Lightning's own
 ``lightning_logs/version_N/checkpoints/`` is where the resolver also looks.
 """
 
@@ -33,21 +34,30 @@ class SlurmpreCallback(Callback):  # type: ignore[misc]  # the framework is not 
     """Makes the trainer checkpoint into slurmpre's folder and stop on slurmpre's notice."""
 
     def __init__(self) -> None:
-        self.notice_step: int | None = None
+        self.notice_step: int | None = None  # where it saved on the notice
+        self.stop_step: int | None = None  # where it saved and stopped
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.notice_step is not None or not slurmpre.preemption_requested():
+        if self.stop_step is not None:
             return
+        save = slurmpre.checkpoint_requested()  # the notice: save, and train on
+        stop = slurmpre.preemption_requested()  # time to stop: save, and stop
+        if not (save or stop):
+            return
+        step = int(trainer.global_step)
+        if save and self.notice_step is None:
+            self.notice_step = step
         folder = os.environ.get("SLURMPRE_CHECKPOINT_DIR")
-        self.notice_step = int(trainer.global_step)
         if folder:
-            path = Path(folder) / f"step={self.notice_step}.ckpt"
+            path = Path(folder) / f"step={step}.ckpt"
             trainer.save_checkpoint(path)  # every rank takes part; rank 0 writes
             if trainer.is_global_zero:
                 try:
-                    slurmpre.committed(path, self.notice_step)
+                    slurmpre.committed(path, step)
                 except SlurmpreError as exc:
                     print(f"slurmpre: the trainer's save was not reported: {exc}", file=sys.stderr)
-        trainer.should_stop = True
+        if stop:
+            self.stop_step = step
+            trainer.should_stop = True

@@ -14,6 +14,10 @@ IN_PLACE_ENV = "SLURMPRE_IN_PLACE"
 BATCH_HOST_ENV = "SLURMPRE_BATCH_HOST"
 # Set in a successor's environment by the job it takes over from (`job.successor`).
 PREDECESSOR_ENV = "SLURMPRE_PREDECESSOR"
+# In a successor's training: the job it takes over from, while the checkpoint is not yet
+# chosen (`slurmpre.resume_path()` waits for it, at most RESUME_TIMEOUT_ENV seconds).
+RESUME_PENDING_ENV = "SLURMPRE_RESUME_PENDING"
+RESUME_TIMEOUT_ENV = "SLURMPRE_RESUME_TIMEOUT"
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:

@@ -84,6 +84,11 @@ class FolderLayout:
     def choice(self, job: str, attempt: str) -> Path:
         return self.meta / f"choice-{job}-{attempt}.json"
 
+    def resume(self, job: str, attempt: str) -> Path:
+        """A successor's choice of checkpoint, published once its predecessor has ended
+        (its training starts before that, and waits in `slurmpre.resume_path()`)."""
+        return self.meta / f"resume-{job}-{attempt}.json"
+
     def notice(self, job: str, attempt: str | int) -> Path:
         return self.meta / f"notice-{job}-{attempt}.json"
 
@@ -92,6 +97,11 @@ class FolderLayout:
 
     def taken(self, job: str, attempt: str | int) -> Path:
         return self.meta / f"taken-{job}-{attempt}"
+
+    def goes_on(self, job: str, attempt: str | int) -> Path:
+        """Exists once the script has asked `checkpoint_requested()`: it can take its
+        notice checkpoint and go on training until it is told to stop."""
+        return self.meta / f"goes-on-{job}-{attempt}"
 
     def listening_files(self) -> list[Path]:
         """Every attempt's mark that its script asked `preemption_requested()`."""

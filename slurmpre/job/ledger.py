@@ -146,10 +146,12 @@ class Ledger:
         return before[-1] if before else None
 
     # -- the per-attempt choice ------------------------------------------------
-    def publish(self, choice: Choice, *, timeout: float = 60.0) -> None:
+    def publish(self, choice: Choice, *, timeout: float = 60.0, resume: bool = False) -> None:
         """Node 0's choice for the attempt; the other nodes wait up to their agree timeout
-        for it, so node 0 may wait as long for the lock."""
-        path = self.layout.choice(choice.job, attempt_key(choice.attempt, choice.in_place))
+        for it, so node 0 may wait as long for the lock. ``resume``: a successor's
+        checkpoint, chosen once its predecessor has ended (`resume_file`)."""
+        key = attempt_key(choice.attempt, choice.in_place)
+        path = (self.layout.resume if resume else self.layout.choice)(choice.job, key)
         try:
             with self._lock(timeout):
                 write_atomic(
@@ -170,9 +172,10 @@ class Ledger:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        resume: bool = False,
     ) -> Choice:
         attempt = str(attempt)  # 3, or "3.1" after an in-place restart
-        path = self.layout.choice(job, attempt)
+        path = (self.layout.resume if resume else self.layout.choice)(job, attempt)
         deadline = clock() + timeout
         while True:
             try:
@@ -188,7 +191,7 @@ class Ledger:
                     f"node 0 did not publish the checkpoint choice for job {job} attempt {attempt} "
                     f"within {timeout:g} s ({path}); is the checkpoint folder shared by all nodes?"
                 )
-            sleep(0.1)
+            sleep(0.2 if resume else 0.1)
 
     def _trusted_choice(self, path: Path, text: str, job: str, attempt: str) -> Choice:
         """The choice in ``text``, once every field has the type it must have and the

@@ -7,13 +7,19 @@ through `slurmpre.preemption_requested()`, and each node's wrapper can relay
 it to its child as a signal. The script leaves two marks beside it: that it
 listens (it asks `preemption_requested()`), and that it took the notice (the
 answer was True, so it checkpoints and stops).
+
+A notice has two levels. ``stop`` true (every notice, unless a successor is already
+on its way): checkpoint and stop. ``stop`` false: a script that can checkpoint and go
+on (it asks `checkpoint_requested()`) takes its notice checkpoint and keeps training
+on the draining node, until the watcher rewrites the file with ``stop`` true (the
+successor is ready, or the deadline nears). A script that only asks
+`preemption_requested()` stops at either level.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +42,7 @@ class Notice:
     reason: str | None
     seen_at: float  # wall-clock seconds: when slurmpre saw it
     at: float | None = None  # wall-clock seconds: when it happened, as Slurm stamped it
+    stop: bool = True  # False: a script that can go on after its checkpoint keeps training
 
     @property
     def since(self) -> float:
@@ -123,6 +130,25 @@ def write_notice(path: Path, notice: Notice, *, mode: int = 0o600) -> None:
     write_atomic(path, json.dumps(asdict(notice), sort_keys=True), mode=mode)
 
 
+NO_NOTICE, CHECKPOINT, STOP = 0, 1, 2
+"""A notice's levels, as ranks agree on them: none; checkpoint (and a script that can,
+goes on); checkpoint and stop."""
+
+
+def notice_level(path: str) -> int:
+    """The level of the notice file at ``path``: a file that is not a notice of
+    ``stop`` false (an old notice, or one being replaced) means stop."""
+    if not path:
+        return NO_NOTICE
+    try:
+        data = json.loads(read_text(Path(path), SMALL))
+    except FileNotFoundError:
+        return NO_NOTICE
+    except (OSError, ValueError):
+        return STOP
+    return CHECKPOINT if isinstance(data, dict) and data.get("stop") is False else STOP
+
+
 def read_notice(path: Path) -> Notice | None:
     try:
         return Notice(**json.loads(read_text(path, SMALL)))
@@ -137,12 +163,13 @@ Agree = Callable[[int, int], tuple[int, int]]
 class NoticeGate:
     """One process's view of the notice, and the schedule on which all ranks agree on it.
 
-    The local check is one stat of the shared notice file, at most every
-    ``check_every`` seconds. Agreement is a collective, so it is amortised: all
-    ranks sync on the same call numbers, and at each sync they also agree on
-    how many calls to the next one (about ``sync_period`` seconds of steps, at
-    most ``max_every`` calls). Ranks therefore turn True on the same call, with
-    at most about ``sync_period`` seconds of delay after the notice.
+    The local check is one stat of the shared notice file (and a read of it, once it
+    exists, until it says stop), at most every ``check_every`` seconds. Agreement is a
+    collective, so it is amortised: all ranks sync on the same call numbers, and at
+    each sync they also agree on how many calls to the next one (about
+    ``sync_period`` seconds of steps, at most ``max_every`` calls). Ranks therefore
+    reach each level on the same call, with at most about ``sync_period`` seconds of
+    delay after the watcher wrote it.
     """
 
     def __init__(
@@ -150,57 +177,76 @@ class NoticeGate:
         path: Callable[[], str],
         *,
         clock: Callable[[], float] = time.monotonic,
-        exists: Callable[[str], bool] = os.path.exists,
+        exists: Callable[[str], bool] | None = None,
+        level: Callable[[str], int] = notice_level,
         check_every: float = 1.0,
         sync_period: float = 1.0,
         max_every: int = 100,
     ) -> None:
         self.path = path
         self.clock = clock
-        self.exists = exists
+        if exists is not None:  # a plain marker file: its existence means stop
+            self.read_level: Callable[[str], int] = lambda p: STOP if exists(p) else NO_NOTICE
+        else:
+            self.read_level = level
         self.check_every = check_every
         self.sync_period = sync_period
         self.max_every = max_every
-        self.seen_locally = False
-        self.agreed = False
+        self.seen = NO_NOTICE  # the level this process saw in the file
+        self.level = NO_NOTICE  # the level all ranks agreed on
         self.checked_at = float("-inf")
         self.calls = 0
         self.next_sync = 1
-        self.last_call: float | None = None
-        self.step_seconds: float | None = None
-        self.listening_said = False
+        self.synced_at: float | None = None  # when the last sync ran
+        self.synced_calls = 0  # self.calls then
+        self.every = 1  # calls between the last two syncs
+        # What the script has asked so far (the same on every rank), for slurmpre.api:
+        self.marked: set[str] = set()  # the marks it left (listening, goes on, taken)
+        self.goes_on = False  # it asks checkpoint_requested(): it can save and go on
+        self.stop_asked = False  # it asks preemption_requested()
+        self.checkpoint_answered = False
 
-    def _local(self, now: float) -> bool:
-        if not self.seen_locally and now - self.checked_at >= self.check_every:
+    @property
+    def agreed(self) -> bool:
+        """All ranks know of a notice (of either level)."""
+        return self.level >= CHECKPOINT
+
+    def _local(self, now: float) -> int:
+        if self.seen < STOP and now - self.checked_at >= self.check_every:
             self.checked_at = now
             target = self.path()
-            self.seen_locally = bool(target) and self.exists(target)
-        return self.seen_locally
+            self.seen = max(self.seen, self.read_level(target) if target else NO_NOTICE)
+        return self.seen
 
-    def _proposal(self) -> int:
-        if self.step_seconds is None:
+    def _proposal(self, now: float) -> int:
+        """Calls to the next sync: about ``sync_period`` seconds at the rate of calls
+        since the last sync, at most twice as many as last time (a script may ask
+        twice in a step, so two calls in a row say little of a step's length)."""
+        if self.synced_at is None:
             return 1
-        calls = math.ceil(self.sync_period / max(self.step_seconds, 1e-6))
-        return max(1, min(self.max_every, calls))
+        per_call = (now - self.synced_at) / max(self.calls - self.synced_calls, 1)
+        calls = math.ceil(self.sync_period / max(per_call, 1e-6))
+        return max(1, min(self.max_every, 2 * self.every, calls))
 
     def __call__(self, agree: Agree | None) -> bool:
-        if self.agreed:
-            return True
+        """True once all ranks know of a notice, of either level."""
+        return self.agree(agree) >= CHECKPOINT
+
+    def agree(self, agree: Agree | None) -> int:
+        """The level all ranks have agreed on by this call (it never goes down)."""
+        if self.level >= STOP:
+            return self.level
         now = self.clock()
-        if self.last_call is not None:
-            dt = now - self.last_call
-            self.step_seconds = (
-                dt if self.step_seconds is None else 0.8 * self.step_seconds + 0.2 * dt
-            )
-        self.last_call = now
         local = self._local(now)
         if agree is None:
-            self.agreed = local
-            return local
+            self.level = max(self.level, local)
+            return self.level
         self.calls += 1
         if self.calls < self.next_sync:
-            return False
-        flag, every = agree(int(local), self._proposal())
-        self.next_sync = self.calls + max(1, every)
-        self.agreed = bool(flag)
-        return self.agreed
+            return self.level
+        flag, every = agree(local, self._proposal(now))
+        self.every = max(1, every)
+        self.next_sync = self.calls + self.every
+        self.synced_at, self.synced_calls = now, self.calls
+        self.level = max(self.level, flag)
+        return self.level

@@ -315,6 +315,26 @@ class Successor(AttemptRecord):
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Waiting(AttemptRecord):
+    """A successor's training has started up and waits in `slurmpre.resume_path()` for
+    ``predecessor`` to commit its last checkpoint and end (rank 0 writes it)."""
+
+    EVENT: ClassVar[str] = "waiting"
+    predecessor: str
+    waiting_at: float
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Stopping(AttemptRecord):
+    """The watcher told a script that went on training after its notice checkpoint to
+    take its last checkpoint and stop: its successor waits, or the deadline nears."""
+
+    EVENT: ClassVar[str] = "stopping"
+    why: str
+    asked_at: float
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class InPlaceFailed(AttemptRecord):
     EVENT: ClassVar[str] = "in_place_failed"
     why: str | None
@@ -340,6 +360,8 @@ EVENTS: dict[str, type[Record]] = {
         Requeued,
         RequeueSkipped,
         Successor,
+        Waiting,
+        Stopping,
         InPlaceRequested,
         InPlace,
         InPlaceFailed,

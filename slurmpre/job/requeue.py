@@ -11,10 +11,13 @@ The rules, in order:
    earlier attempt but not yet in this one, so it has trained no step since it
    resumed from the newest complete checkpoint. Nothing to save, nothing to wait
    for: requeue (or hand over) now, not at the deadline.
-4. A checkpoint committed after the notice: a script that listens is requeued
+4. A script that goes on after its notice checkpoint (it asks
+   `checkpoint_requested()`, and a successor is on its way) is waited for until it
+   is told to stop (the watcher does that) and exits, or the deadline passes.
+5. A checkpoint committed after the notice: a script that listens is requeued
    at once (that is its notice checkpoint); one that does not listen gets
    ``exit_grace`` seconds to exit, since its commit may be its final save.
-5. Otherwise wait.
+6. Otherwise wait.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Facts:
     past_deadline: bool
     exit_grace: float
     listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
+    goes_on: bool = False  # it trains on after its notice checkpoint, not yet told to stop
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ def decide(facts: Facts) -> Decision:
         return Decision(Action.REQUEUE, "deadline inside the window")
     if facts.listened_before and not facts.listening and not facts.committed:
         return Decision(Action.REQUEUE, STILL_STARTING)
+    if facts.goes_on:
+        return Decision(Action.WAIT)
     if facts.committed:
         if facts.listening:
             return Decision(Action.REQUEUE, AFTER_CHECKPOINT)

@@ -55,6 +55,7 @@ class Restarts:
         self.config, self.requeue_allowed = config, requeue_allowed
         self.say, self.wall, self.record = say, wall, record
         self.successor_refused = False  # then requeue, as without successors
+        self.successor: str | None = None  # the job this one handed over to
 
     def plan(self, kind: str, drained: Iterable[str]) -> Plan:
         """Whether the job can go on in place after losing ``drained``, and why."""
@@ -115,7 +116,7 @@ class Restarts:
             self.record(records.RequeueSkipped, why="job has no --requeue")
             return Done(Action.SKIP, why="job has no --requeue")
         if self.config.restart == "successor":
-            done = self._hand_over(why, sorted(drained))
+            done = self.hand_over(why, sorted(drained))
             if done is not None:
                 return done
         try:
@@ -132,9 +133,23 @@ class Restarts:
         keeps its checkpoints in ``<checkpoint_dir>/task-<id>``, below it)."""
         return self.folder.parent if self.job.array_task_id is not None else self.folder
 
-    def _hand_over(self, why: str, exclude: list[str]) -> Done | None:
+    def call_off(self) -> None:
+        """The training finished its work after all: the successor has nothing to do."""
+        if self.successor is None:
+            return
+        try:
+            self.client.cancel(self.successor)
+        except SlurmpreError as exc:
+            self.say(f"cannot cancel job {self.successor} ({_first(exc)}): it finds no work")
+            return
+        self.say(f"cancelled job {self.successor}: the training finished its work here")
+
+    def hand_over(self, why: str, exclude: list[str]) -> Done | None:
         """Submit the successor, once this job cannot be requeued; None (this job stays
-        requeueable, and is requeued instead) when either step fails."""
+        requeueable, and is requeued instead) when either step fails. Once only: a
+        second call answers with the successor already submitted."""
+        if self.successor is not None:
+            return Done(Action.REQUEUE, successor=self.successor)
         if self.successor_refused:
             return None
         try:
@@ -157,6 +172,7 @@ class Restarts:
         # will name it (``125_3``), so the chain reads through.
         task = self.job.array_task_id
         successor = f"{submitted}_{task}" if task else submitted
+        self.successor = successor
         where = f", not on {', '.join(exclude)}" if exclude else ""
         self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
         self.record(

@@ -19,7 +19,8 @@ from slurmpre.access import OWNER, Access, make_dir
 from slurmpre.errors import CheckpointError, JobEnvironmentError, SlurmpreError, UsageError
 from slurmpre.job import checkpoints
 from slurmpre.job.args import RunOptions
-from slurmpre.job.env import JobEnv
+from slurmpre.job.env import RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
+from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
@@ -80,6 +81,19 @@ def attempt_prefix(job: JobEnv) -> str:
     return f"{job.tag}-{job.attempt}-"
 
 
+def takes_over_early(opts: RunOptions, job: JobEnv) -> bool:
+    """A successor starts its training before its predecessor has ended (make before
+    break): the script's start-up overlaps the predecessor's last steps, and
+    `slurmpre.resume_path()` waits for the checkpoint. Not with ``resume_arg``: the
+    path is then on the command line, so the launch waits for it."""
+    return bool(job.predecessor) and not opts.resume_arg
+
+
+def predecessor_timeout(opts: RunOptions) -> float:
+    """How long a successor waits for its predecessor to end: its whole window, and more."""
+    return opts.watch.window + PREDECESSOR_GRACE
+
+
 def agree(
     opts: RunOptions,
     job: JobEnv,
@@ -88,12 +102,66 @@ def agree(
     client: SlurmClient,
     say: Callable[[str], None],
 ) -> Choice:
-    """Node 0 chooses the checkpoint for this attempt; the others wait for its choice."""
+    """Node 0 chooses the checkpoint for this attempt; the others wait for its choice.
+
+    In a successor that takes over early (`takes_over_early`) the choice names no
+    checkpoint yet: node 0 publishes where to meet at once, and its `take_over`
+    publishes the checkpoint once the predecessor has ended."""
     if not job.is_first_node:
         return ledger.wait_choice(job.tag, job.attempt, opts.agree_timeout)
+    if takes_over_early(opts, job):
+        early = Choice(
+            job=job.tag,
+            attempt=job.restart_count,
+            in_place=job.in_place,
+            resume_from=None,
+            step=None,
+            nodes=job.nodes,
+            world_size=job.num_nodes * nproc_for(opts, job),
+            previous_world_size=None,
+            rdzv_endpoint=_endpoint(client, job),
+            published_at=time.time(),
+        )
+        ledger.publish(early, timeout=opts.agree_timeout)
+        say(f"starting while job {job.predecessor} ends: resume_path() waits for its checkpoint")
+        return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
-    wait_for_predecessor(ledger, client, job, opts.watch.window + PREDECESSOR_GRACE, say)
+    wait_for_predecessor(ledger, client, job, predecessor_timeout(opts), say)
+    return choose(opts, job, folder, ledger, client, say)
+
+
+def take_over(
+    opts: RunOptions,
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    client: SlurmClient,
+    say: Callable[[str], None],
+) -> Choice:
+    """Node 0 of a successor whose training already runs: wait for the predecessor to
+    end, then choose and publish the checkpoint that `slurmpre.resume_path()` returns
+    on every rank."""
+    wait_for_predecessor(ledger, client, job, predecessor_timeout(opts), say)
+    return choose(opts, job, folder, ledger, client, say, resume=True)
+
+
+def _endpoint(client: SlurmClient, job: JobEnv) -> str:
+    """torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command."""
+    return f"{node_address(client, job.nodes[0])}:{port_for(job.job_id, job.in_place)}"
+
+
+def choose(
+    opts: RunOptions,
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    client: SlurmClient,
+    say: Callable[[str], None],
+    *,
+    resume: bool = False,
+) -> Choice:
+    """Clear what dead attempts left, pick the newest complete checkpoint, publish it."""
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(
@@ -121,11 +189,10 @@ def agree(
         nodes=job.nodes,
         world_size=world,
         previous_world_size=previous.world_size if previous else None,
-        # torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command.
-        rdzv_endpoint=f"{node_address(client, job.nodes[0])}:{port_for(job.job_id, job.in_place)}",
+        rdzv_endpoint=_endpoint(client, job),
         published_at=time.time(),
     )
-    ledger.publish(choice, timeout=opts.agree_timeout)
+    ledger.publish(choice, timeout=opts.agree_timeout, resume=resume)
     ledger.append(
         Start(
             job=job.tag,
@@ -188,9 +255,14 @@ def child_env(
             "SLURMPRE_NOTICE_FILE": str(notice_path(folder, tag, attempt)),
             "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
             "SLURMPRE_TAKEN_FILE": str(taken_path(folder, tag, attempt)),
+            "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
             ACCESS_ENV: opts.file_access.name,
         }
     )
+    out.pop(RESUME_PENDING_ENV, None)
+    if takes_over_early(opts, job) and job.predecessor:
+        out[RESUME_PENDING_ENV] = job.predecessor
+        out[RESUME_TIMEOUT_ENV] = str(predecessor_timeout(opts) + opts.agree_timeout)
     if opts.launcher == Launcher.ACCELERATE and job.gpus_on_node == 0:
         # Slurm gave this node no GPU: Accelerate must be told, or each process counts
         # itself alone (DistributedType.NO) inside a torch.distributed world of many.

@@ -29,6 +29,8 @@ from slurmpre.job.resume import (
     check_command,
     child_command,
     child_env,
+    take_over,
+    takes_over_early,
 )
 from slurmpre.job.supervise import Supervisor, relay_notice
 from slurmpre.signals import Latch, quiet_thread, terminating_held
@@ -114,6 +116,25 @@ def watcher_for(
     return build
 
 
+def _take_over(
+    opts: RunOptions,
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    client: SlurmClient,
+    say: Callable[[str], None],
+    supervisor: Supervisor,
+) -> None:
+    """A successor's node 0, beside its running training: choose the checkpoint once the
+    predecessor has ended; if that fails, end the training rather than let it train
+    beside the predecessor or from nothing."""
+    try:
+        take_over(opts, job, folder, ledger, client, say)
+    except Exception as exc:  # noqa: BLE001 - said, and the training is ended
+        say(f"cannot take over from job {job.predecessor}: {exc}; ending the training")
+        supervisor.terminate()
+
+
 def run_attempt(
     opts: RunOptions,
     env: Mapping[str, str],
@@ -152,6 +173,12 @@ def run_attempt(
                 code = 128 + (supervisor.stopped or 15)
                 say(f"stopped by signal {supervisor.stopped} before the training started")
             else:
+                if job.is_first_node and takes_over_early(opts, job):
+                    quiet_thread(
+                        _take_over,
+                        args=(opts, job, folder, ledger, client, say, supervisor),
+                        name="slurmpre-take-over",
+                    )
                 if opts.notice_signal is not None:
                     quiet_thread(
                         relay_notice,

@@ -100,6 +100,12 @@ class Supervisor:
             quiet_thread(_track, args=(guard, child, self._done), name="slurmpre-guard")
         return child
 
+    def terminate(self) -> None:
+        """End the child's whole group (SIGTERM), from any thread."""
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signal.SIGTERM)
+
     def wait(self) -> int:
         if self.child is None:
             raise RuntimeError("Supervisor.wait() before a child was started")

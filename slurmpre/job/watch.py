@@ -17,6 +17,7 @@ outcome after `finished` is set.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import random
 import threading
@@ -77,6 +78,10 @@ class _State:
     exit_code: int | None = None
     drained: set[str] = field(default_factory=set)
     listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
+    stop_sent: bool = False  # the notice file says stop (a script that goes on stops)
+    stop_at: float | None = None  # monotonic: when a script that goes on must stop
+    notice_written: float | None = None  # wall clock: the notice file first written
+    committed_wall: float | None = None  # wall clock: its checkpoint seen committed
 
 
 _STOP = object()
@@ -226,22 +231,17 @@ class Watcher:
         # The window began when Slurm drained the node, not when this watcher saw it.
         left = notice.since + budget - self.wall()
         state.deadline = self.clock() + max(left, 0.0)
+        restart = self.restarts.plan(notice.kind, state.drained)
+        successor = self.config.restart == "successor" and restart.keep is None
+        # Make before break: with a successor on its way, a script that can checkpoint
+        # and go on keeps training after its notice checkpoint, until told to stop.
+        self._publish(notice, stop=not successor)
         current = _latest(self.folder)
         state.step_at_notice = current.step if current else None
         own = listening_path(self.folder, self.job.tag, self.job.attempt)
         state.listened_before = any(p != own for p in FolderLayout(self.folder).listening_files())
-        try:
-            write_notice(
-                notice_path(self.folder, self.job.tag, self.job.attempt),
-                notice,
-                mode=self.ledger.access.file_mode,
-            )
-        except OSError as exc:
-            self.say(f"could not write the notice file: {exc}")
         late = self.wall() - notice.since
-        restart = self.restarts.plan(notice.kind, state.drained)
         floor = self.restarts.floor()
-        successor = self.config.restart == "successor"
         how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
         self.say(
             f"preemption notice: {notice.describe()}, {late:.0f} s ago "
@@ -269,6 +269,62 @@ class Watcher:
             requeue_floor_s=floor,
             expected_wait_s=expected,
         )
+        if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
+            self._publish(notice, stop=True)  # no successor: stop at the checkpoint
+
+    def _publish(self, notice: Notice, *, stop: bool) -> None:
+        """Write the notice file every rank reads (again, when it turns to stop)."""
+        self._state.stop_sent = stop
+        if self._state.notice_written is None:
+            self._state.notice_written = self.wall()
+        try:
+            write_notice(
+                notice_path(self.folder, self.job.tag, self.job.attempt),
+                dataclasses.replace(notice, stop=stop),
+                mode=self.ledger.access.file_mode,
+            )
+        except OSError as exc:
+            self.say(f"could not write the notice file: {exc}")
+
+    def _tell_to_stop(self, goes_on: bool) -> None:
+        """A script that went on training after its notice checkpoint stops (with a last
+        checkpoint) once its successor waits for it, or as the deadline nears: the window
+        less the margin, less what its notice checkpoint took (and a poll)."""
+        state = self._state
+        notice = state.notice
+        if notice is None or state.stop_sent or not goes_on or state.committed is None:
+            return
+        if state.deadline is None:
+            return
+        if state.stop_at is None:
+            took = self._checkpoint_seconds()
+            state.stop_at = state.deadline - took - 2 * self.config.commit_poll
+        why = None
+        if self.restarts.successor is not None and self._successor_waiting():
+            why = f"job {self.restarts.successor} is ready to take over"
+        elif self.clock() >= state.stop_at:
+            why = "the deadline nears"
+        if why is None:
+            return
+        self._publish(notice, stop=True)
+        self.say(f"asking the training to checkpoint and stop: {why}")
+        self._ledger(records.Stopping, why=why, asked_at=self.wall())
+
+    def _checkpoint_seconds(self) -> float:
+        """How long the notice checkpoint took, as the watcher saw it: from the notice
+        file to the commit, which holds the ranks' agreeing, the step they were in, and
+        the save itself (a final checkpoint takes as long)."""
+        state = self._state
+        if state.committed_wall is None or state.notice_written is None:
+            return 0.0
+        return max(0.0, state.committed_wall - state.notice_written)
+
+    def _successor_waiting(self) -> bool:
+        successor = self.restarts.successor
+        return any(
+            isinstance(r, records.Waiting) and r.job == successor and r.predecessor == self.job.tag
+            for r in self._records()
+        )
 
     def _facts(self) -> Facts:
         state = self._state
@@ -278,10 +334,14 @@ class Watcher:
             if state.committed is not None:
                 step, path = state.committed
                 state.committed_at = self.clock()
+                state.committed_wall = self.wall()
                 self.say(f"checkpoint of step {step} committed after the notice: {path}")
                 self._ledger(records.Committed, step=step, path=path, committed_seen_at=self.wall())
+        goes_on = FolderLayout(self.folder).goes_on(tag, attempt).exists()
+        self._tell_to_stop(goes_on)
         now = self.clock()
         return Facts(
+            goes_on=goes_on and not state.stop_sent,
             listening=listening_path(self.folder, tag, attempt).exists(),
             taken=taken_path(self.folder, tag, attempt).exists(),
             committed=state.committed is not None,
@@ -302,6 +362,7 @@ class Watcher:
         if decision.action is Action.SKIP:
             self.say(f"not requeuing: {decision.why}")
             self._ledger(records.RequeueSkipped, why=decision.why)
+            self.restarts.call_off()
             self._finish(Action.SKIP, decision.why)
             return True
         kind = self._state.notice.kind

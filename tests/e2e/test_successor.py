@@ -6,6 +6,7 @@ it to end, resumes there, and the run ends bit for bit as an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,11 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import wait_for, wait_preemptible_idle
+from tests.conftest import PREEMPTIBLE, wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     Preemption,
     final_weights,
+    jsonl,
     ledger,
     notices,
     progress,
@@ -88,4 +90,137 @@ def test_a_drained_one_node_job_hands_over_to_a_successor_and_loses_nothing(
         f"drain -> notice {notice['seen_at'] - drained_at:.1f} s; successor {successor} "
         f"submitted {hand_over['submitted_at'] - drained_at:.1f} s after the drain, trained "
         f"again {runs[1]['started_at'] - drained_at:.1f} s after it (tuned timings)"
+    )
+
+
+def _hand_over(tmp_path: Path) -> str | None:
+    found = [r for r in ledger(tmp_path) if r["event"] == "successor"]
+    return found[0]["successor"] if found else None
+
+
+def _one(records: list[dict[str, Any]], event: str, job: str) -> dict[str, Any]:
+    (found,) = [r for r in records if r["event"] == event and r["job"] == job]
+    return found
+
+
+def test_with_a_free_node_the_successor_starts_up_while_the_predecessor_trains_on(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    """Make before break: the predecessor saves at the notice and trains on; the successor
+    starts up beside it on the free node, and once it waits in resume_path() the
+    predecessor takes a last checkpoint and ends; the successor resumes from that one."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    at_step = 12
+    job_id = submit(
+        tmp_path,
+        nodes="1",
+        extra=["--honor-notice", "--go-on", "--hold-at", str(at_step), "--step-seconds", "1"],
+        spec_lines=['restart = "successor"', "poll_interval = 1"],
+    )
+    folder = tmp_path / "ckpt"
+    wait_for(f"step {at_step}", (folder / "holding").exists, timeout=120)
+    victim = slurm.job(job_id).nodes[0]
+    preemption = Preemption(
+        sandbox, PreemptPlan(victim, window=90, return_after=3, once_empty=True)
+    )
+    preemption.start()
+    try:
+        successor = str(wait_for("the hand-over", lambda: _hand_over(tmp_path), timeout=90))
+        wait_done(slurm, successor, tmp_path, timeout=240)
+        events = preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    drained_at = events[0].at
+    (saved,) = jsonl(folder / "notice-checkpoints.jsonl")
+    (stopped,) = notices(tmp_path)
+    # Saved at once (the ranks agree within about a second of steps)...
+    assert at_step <= saved["step"] <= at_step + 2 and saved["job"] == job_id
+    assert stopped["step"] > at_step  # ...and trained on after it
+    runs = progress(tmp_path)
+    assert len(runs) == 2 and runs[1]["resumed_step"] == stopped["step"]  # zero steps lost
+    assert same_weights(final_weights(tmp_path), baseline)
+    records = ledger(tmp_path)
+    waiting = _one(records, "waiting", successor)
+    stopping = _one(records, "stopping", job_id)
+    end = next(r for r in records if r["event"] == "end" and r["job"] == job_id)
+    start = _one(records, "start", successor)
+    assert waiting["predecessor"] == job_id and "ready to take over" in stopping["why"]
+    # The overlap: the successor was started up and waiting while the predecessor trained;
+    # it chose its checkpoint only once the predecessor had ended.
+    assert waiting["time"] < end["time"] <= start["time"]
+    assert waiting["time"] < stopped["at"]
+    predecessor = slurm.job(job_id)
+    assert predecessor.state == "COMPLETED" and predecessor.restarts == 0
+    left = [j for j in slurm.jobs() if j.job_id in (job_id, successor) and not j.finished]
+    assert left == []
+    print(
+        f"timeline from the drain (tuned): notice checkpoint {saved['at'] - drained_at:.1f} s, "
+        f"successor waiting {waiting['waiting_at'] - drained_at:.1f} s, predecessor's last "
+        f"checkpoint {stopped['at'] - drained_at:.1f} s (step {stopped['step']}), trained "
+        f"again {runs[1]['started_at'] - drained_at:.1f} s; training time lost "
+        f"{runs[1]['started_at'] - stopped['at']:.1f} s"
+    )
+
+
+def test_with_no_free_node_the_predecessor_trains_on_until_its_deadline(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    """No node for the successor: the predecessor keeps training after its notice
+    checkpoint, stops with a last one before its deadline, and the successor (pending
+    meanwhile) takes over from that one when a node returns."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    at_step = 12
+    job_id = submit(
+        tmp_path,
+        nodes="1",
+        extra=["--honor-notice", "--go-on", "--hold-at", str(at_step), "--step-seconds", "1"],
+        spec_lines=[
+            'restart = "successor"',
+            "poll_interval = 1",
+            "preempt_window = 30",
+            "safety_margin = 5",
+        ],
+    )
+    folder = tmp_path / "ckpt"
+    wait_for(f"step {at_step}", (folder / "holding").exists, timeout=120)
+    victim = slurm.job(job_id).nodes[0]
+    (other,) = [n.name for n in slurm.nodes(PREEMPTIBLE) if n.name != victim]
+    blocker = slurm.submit(
+        "#!/bin/bash\nsleep 600\n",
+        args=[f"--nodelist={other}", "--exclusive", "--job-name=blocker"],
+    )
+    wait_for("the blocker to run", lambda: slurm.job(blocker).state == "RUNNING", timeout=60)
+    preemption = Preemption(
+        sandbox, PreemptPlan(victim, window=30, return_after=3, once_empty=True)
+    )
+    preemption.start()
+    try:
+        successor = str(wait_for("the hand-over", lambda: _hand_over(tmp_path), timeout=90))
+        wait_for(f"job {job_id} to end", lambda: slurm.job(job_id).finished, timeout=120)
+        assert slurm.job(successor).state == "PENDING"  # no node for it yet
+        slurm.cancel(blocker)  # a node returns
+        wait_done(slurm, successor, tmp_path, timeout=240)
+        events = preemption.finish()
+    finally:
+        with contextlib.suppress(Exception):
+            slurm.cancel(blocker)
+        restore_all(sandbox, slurm)
+    drained_at = events[0].at
+    (saved,) = jsonl(folder / "notice-checkpoints.jsonl")
+    (stopped,) = notices(tmp_path)
+    assert at_step <= saved["step"] <= at_step + 2
+    # It trained on for most of its window: 25 s to the deadline, at a step a second.
+    assert stopped["step"] >= at_step + 10
+    assert stopped["at"] - drained_at < 25
+    stopping = _one(ledger(tmp_path), "stopping", job_id)
+    assert stopping["why"] == "the deadline nears"
+    runs = progress(tmp_path)
+    assert len(runs) == 2 and runs[1]["resumed_step"] == stopped["step"]  # zero steps lost
+    assert same_weights(final_weights(tmp_path), baseline)
+    print(
+        f"no free node (tuned): notice checkpoint {saved['at'] - drained_at:.1f} s after the "
+        f"drain, trained on to step {stopped['step']} ({stopped['at'] - drained_at:.1f} s); "
+        f"successor trained again {runs[1]['started_at'] - stopped['at']:.1f} s after that"
     )

@@ -99,6 +99,12 @@ def main() -> None:
         action="store_true",
         help="ask slurmpre.preemption_requested() every step; checkpoint and stop on a notice",
     )
+    parser.add_argument(
+        "--go-on",
+        action="store_true",
+        help="with --honor-notice: also ask slurmpre.checkpoint_requested(), save on the "
+        "notice and train on until preemption_requested() says stop",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -141,11 +147,22 @@ def main() -> None:
     for step in range(start, args.steps):
         if step == args.hold_at and resume is None:  # the first attempt, of a chain too
             hold_for_the_notice(out, rank)
+        saved_now = False
+        if args.go_on and slurmpre.checkpoint_requested():
+            # The notice checkpoint: saved at once, and the training goes on.
+            with slurmpre.checkpoint(step) as path:
+                dcp.save(state, checkpoint_id=str(path))
+            saved_now = True
+            if rank == 0:
+                with (out / "notice-checkpoints.jsonl").open("a") as fh:
+                    fh.write(json.dumps({"job": os.environ.get("SLURM_JOB_ID"), "step": step,
+                                         "at": time.time()}) + "\n")  # fmt: skip
         if args.honor_notice and slurmpre.preemption_requested():
             # Every rank agrees on this step: save it, record it, and stop;
             # slurmpre requeues the job once the checkpoint has committed.
-            with slurmpre.checkpoint(step) as path:
-                dcp.save(state, checkpoint_id=str(path))
+            if not saved_now:
+                with slurmpre.checkpoint(step) as path:
+                    dcp.save(state, checkpoint_id=str(path))
             if rank == 0:
                 with (out / "notices.jsonl").open("a") as fh:
                     fh.write(

@@ -100,3 +100,39 @@ def test_an_output_dir_that_is_not_the_jobs_folder_is_refused(
     monkeypatch.setenv("SLURMPRE_CHECKPOINT_DIR", str(tmp_path / "job"))
     with pytest.raises(Exception, match="is not the job's checkpoint folder"):
         train(tmp_path / "elsewhere", [SlurmpreCallback()])
+
+
+class GoOnAt(transformers.TrainerCallback):  # type: ignore[misc]
+    """What the watcher does with a successor on its way: a notice that lets the script
+    train on (at ``step``), then, once the successor is ready, one that says stop."""
+
+    def __init__(self, step: int, stop: int, path: Path) -> None:
+        self.step, self.stop, self.path = step, stop, path
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == self.step:
+            self.path.write_text('{"kind": "drain", "stop": false}')
+        if state.global_step == self.stop:
+            self.path.write_text('{"kind": "drain", "stop": true}')
+
+
+def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, reference = train(tmp_path / "uninterrupted", [])
+    folder = tmp_path / "job"
+    folder.mkdir()
+    Ledger(folder).ensure()
+    notice = as_a_job(monkeypatch, folder, "7")
+    stopped_at, _ = train(folder, [GoOnAt(12, 17, notice), SlurmpreCallback()])
+    assert stopped_at == 17  # it trained on after its notice checkpoint
+    saves = [(r["step"], r["after_notice"]) for r in dicts(Ledger(folder))
+             if r["event"] == "checkpoint"]  # fmt: skip
+    assert saves == [(10, False), (12, True), (17, True)]
+    chosen = checkpoints.latest(folder).checkpoint
+    assert chosen is not None and chosen.where == str(folder / "checkpoint-17")
+    monkeypatch.setenv("SLURMPRE_RESTART_COUNT", "1")
+    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    steps, resumed = train(folder, [SlurmpreCallback()], resume=chosen.where)
+    assert steps == STEPS
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)

@@ -18,7 +18,7 @@ from slurmpre.job.env import JobEnv
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.options import WatchConfig
-from slurmpre.job.records import Successor
+from slurmpre.job.records import Successor, Waiting
 from slurmpre.job.successor import record, recorded, submit_env, wait_for_predecessor
 from slurmpre.slurm.parse import parse_jobs
 
@@ -103,7 +103,8 @@ def test_on_a_drain_a_successor_takes_over_instead_of_a_requeue(tmp_path: Path) 
     assert "SLURM_JOB_ID" not in got["env"]  # neither the recorded one nor this job's
     successor = h.record("successor")
     assert successor["successor"] == "77" and successor["excluded"] == ["gpu-preemptible-dp-2"]
-    assert h.events() == ["notice", "committed", "successor"]
+    # Submitted at the notice, before the checkpoint: its start-up overlaps the save.
+    assert h.events() == ["notice", "successor", "committed"]
     assert h.watcher.outcome.successor == "77"
 
 
@@ -229,3 +230,90 @@ def test_an_array_tasks_successor_is_that_task_of_a_new_array_job(tmp_path: Path
     assert "--array=3" in got["argv"]  # that task alone, not the whole array again
     assert got["env"]["SLURMPRE_PREDECESSOR"] == "40_3"
     assert h.record("successor")["successor"] == "77_3"  # as the new task's records name it
+
+
+# -- make before break: a script that goes on after its notice checkpoint -------------
+def goes_on(h: Harness) -> None:
+    """The script asks checkpoint_requested() (and preemption_requested())."""
+    FolderLayout(h.folder).goes_on("42", 0).touch()
+    h.listening()
+
+
+def notice_says_stop(h: Harness) -> bool | None:
+    path = FolderLayout(h.folder).notice("42", 0)
+    return json.loads(path.read_text())["stop"] if path.exists() else None
+
+
+def waiting(h: Harness, successor: str = "77") -> None:
+    """The successor's training waits in resume_path() (what the API appends)."""
+    h.ledger.append(Waiting(job=successor, attempt=0, predecessor="42", waiting_at=h.clock.wall()))
+
+
+def test_a_script_that_goes_on_trains_until_its_successor_waits_then_stops(
+    tmp_path: Path,
+) -> None:
+    h, _ = harness(tmp_path)
+    goes_on(h)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    seen: dict[str, object] = {}
+    h.at(16.0, lambda: seen.setdefault("at notice", notice_says_stop(h)))
+    h.at(18.0, lambda: h.commit(14, after_notice=True))  # the notice checkpoint
+    h.at(30.0, lambda: seen.setdefault("trains on", notice_says_stop(h)))
+    h.at(40.0, lambda: waiting(h))  # the successor has started up
+    h.run()  # done once it has told the script to stop: the successor is on its way
+    assert seen == {"at notice": False, "trains on": False}
+    assert notice_says_stop(h) is True
+    stopping = h.record("stopping")
+    assert stopping["why"] == "job 77 is ready to take over"
+    assert 40.0 <= float(stopping["asked_at"]) - EPOCH <= 41.0  # type: ignore[arg-type]
+    assert h.events() == ["notice", "successor", "checkpoint", "committed", "waiting",
+                          "stopping"]  # fmt: skip
+    assert h.watcher.outcome.successor == "77" and h.slurm.requeued == []
+
+
+def test_a_script_that_goes_on_is_stopped_before_its_deadline_when_no_successor_waits(
+    tmp_path: Path,
+) -> None:
+    """No free node: the successor pends; the script trains on and is told to stop by
+    the deadline less what its notice checkpoint took (notice file to commit)."""
+    h, _ = harness(tmp_path)
+    goes_on(h)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (0.0, "preempted")
+    h.at(9.0, lambda: h.commit(14, after_notice=True))
+    h.run()  # never exits: the watcher ends at the deadline
+    stopping = h.record("stopping")
+    assert stopping["why"] == "the deadline nears"
+    deadline = 300 - 30  # window less the margin, from the drain
+    took = 9.0 - (float(h.record("notice")["seen_at"]) - EPOCH)  # type: ignore[arg-type]
+    asked = float(stopping["asked_at"]) - EPOCH  # type: ignore[arg-type]
+    assert deadline - took - 2 <= asked <= deadline - took
+    assert h.watcher.outcome.successor == "77"
+
+
+def test_a_requeue_tells_a_script_that_goes_on_to_stop_at_the_notice(tmp_path: Path) -> None:
+    """Without a successor on its way, going on would only push the requeue's floor later."""
+    h = Harness(tmp_path)
+    goes_on(h)
+    h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
+    seen: list[bool | None] = []
+    h.at(8.0, lambda: seen.append(notice_says_stop(h)))
+    h.at(9.0, lambda: h.commit(12, after_notice=True))
+    h.at(9.5, h.take)
+    h.run()
+    assert seen == [True] and h.slurm.requeued == ["42"]
+    assert "stopping" not in h.events()
+
+
+def test_a_successor_is_called_off_when_the_training_finishes_its_work_after_all(
+    tmp_path: Path,
+) -> None:
+    h, _ = harness(tmp_path)
+    goes_on(h)
+    h.slurm.cancelled = []  # type: ignore[attr-defined]
+    h.slurm.cancel = h.slurm.cancelled.append  # type: ignore[attr-defined,method-assign]
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(18.0, lambda: h.commit(14, after_notice=True))
+    h.at(25.0, lambda: h.watcher.post_exit(0))  # it reached its last step: done
+    h.run()
+    assert h.slurm.cancelled == ["77"]  # type: ignore[attr-defined]
+    assert h.watcher.outcome.action.value == "skip"  # type: ignore[union-attr]
