@@ -151,9 +151,11 @@ def test_a_successor_writes_no_checkpoint_before_its_predecessor_has_ended(
 ) -> None:
     ledger = as_a_successor(monkeypatch, tmp_path)
     monkeypatch.setenv("SLURMPRE_RESUME_TIMEOUT", "0.5")
-    with pytest.raises(CheckpointError, match="waiting 0.5 s for job 42"):
-        with slurmpre.checkpoint(5) as path:
-            (path / "w").write_text("x")
+    with (
+        pytest.raises(CheckpointError, match=r"waiting 0\.5 s for job 42"),
+        slurmpre.checkpoint(5) as path,
+    ):
+        (path / "w").write_text("x")
     assert not list(tmp_path.glob("step-*")) and not list(tmp_path.glob(".incoming-*"))
     assert not any(isinstance(r, Start) for r in ledger.records())
     # Once the checkpoint is chosen, it writes.
