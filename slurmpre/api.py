@@ -79,7 +79,7 @@ def _taken_over(env: Mapping[str, str]) -> Choice:
     records that this training is ready (the predecessor then stops at once)."""
     folder = checkpoint_dir(env)
     tag = env.get("SLURMPRE_JOB_TAG", "")
-    attempt, in_place = restart_count(env), _in_place(env)
+    attempt, in_place = _attempt(env), _in_place(env)
     key = (str(folder), tag, attempt_key(attempt, in_place))
     if key in _taken:
         return _taken[key]
@@ -111,9 +111,16 @@ def _taken_over(env: Mapping[str, str]) -> Choice:
 
 
 def restart_count(env: Mapping[str, str] | None = None) -> int:
-    """0 on the first run, then 1, 2, ... after each requeue (Slurm's SLURM_RESTART_COUNT)."""
+    """0 on the first run, then 1, 2, ... after each restart of the run: Slurm's requeues
+    and the hand-overs to successor jobs (an in-place restart is not one)."""
     e = _env(env)
-    return _int(e, "SLURMPRE_RESTART_COUNT") or _int(e, "SLURM_RESTART_COUNT") or 0
+    run = _int(e, "SLURMPRE_RESTARTS")
+    return run if run is not None else _attempt(e)
+
+
+def _attempt(env: Mapping[str, str]) -> int:
+    """This job's own restart count (Slurm's SLURM_RESTART_COUNT): its records' attempt."""
+    return _int(env, "SLURMPRE_RESTART_COUNT") or _int(env, "SLURM_RESTART_COUNT") or 0
 
 
 def _in_place(env: Mapping[str, str]) -> int:
@@ -187,7 +194,7 @@ def _attempt_tag(env: Mapping[str, str], folder: Path) -> str:
     _sequence[key] = _sequence.get(key, 0) + 1
     parts = [
         env.get("SLURMPRE_JOB_TAG") or "local",
-        attempt_key(restart_count(env), _in_place(env)),
+        attempt_key(_attempt(env), _in_place(env)),
     ]
     for short, name in (("s", "SLURM_STEP_ID"), ("r", "TORCHELASTIC_RESTART_COUNT")):
         if env.get(name):
@@ -315,7 +322,7 @@ def _record_commit(
         Ledger(target, access=access).append(
             Checkpoint(
                 job=env["SLURMPRE_JOB_TAG"],
-                attempt=restart_count(env),
+                attempt=_attempt(env),
                 in_place=_in_place(env),
                 step=step,
                 path=str(final),

@@ -18,7 +18,7 @@ PREEMPTIBLE_DISCOUNT = 0.5  # the preemptible nodes' discount: half price
 # requeue: Slurm starts it again after cred_expire + 1, 121 s on stock timings) or
 # "successor" (a new job with the same script takes over: no such floor).
 RESTARTS = ("requeue", "successor")
-RESTART = "requeue"
+RESTART = "successor"
 
 # The range of every number a spec (and the wrapper's command line) accepts: finite,
 # and inside what Slurm itself takes (--signal's time is at most 65535 s).

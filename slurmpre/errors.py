@@ -52,3 +52,10 @@ class CheckpointError(SlurmpreError):
 
 class JobEnvironmentError(SlurmpreError):
     """The process is not inside the Slurm job it expects to be in."""
+
+
+class HandedOver(JobEnvironmentError):
+    """A job that handed over to a successor was started again (someone requeued it):
+    the successor trains; this one does not, and ends without an error."""
+
+    exit_code = 0

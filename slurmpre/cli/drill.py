@@ -14,14 +14,25 @@ from slurmpre.errors import SlurmpreError
 @click.command()
 @click.option("--preemptions", default=3, show_default=True, help="How many preemptions.")
 @click.option(
-    "--window", default=15.0, show_default=True, help="Seconds from drain to node removal."
+    "--window", default=60.0, show_default=True, help="Seconds from drain to node removal."
+)
+@click.option(
+    "--checkpoint-interval",
+    "every",
+    default=500,
+    show_default=True,
+    help="Steps between periodic checkpoints (the provider's recipe: 500, longer than the window).",
 )
 @click.option("--seed", type=int, default=None, help="Replay a schedule (printed by each run).")
 @click.option(
     "--baseline", is_flag=True, help="Also run the seeds' recipe under the same schedule."
 )
 @click.option(
-    "--stock-timings", is_flag=True, help="Slurm's default timings (each requeue >= 121 s)."
+    "--stock-timings/--tuned-timings",
+    default=True,
+    show_default=True,
+    help="Slurm's default timings, which users have (a requeue waits >= 121 s), or the "
+    "sandbox's quick ones (for tests).",
 )
 @click.option(
     "--steps", type=int, default=None, help="Training steps (default: enough for every preemption)."
@@ -37,6 +48,7 @@ from slurmpre.errors import SlurmpreError
 def drill(
     preemptions: int,
     window: float,
+    every: int,
     seed: int | None,
     baseline: bool,
     stock_timings: bool,
@@ -51,6 +63,7 @@ def drill(
     opts = DrillOptions(
         preemptions=preemptions,
         window=window,
+        every=every,
         seed=seed,
         baseline=baseline,
         stock_timings=stock_timings,

@@ -14,14 +14,16 @@ from slurmpre.errors import UsageError
 
 @dataclass(frozen=True)
 class DrillOptions:
+    # The provider's proportions: a window of minutes (here one), a checkpoint interval
+    # longer than the window (its recipe saves every 500 steps), Slurm's own timings.
     preemptions: int = 3
-    window: float = 15.0
+    window: float = 60.0
     seed: int | None = None
     baseline: bool = False
-    stock_timings: bool = False
+    stock_timings: bool = True
     steps: int | None = None  # None: enough for every preemption (`training_steps`)
-    every: int = 40
-    step_seconds: float = 0.2
+    every: int = 500
+    step_seconds: float = 0.15
     save_seconds: float = 1.0
     return_after: float = 10.0
     workdir: Path = Path("/var/lib/slurmpre/drill")
@@ -34,6 +36,8 @@ class DrillOptions:
             raise UsageError(f"--window must be from 5 to 3600 seconds, got {self.window:g}")
         if self.steps is not None and not 20 <= self.steps <= 100_000:
             raise UsageError(f"--steps must be from 20 to 100000, got {self.steps}")
+        if not 5 <= self.every <= 10_000:
+            raise UsageError(f"--checkpoint-interval must be from 5 to 10000, got {self.every}")
 
     def training_steps(self) -> int:
         """Long enough that every preemption comes before the run ends, and no longer.
@@ -76,6 +80,10 @@ class DrillResult:
             out.append("an attempt resumed from a partial checkpoint")
         if len(run.hits) < len(self.schedule):
             out.append(f"only {len(run.hits)} of {len(self.schedule)} preemptions happened")
+        seeds = self.runs.get("seeds")
+        if seeds is not None:
+            theirs = report.summarize(seeds, self.runs.get("reference"))
+            out += report.behind(theirs, summary)
         return out
 
     def as_dict(self) -> dict[str, Any]:

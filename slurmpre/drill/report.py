@@ -8,6 +8,7 @@ text report is in the JSON one (``as_dict``); docs/drill.md describes each.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -25,8 +26,9 @@ class Sample:
 
     t: float
     state: str
-    restarts: int
+    restarts: int  # the run's attempt: its restarts so far, across its jobs
     nodes: tuple[str, ...]
+    job: str = ""  # which of the run's jobs (a successor takes over from its predecessor)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class Observed:
     samples: list[Sample]
     hits: list[Hit]
     ledger: list[dict[str, Any]] = field(default_factory=list)
+    # The run's attempt -> (its job, Slurm's restart count there): the ledger's names.
+    attempt_ids: dict[int, tuple[str, int]] = field(default_factory=dict)
+    jobs: list[str] = field(default_factory=list)  # the run's jobs, first to last
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class Attempt:
     last_step: int | None
     last_step_at: float | None
     ended: str  # "preempted", "completed", or the job's final state
+    job: str = ""  # the job it ran in (successors are jobs of their own)
+    job_attempt: int = 0  # Slurm's restart count in that job: its log's attempt
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,10 @@ class Summary:
     wall_ratio: float | None  # wall / uninterrupted wall
     goodput: float | None  # uninterrupted training seconds / wall
     mean_drain_to_first_step_s: float | None
+    # Per preemption: the time without training (last step before -> first step
+    # after), plus the steps lost, which must be trained again, at the uninterrupted
+    # run's pace.
+    training_lost_per_preemption_s: float | None
     node_seconds: float
     cost_preemptible: float
     cost_on_demand_uninterrupted: float | None
@@ -145,6 +156,8 @@ def attempts(run: Observed) -> list[Attempt]:
                 last_step=steps[-1]["step"] if steps else None,
                 last_step_at=steps[-1]["t"] if steps else None,
                 ended=ended,
+                job=run.attempt_ids.get(k, (run.job_id, k))[0],
+                job_attempt=run.attempt_ids.get(k, (run.job_id, k))[1],
             )
         )
     return out
@@ -157,13 +170,14 @@ def _log_attempts(run: Observed) -> set[int]:
 def _ledger_for(run: Observed, attempt: int, kind: type[_A]) -> list[_A]:
     """The ledger's records of one kind for an attempt of the run's job (steps in place
     included); records that do not read as records are left out."""
+    where = run.attempt_ids.get(attempt, (run.job_id, attempt))
     out = []
     for raw in run.ledger:
         try:
             r = records.Record.from_json(raw)
         except records.ShapeError:
             continue
-        if isinstance(r, kind) and r.attempt == attempt and r.job == run.job_id:
+        if isinstance(r, kind) and (r.job, r.attempt) == where:
             out.append(r)
     return out
 
@@ -179,10 +193,13 @@ def preemptions(run: Observed) -> list[Preemption]:
         )
         notices = _ledger_for(run, hit.attempt, records.Notice)
         requeues = _ledger_for(run, hit.attempt, records.Requeued)
+        handed = _ledger_for(run, hit.attempt, records.Successor)
         if run.mode == "slurmpre":
             saved = [c for c in _ledger_for(run, hit.attempt, records.Checkpoint) if c.after_notice]
             checkpoint_step: int | None = saved[-1].step if saved else None
-            requeue_at: float | None = requeues[0].requeued_at if requeues else None
+            requeue_at: float | None = (
+                requeues[0].requeued_at if requeues else handed[0].submitted_at if handed else None
+            )
         else:
             saves = _events(run.log, hit.attempt, "save-end")
             checkpoint_step = saves[-1]["step"] if saves else None
@@ -231,12 +248,16 @@ def _progress(rows: list[Attempt], attempt: int) -> int:
 
 
 def node_seconds(samples: list[Sample], ended_at: float) -> float:
-    """Seconds each node was held, summed: RUNNING samples, each lasting until the next."""
+    """Seconds each node was held, summed over the run's jobs (a successor starting up
+    beside its predecessor holds nodes too): each job's samples in which it held
+    nodes, each lasting until that job's next sample."""
     total = 0.0
-    for here, nxt in zip(samples, [*samples[1:], None], strict=True):
-        until = nxt.t if nxt is not None else ended_at
-        if here.state in HOLDING_NODES:
-            total += max(until - here.t, 0.0) * len(here.nodes)
+    for job in dict.fromkeys(s.job for s in samples):
+        mine = [s for s in samples if s.job == job]
+        for here, nxt in zip(mine, [*mine[1:], None], strict=True):
+            until = nxt.t if nxt is not None else ended_at
+            if here.state in HOLDING_NODES:
+                total += max(until - here.t, 0.0) * len(here.nodes)
     return total
 
 
@@ -244,6 +265,13 @@ def training_seconds(run: Observed) -> float | None:
     """From the first step to the last, in an uninterrupted run."""
     steps = [e for e in run.log if e.get("event") == "step"]
     return steps[-1]["t"] - steps[0]["t"] if len(steps) > 1 else None
+
+
+def _step_seconds(run: Observed) -> float | None:
+    """Seconds per step of an uninterrupted run."""
+    steps = [e for e in run.log if e.get("event") == "step"]
+    seconds = training_seconds(run)
+    return seconds / (len(steps) - 1) if seconds is not None else None
 
 
 def summarize(
@@ -262,6 +290,12 @@ def summarize(
     ref_wall = reference.ended_at - reference.submitted_at if reference else None
     ref_training = training_seconds(reference) if reference else None
     drains = [p.drain_to_first_step_s for p in pre if p.drain_to_first_step_s is not None]
+    pace = _step_seconds(reference) if reference else None
+    lost_time = [
+        p.without_training_s + (p.steps_lost or 0) * pace
+        for p in pre
+        if p.without_training_s is not None and pace is not None
+    ]
     held = node_seconds(run.samples, run.ended_at)
     rate = prices.on_demand_node_hour / 3600
     partial = any(
@@ -281,6 +315,9 @@ def summarize(
         wall_ratio=wall / ref_wall if ref_wall else None,
         goodput=ref_training / wall if ref_training and wall > 0 else None,
         mean_drain_to_first_step_s=statistics.fmean(drains) if drains else None,
+        training_lost_per_preemption_s=(
+            statistics.fmean(lost_time) if lost_time and len(lost_time) == len(pre) else None
+        ),
         node_seconds=held,
         cost_preemptible=held * rate * (1 - prices.preemptible_discount),
         cost_on_demand_uninterrupted=ref_wall * max_nodes * rate if ref_wall else None,
@@ -345,20 +382,29 @@ def timeline_lines(run: Observed) -> list[str]:
     return lines
 
 
-SUMMARY_ROWS = (
-    ("final state", "state", None),
-    ("steps trained", "steps", 0),
-    ("preemptions", "preemptions", 0),
-    ("steps lost", "steps_lost", 0),
-    ("steps computed (with repeats)", "steps_computed", 0),
-    ("wall time (s)", "wall_s", 1),
-    ("uninterrupted wall time (s)", "uninterrupted_wall_s", 1),
-    ("wall / uninterrupted", "wall_ratio", 2),
-    ("goodput", "goodput", 2),
-    ("mean drain -> first new step (s)", "mean_drain_to_first_step_s", 1),
-    ("node-seconds held", "node_seconds", 0),
-    ("cost on preemptible ($)", "cost_preemptible", 4),
-    ("uninterrupted on on-demand ($)", "cost_on_demand_uninterrupted", 4),
+# (label, field, digits, which way is better: "lower", "higher", or None for no ratio)
+SUMMARY_ROWS: tuple[tuple[str, str, int | None, str | None], ...] = (
+    ("final state", "state", None, None),
+    ("steps trained", "steps", 0, None),
+    ("preemptions", "preemptions", 0, None),
+    ("steps lost", "steps_lost", 0, "lower"),
+    ("steps computed (with repeats)", "steps_computed", 0, "lower"),
+    ("training time lost / preemption (s)", "training_lost_per_preemption_s", 1, "lower"),
+    ("mean drain -> first new step (s)", "mean_drain_to_first_step_s", 1, "lower"),
+    ("wall time (s)", "wall_s", 1, "lower"),
+    ("uninterrupted wall time (s)", "uninterrupted_wall_s", 1, None),
+    ("wall / uninterrupted", "wall_ratio", 2, "lower"),
+    ("goodput", "goodput", 2, "higher"),
+    ("node-seconds held", "node_seconds", 0, "lower"),
+    ("cost on preemptible ($)", "cost_preemptible", 4, "lower"),
+    ("uninterrupted on on-demand ($)", "cost_on_demand_uninterrupted", 4, None),
+)
+# What slurmpre must not be behind the seeds' recipe on (the drill fails otherwise).
+MUST_LEAD = (
+    ("steps lost", "steps_lost"),
+    ("training time lost per preemption", "training_lost_per_preemption_s"),
+    ("wall time", "wall_s"),
+    ("cost", "cost_preemptible"),
 )
 
 
@@ -370,24 +416,50 @@ def _cell(value: object, digits: int | None) -> str:
     return f"{value:.{digits}f}" if digits else str(round(value))  # type: ignore[call-overload]
 
 
+def times_better(seeds: float, ours: float, better: str) -> float:
+    """How many times better slurmpre's value is than the seeds' recipe's (> 1: better,
+    < 1: worse), whichever way the figure counts: ``better`` is "lower" or "higher"."""
+    good, bad = (seeds, ours) if better == "lower" else (ours, seeds)
+    if bad == 0:
+        return 1.0 if good == 0 else math.inf
+    return good / bad
+
+
+def _ratio(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2f}"
+
+
 def summary_lines(summaries: list[Summary]) -> list[str]:
-    """One column per run; with two runs (the seeds' recipe, slurmpre) a ratio column."""
-    head = f"{'':34}" + "".join(f"{s.mode:>14}" for s in summaries)
-    pair = len(summaries) == 2
-    lines = [head + (f"{'ratio':>10}" if pair else "")]
-    for label, key, digits in SUMMARY_ROWS:
+    """One column per run; with the seeds' recipe beside slurmpre, a column of how many
+    times better slurmpre is, on every row that has a direction."""
+    head = f"{'':38}" + "".join(f"{s.mode:>14}" for s in summaries)
+    modes = [s.mode for s in summaries]
+    pair = modes == ["seeds", "slurmpre"]
+    lines = [head + (f"{'x better':>10}" if pair else "")]
+    for label, key, digits, better in SUMMARY_ROWS:
         values = [getattr(s, key) for s in summaries]
-        row = f"{label:34}" + "".join(f"{_cell(v, digits):>14}" for v in values)
-        if pair and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            a, b = values
-            row += (
-                f"{(a / b if b else float('inf')) if a else 0.0:>10.2f}"
-                if key
-                not in (
-                    "steps",
-                    "preemptions",
-                )
-                else ""
-            )
+        row = f"{label:38}" + "".join(f"{_cell(v, digits):>14}" for v in values)
+        if pair and better and all(_number(v) for v in values):
+            row += f"{_ratio(times_better(values[0], values[1], better)):>10}"
         lines.append(row)
+    if pair:
+        lines.append(f"{'':38}(x better: how many times better slurmpre is than the seeds' recipe)")
     return lines
+
+
+def behind(seeds: Summary, ours: Summary) -> list[str]:
+    """Where slurmpre is behind the seeds' recipe, on what users pay for."""
+    out = []
+    for label, key in MUST_LEAD:
+        theirs, mine = getattr(seeds, key), getattr(ours, key)
+        if mine is None:
+            out.append(f"no figure for its {label}")
+        elif theirs is not None and mine > theirs:
+            out.append(
+                f"it is behind the seeds' recipe on {label} ({mine:.4g} against {theirs:.4g})"
+            )
+    return out
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)

@@ -52,7 +52,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 class Driver:
-    """Runs one job to its end, preempting it at the schedule's moments."""
+    """Runs one job to its end, preempting it at the schedule's moments; follows the run
+    into each job that takes over from the one before (a successor)."""
 
     def __init__(
         self,
@@ -77,24 +78,52 @@ class Driver:
         self.preempted: set[int] = set()
         self.shown = 0
         self.shown_ledger = 0
+        # The run's jobs, first to last, and the run's restarts before each.
+        self.chain: dict[str, int] = {job_id: 0}
+        self.ended: dict[str, str] = {}  # job -> its final state
+        self.attempt_ids: dict[int, tuple[str, int]] = {}
 
     def _say(self, what: str) -> None:
         self.say(f"[{self.mode} {time.time() - self.submitted_at:6.1f}s] {what}")
 
     def step(self) -> bool:
-        """One look at the job; False once it has ended."""
-        job = self.client.job(self.job_id)
+        """One look at the run's jobs; False once the last has ended."""
         now = time.time()
-        self.samples.append(report.Sample(now, job.state, job.restarts, job.nodes))
         log = read_jsonl(self.folder / LOG)
         self._show(log)
-        if job.finished:
+        newest: tuple[str, int, Any] | None = None
+        for job_id, before in list(self.chain.items()):
+            if job_id in self.ended:
+                continue
+            job = self.client.job(job_id)
+            attempt = before + job.restarts
+            if job.state == "RUNNING":
+                self.attempt_ids.setdefault(attempt, (job_id, job.restarts))
+            self.samples.append(report.Sample(now, job.state, attempt, job.nodes, job_id))
+            successor = self._successor(job_id)
+            if successor is not None and successor not in self.chain:
+                self.chain[successor] = attempt + 1
+                self._say(f"job {successor} takes over from job {job_id}")
+            if job.finished:
+                self.ended[job_id] = job.state
+                continue
+            newest = (job_id, attempt, job)
+        if newest is None:
             return False
-        if self.pending and job.state == "RUNNING" and job.restarts not in self.preempted:
+        _, attempt, job = newest
+        if self.pending and job.state == "RUNNING" and attempt not in self.preempted:
             moment = self.pending[0]
-            if self._due(moment, job.restarts, log):
-                self._preempt(moment, job.restarts, job.nodes)
+            if self._due(moment, attempt, log):
+                self._preempt(moment, attempt, job.nodes)
         return True
+
+    def _successor(self, job_id: str) -> str | None:
+        if self.mode != "slurmpre":
+            return None
+        for r in Ledger(self.folder, warn=lambda _: None).records():
+            if isinstance(r, records.Successor) and r.job == job_id:
+                return r.successor
+        return None
 
     def _due(self, moment: Moment, attempt: int, log: list[dict[str, Any]]) -> bool:
         mine = [e for e in log if e.get("attempt") == attempt]
@@ -145,6 +174,10 @@ class Driver:
                 self._say(f"slurmpre saw the notice ({r.kind} of {r.node})")
             elif isinstance(r, records.Requeued):
                 self._say(f"slurmpre requeued the job ({r.why})")
+            elif isinstance(r, records.Waiting):
+                self._say(f"job {r.job} is ready and waits for job {r.predecessor}")
+            elif isinstance(r, records.Stopping):
+                self._say(f"slurmpre asked job {r.job} to checkpoint and stop ({r.why})")
         self.shown_ledger = len(ledger)
 
     def collect(self) -> report.Observed:
@@ -162,16 +195,19 @@ class Driver:
                     returned_at=at[2] if len(at) > 2 else None,
                 )
             )
+        last = list(self.chain)[-1]
         return report.Observed(
             self.mode,
             self.job_id,
             self.submitted_at,
             ended,
-            self.samples[-1].state if self.samples else "UNKNOWN",
+            self.ended.get(last, "UNKNOWN"),
             read_jsonl(self.folder / LOG),
             self.samples,
             self.hits,
             read_jsonl(FolderLayout(self.folder).ledger),
+            attempt_ids=dict(self.attempt_ids),
+            jobs=list(self.chain),
         )
 
 
@@ -183,7 +219,9 @@ def drive(drivers: list[Driver], timeout: float) -> list[report.Observed]:
         running = [d for d in running if d.step()]
         if running and time.monotonic() > deadline:
             for d in running:
-                d.client.cancel(d.job_id)
+                for job_id in d.chain:
+                    with contextlib.suppress(SlurmpreError):
+                        d.client.cancel(job_id)
             names = ", ".join(f"{d.job_id} ({d.mode})" for d in running)
             raise SlurmpreError(
                 f"drill: job {names} did not finish within {timeout:g} s; cancelled "

@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     if args.mode == "slurmpre":
+        restarts = slurmpre.restart_count()  # across the jobs of the run, successors too
         out = slurmpre.checkpoint_dir()
         resume = slurmpre.resume_path()
     else:
@@ -152,9 +153,16 @@ def main(argv: list[str] | None = None) -> None:
         log("save-end", step=step, why=why)
 
     for step in range(start, args.steps):
-        if args.mode == "slurmpre" and slurmpre.preemption_requested():
-            # Every rank agrees on this step: save it and stop; slurmpre requeues.
+        saved = False
+        if args.mode == "slurmpre" and slurmpre.checkpoint_requested():
+            # The notice: every rank agrees on this step; save it, and train on while
+            # the job that takes over starts up (slurmpre says when to stop).
             save(step, "notice")
+            saved = True
+        if args.mode == "slurmpre" and slurmpre.preemption_requested():
+            # Time to stop: save this step (unless just saved) and exit.
+            if not saved:
+                save(step, "stop")
             log("stop", step=step)
             dist.barrier()
             dist.destroy_process_group()

@@ -18,6 +18,9 @@ PREDECESSOR_ENV = "SLURMPRE_PREDECESSOR"
 # chosen (`slurmpre.resume_path()` waits for it, at most RESUME_TIMEOUT_ENV seconds).
 RESUME_PENDING_ENV = "SLURMPRE_RESUME_PENDING"
 RESUME_TIMEOUT_ENV = "SLURMPRE_RESUME_TIMEOUT"
+# In a successor's environment: the restarts of the run before this job (its
+# predecessors' requeues and hand-overs), so that the run's count goes on across jobs.
+EARLIER_RESTARTS_ENV = "SLURMPRE_EARLIER_RESTARTS"
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
@@ -45,6 +48,12 @@ class JobEnv:
     in_place: int = 0  # restarts inside this allocation so far (SLURMPRE_IN_PLACE)
     batch_host: str | None = None  # where the batch script's supervisor runs, when one does
     predecessor: str | None = None  # the job this one takes over from (SLURMPRE_PREDECESSOR)
+    earlier_restarts: int = 0  # the run's restarts in the jobs before this one
+
+    @property
+    def run_restarts(self) -> int:
+        """The run's restarts so far, across the jobs that took over from one another."""
+        return self.earlier_restarts + self.restart_count
 
     @property
     def num_nodes(self) -> int:
@@ -108,4 +117,5 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         in_place=_int(env, IN_PLACE_ENV, default=0),
         batch_host=env.get(BATCH_HOST_ENV) or None,
         predecessor=env.get(PREDECESSOR_ENV) or None,
+        earlier_restarts=_int(env, EARLIER_RESTARTS_ENV, default=0),
     )

@@ -72,8 +72,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--no-in-place", "in_place", "switch", False,
            "always requeue on a drain, never restart inside the allocation"),
     Option("--restart", "restart", "choice", None,
-           "requeue: scontrol requeue (default); successor: submit the same script as a "
-           "new job that takes over"),
+           "successor: submit the same script as a new job that takes over (default); "
+           "requeue: scontrol requeue (Slurm's floor of cred_expire + 1 s)"),
     Option("--file-access", "file_access", "choice", None,
            "who may read what slurmpre creates: owner (default) or group"),
 )  # fmt: skip

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from slurmpre.access import ENV as ACCESS_ENV
 from slurmpre.access import OWNER, Access, make_dir
-from slurmpre.errors import CheckpointError, JobEnvironmentError, SlurmpreError, UsageError
+from slurmpre.errors import (
+    CheckpointError,
+    HandedOver,
+    JobEnvironmentError,
+    SlurmpreError,
+    UsageError,
+)
 from slurmpre.job import checkpoints
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
@@ -24,7 +30,7 @@ from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.job.records import AttemptId, Start
+from slurmpre.job.records import AttemptId, Start, Successor
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.job.successor import wait_for_predecessor
 from slurmpre.launchers import Launcher
@@ -109,6 +115,13 @@ def agree(
     publishes the checkpoint once the predecessor has ended."""
     if not job.is_first_node:
         return ledger.wait_choice(job.tag, job.attempt, opts.agree_timeout)
+    handed = [r for r in ledger.records() if isinstance(r, Successor) and r.job == job.tag]
+    if handed:
+        # Requeue=0 keeps Slurm from requeuing it; a requeue by hand still can.
+        raise HandedOver(
+            f"job {job.tag} handed over to job {handed[-1].successor} in attempt "
+            f"{handed[-1].attempt_id}: this attempt does not train beside it"
+        )
     if takes_over_early(opts, job):
         early = Choice(
             job=job.tag,
@@ -247,6 +260,7 @@ def child_env(
             "SLURMPRE_RESUME_FROM": choice.resume_from or "",
             "SLURMPRE_RESUME_STEP": "" if choice.step is None else str(choice.step),
             "SLURMPRE_RESTART_COUNT": str(job.restart_count),
+            "SLURMPRE_RESTARTS": str(job.run_restarts),
             "SLURMPRE_JOB_TAG": tag,
             "SLURMPRE_WORLD_SIZE": str(choice.world_size),
             "SLURMPRE_PREVIOUS_WORLD_SIZE": ""

@@ -242,7 +242,8 @@ def main(
         opts = parse_args(sys.argv[1:] if argv is None else argv)
         return run_attempt(opts, os.environ if env is None else env, warning=warning)
     except SlurmpreError as exc:
-        print(f"slurmpre run: error: {exc}", file=sys.stderr, flush=True)
+        kind = "error: " if exc.exit_code else ""
+        print(f"slurmpre run: {kind}{exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound, SlurmError
-from slurmpre.job.env import PREDECESSOR_ENV, JobEnv
+from slurmpre.job.env import EARLIER_RESTARTS_ENV, PREDECESSOR_ENV, JobEnv
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Successor
@@ -35,7 +35,11 @@ def submit_env(env: Mapping[str, str]) -> dict[str, str]:
     """What a successor is submitted with: sbatch's environment at the user's submit,
     without Slurm's job variables (a submit from inside an allocation has them) and
     without a predecessor of its own."""
-    return {k: v for k, v in env.items() if not k.startswith("SLURM_") and k != PREDECESSOR_ENV}
+    return {
+        k: v
+        for k, v in env.items()
+        if not k.startswith("SLURM_") and k not in (PREDECESSOR_ENV, EARLIER_RESTARTS_ENV)
+    }
 
 
 def record(layout: FolderLayout, script: str, env: Mapping[str, str], mode: int) -> None:
@@ -66,6 +70,7 @@ def submit_successor(
     this array task again, for an array task. A SlurmError when sbatch refuses it."""
     script, env = recorded(layout)
     env[PREDECESSOR_ENV] = job.tag
+    env[EARLIER_RESTARTS_ENV] = str(job.run_restarts + 1)  # this hand-over is one more
     args = []
     if exclude:
         args.append(f"--exclude={','.join(exclude)}")
@@ -106,6 +111,11 @@ def wait_for_predecessor(
             say(f"cannot tell whether job {predecessor} has ended ({first}): asking again")
         if info is not None and info.finished:
             say(f"job {predecessor} has ended ({info.state}): taking over")
+            return
+        if info is not None and info.state == "PENDING":
+            # Requeued by hand after the hand-over: the attempt that trained has ended,
+            # and the next one will not train (it finds its hand-over in the ledger).
+            say(f"job {predecessor} was requeued after its hand-over: taking over")
             return
         # The predecessor records the hand-over just after its sbatch returns: only a
         # job that the ledger names as handing over to this one is waited for.

@@ -232,7 +232,11 @@ class Watcher:
         left = notice.since + budget - self.wall()
         state.deadline = self.clock() + max(left, 0.0)
         restart = self.restarts.plan(notice.kind, state.drained)
-        successor = self.config.restart == "successor" and restart.keep is None
+        successor = (
+            self.config.restart == "successor"
+            and restart.keep is None
+            and self.restarts.requeue_allowed  # a job without --requeue is not restarted
+        )
         # Make before break: with a successor on its way, a script that can checkpoint
         # and go on keeps training after its notice checkpoint, until told to stop.
         self._publish(notice, stop=not successor)

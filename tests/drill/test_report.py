@@ -149,6 +149,56 @@ def test_text_has_a_row_per_attempt_and_preemption_and_ratios_side_by_side() -> 
     table = report.summary_lines(
         [report.summarize(seeds, reference_run()), report.summarize(run, reference_run())]
     )
-    assert "ratio" in table[0]
+    assert "x better" in table[0]
     wall = next(line for line in table if line.startswith("wall time (s)"))
     assert wall.split()[-3:] == ["92.0", "92.0", "1.00"]
+
+
+def test_every_ratio_reads_times_better_for_slurmpre_whichever_way_the_figure_counts() -> None:
+    """Goodput counts up, wall time down: both read above 1 when slurmpre is ahead (it
+    once printed 1.32 for a goodput of 0.44 against 0.58, which was behind)."""
+    assert report.times_better(seeds=0.58, ours=0.44, better="higher") < 1
+    assert report.times_better(seeds=0.44, ours=0.58, better="higher") > 1
+    assert report.times_better(seeds=533.1, ours=526.6, better="lower") > 1
+    assert report.times_better(seeds=41, ours=0, better="lower") == float("inf")
+    assert report.times_better(seeds=0, ours=0, better="lower") == 1.0
+
+
+def test_the_drill_fails_where_slurmpre_is_behind_the_seeds_recipe() -> None:
+    ref = reference_run()
+    ours = report.summarize(slurmpre_run(), ref)
+    slower = slurmpre_run()
+    slower.ended_at -= 10  # the recipe ends 10 s sooner...
+    slower.mode = "seeds"
+    theirs = report.summarize(slower, ref)
+    assert report.behind(theirs, ours) == [
+        "it is behind the seeds' recipe on wall time (92 against 82)"
+    ]
+    assert report.behind(ours, ours) == []
+
+
+def test_a_run_follows_its_successor_jobs_and_counts_both_jobs_nodes() -> None:
+    """A hand-over: attempt 1 is job 6, which starts up beside job 5 (both hold a node)."""
+    run = slurmpre_run()
+    run.attempt_ids = {0: ("5", 0), 1: ("6", 0)}
+    run.jobs = ["5", "6"]
+    run.ledger = [
+        r
+        for r in run.ledger
+        if r["event"] != "requeued"
+    ] + [
+        records.Successor(job="5", attempt=0, successor="6", excluded=(NODES[1],), why="notice",
+                          submitted_at=131.0, time=131.0).to_json(),
+    ]  # fmt: skip
+    run.samples = [
+        Sample(99.0, "RUNNING", 0, NODES, "5"),
+        Sample(133.0, "COMPLETED", 0, NODES, "5"),
+        Sample(99.0, "PENDING", 1, (), "6"),
+        Sample(140.0, "RUNNING", 1, (NODES[0],), "6"),
+        Sample(182.0, "COMPLETED", 1, (NODES[0],), "6"),
+    ]
+    (p,) = report.preemptions(run)
+    assert p.requeue_s == 131.0 - 130.0 and p.checkpoint_step == 30 and p.steps_lost == 0
+    assert [(a.job, a.job_attempt) for a in report.attempts(run)] == [("5", 0), ("6", 0)]
+    # 2 nodes 99-133 for job 5, and job 6's node 140-182, overlapping it
+    assert report.summarize(run, reference_run()).node_seconds == 2 * 34.0 + 42.0

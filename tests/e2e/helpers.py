@@ -20,6 +20,13 @@ TRAIN = Path(__file__).parent / "train_tiny.py"
 STEPS = 40
 
 
+def restart_line(lines: Sequence[str]) -> list[str]:
+    """These tests exercise Slurm's requeue path (the fallback, and `restart = "requeue"`)
+    unless a test says otherwise; the successor, the default, has test_successor.py, the
+    drill and the versions' contract tests."""
+    return [] if any(line.startswith("restart") for line in lines) else ['restart = "requeue"']
+
+
 def submit(
     folder: Path,
     *,
@@ -38,6 +45,7 @@ def submit(
                 f'nodes = "{nodes}"',
                 f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
                 *spec_lines,
+                *restart_line(spec_lines),
                 "[env]",
                 'GLOO_SOCKET_IFNAME = "lo"',
             ]
@@ -64,6 +72,7 @@ def write_spec(
                 'nodes = "2"',
                 f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
                 *lines,
+                *restart_line(lines),
                 "[env]",
                 'GLOO_SOCKET_IFNAME = "lo"',
                 *env,

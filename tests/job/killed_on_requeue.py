@@ -64,7 +64,18 @@ class KillingSlurm(FakeSlurm):
 def main() -> int:
     folder = Path(sys.argv[1])
     opts = parse_args(
-        ["--launcher", "plain", "--checkpoint-dir", str(folder), "--", sys.executable, "-c", TRAIN]
+        [
+            "--launcher",
+            "plain",
+            "--restart",
+            "requeue",
+            "--checkpoint-dir",
+            str(folder),
+            "--",
+            sys.executable,
+            "-c",
+            TRAIN,
+        ]
     )
     env = {
         **os.environ,

@@ -88,3 +88,18 @@ def test_accelerate_on_a_node_without_gpus_is_told_to_use_the_cpu() -> None:
     mine = _child_env("accelerate", {"ACCELERATE_USE_CPU": "false"}, step=no_gpu)
     assert mine["ACCELERATE_USE_CPU"] == "false"  # what the job set wins
     assert "ACCELERATE_USE_CPU" not in _child_env("torchrun", step=no_gpu)
+
+
+def test_the_runs_restart_count_goes_on_across_its_jobs() -> None:
+    """A successor's training counts the restarts of the jobs before it (its own
+    SLURM_RESTART_COUNT names its records, and starts again at 0)."""
+    from slurmpre import api
+    from slurmpre.job.env import read_job_env
+
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1", "SLURM_NODEID": "0",
+           "SLURM_RESTART_COUNT": "1", "SLURMPRE_EARLIER_RESTARTS": "2"}  # fmt: skip
+    job = read_job_env(env)
+    assert (job.restart_count, job.run_restarts) == (1, 3)
+    child = {"SLURMPRE_RESTART_COUNT": "1", "SLURMPRE_RESTARTS": "3"}
+    assert api.restart_count(child) == 3 and api._attempt(child) == 1
+    assert api.restart_count({"SLURM_RESTART_COUNT": "2"}) == 2  # outside a chain, as before

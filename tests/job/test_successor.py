@@ -100,6 +100,7 @@ def test_on_a_drain_a_successor_takes_over_instead_of_a_requeue(tmp_path: Path) 
     assert got["argv"][-1] == "--exclude=gpu-preemptible-dp-2"
     assert got["script"] == "#!/bin/bash\necho train\n"
     assert got["env"]["SLURMPRE_PREDECESSOR"] == "42"
+    assert got["env"]["SLURMPRE_EARLIER_RESTARTS"] == "1"  # the run's restart count goes on
     assert "SLURM_JOB_ID" not in got["env"]  # neither the recorded one nor this job's
     successor = h.record("successor")
     assert successor["successor"] == "77" and successor["excluded"] == ["gpu-preemptible-dp-2"]
@@ -292,7 +293,7 @@ def test_a_script_that_goes_on_is_stopped_before_its_deadline_when_no_successor_
 
 def test_a_requeue_tells_a_script_that_goes_on_to_stop_at_the_notice(tmp_path: Path) -> None:
     """Without a successor on its way, going on would only push the requeue's floor later."""
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, config=WatchConfig(restart="requeue"))
     goes_on(h)
     h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
     seen: list[bool | None] = []
@@ -317,3 +318,52 @@ def test_a_successor_is_called_off_when_the_training_finishes_its_work_after_all
     h.run()
     assert h.slurm.cancelled == ["77"]  # type: ignore[attr-defined]
     assert h.watcher.outcome.action.value == "skip"  # type: ignore[union-attr]
+
+
+# -- the protocol's edges ------------------------------------------------------------
+def test_a_job_submitted_without_requeue_gets_no_successor(tmp_path: Path) -> None:
+    h, seen = harness(tmp_path)
+    h.watcher.restarts.requeue_allowed = False
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))
+    h.run()
+    assert not seen.exists()  # sbatch never ran
+    assert "successor" not in h.events() and h.slurm.requeued == []
+    assert h.watcher.outcome.action.value == "skip"  # type: ignore[union-attr]
+
+
+def test_a_predecessor_removed_during_the_hand_over_is_taken_over_from(tmp_path: Path) -> None:
+    """The node goes before the predecessor has committed: Slurm ends it NODE_FAIL and, with
+    Requeue=0, does not bring it back; the successor goes on from the newest complete."""
+    ledger, said, slept = handed_over(tmp_path), [], []
+    gone = dataclasses.replace(DONE, state="NODE_FAIL")
+
+    class Removed(Ending):
+        def job(self, job_id: str):  # type: ignore[no-untyped-def]
+            return gone if super().job(job_id) is DONE else RUNNING
+
+    wait_for_predecessor(ledger, Removed(2), SUCCESSOR, 100, said.append, sleep=slept.append)
+    assert len(slept) == 2 and "has ended (NODE_FAIL): taking over" in said[-1]
+
+
+def test_a_predecessor_requeued_by_hand_after_its_hand_over_does_not_train_again(
+    tmp_path: Path,
+) -> None:
+    """Requeue=0 stops Slurm's own requeues, not an operator's `scontrol requeue`: the
+    successor does not wait for the requeued job, and that job's next attempt finds its
+    hand-over in the ledger and ends at once, exit 0, without training."""
+    from slurmpre.errors import HandedOver
+    from slurmpre.job.args import parse_args
+    from slurmpre.job.resume import agree
+
+    ledger, said = handed_over(tmp_path), []
+    requeued = dataclasses.replace(RUNNING, state="PENDING", restarts=1)
+    wait_for_predecessor(ledger, Jobs({"42": requeued}), SUCCESSOR, 100, said.append)
+    assert "requeued after its hand-over: taking over" in said[-1]
+
+    again = dataclasses.replace(JOB, restart_count=1)
+    opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
+    with pytest.raises(HandedOver, match="handed over to job 77") as caught:
+        agree(opts, again, tmp_path, ledger, Jobs({}), said.append)
+    assert caught.value.exit_code == 0
+    assert not FolderLayout(tmp_path).choice("42", "1").exists()  # nothing chosen

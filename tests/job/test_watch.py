@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurmpre.errors import SlurmError
@@ -46,6 +47,12 @@ JOB = JobEnv(
 )
 CAPTURED = parse_nodes((DATA / "slurm-22.05" / "nodes-one-draining.txt").read_text())
 EPOCH = 1_000_000.0
+
+
+def requeuing(**config: Any) -> WatchConfig:
+    """The watcher's settings with Slurm's requeue (these tests; test_successor.py has
+    the successor, the default)."""
+    return WatchConfig(restart="requeue", **config)
 
 
 class Clock:
@@ -138,7 +145,7 @@ class Harness:
             tmp_path,
             self.ledger,
             self.slurm,
-            config or WatchConfig(),
+            config or requeuing(),
             requeue_allowed=requeue_allowed,
             say=self.said.append,
             clock=self.clock.monotonic,
@@ -224,7 +231,7 @@ def test_drain_is_seen_within_one_interval_then_requeue_after_the_commit(tmp_pat
 def test_without_a_commit_it_requeues_at_the_deadline_counted_from_the_drain(
     tmp_path: Path,
 ) -> None:
-    h = Harness(tmp_path, config=WatchConfig(window=60, margin=10))
+    h = Harness(tmp_path, config=requeuing(window=60, margin=10))
     h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
     h.run()
     assert h.slurm.requeued == ["42"]
@@ -238,7 +245,7 @@ def test_without_a_commit_it_requeues_at_the_deadline_counted_from_the_drain(
 def test_a_drain_seen_late_is_requeued_before_the_window_closes(tmp_path: Path) -> None:
     """slurmctld does not answer for 45 s: the drain at 5 s is seen late (the backoff waits up
     to a minute), and the deadline still counts from the drain, not from when it was seen."""
-    h = Harness(tmp_path, config=WatchConfig(window=60, margin=10))
+    h = Harness(tmp_path, config=requeuing(window=60, margin=10))
     h.slurm.down_between = (0.0, 45.0)
     h.slurm.drains["gpu-preemptible-dp-2"] = (5.0, "preempted")
     h.run()
@@ -252,7 +259,7 @@ def test_a_drain_seen_late_is_requeued_before_the_window_closes(tmp_path: Path) 
 
 
 def test_without_slurms_stamp_the_deadline_counts_from_when_it_was_seen(tmp_path: Path) -> None:
-    h = Harness(tmp_path, config=WatchConfig(window=60, margin=10))
+    h = Harness(tmp_path, config=requeuing(window=60, margin=10))
     h.slurm.stamped = False
     h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
     h.run()
@@ -284,7 +291,7 @@ def test_reason_pattern_filters_drains(tmp_path: Path) -> None:
 
 
 def test_two_drains_one_after_the_other_make_one_requeue(tmp_path: Path) -> None:
-    h = Harness(tmp_path, config=WatchConfig(interval=5, window=60, margin=10))
+    h = Harness(tmp_path, config=requeuing(interval=5, window=60, margin=10))
     h.slurm.drains["gpu-preemptible-dp-2"] = (1.0, "preempted")
     h.slurm.drains["gpu-preemptible-dp-1"] = (8.0, "preempted")
     h.run()
@@ -325,7 +332,7 @@ def test_a_300_s_controller_outage_backs_off_and_recovers_once(tmp_path: Path) -
 
 
 def test_time_limit_warning_is_a_notice_with_its_own_window(tmp_path: Path) -> None:
-    h = Harness(tmp_path, config=WatchConfig(time_warning=120, margin=20))
+    h = Harness(tmp_path, config=requeuing(time_warning=120, margin=20))
     h.at(30.0, lambda: h.latch(12, None))
     h.run()
     notice, requeued = h.record("notice"), h.record("requeued")
@@ -335,7 +342,7 @@ def test_time_limit_warning_is_a_notice_with_its_own_window(tmp_path: Path) -> N
 
 
 def test_a_warning_that_came_before_the_watcher_started_is_a_notice(tmp_path: Path) -> None:
-    h = Harness(tmp_path, config=WatchConfig(time_warning=120, margin=20))
+    h = Harness(tmp_path, config=requeuing(time_warning=120, margin=20))
     h.latch(12, None)  # the wrapper's latch caught it during start-up
     h.clock.now = 40.0
     h.run()
@@ -507,13 +514,13 @@ def test_a_drained_node_other_than_the_batch_host_is_released_not_requeued(
 @pytest.mark.parametrize(
     ("drained", "config", "why"),
     [
-        (["gpu-preemptible-dp-1"], WatchConfig(), "the batch host gpu-preemptible-dp-1 drained"),
+        (["gpu-preemptible-dp-1"], requeuing(), "the batch host gpu-preemptible-dp-1 drained"),
         (
             ["gpu-preemptible-dp-2"],
-            WatchConfig(min_nodes=3),
+            requeuing(min_nodes=3),
             "2 node(s) would remain, fewer than the minimum 3",
         ),
-        (["gpu-preemptible-dp-2"], WatchConfig(in_place=False), "in-place restarts are off"),
+        (["gpu-preemptible-dp-2"], requeuing(in_place=False), "in-place restarts are off"),
     ],
 )
 def test_the_job_is_requeued_when_it_cannot_go_on_in_place(

@@ -191,7 +191,7 @@ def test_drain_checkpoint_requeue_resume_loses_no_step(
     slurm = CommandLineSlurm()
     folder = tmp_path / f"contract {release}"
     ckpt = folder / "ckpt"
-    job_id = submit(box, folder, release, "1")
+    job_id = submit(box, folder, release, "1", ('restart = "requeue"',))
     job, victim = drain_until_done(slurm, job_id, ckpt, only_node)
     assert job.restarts == 1
     assert job.nodes != (victim,)  # it resumed on the other preemptible node
