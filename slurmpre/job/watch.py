@@ -375,6 +375,10 @@ class Watcher:
             done = self.restarts.go_on(decision.why, self._state.drained)
         if done is None:
             return False  # the requeue failed: the next round tries again
+        if not self._state.stop_sent:
+            # A script still going on (the deadline came first) must stop now: the job that
+            # takes over waits for it to end.
+            self._publish(self._state.notice, stop=True)
         self._finish(
             done.action,
             done.why or decision.why,

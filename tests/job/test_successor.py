@@ -367,3 +367,15 @@ def test_a_predecessor_requeued_by_hand_after_its_hand_over_does_not_train_again
         agree(opts, again, tmp_path, ledger, Jobs({}), said.append)
     assert caught.value.exit_code == 0
     assert not FolderLayout(tmp_path).choice("42", "1").exists()  # nothing chosen
+
+
+def test_at_the_deadline_a_script_that_goes_on_is_told_to_stop(tmp_path: Path) -> None:
+    """It never took its notice checkpoint (it was still starting): the deadline hands over,
+    and the notice must say stop, or it would train on until the node is removed while its
+    successor waits for it."""
+    h, _ = harness(tmp_path)
+    goes_on(h)
+    h.slurm.drains["gpu-preemptible-dp-2"] = (0.0, "preempted")
+    h.run()
+    assert h.watcher.outcome.why == "deadline inside the window"
+    assert notice_says_stop(h) is True
