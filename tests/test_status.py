@@ -154,3 +154,25 @@ def test_a_run_handed_over_to_successors_is_one_run_across_job_ids() -> None:
     assert any(line.lstrip().startswith("11.0 ") for line in text)
     # Asked from the middle of the run, it shows the rest of it.
     assert job_status("11", "run", "/c", typed(recs), None, now=t + 400).chain == ["11", "12"]
+
+
+def test_a_successor_holds_its_nodes_from_its_start_up_while_it_waits() -> None:
+    """Make before break: job 11 started up at +50 s and waited for job 10 until +60 s; its
+    node counts from +50 s, beside job 10's, not from its Start at +61 s."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = [
+        {"event": "start", "job": "10", "attempt": 0, "nodes": ["n1"], "num_nodes": 1,
+         "world_size": 1, "resume_from": None, "step": None, "time": t},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "11", "excluded": ["n1"],
+         "why": "at the notice", "submitted_at": t + 45, "time": t + 45},
+        {"event": "waiting", "job": "11", "attempt": 0, "predecessor": "10",
+         "waiting_at": t + 50, "time": t + 50},
+        {"event": "end", "job": "10", "attempt": 0, "exit_code": 0, "seconds": 60.0,
+         "time": t + 60},
+        {"event": "start", "job": "11", "attempt": 0, "nodes": ["n2"], "num_nodes": 1,
+         "world_size": 1, "resume_from": "/c/step-00000020", "step": 20, "time": t + 61},
+        {"event": "end", "job": "11", "attempt": 0, "exit_code": 0, "seconds": 40.0,
+         "time": t + 101},
+    ]  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, now=t + 200)
+    assert st.node_hours * 3600 == pytest.approx(60 + 51)

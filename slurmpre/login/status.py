@@ -31,6 +31,7 @@ from slurmpre.job.records import (
     Requeued,
     Start,
     Successor,
+    Waiting,
 )
 from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo, tres
 
@@ -155,8 +156,11 @@ def job_status(
         ended_at = end.time if end else (nxt.time if nxt else None)
         running = slurm is not None and slurm.holds_nodes
         held_until = now if ended_at is None and running else ended_at
-        if started is not None and held_until is not None and start is not None:
-            node_seconds += max(held_until - started, 0.0) * len(start.nodes)
+        # A successor held its nodes from its start-up on, while it waited (make before break).
+        waited = [r.time for r in recs if isinstance(r, Waiting) and r.time is not None]
+        held_from = min([started, *waited]) if started is not None else None
+        if held_from is not None and held_until is not None and start is not None:
+            node_seconds += max(held_until - held_from, 0.0) * len(start.nodes)
         checkpoint_step = on_notice[-1].step if on_notice else None
         newest = committed[-1].step if committed else (start.step if start else None)
         next_step = nxt.step if nxt else None
