@@ -81,7 +81,9 @@ class DrillResult:
         if len(run.hits) < len(self.schedule):
             out.append(f"only {len(run.hits)} of {len(self.schedule)} preemptions happened")
         seeds = self.runs.get("seeds")
-        if seeds is not None:
+        if seeds is not None and self.timings == "stock":
+            # On Slurm's own timings, what users have, slurmpre must lead the recipe; the
+            # sandbox's tuned timings shrink the requeue floor, and the table only shows it.
             theirs = report.summarize(seeds, self.runs.get("reference"))
             out += report.behind(theirs, summary)
         return out

@@ -208,7 +208,12 @@ def preemptions(run: Observed) -> list[Preemption]:
         lost = None
         if after is not None and after.resumed_step is not None:
             lost = max(last - after.resumed_step, 0)
-        last_at = before.last_step_at if before else None
+        # The last step the run trained before this restart: in the preempted attempt, or
+        # (drained while starting) before it; else (no step yet at all) its start.
+        earlier = [
+            a.last_step_at for a in rows if a.attempt <= hit.attempt and a.last_step_at is not None
+        ]
+        last_at = max(earlier) if earlier else (before.started_at if before else None)
         out.append(
             Preemption(
                 moment=hit.moment,

@@ -400,6 +400,11 @@ def render(result: DrillResult) -> list[str]:
             "the uninterrupted run's, bit for bit"
         )
     failures = result.failures()
+    if "seeds" in result.runs and result.timings != "stock":
+        lines.append(
+            "(tuned timings: the table compares, the drill does not require slurmpre to lead; "
+            "on stock timings it does)"
+        )
     lines.append("")
     lines.append(
         "slurmpre kept its promise: zero steps lost, identical weights"

@@ -169,7 +169,10 @@ def main(argv: list[str] | None = None) -> None:
             return
         train_step(torch, state, step, rank, world, reduce)
         log("step", step=step + 1)
-        time.sleep(args.step_seconds)
+        # A fixed global batch, split over the ranks: a step takes a node step_seconds,
+        # and two nodes half as long, so the node-seconds (the cost) of a step are the
+        # same on any number of nodes, as in data-parallel training.
+        time.sleep(args.step_seconds / world)
         if args.work_ms:
             busy_until = time.perf_counter() + args.work_ms / 1000
             while time.perf_counter() < busy_until:

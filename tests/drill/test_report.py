@@ -129,6 +129,10 @@ def test_an_attempt_preempted_before_its_first_step_loses_nothing() -> None:
     run.samples.insert(1, Sample(94.0, "RUNNING", 0, NODES))
     first = report.preemptions(run)[0]
     assert first.moment == "startup" and first.steps_lost == 0 and first.resumed_step == 0
+    # No step before it: the time lost counts from when the attempt ran (94 s) to the
+    # next attempt's first step (101 s), so every preemption has the figure.
+    assert first.without_training_s == 101.0 - 94.0
+    assert report.summarize(run, reference_run()).training_lost_per_preemption_s is not None
 
 
 def test_a_run_with_no_next_attempt_has_no_loss_figure() -> None:
