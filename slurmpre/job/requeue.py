@@ -10,7 +10,8 @@ The rules, in order:
 3. The attempt is still starting: its script asked `preemption_requested()` in an
    earlier attempt but not yet in this one, so it has trained no step since it
    resumed from the newest complete checkpoint. Nothing to save, nothing to wait
-   for: requeue (or hand over) now, not at the deadline.
+   for: requeue now, not at the deadline. Not when a successor was submitted at the
+   notice: it takes over once this one ends, and this one may train until then.
 4. A script that goes on after its notice checkpoint (it asks
    `checkpoint_requested()`, and a successor is on its way) is waited for until it
    is told to stop (the watcher does that) and exits, or the deadline passes.
@@ -43,6 +44,7 @@ class Facts:
     exit_grace: float
     listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
     goes_on: bool = False  # it trains on after its notice checkpoint, not yet told to stop
+    handed_over: bool = False  # a successor is on its way (submitted at the notice)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ def decide(facts: Facts) -> Decision:
     if facts.past_deadline:
         return Decision(Action.REQUEUE, "deadline inside the window")
     if facts.listened_before and not facts.listening and not facts.committed:
-        return Decision(Action.REQUEUE, STILL_STARTING)
+        if not facts.handed_over:  # a successor waits anyway: let this one train meanwhile
+            return Decision(Action.REQUEUE, STILL_STARTING)
     if facts.goes_on:
         return Decision(Action.WAIT)
     if facts.committed:

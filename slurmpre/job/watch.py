@@ -354,6 +354,7 @@ class Watcher:
             past_deadline=state.deadline is not None and now >= state.deadline,
             exit_grace=self.config.exit_grace,
             listened_before=state.listened_before,
+            handed_over=self.restarts.successor is not None,
         )
 
     def _step(self) -> bool:

@@ -379,3 +379,23 @@ def test_at_the_deadline_a_script_that_goes_on_is_told_to_stop(tmp_path: Path) -
     h.run()
     assert h.watcher.outcome.why == "deadline inside the window"
     assert notice_says_stop(h) is True
+
+
+def test_a_successor_drained_while_it_starts_trains_until_the_next_one_is_ready(
+    tmp_path: Path,
+) -> None:
+    """Drained before its script asked anything (it waited for its own predecessor): with
+    its successor submitted at the notice, it does not give up at once (the requeue path's
+    'nothing to save'): it may train on the draining node until the next job is ready."""
+    h, _ = harness(tmp_path)
+    FolderLayout(h.folder).listening("41", "0").touch()  # an earlier job's script listened
+    h.slurm.drains["gpu-preemptible-dp-2"] = (0.0, "preempted")
+    said: dict[str, object] = {}
+    h.at(20.0, lambda: said.setdefault("starting", notice_says_stop(h)))
+    h.at(30.0, lambda: goes_on(h))  # its script starts, and can go on
+    h.at(31.0, lambda: h.commit(14, after_notice=True))
+    h.at(60.0, lambda: said.setdefault("trains on", notice_says_stop(h)))
+    h.at(90.0, lambda: waiting(h))
+    h.run()
+    assert said == {"starting": False, "trains on": False}
+    assert h.record("stopping")["why"] == "job 77 is ready to take over"
