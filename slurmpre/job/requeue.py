@@ -66,9 +66,10 @@ def decide(facts: Facts) -> Decision:
         return Decision(Action.REQUEUE, f"the training exited ({facts.exit_code}) after the notice")
     if facts.past_deadline:
         return Decision(Action.REQUEUE, "deadline inside the window")
-    if facts.listened_before and not facts.listening and not facts.committed:
-        if not facts.handed_over:  # a successor waits anyway: let this one train meanwhile
-            return Decision(Action.REQUEUE, STILL_STARTING)
+    # With a successor on its way there is no floor to save: this one trains meanwhile.
+    starting = facts.listened_before and not facts.listening and not facts.committed
+    if starting and not facts.handed_over:
+        return Decision(Action.REQUEUE, STILL_STARTING)
     if facts.goes_on:
         return Decision(Action.WAIT)
     if facts.committed:
