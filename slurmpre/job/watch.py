@@ -409,6 +409,7 @@ class Watcher:
         for record in reversed(self._records()):
             if (
                 isinstance(record, records.Checkpoint)
+                and record.job == self.job.tag  # every successor's first attempt is 0
                 and record.attempt_id == this
                 and record.after_notice
             ):

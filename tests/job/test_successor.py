@@ -18,7 +18,7 @@ from slurmpre.job.env import JobEnv
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.options import WatchConfig
-from slurmpre.job.records import Successor, Waiting
+from slurmpre.job.records import Checkpoint, Successor, Waiting
 from slurmpre.job.successor import record, recorded, submit_env, wait_for_predecessor
 from slurmpre.slurm.parse import parse_jobs
 
@@ -399,3 +399,18 @@ def test_a_successor_drained_while_it_starts_trains_until_the_next_one_is_ready(
     h.run()
     assert said == {"starting": False, "trains on": False}
     assert h.record("stopping")["why"] == "job 77 is ready to take over"
+
+
+def test_another_jobs_notice_checkpoint_is_not_this_jobs(tmp_path: Path) -> None:
+    """Every successor's first attempt is attempt 0, as its predecessor's was: the watcher
+    must not take the predecessor's notice checkpoint for its own (it did, in the stock
+    drill: the successor was told to stop at its first step)."""
+    h, _ = harness(tmp_path)
+    h.ledger.append(
+        Checkpoint(job="41", attempt=0, step=9, path=str(tmp_path / "p9"), after_notice=True)
+    )
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-2"] = (0.0, "preempted")
+    h.at(20.0, lambda: h.commit(12, after_notice=True))
+    h.run()
+    assert h.record("committed")["step"] == 12

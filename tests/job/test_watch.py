@@ -189,6 +189,7 @@ class Harness:
                 record(
                     {
                         "event": "checkpoint",
+                        "job": self.watcher.job.tag,
                         "attempt": 0,
                         "step": step,
                         "path": f"p{step}",
