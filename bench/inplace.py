@@ -59,7 +59,9 @@ def one(box: Sandbox, work: Path, in_place: bool, window: float) -> dict[str, An
     raw = tomllib.loads((ROOT / "examples" / "drill.toml").read_text())
     opts = DrillOptions(window=window, steps=600, step_seconds=0.1, every=1000)
     folder = work / ("in-place" if in_place else "requeue")
-    spec = drill_spec(raw, opts, folder, in_place=in_place, name=folder.name)
+    spec = drill_spec(
+        raw, opts, folder, in_place=in_place, name=folder.name, nodes="1-2", restart="requeue"
+    )
     wait_whole(box)
     job_id = submit(spec, box.client).job_id
     log = folder / LOG

@@ -96,7 +96,8 @@ def run(box: Sandbox, work: Path, name: str, mode: str, opts: DrillOptions) -> d
             ckpt=shlex.quote(str(folder)),
             python=shlex.quote(sys.executable),
             args=" ".join(train_args(opts)),
-        ).replace("#SBATCH --nodes=1-2", f"#SBATCH --nodes={nodes}")
+            nodes=nodes,
+        )
         first = box.client.submit(script)
     log = folder / LOG
     want = int(nodes[-1])  # both nodes when it may have two (the other one is free)

@@ -15,7 +15,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drill.toml"
 
 SEEDS_SCRIPT = """#!/bin/bash
 #SBATCH --job-name=drill-seeds
-#SBATCH --nodes=1-2
+#SBATCH --nodes={nodes}
 #SBATCH --constraint=preemptible
 #SBATCH --requeue
 #SBATCH --open-mode=append

@@ -338,6 +338,7 @@ def _runs(
             ckpt=shlex.quote(str(folder)),
             python=shlex.quote(sys.executable),
             args=" ".join(train_args(opts)),
+            nodes=spec.nodes,  # the same shape as slurmpre's job
         )
         started = time.time()
         jobs.append(seeds_job := sandbox.client.submit(script))
