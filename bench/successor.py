@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shlex
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from slurmpre.drill.jobs import SEEDS_SCRIPT, drill_spec, train_args
+from slurmpre.drill.jobs import drill_spec, seeds_script
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.report import times_better
 from slurmpre.drill.run import bring_up, wait_whole
@@ -90,14 +89,7 @@ def run(box: Sandbox, work: Path, name: str, mode: str, opts: DrillOptions) -> d
         spec = drill_spec(raw, opts, folder, nodes=nodes, in_place=True, name="bench")
         first = submit(spec, box.client).job_id
     else:
-        (folder / "logs").mkdir(parents=True)
-        script = SEEDS_SCRIPT.format(
-            log=shlex.quote(str(folder / "logs" / "seeds-%j.out")),
-            ckpt=shlex.quote(str(folder)),
-            python=shlex.quote(sys.executable),
-            args=" ".join(train_args(opts)),
-            nodes=nodes,
-        )
+        script = seeds_script(folder, opts, nodes, "seeds-%j.out")
         first = box.client.submit(script)
     log = folder / LOG
     want = int(nodes[-1])  # both nodes when it may have two (the other one is free)

@@ -3,6 +3,7 @@ and the seeds' recipe as a plain sbatch script (the provider's way, for comparis
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,19 @@ srun --ntasks-per-node=1 {python} -m torch.distributed.run \\
   --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\
   -m slurmpre.drill.train {args} --mode seeds
 """
+
+
+def seeds_script(folder: Path, opts: DrillOptions, nodes: str, log: str) -> str:
+    """The seeds' recipe as a batch script checkpointing into ``folder``, its log
+    ``folder/logs/<log>`` (the folder is made here)."""
+    (folder / "logs").mkdir(parents=True)
+    return SEEDS_SCRIPT.format(
+        log=shlex.quote(str(folder / "logs" / log)),
+        ckpt=shlex.quote(str(folder)),
+        python=shlex.quote(sys.executable),
+        args=" ".join(train_args(opts)),
+        nodes=nodes,
+    )
 
 
 def load_example(path: Path = EXAMPLE) -> dict[str, Any]:

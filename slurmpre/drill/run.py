@@ -12,15 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import report
-from slurmpre.drill.jobs import SEEDS_SCRIPT, drill_spec, load_example, train_args
+from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
 from slurmpre.drill.train import FINAL, LOG
@@ -331,15 +329,8 @@ def _runs(
     )
     if opts.baseline:
         wait_whole(sandbox)
-        folder = work / "seeds"
-        (folder / "logs").mkdir(parents=True)
-        script = SEEDS_SCRIPT.format(
-            log=shlex.quote(str(folder / "logs" / "drill-seeds-%j.out")),
-            ckpt=shlex.quote(str(folder)),
-            python=shlex.quote(sys.executable),
-            args=" ".join(train_args(opts)),
-            nodes=spec.nodes,  # the same shape as slurmpre's job
-        )
+        # The same shape as slurmpre's job.
+        script = seeds_script(work / "seeds", opts, str(spec.nodes), "drill-seeds-%j.out")
         started = time.time()
         jobs.append(seeds_job := sandbox.client.submit(script))
         say(f"submitted job {seeds_job} (the seeds' recipe, same preemptions)")
