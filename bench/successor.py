@@ -20,14 +20,24 @@ steps lost, trained again at the job's pace), with how many times better slurmpr
 is on each. Run it on both timings; stock (Slurm's, a requeue waits >= 121 s) is
 what users live with.
 
+Each slurmpre run must also lose no step, end with the uninterrupted run's weights
+bit for bit, and leave nothing of its jobs in the queue (the exit code says so).
+
+``--slurm 26.05`` (or 24.11) runs it on that release, from its Debian root; where the
+root's Python has no torch (sid's 3.14), on the one-node scenario with the plain
+launcher and the trainer's pure-Python twin (``--plain``), on both sides.
+
 Usage: python bench/successor.py [--tuned-timings] [--window 60] [--only NAME]
+                                 [--slurm RELEASE]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,17 +45,18 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-from slurmpre.drill.jobs import drill_spec, seeds_script
+from slurmpre.drill.jobs import drill_spec, seeds_script, train_args
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.report import times_better
 from slurmpre.drill.run import bring_up, wait_whole
-from slurmpre.drill.train import LOG
+from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.job.ledger import Ledger
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
-from slurmpre.slurm.parse import requeue_floor
+from slurmpre.sandbox.roots import SUITES, Root
+from slurmpre.slurm.parse import format_version, requeue_floor
 
 from inplace import ROOT, jsonl, wait  # bench/: the same helpers as the in-place bench
 
@@ -80,16 +91,73 @@ def measure(events: list[dict[str, Any]], drained_at: float) -> dict[str, float]
     }
 
 
-def run(box: Sandbox, work: Path, name: str, mode: str, opts: DrillOptions) -> dict[str, Any]:
+class Trainer:
+    """The interpreter the nodes run, and whether it trains with torch or plain Python."""
+
+    def __init__(self, box: Sandbox) -> None:
+        self.python = sys.executable if box.root is None else str(Root.python(box.state_dir))
+        has_torch = subprocess.run(
+            [self.python, "-c", "import torch"], capture_output=True, timeout=300
+        )
+        self.plain = has_torch.returncode != 0
+
+    def describe(self) -> str:
+        return "plain launcher, pure-Python trainer" if self.plain else "torchrun, torch"
+
+    def spec_overrides(self, opts: DrillOptions, raw: dict[str, Any]) -> dict[str, Any]:
+        if not self.plain:
+            return {}
+        command = [self.python, *raw["command"][1:], *train_args(opts), "--plain"]
+        return {"python": self.python, "launcher": "plain", "command": command}
+
+    def identical(self, folder: Path, steps: int) -> bool:
+        """The final weights against the uninterrupted run's, bit for bit."""
+        if self.plain:
+            path = folder / FINAL_PLAIN
+            return path.exists() and json.loads(path.read_text()) == self.plain_reference(steps)
+        import torch
+
+        if not (folder / FINAL).exists():
+            return False
+        got, expected = torch.load(folder / FINAL), reference(steps)
+        return bool(got["step"] == expected["step"] and torch.equal(got["w"], expected["w"]))
+
+    def plain_reference(self, steps: int) -> dict[str, Any]:
+        """The uninterrupted run, by the nodes' own Python (the same on any, by design)."""
+        code = (
+            f"import json, slurmpre.drill.train as t; print(json.dumps(t.plain_reference({steps})))"
+        )
+        out = subprocess.run(
+            [self.python, "-c", code], capture_output=True, text=True, timeout=300, check=True
+        )
+        return dict(json.loads(out.stdout))
+
+
+def in_queue(box: Sandbox, jobs: list[str]) -> list[str]:
+    """The jobs of ``jobs`` that squeue still shows (a requeued or twin job left behind)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    return [j for j in out.split() if j in jobs]
+
+
+def run(
+    box: Sandbox, work: Path, name: str, mode: str, opts: DrillOptions, trainer: Trainer
+) -> dict[str, Any]:
     nodes, victim_is = SCENARIOS[name]
     folder = work / f"{name.replace(' ', '-').replace(',', '')}-{mode}"
     wait_whole(box)
     if mode == "slurmpre":
         raw = tomllib.loads((ROOT / "examples" / "drill.toml").read_text())
-        spec = drill_spec(raw, opts, folder, nodes=nodes, in_place=True, name="bench")
+        spec = drill_spec(
+            raw, opts, folder, nodes=nodes, in_place=True, name="bench",
+            **trainer.spec_overrides(opts, raw),
+        )  # fmt: skip
         first = submit(spec, box.client).job_id
     else:
-        script = seeds_script(folder, opts, nodes, "seeds-%j.out")
+        script = seeds_script(
+            folder, opts, nodes, "seeds-%j.out", python=trainer.python, plain=trainer.plain
+        )
         first = box.client.submit(script)
     log = folder / LOG
     want = int(nodes[-1])  # both nodes when it may have two (the other one is free)
@@ -111,7 +179,9 @@ def run(box: Sandbox, work: Path, name: str, mode: str, opts: DrillOptions) -> d
     if final.state != "COMPLETED":
         raise SystemExit(f"bench: {name} ({mode}) ended {final.state}; logs in {folder / 'logs'}")
     how = "requeue" if mode == "seeds" else "successor" if last != first else "in place"
-    return {"jobs": chain(Ledger(folder).records(), first), "how": how,
+    jobs = chain(Ledger(folder).records(), first) if mode == "slurmpre" else [first]
+    return {"jobs": jobs, "how": how, "left": in_queue(box, jobs),
+            "identical": trainer.identical(folder, opts.training_steps()),
             **measure(jsonl(log), events[0].at)}  # fmt: skip
 
 
@@ -120,21 +190,34 @@ def main() -> int:
     parser.add_argument("--tuned-timings", action="store_true")
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--only", choices=sorted(SCENARIOS), default=None)
+    parser.add_argument("--slurm", choices=sorted(SUITES), default=None)
     args = parser.parse_args()
     # Checkpoints every 500 steps of 0.15 s: 75 s, longer than the window, as the
     # provider's recipe has them; long enough to drain after step 60 and end after.
     opts = DrillOptions(window=args.window, steps=900, step_seconds=0.15, every=EVERY)
     box = Sandbox()
-    timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), print)
+    timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), print, args.slurm)
     box.use()
     floor = requeue_floor(box.client.config())
+    version = format_version(box.client.version())
+    trainer = Trainer(box)
+    names = [args.only] if args.only else list(SCENARIOS)
+    if trainer.plain and names != ["1 node"]:
+        # The pure-Python trainer is one process: the one-node scenario only.
+        if args.only:
+            raise SystemExit(
+                f"bench: --only {args.only!r} needs torch, which {version}'s root lacks"
+            )
+        names = ["1 node"]
     work = Path(tempfile.mkdtemp(prefix="bench-restarts-", dir="/var/lib/slurmpre"))
     work.chmod(0o755)
-    names = [args.only] if args.only else list(SCENARIOS)
-    results = {(n, m): run(box, work, n, m, opts) for n in names for m in ("slurmpre", "seeds")}
+    results = {
+        (n, m): run(box, work, n, m, opts, trainer) for n in names for m in ("slurmpre", "seeds")
+    }
     print(
-        f"\nsandbox timings: {timings} (requeue floor, cred_expire + 1: {floor} s); window "
-        f"{args.window:g} s; checkpoint every {EVERY} steps of {opts.step_seconds:g} s"
+        f"\nSlurm {version} ({trainer.describe()}); sandbox timings: {timings} (requeue floor, "
+        f"cred_expire + 1: {floor} s); window {args.window:g} s; checkpoint every {EVERY} "
+        f"steps of {opts.step_seconds:g} s, a save takes {opts.save_seconds:g} s"
     )
     print(f"  {'scenario':<22} {'run':<9} {'how':<10} {'drain→step s':>12} {'lost steps':>10} "
           f"{'no-train s':>10} {'train lost s':>12}")  # fmt: skip
@@ -149,8 +232,21 @@ def main() -> int:
         step = times_better(theirs["drain_to_step_s"], ours["drain_to_step_s"], "lower")
         lost = times_better(theirs["lost_s"], ours["lost_s"], "lower")
         print(f"  {name:<22} drain → first new step {step:5.1f}x   training time lost {lost:5.1f}x")
-    zero = all(results[(n, "slurmpre")]["steps_lost"] == 0 for n in names)
-    return 0 if zero else 1
+    print("\nslurmpre's promise, in this run:")
+    kept = True
+    for name in names:
+        r = results[(name, "slurmpre")]
+        target = opts.save_seconds + 10
+        ok = r["steps_lost"] == 0 and r["identical"] and not r["left"]
+        kept = kept and ok
+        print(
+            f"  {name:<22} jobs {' -> '.join(r['jobs'])}: {r['steps_lost']} steps lost; final "
+            f"weights {'identical to' if r['identical'] else 'DIFFERENT from'} an uninterrupted "
+            f"run's; in the queue after: {', '.join(r['left']) or 'nothing'}; drain → step "
+            f"{r['drain_to_step_s']:.1f} s (target: checkpoint + 10 s = {target:g} s: "
+            f"{'met' if r['drain_to_step_s'] <= target else 'MISSED'})"
+        )
+    return 0 if kept else 1
 
 
 if __name__ == "__main__":

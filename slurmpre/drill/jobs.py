@@ -25,22 +25,34 @@ SEEDS_SCRIPT = """#!/bin/bash
 # after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1.
 export GLOO_SOCKET_IFNAME=lo
 export SLURMPRE_CHECKPOINT_DIR={ckpt}
-srun --ntasks-per-node=1 {python} -m torch.distributed.run \\
-  --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=1 --rdzv_id=$SLURM_JOB_ID \\
-  --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\
-  -m slurmpre.drill.train {args} --mode seeds
+srun --ntasks-per-node=1 {python} {launch}-m slurmpre.drill.train {args} --mode seeds
 """
+TORCHRUN = (
+    "-m torch.distributed.run \\\n"
+    "  --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=1 --rdzv_id=$SLURM_JOB_ID \\\n"
+    "  --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\\n  "
+)
 
 
-def seeds_script(folder: Path, opts: DrillOptions, nodes: str, log: str) -> str:
+def seeds_script(
+    folder: Path,
+    opts: DrillOptions,
+    nodes: str,
+    log: str,
+    *,
+    python: str = sys.executable,
+    plain: bool = False,
+) -> str:
     """The seeds' recipe as a batch script checkpointing into ``folder``, its log
-    ``folder/logs/<log>`` (the folder is made here)."""
+    ``folder/logs/<log>`` (the folder is made here); under torchrun, or with ``plain``
+    the pure-Python trainer in one process on one node."""
     (folder / "logs").mkdir(parents=True)
     return SEEDS_SCRIPT.format(
         log=shlex.quote(str(folder / "logs" / log)),
         ckpt=shlex.quote(str(folder)),
-        python=shlex.quote(sys.executable),
-        args=" ".join(train_args(opts)),
+        python=shlex.quote(python),
+        launch="" if plain else TORCHRUN,
+        args=" ".join([*train_args(opts), *(["--plain"] if plain else [])]),
         nodes=nodes,
     )
 

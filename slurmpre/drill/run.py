@@ -246,16 +246,19 @@ def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
     raise SandboxError(f"the preemptible nodes were not all idle within {timeout:g} s")
 
 
-def bring_up(sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None]) -> str:
-    """The sandbox with the drill's timings; restarted only when no job is queued on it."""
+def bring_up(
+    sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None], slurm: str | None = None
+) -> str:
+    """The sandbox with the drill's timings (and that Slurm release, if given); restarted
+    only when no job is queued on it."""
     try:
-        state = sandbox.up(stock_timings=opts.stock_timings, say=say)
+        state = sandbox.up(stock_timings=opts.stock_timings, slurm=slurm, say=say)
     except UsageError:
         if _queued(sandbox):
             raise
         say("restarting the sandbox with the drill's timings and shape (no job was queued)")
         sandbox.down(say=say)
-        state = sandbox.up(stock_timings=opts.stock_timings, say=say)
+        state = sandbox.up(stock_timings=opts.stock_timings, slurm=slurm, say=say)
     return state.timings
 
 

@@ -8,17 +8,21 @@ the table is summed over ranks (every element has one non-zero term, so the sum
 is exact), and every rank adds the rows up in the same order. The final weights
 are therefore the same bits on 1 node or 2, however often the world changes.
 
+``--plain``: the same loop in pure Python (one process, no torch), for Slurm
+releases whose root has no torch (sid's Python 3.14) and the plain launcher; the
+state is JSON (a float's repr reads back as the same bits).
+
 Two ways to checkpoint:
 - ``--mode slurmpre``: resume from ``slurmpre.resume_path()``, save through
-  ``slurmpre.checkpoint`` (atomic), and on ``slurmpre.preemption_requested()``
-  save at once and stop; slurmpre requeues;
+  ``slurmpre.checkpoint`` (atomic), and on ``slurmpre.checkpoint_requested()``
+  save at once and train on until ``slurmpre.preemption_requested()``;
 - ``--mode seeds``: the provider's recipe: periodic saves straight into
   ``step-N``, and after a restart (``SLURM_RESTART_COUNT`` > 0) resume from the
   highest-numbered ``step-N``, whatever state it is in.
 
 Rank 0 appends what happened to ``<checkpoint dir>/drill-steps.jsonl`` (one
 line per step, per save, per start and end of an attempt); the drill reads it.
-Imports torch: never imported by slurmpre itself.
+Imports torch unless ``--plain``: never imported by slurmpre itself.
 """
 
 from __future__ import annotations
@@ -26,14 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 DIM = 16
 BATCH = 32
 LOG = "drill-steps.jsonl"
 FINAL = "final.pt"
+FINAL_PLAIN = "final.json"
+STATE = "state.json"  # the plain trainer's checkpoint: one file in the folder
 
 
 def _batch(torch: Any, step: int) -> tuple[Any, Any]:
@@ -78,6 +85,128 @@ def reference(steps: int) -> dict[str, Any]:
     return {"w": state["w"], "step": int(state["step"])}
 
 
+def plain_fresh() -> dict[str, Any]:
+    return {"w": [0.0] * DIM, "momentum": [0.0] * DIM, "step": 0}
+
+
+def plain_step(state: dict[str, Any], step: int) -> None:
+    """One step of the same model in pure Python, on its own data (a seeded ``random``).
+    Only +, -, * and / on floats, in a fixed order (no ``sum``, whose rounding changed in
+    Python 3.12, no libm), so any Python computes the same bits."""
+    g = random.Random(1000 + step)
+    w_true = [-1 + 2 * i / (DIM - 1) for i in range(DIM)]
+    grad = [0.0] * DIM
+    for _ in range(BATCH):
+        x = [2 * g.random() - 1 for _ in range(DIM)]
+        y = 0.01 * (2 * g.random() - 1)
+        for i in range(DIM):
+            y += x[i] * w_true[i]
+        err = -y
+        for i in range(DIM):
+            err += x[i] * state["w"][i]
+        for i in range(DIM):
+            grad[i] += 2 * x[i] * err / BATCH
+    for i in range(DIM):
+        state["momentum"][i] = 0.9 * state["momentum"][i] + grad[i]
+        state["w"][i] -= 0.05 * state["momentum"][i]
+    state["step"] = step + 1
+
+
+def plain_reference(steps: int) -> dict[str, Any]:
+    """The plain trainer's uninterrupted result, computed in this process."""
+    state = plain_fresh()
+    for step in range(steps):
+        plain_step(state, step)
+    return {"w": state["w"], "step": state["step"]}
+
+
+class _Trainer(Protocol):
+    rank: int
+    world: int
+
+    def step(self) -> int: ...
+    def train(self, step: int) -> None: ...
+    def load(self, path: Path) -> None: ...
+    def save(self, path: Path) -> None: ...
+    def barrier(self) -> None: ...
+    def end(self) -> None: ...
+    def final(self, out: Path) -> None: ...
+
+
+class _Torch:
+    """Data-parallel over torch.distributed (gloo), saved with torch's DCP."""
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")
+        self.torch, self.dist = torch, dist
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.state = fresh_state(torch)
+
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    def train(self, step: int) -> None:
+        train_step(self.torch, self.state, step, self.rank, self.world, self.dist.all_reduce)
+
+    def load(self, path: Path) -> None:
+        from torch.distributed.checkpoint import load
+
+        load(self.state, checkpoint_id=str(path))
+
+    def save(self, path: Path) -> None:
+        from torch.distributed.checkpoint import save
+
+        save(self.state, checkpoint_id=str(path))
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def end(self) -> None:
+        self.dist.barrier()
+        self.dist.destroy_process_group()
+
+    def final(self, out: Path) -> None:
+        if self.rank == 0:
+            self.torch.save({"w": self.state["w"], "step": self.step()}, out / FINAL)
+
+
+class _Plain:
+    """One process, pure Python; the checkpoint is one JSON file."""
+
+    rank, world = 0, 1
+
+    def __init__(self) -> None:
+        if int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_STEP_NUM_TASKS") or 1) > 1:
+            raise SystemExit("--plain trains in one process: run it on one node, one task")
+        self.state = plain_fresh()
+
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    def train(self, step: int) -> None:
+        plain_step(self.state, step)
+
+    def load(self, path: Path) -> None:
+        self.state = json.loads((path / STATE).read_text())
+
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / STATE).write_text(json.dumps(self.state))
+
+    def barrier(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def final(self, out: Path) -> None:
+        (out / FINAL_PLAIN).write_text(json.dumps({"w": self.state["w"], "step": self.step()}))
+
+
 class _Log:
     def __init__(self, folder: Path, rank: int, attempt: int) -> None:
         self.path = folder / LOG
@@ -102,18 +231,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-ms", type=float, default=0.0, help="busy compute per step")
     parser.add_argument("--mode", choices=("slurmpre", "seeds"), default="slurmpre")
     parser.add_argument("--checkpoint-dir", default=None, help="(seeds mode) where to save")
+    parser.add_argument("--plain", action="store_true", help="pure Python, one process")
     args = parser.parse_args(argv)
-
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.checkpoint import load as dcp_load
-    from torch.distributed.checkpoint import save as dcp_save
 
     import slurmpre
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    trainer: _Trainer = _Plain() if args.plain else _Torch()
+    rank, world = trainer.rank, trainer.world
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     if args.mode == "slurmpre":
         restarts = slurmpre.restart_count()  # across the jobs of the run, successors too
@@ -125,10 +249,9 @@ def main(argv: list[str] | None = None) -> None:
         folders = sorted(out.glob("step-*"))
         resume = folders[-1] if restarts and folders else None
     log = _Log(out, rank, restarts)
-    state = fresh_state(torch)
     if resume is not None:
-        dcp_load(state, checkpoint_id=str(resume))
-    start = int(state["step"])
+        trainer.load(resume)
+    start = trainer.step()
     log(
         "begin",
         resumed_step=start,
@@ -136,20 +259,16 @@ def main(argv: list[str] | None = None) -> None:
         world=world,
     )
 
-    def reduce(t: Any) -> None:
-        dist.all_reduce(t)
-
     def save(step: int, why: str) -> None:
         log("save-start", step=step, why=why)
         if args.mode == "slurmpre":
             with slurmpre.checkpoint(step) as path:
-                dcp_save(state, checkpoint_id=str(path))
+                trainer.save(path)
                 time.sleep(args.save_seconds)
         else:
-            path = out / f"step-{step:08d}"
-            dcp_save(state, checkpoint_id=str(path))
+            trainer.save(out / f"step-{step:08d}")
             time.sleep(args.save_seconds)
-            dist.barrier()
+            trainer.barrier()
         log("save-end", step=step, why=why)
 
     for step in range(start, args.steps):
@@ -164,10 +283,9 @@ def main(argv: list[str] | None = None) -> None:
             if not saved:
                 save(step, "stop")
             log("stop", step=step)
-            dist.barrier()
-            dist.destroy_process_group()
+            trainer.end()
             return
-        train_step(torch, state, step, rank, world, reduce)
+        trainer.train(step)
         log("step", step=step + 1)
         # A fixed global batch, split over the ranks: a step takes a node step_seconds,
         # and two nodes half as long, so the node-seconds (the cost) of a step are the
@@ -181,11 +299,9 @@ def main(argv: list[str] | None = None) -> None:
         if done % args.every == 0 and done < args.steps:
             save(done, "periodic")
 
-    if rank == 0:
-        torch.save({"w": state["w"], "step": int(state["step"])}, out / FINAL)
-    log("done", step=int(state["step"]))
-    dist.barrier()
-    dist.destroy_process_group()
+    trainer.final(out)
+    log("done", step=trainer.step())
+    trainer.end()
 
 
 if __name__ == "__main__":
