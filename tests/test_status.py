@@ -176,3 +176,31 @@ def test_a_successor_holds_its_nodes_from_its_start_up_while_it_waits() -> None:
     ]  # fmt: skip
     st = job_status("10", "run", "/c", typed(recs), None, now=t + 200)
     assert st.node_hours * 3600 == pytest.approx(60 + 51)
+
+
+def test_the_overlap_of_a_hand_over_shows_in_the_timeline() -> None:
+    """Make before break, as `status` shows it: the successor up and waiting at +50 s beside
+    its predecessor, which saved on its notice, trained on, and was told to stop at +51 s."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = [
+        {"event": "start", "job": "10", "attempt": 0, "nodes": ["n1"], "num_nodes": 1,
+         "world_size": 1, "resume_from": None, "step": None, "time": t},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "11", "excluded": ["n1"],
+         "why": "at the notice", "submitted_at": t + 45, "time": t + 45},
+        {"event": "waiting", "job": "11", "attempt": 0, "predecessor": "10",
+         "waiting_at": t + 50, "time": t + 50},
+        {"event": "stopping", "job": "10", "attempt": 0, "why": "job 11 is ready to take over",
+         "asked_at": t + 51, "time": t + 51},
+        {"event": "end", "job": "10", "attempt": 0, "exit_code": 0, "seconds": 60.0,
+         "time": t + 60},
+        {"event": "start", "job": "11", "attempt": 0, "nodes": ["n2"], "num_nodes": 1,
+         "world_size": 1, "resume_from": "/c/step-00000020", "step": 20, "time": t + 61},
+    ]  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, now=t + 200)
+    first, second = st.attempts
+    assert (first.up_at, first.stop_asked_at) == (None, t + 51)
+    assert (second.up_at, second.waited_for, second.stop_asked_at) == (t + 50, "10", None)
+    assert st.as_dict()["attempts"][1]["up_at"] == t + 50
+    text = "\n".join(lines(st))
+    assert "up at +50s beside job 10, whose last checkpoint it waited for 11 s" in text
+    assert "told to stop at +51s: job 11 is ready to take over" in text

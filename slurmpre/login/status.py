@@ -30,6 +30,7 @@ from slurmpre.job.records import (
     Record,
     Requeued,
     Start,
+    Stopping,
     Successor,
     Waiting,
 )
@@ -52,6 +53,13 @@ class AttemptRow:
     gap_s: float | None  # this attempt's end -> the next one's start
     in_place: int = 0  # restarts inside the allocation before this row (attempt 2.1: 1)
     job: str = ""  # the Slurm job of this attempt (a successor's, after a hand-over)
+    # Make before break: when a successor, started up, began to wait for its predecessor
+    # (before its start, which follows the predecessor's end), and which job that was.
+    up_at: float | None = None
+    waited_for: str | None = None
+    # When this attempt, having saved on its notice and trained on, was told to stop.
+    stop_asked_at: float | None = None
+    stop_why: str | None = None
 
     @property
     def label(self) -> str:
@@ -157,8 +165,10 @@ def job_status(
         running = slurm is not None and slurm.holds_nodes
         held_until = now if ended_at is None and running else ended_at
         # A successor held its nodes from its start-up on, while it waited (make before break).
-        waited = [r.time for r in recs if isinstance(r, Waiting) and r.time is not None]
+        waiting = [r for r in recs if isinstance(r, Waiting)]
+        waited = [r.waiting_at for r in waiting]
         held_from = min([started, *waited]) if started is not None else None
+        stopping = next((r for r in recs if isinstance(r, Stopping)), None)
         if held_from is not None and held_until is not None and start is not None:
             node_seconds += max(held_until - held_from, 0.0) * len(start.nodes)
         checkpoint_step = on_notice[-1].step if on_notice else None
@@ -188,6 +198,10 @@ def job_status(
                 checkpoint_step=checkpoint_step,
                 steps_lost=lost,
                 gap_s=(nxt.time - ended_at if nxt and nxt.time is not None and ended_at else None),
+                up_at=min(waited) if waited else None,
+                waited_for=waiting[0].predecessor if waiting else None,
+                stop_asked_at=stopping.asked_at if stopping else None,
+                stop_why=stopping.why if stopping else None,
             )
         )
     restarts = max(len({(a.job, a.attempt) for a in rows}) - 1, 0)
@@ -224,6 +238,10 @@ def _clock(t: float | None, t0: float | None) -> str:
     return "-" if t is None or t0 is None else f"+{t - t0:.0f}s"
 
 
+def _seconds(end: float | None, start: float | None) -> str:
+    return "-" if end is None or start is None else f"{end - start:.0f} s"
+
+
 def lines(st: JobStatus) -> list[str]:
     jobs = f"jobs {' -> '.join(st.chain)}" if len(st.chain) > 1 else f"job {st.job}"
     out = [
@@ -245,8 +263,16 @@ def lines(st: JobStatus) -> list[str]:
             f"{'-' if a.steps_lost is None else a.steps_lost:>4} "
             f"{'-' if a.gap_s is None else f'{a.gap_s:.0f}':>6}"
         )
+        if a.up_at is not None:
+            out.append(
+                f"     up at {_clock(a.up_at, t0)} beside job {a.waited_for}, whose last "
+                f"checkpoint it waited for {_seconds(a.started_at, a.up_at)} (make before break)"
+            )
         if a.notice:
             out.append(f"     notice: {a.notice}")
+        if a.stop_asked_at is not None:
+            out.append(f"     trained on after the notice; told to stop at "
+                       f"{_clock(a.stop_asked_at, t0)}: {a.stop_why}")  # fmt: skip
     out.append(
         f"  used {st.node_hours:.3f} node-hours, {st.gpu_hours:.3f} GPU-hours: "
         f"${st.cost_preemptible:.2f} preemptible against ${st.cost_on_demand:.2f} on demand"
