@@ -61,15 +61,16 @@ def write_spec(
     command: list[str],
     lines: Sequence[str] = (),
     env: Sequence[str] = (),
+    nodes: str = "2",
 ) -> Path:
-    """A 2-node spec for ``command``, checkpoints in ``folder/ckpt``."""
+    """A spec for ``command`` on ``nodes`` nodes, checkpoints in ``folder/ckpt``."""
     spec = folder / f"{name}.toml"
     spec.write_text(
         "\n".join(
             [
                 f'name = "{name}"',
                 f"command = {json.dumps(command)}",
-                'nodes = "2"',
+                f'nodes = "{nodes}"',
                 f"checkpoint_dir = {json.dumps(str(folder / 'ckpt'))}",
                 *lines,
                 *restart_line(lines),

@@ -10,6 +10,7 @@ reference, under a plain ``torchrun --standalone`` with ``--out``.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import transformers
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
 from train_tiny import (  # the scripts' folder is sys.path[0]
     framework_job_args,
-    hold_until_agreed,
+    hold,
     report_start,
 )
 
@@ -27,15 +28,17 @@ STEPS = 30
 
 
 class HoldAt(transformers.TrainerCallback):  # type: ignore[misc]
-    """At ``step`` of the first attempt, every rank waits until slurmpre's notice exists."""
+    """At ``step`` of the first attempt, every rank waits until slurmpre's notice exists;
+    every step takes at least ``pace`` seconds."""
 
-    def __init__(self, step: int, out: Path) -> None:
-        self.step, self.out = step, out
+    def __init__(self, step: int, out: Path, how: str, pace: float) -> None:
+        self.step, self.out, self.how, self.pace = step, out, how, pace
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        time.sleep(self.pace)
         if state.global_step != self.step or slurmpre.restart_count() > 0:
             return
-        hold_until_agreed(self.out, 0 if state.is_world_process_zero else 1)
+        hold(self.how, self.out, 0 if state.is_world_process_zero else 1)
 
 
 class Report(transformers.TrainerCallback):  # type: ignore[misc]
@@ -68,7 +71,8 @@ def main() -> None:
         report_to=[], disable_tqdm=True, use_cpu=True, seed=0, dataloader_num_workers=0,
         ddp_backend="gloo",
     )  # fmt: skip
-    callbacks = [Report(out), HoldAt(args.hold_at, out), SlurmpreCallback()]
+    hold_at = HoldAt(args.hold_at, out, args.hold, args.step_seconds)
+    callbacks = [Report(out), hold_at, SlurmpreCallback()]
     trainer = transformers.Trainer(
         model=model, args=training, train_dataset=data(), callbacks=callbacks
     )

@@ -11,6 +11,7 @@ repeated or state-less step changes the final weights.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
 from train_tiny import (  # the scripts' folder is sys.path[0]
     framework_job_args,
-    hold_until_agreed,
+    hold,
     report_start,
 )
 
@@ -43,15 +44,17 @@ class Tiny(L.LightningModule):
 
 
 class HoldAt(L.Callback):
-    """At ``step`` of the first attempt, every rank waits until slurmpre's notice exists."""
+    """At ``step`` of the first attempt, every rank waits until slurmpre's notice exists;
+    every step takes at least ``pace`` seconds."""
 
-    def __init__(self, step: int, out: Path) -> None:
-        self.step, self.out = step, out
+    def __init__(self, step: int, out: Path, how: str, pace: float) -> None:
+        self.step, self.out, self.how, self.pace = step, out, how, pace
 
     def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        time.sleep(self.pace)
         if trainer.global_step != self.step or slurmpre.restart_count() > 0:
             return
-        hold_until_agreed(self.out, 0 if trainer.is_global_zero else 1)
+        hold(self.how, self.out, 0 if trainer.is_global_zero else 1)
 
 
 class Report(L.Callback):
@@ -78,11 +81,12 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     L.seed_everything(0, verbose=False)
     model = Tiny()
+    hold_at = HoldAt(args.hold_at, out, args.hold, args.step_seconds)
     trainer = L.Trainer(
         default_root_dir=str(out), max_steps=STEPS, accelerator="cpu", devices=per_node,
         num_nodes=world // per_node, strategy="ddp", logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[Report(out), HoldAt(args.hold_at, out), SlurmpreCallback()],
+        callbacks=[Report(out), hold_at, SlurmpreCallback()],
     )  # fmt: skip
     trainer.fit(model, loader(world), ckpt_path=resume_from_checkpoint())
     if trainer.global_step >= STEPS and trainer.is_global_zero:

@@ -20,6 +20,7 @@ jobs restart. Waiting out the window would change nothing but the test's length.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -33,7 +34,7 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     Preemption,
     jsonl,
@@ -54,30 +55,35 @@ QUIET = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM"
 
 
 class Job:
-    def __init__(self, kind: str, script: str, folder: Path, hold_at: int) -> None:
-        self.kind, self.folder, self.hold_at = kind, folder, hold_at
+    def __init__(self, kind: str, script: str, folder: Path, hold_at: int, nodes: int = 2) -> None:
+        self.kind, self.folder, self.hold_at, self.nodes = kind, folder, hold_at, nodes
         self.script = HERE / script
         folder.mkdir()
         self.ckpt = folder / "ckpt"
         self.reference = folder / "reference"
         self.job_id = ""
 
-    def submit(self) -> None:
-        command = [sys.executable, str(self.script), "--hold-at", str(self.hold_at)]
+    def submit(
+        self, args: tuple[str, ...] = (), lines: tuple[str, ...] = (), window: int = WINDOW
+    ) -> None:
+        command = [sys.executable, str(self.script), "--hold-at", str(self.hold_at), *args]
         spec = write_spec(
             self.folder,
             self.kind,
             command,
-            ["cpus_per_task = 1", f"preempt_window = {WINDOW}"],
+            ["cpus_per_task = 1", f"preempt_window = {window}", *lines],
             [f'{k} = "{v}"' for k, v in QUIET.items()],
+            nodes=str(self.nodes),
         )
         self.job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
 
     def start_reference(self) -> subprocess.Popen[bytes]:
+        """The same script uninterrupted, outside Slurm, with the job's world size."""
         self.reference.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | QUIET
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        argv += ["--nproc-per-node", "2", str(self.script), "--out", str(self.reference)]
+        argv += ["--nproc-per-node", str(self.nodes), str(self.script)]
+        argv += ["--out", str(self.reference)]
         with (self.reference / "out.log").open("wb") as out:
             return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -160,9 +166,9 @@ def check(job: Job, victim: str, drained_at: float) -> None:
     assert starts[1]["resume_from"] == save["path"], (starts[1], save)
     assert starts[1]["step"] == save["step"] == job.hold_at, (starts[1], save)
     progress = jsonl(job.ckpt / "progress.jsonl")
-    assert progress == [
-        {"attempt": 0, "started_at_step": 0},
-        {"attempt": 1, "started_at_step": save["step"]},
+    assert [(p["attempt"], p["started_at_step"]) for p in progress] == [
+        (0, 0),
+        (1, save["step"]),
     ], where
     assert same_weights(job.ckpt / "final.pt", job.reference / "final.pt"), (
         f"{job.kind}: the final weights differ from the uninterrupted run's"
@@ -172,3 +178,92 @@ def check(job: Job, victim: str, drained_at: float) -> None:
         f"({Path(save['path']).name}), requeued {requeued['requeued_at'] - save['time']:.1f} s "
         f"after the save, {requeued['requeued_at'] - drained_at:.1f} s after the drain"
     )
+
+
+def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_hands_over(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The HF Trainer with slurmpre's callback, one node, no free node for its successor:
+    it saves on the notice and trains on (the callback asks checkpoint_requested()),
+    saves again and stops as its deadline nears, and the successor (pending until a
+    node returns) resumes from that last save; no step lost, the uninterrupted run's
+    weights bit for bit."""
+    pytest.importorskip("transformers", reason="the e2e extra (transformers) is not installed")
+    seed = time.time_ns()
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    window = 25  # the deadline: 25 - 5 (margin) - the notice save's time; a step a second
+    job = Job("hf-goes-on", "hf_job.py", tmp_path / "hf", rng.randint(3, 8), nodes=1)
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    reference = job.start_reference()
+    blocker = None
+    try:
+        job.submit(
+            ("--hold", "notice", "--step-seconds", "1"),
+            ('restart = "successor"', "poll_interval = 1", "safety_margin = 5"),
+            window=window,
+        )
+        job_id = job.job_id
+        wait_for(f"step {job.hold_at}", (job.ckpt / "holding").exists, timeout=240)
+        (victim,) = slurm.job(job_id).nodes
+        (other,) = [n.name for n in slurm.nodes(PREEMPTIBLE) if n.name != victim]
+        blocker = slurm.submit(
+            "#!/bin/bash\nsleep 600\n",
+            args=[f"--nodelist={other}", "--exclusive", "--job-name=blocker"],
+        )
+        wait_for("the blocker to run", lambda: slurm.job(blocker).state == "RUNNING", timeout=60)
+        print(f"drain {victim} at step {job.hold_at}; {other} is taken")
+        preemption = Preemption(
+            sandbox, PreemptPlan(victim, window=window, return_after=3, once_empty=True)
+        )
+        preemption.start()
+        successor = str(wait_for("the hand-over", lambda: successor_of(job), timeout=90))
+        wait_for(f"job {job_id} to end", lambda: slurm.job(job_id).finished, timeout=120)
+        assert slurm.job(job_id).state == "COMPLETED", logs(job.folder)[-6000:]
+        assert slurm.job(successor).state == "PENDING"  # no node for it yet
+        slurm.cancel(blocker)  # a node returns
+        wait_done(slurm, successor, job.folder, timeout=300)
+        drain, _, _ = preemption.finish()
+    finally:
+        if blocker is not None:
+            with contextlib.suppress(Exception):
+                slurm.cancel(blocker)
+        restore_all(sandbox, slurm)
+        try:
+            reference.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            reference.kill()
+    out = (job.reference / "out.log").read_text(errors="replace")
+    assert reference.returncode == 0, f"the uninterrupted run failed:\n{out[-4000:]}"
+    where = f"job {job_id} -> {successor}:\n{logs(job.folder)[-6000:]}"
+    # The notice's save, any periodic ones (every 10 steps), and the last at the deadline.
+    saves = [r for r in job.records("checkpoint") if r["job"] == job_id and r["after_notice"]]
+    notice_save, last = saves[0], saves[-1]
+    assert job.hold_at <= notice_save["step"] <= job.hold_at + 2, where
+    assert last["step"] >= notice_save["step"] + 5, where  # it trained on in between
+    (stopping,) = [r for r in job.records("stopping") if r["job"] == job_id]
+    assert stopping["why"] == "the deadline nears", stopping
+    assert last["time"] < drain.at + window, (drain.at, last)
+    starts = [r for r in job.records("start") if r["job"] == successor]
+    assert [s["resume_from"] for s in starts] == [last["path"]], where
+    progress = jsonl(job.ckpt / "progress.jsonl")
+    assert [(p["attempt"], p["started_at_step"]) for p in progress] == [
+        (0, 0),
+        (1, last["step"]),  # the successor goes on from the last save: no step lost
+    ], where
+    assert same_weights(job.ckpt / "final.pt", job.reference / "final.pt"), (
+        "the final weights differ from the uninterrupted run's"
+    )
+    print(
+        f"HF Trainer, no free node (tuned): notice save at step {notice_save['step']} "
+        f"{notice_save['time'] - drain.at:.1f} s after the drain, trained on to step "
+        f"{last['step']} ({last['time'] - drain.at:.1f} s); training time lost per "
+        f"preemption: {progress[1]['t'] - last['time']:.1f} s (last save to the successor's "
+        "training), of which the wait for a node is most"
+    )
+
+
+def successor_of(job: Job) -> str | None:
+    found = [r["successor"] for r in job.records("successor") if r["job"] == job.job_id]
+    return str(found[0]) if found else None

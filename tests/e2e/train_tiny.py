@@ -59,16 +59,28 @@ def hold_until_agreed(out: Path, rank: int, timeout: float = 300) -> None:
 
 
 def framework_job_args() -> argparse.Namespace:
-    """hf_job.py's and lightning_job.py's options: where to write, and the step to hold at."""
+    """hf_job.py's and lightning_job.py's options: where to write, the step to hold at,
+    and how (until the ranks agree on the notice, or only until its file is there: a
+    script that goes on must not ask `preemption_requested()` for it), and a pace."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("SLURMPRE_CHECKPOINT_DIR"))
     parser.add_argument("--hold-at", type=int, default=-1)
+    parser.add_argument("--hold", choices=("agreed", "notice"), default="agreed")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="a sleep per step")
     return parser.parse_args()
 
 
+def hold(how: str, out: Path, rank: int) -> None:
+    """`framework_job_args`'s ``--hold``."""
+    if how == "agreed":
+        hold_until_agreed(out, rank)
+    else:
+        hold_for_the_notice(out, rank)
+
+
 def report_start(out: Path, step: int) -> None:
-    """One line per attempt, from rank 0: the step its training starts at."""
-    line = {"attempt": slurmpre.restart_count(), "started_at_step": step}
+    """One line per attempt, from rank 0: the step its training starts at, and when."""
+    line = {"attempt": slurmpre.restart_count(), "started_at_step": step, "t": time.time()}
     with (out / "progress.jsonl").open("a") as f:
         f.write(json.dumps(line) + "\n")
 
