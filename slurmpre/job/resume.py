@@ -12,6 +12,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.access import ENV as ACCESS_ENV
@@ -35,6 +36,19 @@ from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torch
 from slurmpre.job.successor import wait_for_predecessor
 from slurmpre.launchers import Launcher
 from slurmpre.slurm.client import SlurmClient
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What a node's wrapper works with through one attempt: its options, the job as
+    Slurm describes it, the checkpoint folder and its ledger, Slurm, and its log."""
+
+    opts: RunOptions
+    job: JobEnv
+    folder: Path
+    ledger: Ledger
+    client: SlurmClient
+    say: Callable[[str], None]
 
 
 def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
@@ -100,19 +114,13 @@ def predecessor_timeout(opts: RunOptions) -> float:
     return opts.watch.window + PREDECESSOR_GRACE
 
 
-def agree(
-    opts: RunOptions,
-    job: JobEnv,
-    folder: Path,
-    ledger: Ledger,
-    client: SlurmClient,
-    say: Callable[[str], None],
-) -> Choice:
+def agree(at: AttemptContext) -> Choice:
     """Node 0 chooses the checkpoint for this attempt; the others wait for its choice.
 
     In a successor that takes over early (`takes_over_early`) the choice names no
     checkpoint yet: node 0 publishes where to meet at once, and its `take_over`
     publishes the checkpoint once the predecessor has ended."""
+    opts, job, ledger, say = at.opts, at.job, at.ledger, at.say
     if not job.is_first_node:
         return ledger.wait_choice(job.tag, job.attempt, opts.agree_timeout)
     handed = [r for r in ledger.records() if isinstance(r, Successor) and r.job == job.tag]
@@ -132,7 +140,7 @@ def agree(
             nodes=job.nodes,
             world_size=job.num_nodes * nproc_for(opts, job),
             previous_world_size=None,
-            rdzv_endpoint=_endpoint(client, job),
+            rdzv_endpoint=_endpoint(at.client, job),
             published_at=time.time(),
         )
         ledger.publish(early, timeout=opts.agree_timeout)
@@ -140,23 +148,16 @@ def agree(
         return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
-    wait_for_predecessor(ledger, client, job, predecessor_timeout(opts), say)
-    return choose(opts, job, folder, ledger, client, say)
+    wait_for_predecessor(ledger, at.client, job, predecessor_timeout(opts), say)
+    return choose(at)
 
 
-def take_over(
-    opts: RunOptions,
-    job: JobEnv,
-    folder: Path,
-    ledger: Ledger,
-    client: SlurmClient,
-    say: Callable[[str], None],
-) -> Choice:
+def take_over(at: AttemptContext) -> Choice:
     """Node 0 of a successor whose training already runs: wait for the predecessor to
     end, then choose and publish the checkpoint that `slurmpre.resume_path()` returns
     on every rank."""
-    wait_for_predecessor(ledger, client, job, predecessor_timeout(opts), say)
-    return choose(opts, job, folder, ledger, client, say, resume=True)
+    wait_for_predecessor(at.ledger, at.client, at.job, predecessor_timeout(at.opts), at.say)
+    return choose(at, resume=True)
 
 
 def _endpoint(client: SlurmClient, job: JobEnv) -> str:
@@ -164,17 +165,11 @@ def _endpoint(client: SlurmClient, job: JobEnv) -> str:
     return f"{node_address(client, job.nodes[0])}:{port_for(job.job_id, job.in_place)}"
 
 
-def choose(
-    opts: RunOptions,
-    job: JobEnv,
-    folder: Path,
-    ledger: Ledger,
-    client: SlurmClient,
-    say: Callable[[str], None],
-    *,
-    resume: bool = False,
-) -> Choice:
+def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     """Clear what dead attempts left, pick the newest complete checkpoint, publish it."""
+    opts, job, folder, ledger, client, say = (
+        at.opts, at.job, at.folder, at.ledger, at.client, at.say
+    )  # fmt: skip
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(

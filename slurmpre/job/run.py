@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmpre.errors import SlurmpreError
@@ -24,6 +23,7 @@ from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import DrainSource, SignalSource, notice_path
 from slurmpre.job.records import End
 from slurmpre.job.resume import (
+    AttemptContext,
     agree,
     check_checkpoint_dir,
     check_command,
@@ -90,48 +90,32 @@ class Watching:
                 self.watcher.stop()
 
 
-def watcher_for(
-    opts: RunOptions,
-    job: JobEnv,
-    folder: Path,
-    ledger: Ledger,
-    client: SlurmClient,
-    warning: Latch,
-    say: Callable[[str], None],
-) -> Callable[[], Watcher]:
+def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
     def build() -> Watcher:
         from slurmpre.job.watch import Watcher  # here: in the watcher's own thread
 
         return Watcher(
-            [DrainSource(client, job.nodes, opts.drain_reason), SignalSource(warning)],
-            job,
-            folder,
-            ledger,
-            client,
-            opts.watch,
-            requeue_allowed=requeue_allowed(client, job, say),
-            say=say,
+            [DrainSource(at.client, at.job.nodes, at.opts.drain_reason), SignalSource(warning)],
+            at.job,
+            at.folder,
+            at.ledger,
+            at.client,
+            at.opts.watch,
+            requeue_allowed=requeue_allowed(at.client, at.job, at.say),
+            say=at.say,
         )
 
     return build
 
 
-def _take_over(
-    opts: RunOptions,
-    job: JobEnv,
-    folder: Path,
-    ledger: Ledger,
-    client: SlurmClient,
-    say: Callable[[str], None],
-    supervisor: Supervisor,
-) -> None:
+def _take_over(at: AttemptContext, supervisor: Supervisor) -> None:
     """A successor's node 0, beside its running training: choose the checkpoint once the
     predecessor has ended; if that fails, end the training rather than let it train
     beside the predecessor or from nothing."""
     try:
-        take_over(opts, job, folder, ledger, client, say)
+        take_over(at)
     except Exception as exc:  # noqa: BLE001 - said, and the training is ended
-        say(f"cannot take over from job {job.predecessor}: {exc}; ending the training")
+        at.say(f"cannot take over from job {at.job.predecessor}: {exc}; ending the training")
         supervisor.terminate()
 
 
@@ -155,16 +139,16 @@ def run_attempt(
     folder = check_checkpoint_dir(opts.checkpoint_dir, job, opts.file_access)
     ledger = Ledger(folder, access=opts.file_access)
     ledger.ensure()
-    client = client or CommandLineSlurm()
+    at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), say)
     watching: Watching | None = None
     if job.is_first_node and opts.watching:
         # Watching starts before the choice: a drain or a warning during start-up counts.
-        watching = Watching(watcher_for(opts, job, folder, ledger, client, warning, say), say)
+        watching = Watching(watcher_for(at, warning), say)
     watcher: Watcher | None = None
     stop_relay = threading.Event()
     started_at = time.time()
     try:
-        choice = agree(opts, job, folder, ledger, client, say)
+        choice = agree(at)
         with Supervisor() as supervisor:
             child = supervisor.start(
                 child_command(opts, job, choice, env), child_env(env, opts, job, folder, choice)
@@ -176,7 +160,7 @@ def run_attempt(
                 if job.is_first_node and takes_over_early(opts, job):
                     quiet_thread(
                         _take_over,
-                        args=(opts, job, folder, ledger, client, say, supervisor),
+                        args=(at, supervisor),
                         name="slurmpre-take-over",
                     )
                 if opts.notice_signal is not None:

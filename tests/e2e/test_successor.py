@@ -37,28 +37,13 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 def test_a_drained_one_node_job_hands_over_to_a_successor_and_loses_nothing(
     sandbox: Sandbox, baseline: Any, tmp_path: Path
 ) -> None:
-    slurm = CommandLineSlurm()
-    wait_preemptible_idle(slurm)
-    at_step = 12
-    job_id = submit(
-        tmp_path,
-        nodes="1",
-        extra=["--honor-notice", "--hold-at", str(at_step)],
-        spec_lines=['restart = "successor"', "poll_interval = 1"],
-    )
-    wait_for(f"step {at_step}", (tmp_path / "ckpt" / "holding").exists, timeout=120)
-    victim = slurm.job(job_id).nodes[0]
+    slurm, job_id, victim = held_job(tmp_path, 12)
     preemption = Preemption(
         sandbox, PreemptPlan(victim, window=60, return_after=3, once_empty=True)
     )
     preemption.start()
     try:
-
-        def handed() -> str | None:
-            found = [r for r in ledger(tmp_path) if r["event"] == "successor"]
-            return found[0]["successor"] if found else None
-
-        successor = str(wait_for("the hand-over to a successor", handed, timeout=90))
+        successor = str(wait_for("the hand-over", lambda: _hand_over(tmp_path), timeout=90))
         wait_done(slurm, successor, tmp_path, timeout=240)
         events = preemption.finish()
     finally:
@@ -93,6 +78,23 @@ def test_a_drained_one_node_job_hands_over_to_a_successor_and_loses_nothing(
     )
 
 
+def held_job(
+    tmp_path: Path, at_step: int, extra: list[str] | None = None, lines: list[str] | None = None
+) -> tuple[CommandLineSlurm, str, str]:
+    """A one-node successor job of train_tiny.py (a step a second with ``--step-seconds 1``),
+    held at ``at_step`` until its notice: the client, the job and its node."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    job_id = submit(
+        tmp_path,
+        nodes="1",
+        extra=["--honor-notice", "--hold-at", str(at_step), *(extra or [])],
+        spec_lines=['restart = "successor"', "poll_interval = 1", *(lines or [])],
+    )
+    wait_for(f"step {at_step}", (tmp_path / "ckpt" / "holding").exists, timeout=120)
+    return slurm, job_id, slurm.job(job_id).nodes[0]
+
+
 def _hand_over(tmp_path: Path) -> str | None:
     found = [r for r in ledger(tmp_path) if r["event"] == "successor"]
     return found[0]["successor"] if found else None
@@ -109,18 +111,9 @@ def test_with_a_free_node_the_successor_starts_up_while_the_predecessor_trains_o
     """Make before break: the predecessor saves at the notice and trains on; the successor
     starts up beside it on the free node, and once it waits in resume_path() the
     predecessor takes a last checkpoint and ends; the successor resumes from that one."""
-    slurm = CommandLineSlurm()
-    wait_preemptible_idle(slurm)
     at_step = 12
-    job_id = submit(
-        tmp_path,
-        nodes="1",
-        extra=["--honor-notice", "--go-on", "--hold-at", str(at_step), "--step-seconds", "1"],
-        spec_lines=['restart = "successor"', "poll_interval = 1"],
-    )
+    slurm, job_id, victim = held_job(tmp_path, at_step, ["--go-on", "--step-seconds", "1"])
     folder = tmp_path / "ckpt"
-    wait_for(f"step {at_step}", (folder / "holding").exists, timeout=120)
-    victim = slurm.job(job_id).nodes[0]
     preemption = Preemption(
         sandbox, PreemptPlan(victim, window=90, return_after=3, once_empty=True)
     )
@@ -169,23 +162,14 @@ def test_with_no_free_node_the_predecessor_trains_on_until_its_deadline(
     """No node for the successor: the predecessor keeps training after its notice
     checkpoint, stops with a last one before its deadline, and the successor (pending
     meanwhile) takes over from that one when a node returns."""
-    slurm = CommandLineSlurm()
-    wait_preemptible_idle(slurm)
     at_step = 12
-    job_id = submit(
+    slurm, job_id, victim = held_job(
         tmp_path,
-        nodes="1",
-        extra=["--honor-notice", "--go-on", "--hold-at", str(at_step), "--step-seconds", "1"],
-        spec_lines=[
-            'restart = "successor"',
-            "poll_interval = 1",
-            "preempt_window = 30",
-            "safety_margin = 5",
-        ],
+        at_step,
+        ["--go-on", "--step-seconds", "1"],
+        ["preempt_window = 30", "safety_margin = 5"],
     )
     folder = tmp_path / "ckpt"
-    wait_for(f"step {at_step}", (folder / "holding").exists, timeout=120)
-    victim = slurm.job(job_id).nodes[0]
     (other,) = [n.name for n in slurm.nodes(PREEMPTIBLE) if n.name != victim]
     blocker = slurm.submit(
         "#!/bin/bash\nsleep 600\n",

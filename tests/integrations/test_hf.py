@@ -39,15 +39,22 @@ def data() -> list[dict[str, Any]]:
     return [{"x": xs[i], "labels": ys[i]} for i in range(64)]
 
 
-class NoticeAt(transformers.TrainerCallback):  # type: ignore[misc]
-    """What slurmpre's watcher does on a drain: write the notice file (here, at a step)."""
+# The notice file as slurmpre's watcher writes it: on a drain with nothing on its way
+# (stop at once), with a successor on its way (save and train on), and when it is ready.
+DRAIN = '{"kind": "drain"}'
+GO_ON = '{"kind": "drain", "stop": false}'
+STOP = '{"kind": "drain", "stop": true}'
 
-    def __init__(self, step: int, path: Path) -> None:
-        self.step, self.path = step, path
+
+class NoticeAt(transformers.TrainerCallback):  # type: ignore[misc]
+    """What slurmpre's watcher does: write the notice file, here at the steps given."""
+
+    def __init__(self, path: Path, notices: dict[int, str]) -> None:
+        self.path, self.notices = path, notices
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if state.global_step == self.step:
-            self.path.write_text('{"kind": "drain"}')
+        if state.global_step in self.notices:
+            self.path.write_text(self.notices[state.global_step])
 
 
 def train(out: Path, callbacks: list[Any], resume: str | None = None) -> Any:
@@ -74,7 +81,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
     folder.mkdir()
     Ledger(folder).ensure()
     notice = as_a_job(monkeypatch, folder, "7")
-    stopped_at, _ = train(folder, [NoticeAt(13, notice), SlurmpreCallback()])
+    stopped_at, _ = train(folder, [NoticeAt(notice, {13: DRAIN}), SlurmpreCallback()])
     assert stopped_at == 13  # saved and stopped at the step the notice was seen
     assert listening_path(folder, "7", 0).exists()  # the watcher waits for this script's save
     records = [r for r in dicts(Ledger(folder)) if r["event"] == "checkpoint"]
@@ -102,20 +109,6 @@ def test_an_output_dir_that_is_not_the_jobs_folder_is_refused(
         train(tmp_path / "elsewhere", [SlurmpreCallback()])
 
 
-class GoOnAt(transformers.TrainerCallback):  # type: ignore[misc]
-    """What the watcher does with a successor on its way: a notice that lets the script
-    train on (at ``step``), then, once the successor is ready, one that says stop."""
-
-    def __init__(self, step: int, stop: int, path: Path) -> None:
-        self.step, self.stop, self.path = step, stop, path
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if state.global_step == self.step:
-            self.path.write_text('{"kind": "drain", "stop": false}')
-        if state.global_step == self.stop:
-            self.path.write_text('{"kind": "drain", "stop": true}')
-
-
 def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,7 +117,7 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     folder.mkdir()
     Ledger(folder).ensure()
     notice = as_a_job(monkeypatch, folder, "7")
-    stopped_at, _ = train(folder, [GoOnAt(12, 17, notice), SlurmpreCallback()])
+    stopped_at, _ = train(folder, [NoticeAt(notice, {12: GO_ON, 17: STOP}), SlurmpreCallback()])
     assert stopped_at == 17  # it trained on after its notice checkpoint
     saves = [(r["step"], r["after_notice"]) for r in dicts(Ledger(folder))
              if r["event"] == "checkpoint"]  # fmt: skip

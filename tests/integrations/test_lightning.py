@@ -45,15 +45,22 @@ def loader() -> Any:
     )
 
 
-class NoticeAt(L.Callback):
-    """What slurmpre's watcher does on a drain: write the notice file (here, at a batch)."""
+# The notice file as slurmpre's watcher writes it: on a drain with nothing on its way
+# (stop at once), with a successor on its way (save and train on), and when it is ready.
+DRAIN = '{"kind": "drain"}'
+GO_ON = '{"kind": "drain", "stop": false}'
+STOP = '{"kind": "drain", "stop": true}'
 
-    def __init__(self, step: int, path: Path) -> None:
-        self.step, self.path = step, path
+
+class NoticeAt(L.Callback):
+    """What slurmpre's watcher does: write the notice file, here after the batches given."""
+
+    def __init__(self, path: Path, notices: dict[int, str]) -> None:
+        self.path, self.notices = path, notices
 
     def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-        if trainer.global_step == self.step:
-            self.path.write_text('{"kind": "drain"}')
+        if trainer.global_step in self.notices:
+            self.path.write_text(self.notices[trainer.global_step])
 
 
 def fit(root: Path, callbacks: list[Any], ckpt_path: str | None = None) -> tuple[int, Any]:
@@ -75,7 +82,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
     folder.mkdir()
     Ledger(folder).ensure()
     notice = as_a_job(monkeypatch, folder, "7")
-    stopped_at, _ = fit(folder, [NoticeAt(9, notice), SlurmpreCallback()])
+    stopped_at, _ = fit(folder, [NoticeAt(notice, {9: DRAIN}), SlurmpreCallback()])
     assert stopped_at == 9
     (record,) = [r for r in dicts(Ledger(folder)) if r["event"] == "checkpoint"]
     assert (record["step"], record["after_notice"]) == (9, True)
@@ -87,3 +94,26 @@ def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
     monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
     steps, _ = fit(folder, [SlurmpreCallback()], ckpt_path=resume_from_checkpoint())
     assert steps == STEPS
+
+
+def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, reference = fit(tmp_path / "uninterrupted", [])
+    folder = tmp_path / "job"
+    folder.mkdir()
+    Ledger(folder).ensure()
+    notice = as_a_job(monkeypatch, folder, "7")
+    # Told to stop at an epoch's end (16 batches): a plain DataLoader resumes exactly only
+    # there (Lightning restarts a mid-epoch one's data; the README says so).
+    stopped_at, _ = fit(folder, [NoticeAt(notice, {6: GO_ON, 16: STOP}), SlurmpreCallback()])
+    assert stopped_at == 16  # it trained on after its notice checkpoint
+    saves = [(r["step"], r["after_notice"]) for r in dicts(Ledger(folder))
+             if r["event"] == "checkpoint"]  # fmt: skip
+    assert saves == [(6, True), (16, True)]
+    chosen = checkpoints.latest(folder).checkpoint
+    assert chosen is not None and chosen.where == str(folder / "step=16.ckpt")
+    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    steps, resumed = fit(folder, [SlurmpreCallback()], ckpt_path=chosen.where)
+    assert steps == STEPS
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
