@@ -42,9 +42,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def slurmpre_cli(
-    *args: str, check: bool = False, timeout: float = 300, cwd: Path | None = None
+    *args: str,
+    check: bool = False,
+    timeout: float = 300,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real ``python -m slurmpre`` and return what it printed."""
+    """Run the real ``python -m slurmpre`` (with ``env`` added to this environment) and
+    return what it printed."""
     proc = subprocess.run(
         [sys.executable, "-m", "slurmpre", *args],
         capture_output=True,
@@ -52,6 +57,7 @@ def slurmpre_cli(
         timeout=timeout,
         check=False,
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
     )
     if check and proc.returncode != 0:
         raise AssertionError(

@@ -41,8 +41,11 @@ def hostile_spec(**kw: object) -> JobSpec:
         ],
         "nodes": "1-2",
         "launcher": "plain",
-        "checkpoint_dir": "/shared/ckpt dir/it's $HOME",
-        "env": {"TRICKY": "$(echo no) `echo no` 'single' \"double\" ; & | \\ é中\nsecond line"},
+        "checkpoint_dir": "/shared/ckpt dir/it's $$HOME, not $HOME",
+        "env": {
+            "TRICKY": "$$(echo no) `echo no` 'single' \"double\" ; & | \\ é中\nsecond line",
+            "EXPANDS": '${USER}:`echo no`:"$TRICKY":$$USER:\\',
+        },
         **kw,
     }
     return validate(raw, user="alice", python="/opt/my venv/bin/python")
@@ -178,3 +181,30 @@ def test_the_job_finds_the_environment_slurmpre_runs_from() -> None:
     )
     assert venv.index('export PATH=/home/u/venv/bin:"$PATH"') < venv.index("source /opt/other")
     assert "export PATH=" not in render(validate(base, python="/usr/bin/python3"))
+
+
+def test_env_values_expand_from_the_jobs_environment_and_nothing_else() -> None:
+    """$NAME and ${NAME} read the job's environment as the script starts (before any env
+    key is set: B reads the old A), $$ is a $, and no other syntax is run or split."""
+    from tests.test_render_property import env_block_values
+
+    env = {
+        "LD_LIBRARY_PATH": "/opt/nccl/lib:$LD_LIBRARY_PATH",
+        "A": "new",
+        "B": "${A}x",
+        "LIT": "$$HOME and $$(id)",
+        "Q": '"q" `id` \\ * $USER ${MISSING}.',
+        "PLAIN": "no dollar `id` *",
+    }
+    script = render(validate({"name": "j", "command": ["python"], "env": env}, user="alice"))
+    got = env_block_values(
+        script, list(env), {"LD_LIBRARY_PATH": "/usr/lib", "A": "old", "USER": "alice"}
+    )
+    assert got == {
+        "LD_LIBRARY_PATH": "/opt/nccl/lib:/usr/lib",
+        "A": "new",
+        "B": "oldx",
+        "LIT": "$HOME and $(id)",
+        "Q": '"q" `id` \\ * alice .',
+        "PLAIN": "no dollar `id` *",
+    }

@@ -9,6 +9,7 @@ prints the failing example (and its seed with --hypothesis-seed) when one breaks
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -87,6 +88,30 @@ def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
     return raw
 
 
+def expand(value: str, environ: dict[str, str]) -> str:
+    """What a value with $NAME, ${NAME} and $$ in it means, as the spec's docs say."""
+    return re.sub(
+        r"\$(\$|([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})",
+        lambda m: "$" if m[1] == "$" else environ.get(m[2] or m[3], ""),
+        value,
+    )
+
+
+def env_block_values(
+    script: str, keys: list[str], environ: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The values bash gives the spec's env keys once it has run the script's environment
+    block, in an environment of ``environ`` alone."""
+    start = script.index("export SLURMPRE_JOB_NAME=")
+    block = script[start : script.index("\nslurmpre_attempt=", start)]
+    show = "".join(f'printf "%s\\0" "${{{k}}}"\n' for k in keys)
+    base = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"} | (environ or {})
+    out = subprocess.run(
+        ["bash", "-c", block + "\n" + show], env=base, capture_output=True, check=True
+    ).stdout
+    return dict(zip(keys, out.decode().split("\0")[:-1], strict=True))
+
+
 def sbatch_lines(script: str) -> list[str]:
     """The directives sbatch reads: ``#SBATCH`` lines before the first command (sbatch(1))."""
     out = []
@@ -130,11 +155,16 @@ def test_hostile_specs_are_refused_or_rendered_safely(raw: dict[str, Any]) -> No
 
     # The environment block: slurmpre's three exports and PATH (for a python outside the
     # system folders), then one per env key, each value shell-quoted whole (a quoted value
-    # may span lines; it never starts a command).
+    # may span lines; it never starts a command), or with a $ in it, double-quoted.
     ours = 3 + (python_bin(spec.python) is not None)
     assert script.count("\nexport ") == ours + len(spec.env)
     for key, value in spec.env.items():
-        assert f"\nexport {key}={shlex.quote(value)}\n" in script
+        if "$" not in value:
+            assert f"\nexport {key}={shlex.quote(value)}\n" in script
+    # Run, it gives each value back, its $NAME expanded (none of the hostile names is set
+    # here) and nothing else: no command run, no word split, no glob.
+    got = env_block_values(script, list(spec.env))
+    assert got == {k: expand(v, {}) for k, v in spec.env.items()}
 
     argv = launch_argv(spec)
     opts = parse_args(argv[argv.index("run") :])

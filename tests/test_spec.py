@@ -376,3 +376,45 @@ def test_every_supported_releases_options_are_known() -> None:
     assert sbatch_options.resolve("segment") == "segment"  # 24.11 and 26.05
     with pytest.raises(sbatch_options.OptionError, match="as --ntasks-per-node"):
         sbatch_options.resolve("tasks-per")
+
+
+def test_path_keys_expand_home_user_and_variables_at_submit() -> None:
+    environ = {"HOME": "/home/bob", "USER": "bob", "SCRATCH": "/scratch"}
+    raw = {"name": "j", "command": ["python"], "checkpoint_dir": "${SCRATCH}/$USER/ck",
+           "log_dir": "~/logs/$$x", "python": "$HOME/venv/bin/python"}  # fmt: skip
+    spec = validate(raw, environ=environ)
+    assert spec.checkpoint_dir == "/scratch/bob/ck"
+    assert spec.log_dir == "/home/bob/logs/$x"
+    assert spec.python == "/home/bob/venv/bin/python"
+    # A user named explicitly (tests, another account) has that user's home.
+    assert validate({**raw, "checkpoint_dir": "~"}, user="al", environ=environ).checkpoint_dir == (
+        "/home/al"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("checkpoint_dir", "/s/$NOPE/ck", "checkpoint_dir = '/s/$NOPE/ck': $NOPE is not set"),
+        ("log_dir", "~alice/x", "log_dir = '~alice/x': only ~ alone (your $HOME) is read"),
+        ("checkpoint_dir", "/s/$(id)", "checkpoint_dir = '/s/$(id)': '$(i' is not $NAME"),
+        ("python", "/s/${HOME:-x}", "python = '/s/${HOME:-x}': '${H' is not $NAME"),
+        ("checkpoint_dir", "rel/$USER", "checkpoint_dir = 'rel/$USER': must be an absolute"),
+        ("checkpoint_dir", "/a/$", "checkpoint_dir = '/a/$': '$' is not $NAME"),
+        ("checkpoint_dir", "/a/$_", "checkpoint_dir = '/a/$_': $_ is the shell's last"),
+    ],
+)
+def test_path_variables_that_cannot_expand_are_one_line_errors(
+    key: str, value: str, message: str
+) -> None:
+    raw = {"name": "j", "command": ["python"], key: value}
+    with pytest.raises(SpecError) as info:
+        validate(raw, environ={"HOME": "/home/bob", "USER": "bob"})
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["$(id)", "${A:-b}", "$1", "a$", "${A", "$-", "`x` $_"])
+def test_env_values_with_other_shell_syntax_are_refused(value: str) -> None:
+    with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument)"):
+        validate({"name": "j", "command": ["python"], "env": {"X": value}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.sandbox
 HOSTILE_NAME = "job 'q' \"dq\" $(touch pwned) `touch pwned2`; echo x é中 50%"
 HOSTILE_ARGS = ["a b", "$(touch pwned3)", "`id`", "; rm -rf ~", "'", '"', "é中", "new\nline", ""]
 HOSTILE_ENV = "$(touch pwned4) `id` 'single' \"double\" ; & | \\ é中\nsecond line"
+HOSTILE_ENV_SPEC = HOSTILE_ENV.replace("$", "$$")  # a literal $ in the spec is $$
 
 DUMP = (
     "import json, os, sys; "
@@ -40,6 +42,11 @@ def toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
 
 
+def toml_path(path: Path) -> str:
+    """A path as a path key's value: its every $ (shared_tmp has one) written $$."""
+    return toml_str(str(path).replace("$", "$$"))
+
+
 def test_submitted_spec_shows_the_contract_and_runs_on_preemptible_nodes(
     slurm: CommandLineSlurm, shared_tmp: Path
 ) -> None:
@@ -50,7 +57,7 @@ def test_submitted_spec_shows_the_contract_and_runs_on_preemptible_nodes(
             'command = ["bash", "-c", "echo ran on $SLURMD_NODENAME"]',
             'nodes = "1-2"',
             'launcher = "plain"',
-            f"checkpoint_dir = {toml_str(str(shared_tmp / 'ckpt'))}",
+            f"checkpoint_dir = {toml_path(shared_tmp / 'ckpt')}",
             'extra_sbatch = ["--hold"]',
         ],
     )
@@ -74,7 +81,7 @@ def test_submitted_spec_shows_the_contract_and_runs_on_preemptible_nodes(
 def test_hostile_values_do_exactly_what_they_say(
     slurm: CommandLineSlurm, shared_tmp: Path, tmp_path: Path
 ) -> None:
-    ckpt = shared_tmp / "it's $HOME `x` ckpt"
+    ckpt = shared_tmp / "it's $HOME `x` ckpt"  # in the spec: $$HOME
     spec = write_spec(
         tmp_path / "hostile.toml",
         [
@@ -82,8 +89,8 @@ def test_hostile_values_do_exactly_what_they_say(
             "command = "
             + json.dumps([sys.executable, "-c", DUMP, *HOSTILE_ARGS], ensure_ascii=False),
             'launcher = "plain"',
-            f"checkpoint_dir = {toml_str(str(ckpt))}",
-            f"env = {{ TRICKY = {toml_str(HOSTILE_ENV)} }}",
+            f"checkpoint_dir = {toml_path(ckpt)}",
+            f"env = {{ TRICKY = {toml_str(HOSTILE_ENV_SPEC)} }}",
         ],
     )
     proc = slurmpre_cli("submit", str(spec), check=True, cwd=tmp_path)
@@ -95,6 +102,58 @@ def test_hostile_values_do_exactly_what_they_say(
     assert out == {"argv": HOSTILE_ARGS, "env": HOSTILE_ENV, "name": HOSTILE_NAME}
     for folder in (tmp_path, ckpt, ckpt / "logs", Path.home()):
         assert not list(folder.glob("pwned*")), folder
+
+
+def test_variables_expand_where_the_spec_says(
+    slurm: CommandLineSlurm, shared_tmp: Path, tmp_path: Path
+) -> None:
+    """Path keys expand at submit, from the submitting environment; env values on the
+    node, from the job's environment as it starts; $$ is a $."""
+    dump = (
+        "import json, os; json.dump({k: os.environ.get(k) for k in ('LD_LIBRARY_PATH', "
+        "'WHERE', 'LIT', 'OLD')}, open(os.environ['SLURMPRE_CHECKPOINT_DIR'] + '/env.json', 'w'))"
+    )
+    spec = write_spec(
+        tmp_path / "vars.toml",
+        [
+            'name = "vars"',
+            f"command = {json.dumps([sys.executable, '-c', dump])}",
+            'launcher = "plain"',
+            'checkpoint_dir = "${SLURMPRE_TEST_BASE}/ck-$USER"',
+            "[env]",
+            'LD_LIBRARY_PATH = "/opt/nccl/lib:$LD_LIBRARY_PATH"',
+            'WHERE = "$SLURMD_NODENAME/${SLURM_JOB_ID}"',
+            'LIT = "$$USER costs $$5"',
+            'OLD = "${LIT}"',  # the job's LIT (none), not the spec's
+        ],
+    )
+    user = os.environ.get("USER") or getpass.getuser()  # CI may not set it: then here
+    environ = {
+        "SLURMPRE_TEST_BASE": str(shared_tmp),
+        "LD_LIBRARY_PATH": "/usr/local/lib/x",
+        "USER": user,
+    }
+    job_id = slurmpre_cli("submit", str(spec), check=True, cwd=tmp_path, env=environ)
+    job_id = job_id.stdout.strip()
+    wait_for("the job to finish", lambda: slurm.job(job_id).finished, timeout=90)
+    ckpt = shared_tmp / f"ck-{user}"
+    assert slurm.job(job_id).state == "COMPLETED", list((ckpt / "logs").iterdir())
+    node = slurm.job(job_id).nodes[0]
+    assert json.loads((ckpt / "env.json").read_text()) == {
+        "LD_LIBRARY_PATH": "/opt/nccl/lib:/usr/local/lib/x",
+        "WHERE": f"{node}/{job_id}",
+        "LIT": "$USER costs $5",
+        "OLD": "",
+    }
+    # An unset variable in a path is refused before anything is made or queued.
+    lines = ['name = "vars"', 'command = ["x"]', 'checkpoint_dir = "/tmp/$SLURMPRE_NOT_SET/ck"']
+    bad = write_spec(tmp_path / "bad.toml", lines)
+    proc = slurmpre_cli("submit", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "slurmpre: error: checkpoint_dir = '/tmp/$SLURMPRE_NOT_SET/ck': $SLURMPRE_NOT_SET is "
+        "not set where you submit\n"
+    )
 
 
 SAVE_ONE = (
@@ -118,7 +177,7 @@ def test_under_umask_000_what_slurmpre_creates_stays_owner_only(
             "command = " + json.dumps([sys.executable, "-c", SAVE_ONE]),
             "nodes = 2",
             'launcher = "plain"',
-            f"checkpoint_dir = {toml_str(str(ckpt))}",
+            f"checkpoint_dir = {toml_path(ckpt)}",
         ],
     )
     old = os.umask(0o000)
@@ -180,7 +239,7 @@ def test_log_keeps_every_attempt_across_a_preemption(
             'name = "ticks"',
             'command = ["bash", "-c", "for i in $(seq 1 300); do echo tick $i; sleep 0.5; done"]',
             'launcher = "plain"',
-            f"checkpoint_dir = {toml_str(str(shared_tmp / 'ticks'))}",
+            f"checkpoint_dir = {toml_path(shared_tmp / 'ticks')}",
         ],
     )
     job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
@@ -232,7 +291,7 @@ def test_one_live_job_per_checkpoint_folder(
             f"command = {json.dumps(['bash', '-c', started])}",
             'launcher = "plain"',
             'constraint = "standard"',
-            f"checkpoint_dir = {toml_str(str(ckpt))}",
+            f"checkpoint_dir = {toml_path(ckpt)}",
         ],
     )
     jobs: list[str] = []

@@ -17,7 +17,7 @@ import jinja2
 from slurmpre import __version__, access, defaults, reading
 from slurmpre.errors import UsageError
 from slurmpre.job.layout import LogLayout
-from slurmpre.login import sbatch_options
+from slurmpre.login import sbatch_options, variables
 from slurmpre.login.spec import JobSpec
 from slurmpre.signals import WARN_SIGNAL
 
@@ -80,6 +80,7 @@ def environment(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
     )
     env.filters["q"] = _quote
     env.filters["sq"] = sbatch_options.quote
+    env.filters["dq"] = lambda value, key: variables.double_quoted(key, str(value))
     return env
 
 

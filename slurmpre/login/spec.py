@@ -8,6 +8,7 @@ command line wins). Every error names the key and the bad value, and is a
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -73,9 +74,15 @@ KEYS = tuple(f.name for f in fields(JobSpec))
 
 
 def validate(
-    raw: Mapping[str, Any], *, user: str | None = None, python: str | None = None
+    raw: Mapping[str, Any],
+    *,
+    user: str | None = None,
+    python: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> JobSpec:
-    """A raw mapping (from TOML and ``--set``) -> a checked JobSpec."""
+    """A raw mapping (from TOML and ``--set``) -> a checked JobSpec. Path keys expand
+    ``~`` and ``$VAR`` from ``environ`` (this process's environment; with ``user``, that
+    user's ``$HOME`` and ``$USER``)."""
     unknown = [k for k in raw if k not in KEYS]
     if unknown:
         key = unknown[0]
@@ -89,6 +96,9 @@ def validate(
         raise SpecError("command: missing (what should the job run?)")
     name = v.parse_name(raw["name"])
     explicit_user = user
+    environ = dict(os.environ if environ is None else environ)
+    if explicit_user:
+        environ.update(HOME=f"/home/{explicit_user}", USER=explicit_user)
     kw: dict[str, Any] = {"name": name, "command": v.parse_command(raw["command"])}
     for key, value in raw.items():
         if key in ("name", "command"):
@@ -124,7 +134,7 @@ def validate(
         elif key in ("requeue", "watch", "in_place"):
             kw[key] = v.boolean(key, value)
         elif key in ("checkpoint_dir", "log_dir"):
-            kw[key] = v.path(key, value)
+            kw[key] = v.path(key, value, environ)
         elif key == "launcher":
             try:
                 kw[key] = Launcher(value)
@@ -153,7 +163,7 @@ def validate(
         elif key == "resume_arg":
             kw[key] = None if value in (None, "") else v.parse_resume_arg(value)
         elif key == "python":
-            kw[key] = v.path(key, value)
+            kw[key] = v.path(key, value, environ)
         elif key == "template":
             kw[key] = None if value in (None, "") else v.one_line(key, value)
     for key in ("gpus_per_node", "gpus"):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from slurmpre import defaults
 from slurmpre.errors import SpecError
 from slurmpre.job import options
-from slurmpre.login import sbatch_options
+from slurmpre.login import sbatch_options, variables
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def parse_env(value: object) -> dict[str, str]:
         text = str(v)
         if "\0" in text:
             raise bad(f"env.{k}", v, "must not contain NUL bytes")
-        env[k] = text
+        env[k] = variables.check(f"env.{k}", text)  # expanded on the node, at start
     return env
 
 
@@ -328,8 +328,9 @@ def signal_name(key: str, value: object) -> str | None:
         raise bad(key, value, str(exc)) from None
 
 
-def path(key: str, value: object) -> str:
-    text = one_line(key, value)
+def path(key: str, value: object, environ: Mapping[str, str]) -> str:
+    """An absolute path, its ``~`` and ``$VAR`` expanded from ``environ`` (at submit)."""
+    text = variables.expand_path(key, one_line(key, value), environ)
     if not text.startswith("/"):
         raise bad(key, value, "must be an absolute path (nodes do not share your working folder)")
     return text

@@ -1,0 +1,88 @@
+"""``$VAR`` in spec values: one small syntax, expanded where its value is known.
+
+The syntax is ``$NAME`` and ``${NAME}`` (a letter or ``_``, then letters, digits, ``_``),
+and ``$$`` for a literal ``$``; any other ``$`` is an error, so a value never reaches a
+shell that would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
+
+- ``env`` values expand on the node, from the job's environment as it starts (the
+  batch script assigns them in bash double quotes, where a ``${NAME}`` is replaced and
+  nothing else is run, split or globbed); a variable that is not set there is empty,
+  as in a shell.
+- Path keys (``checkpoint_dir``, ``log_dir``, ``python``) expand at submit, from the
+  environment there (the login node's: on a cluster ``$USER`` and ``$HOME`` are the
+  same on the nodes), and a leading ``~`` is ``$HOME``; a variable that is not set is
+  an error, since a path with an empty part is somewhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from slurmpre.errors import SpecError
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_TOKEN = re.compile(rf"\$(?:\$|(?P<bare>{_NAME})|\{{(?P<braced>{_NAME})\}})")
+
+
+def _parts(key: str, text: str) -> list[tuple[str, str]]:
+    """``text`` cut into ("text", literal) and ("var", NAME) parts."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while (at := text.find("$", pos)) >= 0:
+        if at > pos:
+            out.append(("text", text[pos:at]))
+        m = _TOKEN.match(text, at)
+        if m is None:
+            shown = text[at : at + 3]
+            raise SpecError(
+                f"{key} = {text!r}: {shown!r} is not $NAME, ${{NAME}} or $$ "
+                "(write $$ for a literal $)"
+            )
+        name = m.group("bare") or m.group("braced")
+        if name == "_":
+            raise SpecError(f"{key} = {text!r}: $_ is the shell's last argument, not a variable")
+        out.append(("var", name) if name else ("text", "$"))
+        pos = m.end()
+    if pos < len(text):
+        out.append(("text", text[pos:]))
+    return out
+
+
+def check(key: str, text: str) -> str:
+    """``text``, unchanged, once its every ``$`` is of the syntax above."""
+    _parts(key, text)
+    return text
+
+
+def names(text: str) -> list[str]:
+    """The variables a checked ``text`` names, in order."""
+    return [value for kind, value in _parts("", text) if kind == "var"]
+
+
+def double_quoted(key: str, text: str) -> str:
+    """``text`` as a bash double-quoted word that expands its variables and nothing else."""
+    out = []
+    for kind, value in _parts(key, text):
+        if kind == "var":
+            out.append("${" + value + "}")
+        else:
+            out.append(re.sub(r'([\\"$`])', r"\\\1", value))
+    return '"' + "".join(out) + '"'
+
+
+def expand_path(key: str, text: str, environ: Mapping[str, str]) -> str:
+    """A path key's value with ``~`` and its variables replaced from ``environ``."""
+    given = text
+    if text == "~" or text.startswith("~/"):
+        text = "${HOME}" + text[1:]
+    elif text.startswith("~"):
+        raise SpecError(f"{key} = {given!r}: only ~ alone (your $HOME) is read, not ~user")
+    out = []
+    for kind, value in _parts(key, text):
+        if kind == "var":
+            if value not in environ:
+                raise SpecError(f"{key} = {given!r}: ${value} is not set where you submit")
+            value = environ[value]
+        out.append(value)
+    return "".join(out)
