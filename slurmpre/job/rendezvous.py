@@ -103,7 +103,10 @@ def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
         # A failed worker ends the attempt; Slurm's requeue is the restart.
         "--max-restarts=0",
     ]
-    return [*launcher, *options, *mode, *target]
+    # "--": the script's own options are its own. torchrun's parser abbreviates, so
+    # without it a script's `--log` is "ambiguous option: --log could match --log-dir,
+    # ..." and the job fails before it starts.
+    return [*launcher, *options, *mode, "--", *target]
 
 
 def accelerate_argv(command: Sequence[str], rdzv: Rendezvous, env: Mapping[str, str]) -> list[str]:

@@ -39,6 +39,7 @@ def test_python_script_runs_under_that_python() -> None:
         "-m",
         "torch.distributed.run",
         *OPTIONS,
+        "--",
         "train.py",
         "--lr",
         "1",
@@ -47,7 +48,24 @@ def test_python_script_runs_under_that_python() -> None:
 
 def test_python_module_keeps_dash_m() -> None:
     argv = torchrun_argv(["python", "-m", "pkg.train", "x"], RDZV)
-    assert argv[-3:] == ["-m", "pkg.train", "x"]
+    assert argv[-4:] == ["-m", "--", "pkg.train", "x"]
+
+
+def test_the_scripts_own_options_never_reach_torchruns_parser() -> None:
+    """torchrun's parser abbreviates: a script's --log (a prefix of --log-dir and
+    --logs-specs) ended the job with "ambiguous option" before the "--" was there."""
+    import subprocess
+    import sys
+
+    argv = torchrun_argv([sys.executable, "-c", "pass"], RDZV)
+    assert argv[argv.index("--") - 1] == "--max-restarts=0"
+    parsed = subprocess.run(
+        [sys.executable, "-c", "import sys; from torch.distributed.run import parse_args; "
+         "a = parse_args(sys.argv[1:]); print(a.training_script, a.training_script_args)",
+         "--standalone", "--", "train.py", "--log", "x", "--role", "y"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert parsed.stdout.strip() == "train.py ['--log', 'x', '--role', 'y']", parsed.stderr
 
 
 def test_only_node_0_hosts_the_store() -> None:
@@ -65,10 +83,11 @@ def test_other_programs_run_without_python(tmp_path: Path, monkeypatch: pytest.M
         str(fake),
         *OPTIONS,
         "--no-python",
+        "--",
         "./serve",
         "a",
     ]
-    assert torchrun_argv(["train.py"], RDZV) == [str(fake), *OPTIONS, "train.py"]
+    assert torchrun_argv(["train.py"], RDZV) == [str(fake), *OPTIONS, "--", "train.py"]
 
 
 def test_python_without_script_is_refused() -> None:
