@@ -56,6 +56,7 @@ def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
     and data are built, before the first step.
     """
     e = _env(env)
+    _meets_at_resume(e)
     if e.get(RESUME_PENDING_ENV):
         choice = _taken_over(e)
         return Path(choice.resume_from) if choice.resume_from else None
@@ -66,9 +67,22 @@ def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
 def resume_step(env: Mapping[str, str] | None = None) -> int | None:
     """The step of `resume_path`'s checkpoint (None for a fresh start); blocks as it does."""
     e = _env(env)
+    _meets_at_resume(e)
     if e.get(RESUME_PENDING_ENV):
         return _taken_over(e).step
     return _int(e, "SLURMPRE_RESUME_STEP")
+
+
+_marked_resume: set[str] = set()
+
+
+def _meets_at_resume(env: Mapping[str, str]) -> None:
+    """Mark (once) that this job's script asks for its checkpoint here: its successor may
+    then start early and wait in this call (make before break)."""
+    path = env.get("SLURMPRE_MEETS_AT_RESUME_FILE", "")
+    if path and path not in _marked_resume:
+        _mark(env, "SLURMPRE_MEETS_AT_RESUME_FILE")
+        _marked_resume.add(path)
 
 
 _taken: dict[tuple[str, str, str], Choice] = {}

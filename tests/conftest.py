@@ -99,6 +99,7 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
         "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
         "SLURMPRE_TAKEN_FILE": str(FolderLayout(folder).taken(tag, attempt)),
         "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
+        "SLURMPRE_MEETS_AT_RESUME_FILE": str(FolderLayout(folder).meets_at_resume(tag)),
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(api, "_gate", NoticeGate(lambda: str(notice), check_every=0.0))

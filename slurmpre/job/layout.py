@@ -103,6 +103,11 @@ class FolderLayout:
         notice checkpoint and go on training until it is told to stop."""
         return self.meta / f"goes-on-{job}-{attempt}"
 
+    def meets_at_resume(self, job: str) -> Path:
+        """Exists once the job's script has asked `resume_path()` (or `resume_step()`): a
+        successor of it may start its training early and meet it there."""
+        return self.meta / f"meets-at-resume-{job}"
+
     def listening_files(self) -> list[Path]:
         """Every attempt's mark that its script asked `preemption_requested()`."""
         return sorted(self.meta.glob("listening-*"))

@@ -101,12 +101,17 @@ def attempt_prefix(job: JobEnv) -> str:
     return f"{job.tag}-{job.attempt}-"
 
 
-def takes_over_early(opts: RunOptions, job: JobEnv) -> bool:
+def takes_over_early(opts: RunOptions, job: JobEnv, folder: Path) -> bool:
     """A successor starts its training before its predecessor has ended (make before
     break): the script's start-up overlaps the predecessor's last steps, and
-    `slurmpre.resume_path()` waits for the checkpoint. Not with ``resume_arg``: the
-    path is then on the command line, so the launch waits for it."""
-    return bool(job.predecessor) and not opts.resume_arg
+    `slurmpre.resume_path()` waits for the checkpoint. Only for a script that meets it
+    there: one whose run (its predecessor) asked `resume_path()`. Not with
+    ``resume_arg`` (the path is on the command line), nor for a script that finds its
+    checkpoint by itself (it would load one, and train, while the predecessor still
+    does): for those the launch waits for the predecessor's end."""
+    if not job.predecessor or opts.resume_arg:
+        return False
+    return FolderLayout(folder).meets_at_resume(job.predecessor).exists()
 
 
 def predecessor_timeout(opts: RunOptions) -> float:
@@ -130,7 +135,7 @@ def agree(at: AttemptContext) -> Choice:
             f"job {job.tag} handed over to job {handed[-1].successor} in attempt "
             f"{handed[-1].attempt_id}: this attempt does not train beside it"
         )
-    if takes_over_early(opts, job):
+    if takes_over_early(opts, job, at.folder):
         early = Choice(
             job=job.tag,
             attempt=job.restart_count,
@@ -265,11 +270,12 @@ def child_env(
             "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
             "SLURMPRE_TAKEN_FILE": str(taken_path(folder, tag, attempt)),
             "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
+            "SLURMPRE_MEETS_AT_RESUME_FILE": str(FolderLayout(folder).meets_at_resume(tag)),
             ACCESS_ENV: opts.file_access.name,
         }
     )
     out.pop(RESUME_PENDING_ENV, None)
-    if takes_over_early(opts, job) and job.predecessor:
+    if takes_over_early(opts, job, folder) and job.predecessor:
         out[RESUME_PENDING_ENV] = job.predecessor
         out[RESUME_TIMEOUT_ENV] = str(predecessor_timeout(opts) + opts.agree_timeout)
     if opts.launcher == Launcher.ACCELERATE and job.gpus_on_node == 0:

@@ -157,7 +157,7 @@ def run_attempt(
                 code = 128 + (supervisor.stopped or 15)
                 say(f"stopped by signal {supervisor.stopped} before the training started")
             else:
-                if job.is_first_node and takes_over_early(opts, job):
+                if job.is_first_node and takes_over_early(opts, job, folder):
                     quiet_thread(
                         _take_over,
                         args=(at, supervisor),

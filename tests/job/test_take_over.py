@@ -163,3 +163,29 @@ def test_a_successor_writes_no_checkpoint_before_its_predecessor_has_ended(
     with slurmpre.checkpoint(5) as path:
         (path / "w").write_text("x")
     assert (tmp_path / "step-00000005" / "w").exists()
+
+
+# -- who may take over early ------------------------------------------------------
+def test_only_a_script_that_meets_at_resume_path_is_started_before_its_predecessor_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A successor of a script that picks its checkpoint by itself would load one, and
+    train, while its predecessor still trains on the same folder: its launch waits. The
+    predecessor's resume_path() (or resume_step()) is what says the script meets there."""
+    from slurmpre.job.args import parse_args
+    from slurmpre.job.env import JobEnv
+    from slurmpre.job.resume import takes_over_early
+
+    opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
+    successor = JobEnv("77", 0, 0, ("n2",), "n2", 0, predecessor="42")
+    Ledger(tmp_path).ensure()
+    assert not takes_over_early(opts, successor, tmp_path)  # job 42's script never asked
+
+    as_a_job(monkeypatch, tmp_path, "42")
+    monkeypatch.setattr(api, "_marked_resume", set())
+    assert slurmpre.resume_step() is None  # job 42's script asks: a fresh start
+    assert FolderLayout(tmp_path).meets_at_resume("42").exists()
+    assert takes_over_early(opts, successor, tmp_path)
+    with_arg = dataclasses.replace(opts, resume_arg="--resume")
+    assert not takes_over_early(with_arg, successor, tmp_path)  # the path is on its command
+    assert not takes_over_early(opts, dataclasses.replace(successor, predecessor=None), tmp_path)
