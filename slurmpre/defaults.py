@@ -19,6 +19,10 @@ PREEMPTIBLE_DISCOUNT = 0.5  # the preemptible nodes' discount: half price
 # "successor" (a new job with the same script takes over: no such floor).
 RESTARTS = ("requeue", "successor")
 RESTART = "successor"
+# A run stops restarting after this many restarts (a preemptible node a day is ~60 in a
+# two-month run), or after this many attempts in a row that committed no checkpoint.
+MAX_RESTARTS = 100
+MAX_STALLED_RESTARTS = 3
 
 # The range of every number a spec (and the wrapper's command line) accepts: finite,
 # and inside what Slurm itself takes (--signal's time is at most 65535 s).
@@ -33,6 +37,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "safety_margin": (0, 86_400),
     "poll_interval": (0.1, 3_600),
     "agree_timeout": (1, 86_400),
+    "max_restarts": (0, 100_000),
+    "max_stalled_restarts": (0, 1_000),
 }
 
 PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes

@@ -54,6 +54,11 @@ class JobEnvironmentError(SlurmpreError):
     """The process is not inside the Slurm job it expects to be in."""
 
 
+class RestartLimit(SlurmpreError):
+    """The run stops restarting: too many restarts, or attempts that commit nothing
+    (`slurmpre.job.limits`). Exit code 1; the job is not requeued again."""
+
+
 class HandedOver(JobEnvironmentError):
     """A job that handed over to a successor was started again (someone requeued it):
     the successor trains; this one does not, and ends without an error."""

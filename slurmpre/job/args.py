@@ -34,6 +34,8 @@ class RunOptions:
     drain_reason: re.Pattern[str] | None = None
     notice_signal: signal.Signals | None = None
     file_access: access.Access = access.OWNER
+    max_restarts: int = defaults.MAX_RESTARTS
+    max_stalled_restarts: int = defaults.MAX_STALLED_RESTARTS
 
 
 def _in_range(flag: str, key: str, value: float) -> float:
@@ -127,4 +129,6 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         drain_reason=reason,
         notice_signal=notice_signal,
         file_access=access.NAMES[ns.file_access],
+        max_restarts=ns.max_restarts,
+        max_stalled_restarts=ns.max_stalled_restarts,
     )

@@ -76,6 +76,11 @@ OPTIONS: tuple[Option, ...] = (
            "requeue: scontrol requeue (Slurm's floor of cred_expire + 1 s)"),
     Option("--file-access", "file_access", "choice", None,
            "who may read what slurmpre creates: owner (default) or group"),
+    Option("--max-restarts", "max_restarts", "count", defaults.MAX_RESTARTS,
+           "give up (exit 1, no requeue) at a restart past this many, across the run's jobs"),
+    Option("--max-stalled-restarts", "max_stalled_restarts", "count",
+           defaults.MAX_STALLED_RESTARTS,
+           "give up when this many attempts in a row committed no checkpoint (0: never)"),
 )  # fmt: skip
 
 

@@ -341,6 +341,14 @@ class InPlaceFailed(AttemptRecord):
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class GaveUp(AttemptRecord):
+    """The run stops restarting (`slurmpre.job.limits`): this attempt did not train."""
+
+    EVENT: ClassVar[str] = "gave_up"
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class End(AttemptRecord):
     """The training of the attempt (or step) exited."""
 
@@ -365,6 +373,7 @@ EVENTS: dict[str, type[Record]] = {
         InPlaceRequested,
         InPlace,
         InPlaceFailed,
+        GaveUp,
         End,
     )
 }

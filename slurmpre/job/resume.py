@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from slurmpre.access import ENV as ACCESS_ENV
 from slurmpre.access import OWNER, Access, make_dir
@@ -21,17 +22,18 @@ from slurmpre.errors import (
     CheckpointError,
     HandedOver,
     JobEnvironmentError,
+    RestartLimit,
     SlurmpreError,
     UsageError,
 )
-from slurmpre.job import checkpoints
+from slurmpre.job import checkpoints, limits
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.job.records import AttemptId, Start, Successor
+from slurmpre.job.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.job.successor import wait_for_predecessor
 from slurmpre.launchers import Launcher
@@ -157,6 +159,20 @@ def agree(at: AttemptContext) -> Choice:
     return choose(at)
 
 
+def give_up(at: AttemptContext, why: str) -> NoReturn:
+    """End the run here: recorded, made non-requeueable, and exit 1 (`limits`)."""
+    job = at.job
+    at.ledger.append(
+        GaveUp(job=job.tag, attempt=job.restart_count, in_place=job.in_place, why=why),
+        timeout=at.opts.agree_timeout,
+    )
+    try:
+        at.client.set_requeue(job.job_id, False)
+    except SlurmpreError as exc:
+        at.say(f"could not make the job non-requeueable: {exc}")
+    raise RestartLimit(f"giving up: {why}")
+
+
 def take_over(at: AttemptContext) -> Choice:
     """Node 0 of a successor whose training already runs: wait for the predecessor to
     end, then choose and publish the checkpoint that `slurmpre.resume_path()` returns
@@ -171,10 +187,22 @@ def _endpoint(client: SlurmClient, job: JobEnv) -> str:
 
 
 def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
-    """Clear what dead attempts left, pick the newest complete checkpoint, publish it."""
+    """Clear what dead attempts left, pick the newest complete checkpoint, publish it;
+    or give up (`limits`), once every attempt before this one has ended (in a successor,
+    after its predecessor: its last attempt may still commit)."""
     opts, job, folder, ledger, client, say = (
         at.opts, at.job, at.folder, at.ledger, at.client, at.say
     )  # fmt: skip
+    why = limits.give_up_why(
+        ledger.records(),
+        job.tag,
+        AttemptId(job.restart_count, job.in_place),
+        job.run_restarts,
+        opts.max_restarts,
+        opts.max_stalled_restarts,
+    )
+    if why is not None:
+        give_up(at, why)
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(

@@ -143,6 +143,10 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv.append("--no-in-place")
     if spec.file_access != access.OWNER.name:
         argv.append(f"--file-access={spec.file_access}")
+    if spec.max_restarts != defaults.MAX_RESTARTS:
+        argv += ["--max-restarts", str(spec.max_restarts)]
+    if spec.max_stalled_restarts != defaults.MAX_STALLED_RESTARTS:
+        argv += ["--max-stalled-restarts", str(spec.max_stalled_restarts)]
     return [*argv, "--", *spec.command]
 
 

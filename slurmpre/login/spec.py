@@ -60,6 +60,8 @@ class JobSpec:
     watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)
     in_place: bool = True  # a drained node other than the batch host: restart in the allocation
     restart: str = defaults.RESTART  # otherwise: "requeue", or "successor" (a new job)
+    max_restarts: int = defaults.MAX_RESTARTS  # the run gives up at a restart past this
+    max_stalled_restarts: int = defaults.MAX_STALLED_RESTARTS  # or after N attempts saving nothing
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
     file_access: str = "owner"  # who may read what slurmpre creates: "owner" or "group"
     python: str = ""  # the interpreter that has slurmpre on the nodes
@@ -107,7 +109,8 @@ def validate(
             kw[key] = v.parse_nodes(value)
         elif key in ("gpus_per_node", "gpus"):
             _, kw[key] = v.parse_gpus(value, key)  # its type: after the loop
-        elif key in ("warn_before_end", "safety_margin", "preempt_window"):
+        elif key in ("warn_before_end", "safety_margin", "preempt_window", "max_restarts",
+                     "max_stalled_restarts"):  # fmt: skip
             kw[key] = v.whole(key, value)
         elif key in ("cpus_per_task", "nproc_per_node"):
             kw[key] = None if value in (None, "", "auto") else v.whole(key, value)

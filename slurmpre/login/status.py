@@ -25,6 +25,7 @@ from slurmpre.job.records import (
     AttemptRecord,
     Checkpoint,
     End,
+    GaveUp,
     InPlace,
     Notice,
     Record,
@@ -60,6 +61,8 @@ class AttemptRow:
     # When this attempt, having saved on its notice and trained on, was told to stop.
     stop_asked_at: float | None = None
     stop_why: str | None = None
+    # The run stopped restarting here (max_restarts, or attempts that saved nothing): why.
+    gave_up: str | None = None
 
     @property
     def label(self) -> str:
@@ -105,6 +108,8 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
     end = next((r for r in recs if isinstance(r, End)), None)
     requeued = any(isinstance(r, Requeued) for r in recs)
     handed = next((r for r in recs if isinstance(r, Successor)), None)
+    if any(isinstance(r, GaveUp) for r in recs):
+        return "gave up"
     if handed is not None:
         return f"notice -> job {handed.successor}"
     notices = [r for r in recs if isinstance(r, Notice)]
@@ -202,6 +207,7 @@ def job_status(
                 waited_for=waiting[0].predecessor if waiting else None,
                 stop_asked_at=stopping.asked_at if stopping else None,
                 stop_why=stopping.why if stopping else None,
+                gave_up=next((r.why for r in recs if isinstance(r, GaveUp)), None),
             )
         )
     restarts = max(len({(a.job, a.attempt) for a in rows}) - 1, 0)
@@ -270,6 +276,8 @@ def lines(st: JobStatus) -> list[str]:
             )
         if a.notice:
             out.append(f"     notice: {a.notice}")
+        if a.gave_up is not None:
+            out.append(f"     gave up: {a.gave_up}")
         if a.stop_asked_at is not None:
             out.append(f"     trained on after the notice; told to stop at "
                        f"{_clock(a.stop_asked_at, t0)}: {a.stop_why}")  # fmt: skip

@@ -1,0 +1,100 @@
+"""The restart cap and the crash-loop guard (`slurmpre.job.limits`), and node 0 giving up
+before it chooses: recorded, made non-requeueable, exit 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurmpre.errors import RestartLimit
+from slurmpre.job.args import parse_args
+from slurmpre.job.env import JobEnv
+from slurmpre.job.layout import FolderLayout
+from slurmpre.job.ledger import Ledger
+from slurmpre.job.limits import give_up_why, stalled
+from slurmpre.job.records import AttemptId
+from slurmpre.job.resume import AttemptContext, agree
+
+from tests.fakes import FakeSlurm
+from tests.records import record
+
+
+def attempt(job: str, n: int, *, saved: bool, in_place: int = 0) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"event": "start", "job": job, "attempt": n, "in_place": in_place}]
+    if saved:
+        out.append({"event": "checkpoint", "job": job, "attempt": n, "in_place": in_place,
+                    "step": 10 * n, "path": f"/c/step-{10 * n}", "after_notice": True})  # fmt: skip
+    out.append({"event": "end", "job": job, "attempt": n, "in_place": in_place, "exit_code": 0})
+    return out
+
+
+def typed(recs: list[dict[str, Any]]) -> list[Any]:
+    return [record(r) for r in recs]
+
+
+def test_attempts_that_saved_nothing_are_counted_back_to_the_last_that_saved() -> None:
+    recs = [*attempt("1", 0, saved=True), *attempt("1", 1, saved=False),
+            *attempt("1", 1, saved=False, in_place=1)]  # fmt: skip
+    assert stalled(typed(recs), "1", AttemptId(2)) == 2
+    assert stalled(typed(recs[:3]), "1", AttemptId(1)) == 0  # the last one saved
+    assert stalled([], "1", AttemptId(0)) == 0  # a first attempt
+
+
+def test_the_count_goes_on_across_the_jobs_of_a_run() -> None:
+    """Job 2 took over from job 1 and job 3 from job 2: job 3's first attempt looks back
+    through both; another run's attempts in the same folder do not count."""
+    recs = [
+        *attempt("1", 0, saved=False),
+        {"event": "successor", "job": "1", "attempt": 0, "successor": "2", "excluded": [],
+         "why": "x", "submitted_at": 0.0},
+        *attempt("2", 0, saved=False),
+        {"event": "successor", "job": "2", "attempt": 0, "successor": "3", "excluded": [],
+         "why": "x", "submitted_at": 0.0},
+        *attempt("9", 0, saved=False),
+    ]  # fmt: skip
+    assert stalled(typed(recs), "3", AttemptId(0)) == 2
+    assert give_up_why(typed(recs), "3", AttemptId(0), 2, 100, 2) is not None
+    assert give_up_why(typed(recs), "3", AttemptId(0), 2, 100, 3) is None
+    assert give_up_why(typed(recs), "3", AttemptId(0), 2, 100, 0) is None  # 0: never
+
+
+def test_a_restart_past_max_restarts_gives_up() -> None:
+    why = give_up_why([], "1", AttemptId(5), 5, 4, 3)
+    assert why == "restart 5 of the run is past max_restarts = 4: not restarting again"
+    assert give_up_why([], "1", AttemptId(4), 4, 4, 3) is None
+
+
+class Requeues(FakeSlurm):
+    def __init__(self) -> None:
+        self.flags: list[tuple[str, bool]] = []
+
+    def set_requeue(self, job_id: str, requeue: bool) -> None:
+        self.flags.append((job_id, requeue))
+
+
+def test_node_0_gives_up_before_it_chooses(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    for r in typed(attempt("42", 0, saved=False) + attempt("42", 1, saved=False)):
+        ledger.append(r)
+    opts = parse_args(["--checkpoint-dir", str(tmp_path), "--max-stalled-restarts", "2", "--",
+                       "python", "train.py"])  # fmt: skip
+    job = JobEnv("42", 2, 0, ("n1",), "n1", 0)
+    slurm, said = Requeues(), []
+    with pytest.raises(RestartLimit) as caught:
+        agree(AttemptContext(opts, job, tmp_path, ledger, slurm, said.append))
+    assert str(caught.value) == (
+        "giving up: the last 2 attempts committed no checkpoint (max_stalled_restarts = 2): "
+        "the job cannot progress; see their logs"
+    )
+    assert caught.value.exit_code == 1
+    assert slurm.flags == [("42", False)]  # never requeued again
+    gave_up = [r for r in ledger.records() if r.EVENT == "gave_up"]
+    assert len(gave_up) == 1 and gave_up[0].attempt == 2
+    assert not FolderLayout(tmp_path).choice("42", "2").exists()  # nothing chosen
+
+
+def test_the_wrapper_checks_its_limits_range() -> None:
+    with pytest.raises(Exception, match=r"--max-restarts must be from 0 to 100000, got -1"):
+        parse_args(["--checkpoint-dir", "/c", "--max-restarts", "-1", "--", "python"])
