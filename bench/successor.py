@@ -51,6 +51,7 @@ from slurmpre.drill.report import times_better
 from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.job.ledger import Ledger
+from slurmpre.job.records import Notice
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
@@ -66,6 +67,11 @@ SCENARIOS = {  # name: (nodes, which node drains)
     "2 nodes, other node": ("1-2", "other node"),
 }
 EVERY = 500  # steps between periodic checkpoints, as in the provider's recipe
+# The drained node comes back this long after its removal: later than a tuned requeue's
+# floor (6 s), so a requeued job starts on the free node, as on a cluster where the
+# removed node is gone. (Back after 5 s, it took the requeued seeds' job at once, and
+# Slurm ended that run 0.25 s later "due to node failure", FAILED: seen once, 22.05.8.)
+RETURN_AFTER = 15
 
 
 def last_job(folder: Path, first: str) -> str:
@@ -167,7 +173,7 @@ def run(
     wait("step 60", lambda: sum(e["event"] == "step" for e in jsonl(log)) >= 60, 180)
     batch = job.batch_host or job.nodes[0]
     victim = batch if victim_is == "batch host" else next(n for n in job.nodes if n != batch)
-    preempt = InBackground(box, PreemptPlan(victim, window=opts.window, return_after=5))
+    preempt = InBackground(box, PreemptPlan(victim, window=opts.window, return_after=RETURN_AFTER))
     preempt.start()
     end = time.monotonic() + 900
     while not box.client.job(last := last_job(folder, first)).finished:
@@ -179,10 +185,14 @@ def run(
     if final.state != "COMPLETED":
         raise SystemExit(f"bench: {name} ({mode}) ended {final.state}; logs in {folder / 'logs'}")
     how = "requeue" if mode == "seeds" else "successor" if last != first else "in place"
-    jobs = chain(Ledger(folder).records(), first) if mode == "slurmpre" else [first]
+    records = Ledger(folder).records() if mode == "slurmpre" else []
+    jobs = chain(records, first) if mode == "slurmpre" else [first]
+    measured = measure(jsonl(log), events[0].at)
+    # The target counts from the drain being seen (the watcher's notice), as the issue has it.
+    seen = next((r.seen_at for r in records if isinstance(r, Notice)), events[0].at)
+    measured["seen_to_step_s"] = measured["drain_to_step_s"] - (seen - events[0].at)
     return {"jobs": jobs, "how": how, "left": in_queue(box, jobs),
-            "identical": trainer.identical(folder, opts.training_steps()),
-            **measure(jsonl(log), events[0].at)}  # fmt: skip
+            "identical": trainer.identical(folder, opts.training_steps()), **measured}  # fmt: skip
 
 
 def main() -> int:
@@ -242,9 +252,9 @@ def main() -> int:
         print(
             f"  {name:<22} jobs {' -> '.join(r['jobs'])}: {r['steps_lost']} steps lost; final "
             f"weights {'identical to' if r['identical'] else 'DIFFERENT from'} an uninterrupted "
-            f"run's; in the queue after: {', '.join(r['left']) or 'nothing'}; drain → step "
-            f"{r['drain_to_step_s']:.1f} s (target: checkpoint + 10 s = {target:g} s: "
-            f"{'met' if r['drain_to_step_s'] <= target else 'MISSED'})"
+            f"run's; in the queue after: {', '.join(r['left']) or 'nothing'}; drain seen → "
+            f"step {r['seen_to_step_s']:.1f} s (target: checkpoint + 10 s = {target:g} s: "
+            f"{'met' if r['seen_to_step_s'] <= target else 'MISSED'})"
         )
     return 0 if kept else 1
 
