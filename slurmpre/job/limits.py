@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurmpre.job.records import AttemptId, AttemptRecord, Checkpoint, Record, Successor
+from slurmpre.job.records import AttemptId, AttemptRecord, Record, Start, Successor
 
 
 def run_jobs(records: Sequence[Record], job: str) -> list[str]:
@@ -30,8 +30,15 @@ def run_jobs(records: Sequence[Record], job: str) -> list[str]:
     return jobs
 
 
-def stalled(records: Sequence[Record], job: str, current: AttemptId) -> int:
-    """How many attempts in a row, right before ``current``, committed no checkpoint."""
+def stalled(
+    records: Sequence[Record], job: str, current: AttemptId, newest: int | None
+) -> int:
+    """How many attempts in a row, right before ``current``, committed no checkpoint.
+
+    Judged by the folder, whoever wrote to it (slurmpre's commit, a framework's own
+    save, a script's own files): an attempt that started from the checkpoint that is
+    still the newest (step ``newest``; None: none) added none, and neither did one that
+    never chose where to start."""
     jobs = run_jobs(records, job)
     order = {j: i for i, j in enumerate(jobs)}
     mine = [r for r in records if isinstance(r, AttemptRecord) and r.job in order]
@@ -39,11 +46,11 @@ def stalled(records: Sequence[Record], job: str, current: AttemptId) -> int:
         {(r.job, r.attempt_id) for r in mine if (r.job, r.attempt_id) != (job, current)},
         key=lambda a: (order[a[0]], a[1].restart, a[1].in_place),
     )
-    saved = {(r.job, r.attempt_id) for r in mine if isinstance(r, Checkpoint)}
+    started = {(r.job, r.attempt_id): r.step for r in mine if isinstance(r, Start)}
     count = 0
     for attempt in reversed(attempts):
-        if attempt in saved:
-            break
+        if attempt in started and started[attempt] != newest:
+            break  # it started from an older checkpoint: one was committed since
         count += 1
     return count
 
@@ -52,17 +59,19 @@ def give_up_why(
     records: Sequence[Record],
     job: str,
     current: AttemptId,
+    newest: int | None,
     run_restarts: int,
     max_restarts: int,
     max_stalled: int,
 ) -> str | None:
-    """Why this attempt must not train (one line), or None."""
+    """Why this attempt, about to resume from step ``newest``, must not train (one
+    line), or None."""
     if run_restarts > max_restarts:
         return (
             f"restart {run_restarts} of the run is past max_restarts = {max_restarts}: "
             "not restarting again"
         )
-    if max_stalled and (n := stalled(records, job, current)) >= max_stalled:
+    if max_stalled and (n := stalled(records, job, current, newest)) >= max_stalled:
         return (
             f"the last {n} attempts committed no checkpoint (max_stalled_restarts = "
             f"{max_stalled}): the job cannot progress; see their logs"

@@ -193,16 +193,6 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     opts, job, folder, ledger, client, say = (
         at.opts, at.job, at.folder, at.ledger, at.client, at.say
     )  # fmt: skip
-    why = limits.give_up_why(
-        ledger.records(),
-        job.tag,
-        AttemptId(job.restart_count, job.in_place),
-        job.run_restarts,
-        opts.max_restarts,
-        opts.max_stalled_restarts,
-    )
-    if why is not None:
-        give_up(at, why)
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(
@@ -219,6 +209,17 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     for line in checkpoints.summarize(found):
         say(line)
     ckpt = found.checkpoint
+    why = limits.give_up_why(
+        ledger.records(),
+        job.tag,
+        AttemptId(job.restart_count, job.in_place),
+        ckpt.step if ckpt else None,
+        job.run_restarts,
+        opts.max_restarts,
+        opts.max_stalled_restarts,
+    )
+    if why is not None:
+        give_up(at, why)
     previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
     world = job.num_nodes * nproc_for(opts, job)
     choice = Choice(

@@ -20,12 +20,16 @@ from tests.fakes import FakeSlurm
 from tests.records import record
 
 
-def attempt(job: str, n: int, *, saved: bool, in_place: int = 0) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"event": "start", "job": job, "attempt": n, "in_place": in_place}]
-    if saved:
-        out.append({"event": "checkpoint", "job": job, "attempt": n, "in_place": in_place,
-                    "step": 10 * n, "path": f"/c/step-{10 * n}", "after_notice": True})  # fmt: skip
-    out.append({"event": "end", "job": job, "attempt": n, "in_place": in_place, "exit_code": 0})
+def attempt(
+    job: str, n: int, started_at: int | None, *, in_place: int = 0, chose: bool = True
+) -> list[dict[str, Any]]:
+    """An attempt that started from the checkpoint of step ``started_at`` (None: none),
+    or crashed before it chose one."""
+    out: list[dict[str, Any]] = []
+    if chose:
+        out.append({"event": "start", "job": job, "attempt": n, "in_place": in_place,
+                    "step": started_at})  # fmt: skip
+    out.append({"event": "end", "job": job, "attempt": n, "in_place": in_place, "exit_code": 1})
     return out
 
 
@@ -33,36 +37,39 @@ def typed(recs: list[dict[str, Any]]) -> list[Any]:
     return [record(r) for r in recs]
 
 
-def test_attempts_that_saved_nothing_are_counted_back_to_the_last_that_saved() -> None:
-    recs = [*attempt("1", 0, saved=True), *attempt("1", 1, saved=False),
-            *attempt("1", 1, saved=False, in_place=1)]  # fmt: skip
-    assert stalled(typed(recs), "1", AttemptId(2)) == 2
-    assert stalled(typed(recs[:3]), "1", AttemptId(1)) == 0  # the last one saved
-    assert stalled([], "1", AttemptId(0)) == 0  # a first attempt
+def test_attempts_that_started_from_the_newest_checkpoint_saved_nothing() -> None:
+    """Judged by the folder, whoever wrote to it: attempt 0 began at step 100 and is
+    followed by a newer one (200), so it saved; 1 and 1.1 began at 200, still the newest."""
+    recs = [*attempt("1", 0, 100), *attempt("1", 1, 200), *attempt("1", 1, 200, in_place=1)]
+    assert stalled(typed(recs), "1", AttemptId(2), 200) == 2
+    assert stalled(typed(recs), "1", AttemptId(2), 300) == 0  # 1.1 saved 300 (its own way)
+    assert stalled([], "1", AttemptId(0), None) == 0  # a first attempt
+    fresh = [*attempt("1", 0, None), *attempt("1", 1, None, chose=False)]
+    assert stalled(typed(fresh), "1", AttemptId(2), None) == 2  # nothing, ever
 
 
 def test_the_count_goes_on_across_the_jobs_of_a_run() -> None:
     """Job 2 took over from job 1 and job 3 from job 2: job 3's first attempt looks back
     through both; another run's attempts in the same folder do not count."""
     recs = [
-        *attempt("1", 0, saved=False),
+        *attempt("1", 0, 50),
         {"event": "successor", "job": "1", "attempt": 0, "successor": "2", "excluded": [],
          "why": "x", "submitted_at": 0.0},
-        *attempt("2", 0, saved=False),
+        *attempt("2", 0, 50),
         {"event": "successor", "job": "2", "attempt": 0, "successor": "3", "excluded": [],
          "why": "x", "submitted_at": 0.0},
-        *attempt("9", 0, saved=False),
+        *attempt("9", 0, 10),
     ]  # fmt: skip
-    assert stalled(typed(recs), "3", AttemptId(0)) == 2
-    assert give_up_why(typed(recs), "3", AttemptId(0), 2, 100, 2) is not None
-    assert give_up_why(typed(recs), "3", AttemptId(0), 2, 100, 3) is None
-    assert give_up_why(typed(recs), "3", AttemptId(0), 2, 100, 0) is None  # 0: never
+    assert stalled(typed(recs), "3", AttemptId(0), 50) == 2
+    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, 100, 2) is not None
+    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, 100, 3) is None
+    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, 100, 0) is None  # 0: never
 
 
 def test_a_restart_past_max_restarts_gives_up() -> None:
-    why = give_up_why([], "1", AttemptId(5), 5, 4, 3)
+    why = give_up_why([], "1", AttemptId(5), None, 5, 4, 3)
     assert why == "restart 5 of the run is past max_restarts = 4: not restarting again"
-    assert give_up_why([], "1", AttemptId(4), 4, 4, 3) is None
+    assert give_up_why([], "1", AttemptId(4), None, 4, 4, 3) is None
 
 
 class Requeues(FakeSlurm):
@@ -76,7 +83,7 @@ class Requeues(FakeSlurm):
 def test_node_0_gives_up_before_it_chooses(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    for r in typed(attempt("42", 0, saved=False) + attempt("42", 1, saved=False)):
+    for r in typed(attempt("42", 0, None) + attempt("42", 1, None)):
         ledger.append(r)
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--max-stalled-restarts", "2", "--",
                        "python", "train.py"])  # fmt: skip
