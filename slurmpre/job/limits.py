@@ -30,9 +30,7 @@ def run_jobs(records: Sequence[Record], job: str) -> list[str]:
     return jobs
 
 
-def stalled(
-    records: Sequence[Record], job: str, current: AttemptId, newest: int | None
-) -> int:
+def stalled(records: Sequence[Record], job: str, current: AttemptId, newest: int | None) -> int:
     """How many attempts in a row, right before ``current``, committed no checkpoint.
 
     Judged by the folder, whoever wrote to it (slurmpre's commit, a framework's own
