@@ -386,6 +386,9 @@ def test_path_keys_expand_home_user_and_variables_at_submit() -> None:
     assert spec.checkpoint_dir == "/scratch/bob/ck"
     assert spec.log_dir == "/home/bob/logs/$x"
     assert spec.python == "/home/bob/venv/bin/python"
+    assert validate({**raw, "template": "~/t/$USER.j2"}, environ=environ).template == (
+        "/home/bob/t/bob.j2"
+    )
     # A user named explicitly (tests, another account) has that user's home.
     assert validate({**raw, "checkpoint_dir": "~"}, user="al", environ=environ).checkpoint_dir == (
         "/home/al"

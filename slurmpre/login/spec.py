@@ -19,6 +19,7 @@ from slurmpre import access, defaults, launchers, reading
 from slurmpre.errors import SpecError
 from slurmpre.launchers import Launcher
 from slurmpre.login import values as v
+from slurmpre.login import variables
 from slurmpre.login.values import NodeRange
 
 if sys.version_info >= (3, 11):
@@ -167,8 +168,9 @@ def validate(
             kw[key] = None if value in (None, "") else v.parse_resume_arg(value)
         elif key == "python":
             kw[key] = v.path(key, value, environ)
-        elif key == "template":
-            kw[key] = None if value in (None, "") else v.one_line(key, value)
+        elif key == "template":  # a path key too: relative ones are to the spec's folder
+            text = None if value in (None, "") else v.one_line(key, value)
+            kw[key] = None if text is None else variables.expand_path(key, text, environ)
     for key in ("gpus_per_node", "gpus"):
         typed = v.parse_gpus(raw[key], key)[0] if key in raw else None
         if typed is None:

@@ -8,10 +8,10 @@ shell that would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
   batch script assigns them in bash double quotes, where a ``${NAME}`` is replaced and
   nothing else is run, split or globbed); a variable that is not set there is empty,
   as in a shell.
-- Path keys (``checkpoint_dir``, ``log_dir``, ``python``) expand at submit, from the
-  environment there (the login node's: on a cluster ``$USER`` and ``$HOME`` are the
-  same on the nodes), and a leading ``~`` is ``$HOME``; a variable that is not set is
-  an error, since a path with an empty part is somewhere else.
+- Path keys (``checkpoint_dir``, ``log_dir``, ``python``, ``template``) expand at
+  submit, from the environment there (the login node's: on a cluster ``$USER`` and
+  ``$HOME`` are the same on the nodes), and a leading ``~`` is ``$HOME``; a variable
+  that is not set is an error, since a path with an empty part is somewhere else.
 """
 
 from __future__ import annotations
