@@ -113,6 +113,12 @@ def ledger(folder: Path) -> list[dict[str, Any]]:
     return jsonl(folder / "ckpt" / ".slurmpre" / "attempts.jsonl")
 
 
+def successor_of(folder: Path) -> str | None:
+    """The job the run in ``folder`` handed over to, once the ledger records it."""
+    found = [r["successor"] for r in ledger(folder) if r["event"] == "successor"]
+    return str(found[0]) if found else None
+
+
 def step_reached(folder: Path) -> int:
     try:
         return int((folder / "ckpt" / "progress-step").read_text() or 0)

@@ -14,7 +14,7 @@ from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import slurmpre_cli, wait_for, wait_preemptible_idle
-from tests.e2e.helpers import Preemption, ledger, logs, restore_all, write_spec
+from tests.e2e.helpers import Preemption, ledger, logs, restore_all, successor_of, write_spec
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
@@ -42,12 +42,7 @@ def test_a_run_whose_attempts_save_nothing_gives_up_after_a_preemption(
     )
     preemption.start()
     try:
-
-        def handed() -> str | None:
-            found = [r["successor"] for r in ledger(tmp_path) if r["event"] == "successor"]
-            return str(found[0]) if found else None
-
-        successor = wait_for("the hand-over", handed, timeout=90)
+        successor = wait_for("the hand-over", lambda: successor_of(tmp_path), timeout=90)
         wait_for(f"job {successor} to end", lambda: slurm.job(successor).finished, timeout=180)
         preemption.finish()
     finally:

@@ -15,7 +15,16 @@ from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import slurmpre_cli, wait_for, wait_preemptible_idle
-from tests.e2e.helpers import Preemption, jsonl, ledger, logs, restore_all, wait_done, write_spec
+from tests.e2e.helpers import (
+    Preemption,
+    jsonl,
+    ledger,
+    logs,
+    restore_all,
+    successor_of,
+    wait_done,
+    write_spec,
+)
 
 torch = pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not installed")
 
@@ -54,12 +63,7 @@ def test_the_readmes_loop_drained_trains_every_step_once(sandbox: Sandbox, tmp_p
     )
     preemption.start()
     try:
-
-        def handed() -> str | None:
-            found = [r["successor"] for r in ledger(tmp_path) if r["event"] == "successor"]
-            return str(found[0]) if found else None
-
-        successor = wait_for("the hand-over", handed, timeout=90)
+        successor = wait_for("the hand-over", lambda: successor_of(tmp_path), timeout=90)
         wait_done(slurm, successor, tmp_path, timeout=240)
         preemption.finish()
     finally:
