@@ -46,8 +46,20 @@ def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> N
 @click.option(
     "--force", is_flag=True, help="Submit even while another live job uses the checkpoint folder."
 )
+@click.option(
+    "--resume", is_flag=True, help="Go on from a folder whose last run finished its training."
+)
+@click.option(
+    "--fresh", is_flag=True, help="Move the checkpoint folder aside (dated) and start at step 0."
+)
 def submit_cmd(
-    spec_file: Path, sets: tuple[str, ...], dry_run: bool, test_only: bool, force: bool
+    spec_file: Path,
+    sets: tuple[str, ...],
+    dry_run: bool,
+    test_only: bool,
+    force: bool,
+    resume: bool,
+    fresh: bool,
 ) -> None:
     """Render SPEC.toml and submit it with sbatch; print the job id."""
     from slurmpre.login.render import render
@@ -63,7 +75,8 @@ def submit_cmd(
     if test_only:
         click.echo(sbatch_test_only(spec, default_client()))
         return
-    done = submit(spec, default_client(), force=force)
+    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    done = submit(spec, default_client(), force=force, resume=resume, fresh=fresh, say=say)
     click.echo(done.job_id)
     click.echo(f"log: {done.log}  script: {done.script_copy}", err=True)
 

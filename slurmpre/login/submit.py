@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from slurmpre.job import records, successor
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.login import jobs
+from slurmpre.login import jobs, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec
 from slurmpre.slurm.client import SlurmClient
@@ -59,25 +60,44 @@ def check_python(python: str, cwd: Path | None = None) -> None:
         )
 
 
-def submit(spec: JobSpec, client: SlurmClient, *, force: bool = False) -> Submitted:
+def submit(
+    spec: JobSpec,
+    client: SlurmClient,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+) -> Submitted:
     """Create the shared folders, submit, and keep a copy of the script next to the log.
 
     Refused while another live job uses the checkpoint folder (unless ``force``);
-    the job is recorded in the folder's ledger, so the next submit can tell.
+    the job is recorded in the folder's ledger, so the next submit can tell. ``say``
+    hears what the job resumes from; a folder whose last run finished its training
+    is refused unless ``resume``; ``fresh`` moves the folder aside first
+    (`slurmpre.login.resuming`).
     """
     script = render(spec)
     check_python(spec.python)
     mode = access.NAMES[spec.file_access]
-    _make_dir("checkpoint_dir", spec.checkpoint_dir, mode)
-    _make_dir("log_dir", spec.log_dir, mode)
-    ledger = Ledger(Path(spec.checkpoint_dir), access=mode)
-    ledger.ensure()
-    holders = live_holders(ledger, client)
-    if holders and not force:
+    folder = Path(spec.checkpoint_dir)
+    holders = live_holders(Ledger(folder), client) if folder.is_dir() else []
+    if holders and (fresh or not force):
+        also = " (--fresh never moves a folder a live job uses)" if fresh else ""
         raise UsageError(
             f"checkpoint folder {spec.checkpoint_dir!r} is in use by {describe(holders)}: "
-            "wait for it or cancel it (or pass --force to share the folder anyway)"
+            f"wait for it or cancel it (or pass --force to share the folder anyway){also}"
         )
+    plan = resuming.check(folder, is_array=spec.is_array, resume=resume, fresh=fresh)
+    if plan.move_aside:
+        aside = resuming.move_aside(folder)
+        say(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
+    for line in plan.lines:
+        say(line)
+    _make_dir("checkpoint_dir", spec.checkpoint_dir, mode)
+    _make_dir("log_dir", spec.log_dir, mode)
+    ledger = Ledger(folder, access=mode)
+    ledger.ensure()
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
     successor.record(FolderLayout(Path(spec.checkpoint_dir)), script, os.environ, mode.file_mode)
