@@ -75,11 +75,13 @@ def main() -> int:
         # resolver's work), the newest 2 partial, as after a kill mid-write.
         with writing(folder, 0) as p:
             (p / "w").write_bytes(b"x")
-        marker = (folder / step_dir_name(0) / MARKER).read_text().replace('"step": 0', '"step": 1')
+        marker = (folder / step_dir_name(0) / MARKER).read_text()
+        marker = marker.replace('"files": {"w": 1}', '"files": {}')
         for step in range(1, n - 2):
             d = folder / step_dir_name(step)
             d.mkdir()
-            (d / MARKER).write_text(marker.replace('"files": {"w": 1}', '"files": {}'))
+            # The marker names the step it was committed as (a copy of another's is not one).
+            (d / MARKER).write_text(marker.replace('"step": 0', f'"step": {step}'))
         for step in (n - 2, n - 1):
             (folder / step_dir_name(step)).mkdir()
         found = latest(folder)
@@ -106,7 +108,7 @@ def main() -> int:
         for step in range(n):
             d = folder / step_dir_name(step)
             d.mkdir()
-            (d / MARKER).write_text(marker.replace('"files": {"w": 1}', '"files": {}'))
+            (d / MARKER).write_text(marker.replace('"step": 0', f'"step": {step}'))
         for i in range(n):
             (folder / f"junk-{i}").mkdir()
         junk = best_ms(lambda: latest(folder))
