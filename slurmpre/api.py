@@ -367,7 +367,7 @@ def committed(
     target = checkpoint_dir(e)
     if e.get(RESUME_PENDING_ENV):
         _taken_over(e)
-    judged = checkpoints.judge(path)  # a CheckpointError if it does not exist
+    judged = checkpoints.judge(path, target)  # a CheckpointError if it does not exist
     where = Path(judged.where)
     if not checkpoints.findable(target, where):
         raise CheckpointError(

@@ -20,7 +20,12 @@ ones in slurmpre's layout 10,000 lookups more. The name says the layout
   parses and model weights are there),
 - DeepSpeed ``global_stepN`` folders under a ``latest`` tag file (complete: the
   tag's folder exists with files; folders newer than the tag are unfinished),
-- Lightning ``.ckpt`` files (complete: a whole zip archive, as torch.save writes).
+- Lightning ``.ckpt`` files (complete: a whole zip archive, as torch.save writes),
+- Megatron-LM ``iter_NNNNNNN`` folders (complete: at or before the iteration in
+  ``latest_checkpointed_iteration.txt``, which rank 0 writes after every rank saved),
+- NeMo 2 ``...-step=N-consumed_samples=M[-last]`` folders (complete: no
+  ``NAME-unfinished`` mark beside them),
+- torchtitan's ``checkpoint/step-N`` folders (DCP, as above).
 """
 
 from slurmpre.job.checkpoints.commit import (

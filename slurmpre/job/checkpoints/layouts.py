@@ -17,12 +17,16 @@ from slurmpre.job.checkpoints.names import (
     DEEPSPEED_TAG,
     HF_INCOMPLETE,
     HF_STATE,
+    MEGATRON_NAME,
+    MEGATRON_TRACKER,
+    NEMO_NAME,
+    NEMO_UNFINISHED,
     SLURMPRE_NAME,
     STEP_NAME,
     Format,
     step_of,
 )
-from slurmpre.job.checkpoints.scan import _real_dir
+from slurmpre.job.checkpoints.scan import Beside, _real_dir
 from slurmpre.job.layout import MARKER
 from slurmpre.reading import (
     LARGE,
@@ -299,12 +303,61 @@ def _marked(path: Path, mark: str, step: int | None) -> tuple[Format, bool, str]
     return (Format.ACCELERATE, *_check_accelerate(path, names))  # save_state: checkpoint_N
 
 
-def _check_dir(
-    path: str, name: str, group: int | None, ds_tag: str | None, ds_tag_step: int | None
-) -> tuple[Format, bool, str]:
+def _check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
+    """Megatron-LM: every rank saves into iter_N, then (after a barrier, or in an async
+    save's finalize step) rank 0 writes N into latest_checkpointed_iteration.txt. So
+    iter_N is complete when the tracker reads N or more; one newer is a save that did not
+    finish. A tracker that does not read as a number was cut short while written: its
+    save had finished, but which one cannot be told, so the newest iter_N is passed over
+    and the older ones stand (Megatron saves one at a time). Without a tracker, no save
+    ever finished."""
+    step = step_of(name)
+    tracker = beside.tracker
+    if tracker is None:
+        return False, f"partial: no {MEGATRON_TRACKER} beside it (Megatron writes it after a save)"
+    if tracker == "release":
+        return False, f"{MEGATRON_TRACKER} says 'release': Megatron loads the release folder"
+    if tracker.isdigit():
+        if step is not None and step > int(tracker):
+            return False, f"partial: newer than {MEGATRON_TRACKER} ({int(tracker)}): unfinished"
+    elif step is None or step >= (beside.newest_iter or 0):
+        why = f"{MEGATRON_TRACKER} does not read as an iteration, and this is the newest"
+        return False, f"partial: {why}"
+    try:
+        has_files = any(True for _ in os.scandir(path))
+    except OSError as exc:
+        return False, f"cannot be read: {exc.strerror}"
+    if not has_files:
+        return False, "partial: an empty folder"
+    return True, f"at or before the iteration in {MEGATRON_TRACKER}"
+
+
+def _check_nemo(path: str, name: str, beside: Beside) -> tuple[bool, str]:
+    """NeMo 2's ModelCheckpoint touches NAME-unfinished beside the checkpoint before it
+    saves (every rank waits for it), and removes it once every rank has saved; the same
+    mark stands while it removes an old one. No mark, and the folder holds its files."""
+    own = name.rpartition("/")[2]
+    if own in beside.unfinished:
+        why = f"{own}{NEMO_UNFINISHED} is beside it (NeMo is saving or removing it)"
+        return False, f"partial: {why}"
+    try:
+        has_files = any(True for _ in os.scandir(path))
+    except OSError as exc:
+        return False, f"cannot be read: {exc.strerror}"
+    if not has_files:
+        return False, "partial: an empty folder"
+    return True, f"no {NEMO_UNFINISHED} mark beside it"
+
+
+def _check_dir(path: str, name: str, group: int | None, beside: Beside) -> tuple[Format, bool, str]:
     """A folder's verdict by its layout (the grammar group its name matched)."""
     # `latest` looks for the same marks inline on its hot path, from the same table, and
     # sends here only the folders in which it found one.
+    if group == MEGATRON_NAME:
+        return (Format.MEGATRON, *_check_megatron(path, name, beside))
+    if group == NEMO_NAME:
+        return (Format.NEMO, *_check_nemo(path, name, beside))
+    ds_tag, ds_tag_step = beside.tag, beside.tag_step
     inside = path + os.sep
     if group == CHECKPOINT_NAME and os.access(inside + HF_INCOMPLETE, os.F_OK):
         return Format.HF, False, f"partial: {HF_INCOMPLETE} is there (the Trainer is saving)"

@@ -32,10 +32,23 @@ _DIR_NAME = re.compile(
     rf"step-(\d{{8}}|[1-9]\d{{8,{STEP_DIGITS - 1}}})"  # 1: slurmpre's own name, its commits only
     rf"|global_step({_D})"  # 2: DeepSpeed
     rf"|checkpoint[-_]({_D})"  # 3: Hugging Face checkpoint-N, Accelerate checkpoint_N
-    rf"|(?:.*?[-_. ])??step[-_=]?({_D})",  # 4: other step names: DCP's step_N, run-step-N
+    rf"|(?:.*?[-_. ])??step[-_=]?({_D})"  # 4: other step names: DCP's step_N, run-step-N
+    rf"|iter_(\d{{7,{STEP_DIGITS}}})"  # 5: Megatron-LM's iter_0001000 ('iter_{{:07d}}')
+    # 6: NeMo 2's ModelCheckpoint, '{{model_name}}--{{val_loss:.2f}}-{{step}}-{{consumed_samples}}'
+    # as Lightning formats it (nemo.collections.llm.recipes.log.default), and the '-last'
+    # copy (or link) of that or of any '...-{{step}}' name
+    rf"|(?:.*?[-_. ])??step=({_D})(?:-consumed_samples=\d+(?:\.\d+)?(?:-last)?|-last)",
     re.ASCII,
 )
-SLURMPRE_NAME, DEEPSPEED_NAME, CHECKPOINT_NAME, STEP_NAME = 1, 2, 3, 4
+SLURMPRE_NAME, DEEPSPEED_NAME, CHECKPOINT_NAME, STEP_NAME, MEGATRON_NAME, NEMO_NAME = range(1, 7)
+# Megatron-LM's tracker beside its iter_N folders: rank 0 writes the iteration into it
+# once every rank has saved (megatron/training/checkpointing.py, save_checkpoint).
+MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
+# NeMo 2 touches NAME-unfinished beside a checkpoint before its save (or removal) and
+# removes it once every rank is done (ModelCheckpoint.set_checkpoint_unfinished_marker).
+NEMO_UNFINISHED = "-unfinished"
+# torchtitan saves into <dump_folder>/<checkpoint.folder>/step-N, "checkpoint" by default.
+TORCHTITAN_FOLDER = "checkpoint"
 # Lightning: epoch=1-step=200.ckpt; and without a step, last.ckpt and epoch=3.ckpt.
 _CKPT_STEPPED = re.compile(rf"(?:.*[-_])?step=({_D})(?:-v\d+)?\.ckpt", re.ASCII)
 _CKPT_UNSTEPPED = re.compile(rf"(?:last|epoch={_D})(?:-v\d+)?\.ckpt", re.ASCII)
@@ -47,7 +60,7 @@ _ANY_NAME = re.compile(
     re.ASCII,
 )
 # Every grammar holds one of these: a name without costs one C-level search and no more.
-_MAYBE = re.compile(r"step|checkpoint|\.ckpt$").search
+_MAYBE = re.compile(r"step|checkpoint|iter_|\.ckpt$").search
 # In a match of _ANY_NAME, groups 1.._DIR_GROUPS are a folder's step, the next a file's.
 _DIR_GROUPS = _DIR_NAME.groups
 if (
@@ -63,6 +76,8 @@ class Format(str, Enum):
     DEEPSPEED = "deepspeed"
     LIGHTNING = "lightning"
     ACCELERATE = "accelerate"
+    MEGATRON = "megatron"
+    NEMO = "nemo"
     UNKNOWN = "unknown"
 
 

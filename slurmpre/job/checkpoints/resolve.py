@@ -19,13 +19,18 @@ from slurmpre.job.checkpoints.names import (
     DEEPSPEED_TAG,
     MAX_STEP,
     SLURMPRE_NAME,
+    STEP_NAME,
+    TORCHTITAN_FOLDER,
     Checkpoint,
     Format,
     step_of,
 )
 from slurmpre.job.checkpoints.scan import (
+    _TITAN_STEP,
     LIGHTNING_LOGS,
+    Beside,
     Ignored,
+    _beside_of,
     _Candidate,
     _candidate,
     _fit,
@@ -36,7 +41,6 @@ from slurmpre.job.checkpoints.scan import (
     _read,
     _real_dir,
     _scan,
-    _tag,
 )
 from slurmpre.job.layout import step_dir_name
 
@@ -51,13 +55,13 @@ class Resolution:
     more: int = 0
 
 
-def _judge(c: _Candidate, ds_tag: str | None, ds_step: int | None) -> Checkpoint:
+def _judge(c: _Candidate, beside: Beside) -> Checkpoint:
     """A candidate whose kind is known (see _fit), judged."""
     if not c.is_dir:
         ok, why = _zip_complete(Path(c.path), os.path.realpath(Path(c.path).parent))
         return Checkpoint(c.path, c.step, Format.LIGHTNING, ok, why)
     try:
-        fmt, ok, why = _check_dir(c.path, c.name, c.group, ds_tag, ds_step)
+        fmt, ok, why = _check_dir(c.path, c.name, c.group, beside)
     except OSError as exc:
         fmt, ok, why = Format.UNKNOWN, False, f"cannot be read: {exc.strerror}"
     return Checkpoint(c.path, c.step, fmt, ok, why)
@@ -94,9 +98,9 @@ def latest(folder: Path | str) -> Resolution:
     folder = Path(folder)
     at = _open_folder(folder)
     try:
-        names, own, others, tag = _read(folder, at)
-        resolve = _Resolve(folder, at, tag)
-        missing = _deepspeed_target_missing(folder, tag, names)
+        names, own, others, beside = _read(folder, at)
+        resolve = _Resolve(folder, at, beside)
+        missing = _deepspeed_target_missing(folder, beside.tag, names)
         if missing is not None:
             resolve.shown.append(missing)
         found = resolve.run(own, _order(others, folder))
@@ -114,11 +118,10 @@ class _Resolve:
     The first SHOWN passed over are judged in full, for the log; the rest are counted.
     """
 
-    def __init__(self, folder: Path, at: int, tag: str | None) -> None:
-        self.folder, self.at, self.tag = folder, at, tag
+    def __init__(self, folder: Path, at: int, beside: Beside) -> None:
+        self.folder, self.at, self.beside = folder, at, beside
         self.root = os.path.realpath(folder)
-        self.ds_step = step_of(tag) if tag else None
-        self.lookups = _LOOKUPS if tag is None else _LOOKUPS_TAGGED
+        self.lookups = _LOOKUPS if beside.tag is None else _LOOKUPS_TAGGED
         self.shown: list[Checkpoint] = []
         self.more = 0
 
@@ -202,14 +205,14 @@ class _Resolve:
             return
         fit = _fit(c, self.root)
         if not isinstance(fit, str):
-            self.shown.append(_judge(fit, self.tag, self.ds_step))
+            self.shown.append(_judge(fit, self.beside))
 
     def judged(self, c: _Candidate) -> Checkpoint | None:
         """A candidate with a mark, or with none to look for: complete, or passed over."""
         fit = _fit(c, self.root)
         if isinstance(fit, str):
             return None  # not a checkpoint after all, as `ckpt list --all` says
-        judged = _judge(fit, self.tag, self.ds_step)
+        judged = _judge(fit, self.beside)
         if judged.complete:
             return judged
         if len(self.shown) < SHOWN:
@@ -220,36 +223,51 @@ class _Resolve:
 
 
 def findable(folder: Path | str, path: Path | str) -> bool:
-    """Would the resolver look at ``path`` when it scans ``folder``? (Its top level, and
-    Lightning's ``lightning_logs/version_N/checkpoints/``.)"""
+    """Would the resolver look at ``path`` when it scans ``folder``? (Its top level,
+    Lightning's ``lightning_logs/version_N/checkpoints/`` and torchtitan's
+    ``checkpoint/step-N``.)"""
     try:
         rel = Path(path).resolve().relative_to(Path(folder).resolve())
     except ValueError:
         return False
-    parts = rel.parts
-    return len(parts) == 1 or (
-        len(parts) == 4
-        and parts[0] == LIGHTNING_LOGS
-        and parts[1].startswith("version_")
-        and parts[2] == "checkpoints"
+    return _below(rel.parts)
+
+
+def _below(parts: tuple[str, ...]) -> bool:
+    return (
+        len(parts) == 1
+        or (len(parts) == 2 and parts[0] == TORCHTITAN_FOLDER and _TITAN_STEP(parts[1]) is not None)
+        or (
+            len(parts) == 4
+            and parts[0] == LIGHTNING_LOGS
+            and parts[1].startswith("version_")
+            and parts[2] == "checkpoints"
+        )
     )
 
 
-def judge(path: Path | str) -> Checkpoint:
+def judge(path: Path | str, folder: Path | str | None = None) -> Checkpoint:
     """One checkpoint (a folder or a Lightning file), judged as the resolver would, from
-    the folder that holds it (its parent; for Lightning's default layout the folder above
-    ``lightning_logs``): a link anywhere below that folder makes it no checkpoint."""
+    the checkpoint folder that holds it: ``folder`` when given and ``path`` is found
+    there, else by its spelling (its parent; the folder above ``lightning_logs`` for
+    Lightning's layout, above ``checkpoint`` for torchtitan's). A link anywhere below
+    that folder makes it no checkpoint."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{str(path)!r} does not exist")
     if not (path.is_dir() or path.is_file()):
         raise CheckpointError(f"{str(path)!r} is neither a folder nor a file")
-    m = _ANY_NAME.fullmatch(path.name)
-    if m is None:
-        return Checkpoint(str(path), None, Format.UNKNOWN, False, "not a checkpoint name")
-    group = m.lastindex
-    step = None if group is None else int(m[group])
-    home = _home(path)
+    home = _home(path, None if folder is None else Path(folder))
+    titan = path.relative_to(home).parts
+    if len(titan) == 2 and titan[0] == TORCHTITAN_FOLDER and (t := _TITAN_STEP(path.name)):
+        group: int | None = STEP_NAME  # torchtitan's step-N, at any width
+        step: int | None = int(t[1])
+    else:
+        m = _ANY_NAME.fullmatch(path.name)
+        if m is None:
+            return Checkpoint(str(path), None, Format.UNKNOWN, False, "not a checkpoint name")
+        group = m.lastindex
+        step = None if group is None else int(m[group])
     between = path.parents[: len(path.relative_to(home).parts) - 1]
     if not all(map(_real_dir, between)):
         why = "a link on the way to it: where it leads is not in the checkpoint folder's own tree"
@@ -257,13 +275,21 @@ def judge(path: Path | str) -> Checkpoint:
     fit = _fit(_Candidate(step, path.name, group, str(path), None), os.path.realpath(home))
     if isinstance(fit, str):
         return Checkpoint(str(path), step, Format.UNKNOWN, False, fit)
-    tag = _tag(path.parent)
-    return _judge(fit, tag, step_of(tag) if tag else None)
+    return _judge(fit, _beside_of(path.parent))
 
 
-def _home(path: Path) -> Path:
-    """The checkpoint folder the resolver would find ``path`` in, by its spelling."""
+def _home(path: Path, folder: Path | None = None) -> Path:
+    """The checkpoint folder the resolver would find ``path`` in: ``folder`` if it is
+    found there, else by its spelling."""
+    if folder is not None:
+        try:
+            if _below(path.relative_to(folder).parts):
+                return folder
+        except ValueError:
+            pass
     parts = path.parts
+    if len(parts) >= 3 and parts[-2] == TORCHTITAN_FOLDER and _TITAN_STEP(parts[-1]):
+        return path.parents[1]
     if (
         len(parts) >= 4
         and parts[-4] == LIGHTNING_LOGS
@@ -278,10 +304,9 @@ def list_all(folder: Path | str) -> list[Checkpoint]:
     """Every checkpoint candidate, newest first, each judged."""
     folder = Path(folder)
     scan = _scan(folder)
-    ds_step = step_of(scan.tag) if scan.tag else None
-    out = [_judge(c, scan.tag, ds_step) for c in _order(scan.candidates, folder)]
+    out = [_judge(c, scan.beside) for c in _order(scan.candidates, folder)]
     names = [c.name for c in scan.candidates] + [i.name for i in scan.ignored]
-    missing = _deepspeed_target_missing(folder, scan.tag, names)
+    missing = _deepspeed_target_missing(folder, scan.beside.tag, names)
     return ([missing] if missing else []) + out
 
 

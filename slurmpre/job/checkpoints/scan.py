@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from dataclasses import dataclass
 from itertools import filterfalse
 from pathlib import Path
@@ -18,7 +19,13 @@ from slurmpre.job.checkpoints.names import (
     _MAYBE,
     _OWN,
     DEEPSPEED_TAG,
+    MEGATRON_NAME,
+    MEGATRON_TRACKER,
+    NEMO_UNFINISHED,
     SLURMPRE_NAME,
+    STEP_NAME,
+    TORCHTITAN_FOLDER,
+    step_of,
 )
 from slurmpre.reading import (
     SMALL,
@@ -42,6 +49,56 @@ class _Candidate(NamedTuple):
     is_dir: bool | None  # None: not looked at yet (the name alone made it a candidate)
 
 
+class Beside(NamedTuple):
+    """What a folder holds beside its candidates that judges them: DeepSpeed's ``latest``
+    tag; Megatron-LM's tracker, as read ("" when it cannot be read, None when absent),
+    and the newest ``iter_N`` step; NeMo's ``NAME-unfinished`` marks, by NAME."""
+
+    tag: str | None = None
+    tracker: str | None = None
+    newest_iter: int | None = None
+    unfinished: frozenset[str] = frozenset()
+
+    @property
+    def tag_step(self) -> int | None:
+        return step_of(self.tag) if self.tag else None
+
+
+_NOTHING_BESIDE = Beside()
+
+
+def _beside(folder: Path, names: list[str], others: list[_Named]) -> Beside:
+    tag = _tag(folder) if DEEPSPEED_TAG in names else None
+    tracker = _small(folder, MEGATRON_TRACKER) if MEGATRON_TRACKER in names else None
+    iters = [c[0] for c in others if c[2] == MEGATRON_NAME and c[0] is not None]
+    cut = len(NEMO_UNFINISHED)
+    unfinished = frozenset(n[:-cut] for n in names if n.endswith(NEMO_UNFINISHED))
+    if tag is None and tracker is None and not iters and not unfinished:
+        return _NOTHING_BESIDE
+    return Beside(tag, tracker, max(iters, default=None), unfinished)
+
+
+def _beside_of(folder: Path) -> Beside:
+    """What lies beside the candidates of ``folder``, for one judged on its own."""
+    try:
+        names = os.listdir(folder)  # noqa: PTH208 - names, as _read has them
+    except OSError:
+        return _NOTHING_BESIDE
+    iters: list[_Named] = [
+        (int(m[MEGATRON_NAME]), n, MEGATRON_NAME)
+        for n in names
+        if (m := _ANY_NAME.fullmatch(n)) is not None and m.lastindex == MEGATRON_NAME
+    ]
+    return _beside(folder, names, iters)
+
+
+def _small(folder: Path, name: str) -> str:
+    try:
+        return read_text(folder / name, SMALL, root=os.path.realpath(folder)).strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 @dataclass(frozen=True)
 class Ignored:
     """An entry of the folder that is not a checkpoint, and why (``ckpt list --all``)."""
@@ -53,7 +110,7 @@ class Ignored:
 @dataclass
 class _Scan:
     candidates: list[_Candidate]
-    tag: str | None
+    beside: Beside
     ignored: list[Ignored]
 
 
@@ -71,11 +128,11 @@ def _open_folder(folder: Path) -> int:
         raise CheckpointError(f"checkpoint folder {str(folder)!r}: {exc.strerror}") from None
 
 
-def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Named], str | None]:
+def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Named], Beside]:
     """One directory read: its names; slurmpre's own ``step-NNNNNNNN`` names below step
     10^8, in step order (their string order); every other candidate by name alone; and
-    the DeepSpeed tag. Nothing is looked at, and a name no grammar allows costs one
-    C-level search: 10,000 junk names cost about what os.listdir does."""
+    what lies beside them (`Beside`). Nothing is looked at, and a name no grammar allows
+    costs one C-level search: 10,000 junk names cost about what os.listdir does."""
     try:
         names = os.listdir(at)
     except OSError as exc:
@@ -89,10 +146,11 @@ def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Named], st
     for m in filter(None, map(_ANY_NAME.fullmatch, rest)):
         group = m.lastindex
         add((None if group is None else int(m[group]), m.string, group))
-    tag = _tag(folder) if DEEPSPEED_TAG in names else None
     if LIGHTNING_LOGS in names:
         others += _lightning(folder / LIGHTNING_LOGS)
-    return names, own, others, tag
+    if TORCHTITAN_FOLDER in names:
+        others += _torchtitan(folder / TORCHTITAN_FOLDER)
+    return names, own, others, _beside(folder, names, others)
 
 
 def _tag(folder: Path) -> str | None:
@@ -148,12 +206,12 @@ def _scan(folder: Path) -> _Scan:
     """Every candidate looked at (its kind, where it leads), and what was ignored and why."""
     at = _open_folder(folder)
     try:
-        names, own, others, tag = _read(folder, at)
+        names, own, others, beside = _read(folder, at)
     finally:
         os.close(at)
     named = [_own(folder, name) for name in own] + [_candidate(folder, c) for c in others]
     root = os.path.realpath(folder)
-    scan = _Scan([], tag, [])
+    scan = _Scan([], beside, [])
     for c in named:
         fit = _fit(c, root)
         if isinstance(fit, str):
@@ -162,9 +220,13 @@ def _scan(folder: Path) -> _Scan:
             scan.candidates.append(fit)
     seen = {c.name for c in named}
     for name in names:
-        if name in seen or name[0] == "." or name == LIGHTNING_LOGS:
+        if name in seen or name[0] == "." or name in (LIGHTNING_LOGS, TORCHTITAN_FOLDER):
             continue  # hidden: in-flight commits and other hidden files
-        if name == DEEPSPEED_TAG and (folder / name).is_file():
+        if name in (DEEPSPEED_TAG, MEGATRON_TRACKER) and (folder / name).is_file():
+            continue
+        if name.endswith(NEMO_UNFINISHED):
+            what = name[: -len(NEMO_UNFINISHED)]
+            scan.ignored.append(Ignored(name, f"NeMo's mark that {what} is unfinished"))
             continue
         scan.ignored.append(Ignored(name, "not a checkpoint name"))
     return scan
@@ -213,6 +275,28 @@ def _lightning(logs: Path) -> list[_Named]:
             group = m.lastindex
             step = None if group is None else int(m[group])
             found.append((step, f"{LIGHTNING_LOGS}/{version.name}/checkpoints/{name}", group))
+    return found
+
+
+_TITAN_STEP = re.compile(r"step-(\d{1,18})", re.ASCII).fullmatch
+
+
+def _torchtitan(folder: Path) -> list[_Named]:
+    """torchtitan's layout: ``checkpoint/step-N`` (``_create_checkpoint_id``), each a
+    torch.distributed.checkpoint save (its loader takes one with ``.metadata``). Below
+    this folder a step-N is torchtitan's, not slurmpre's: judged as DCP at any width.
+    The ``checkpoint`` folder must be the checkpoint folder's own, not a link."""
+    if not _real_dir(folder):
+        return []
+    try:
+        names = os.listdir(folder)  # noqa: PTH208 - names only
+    except OSError:
+        return []
+    found: list[_Named] = []
+    for name in names:
+        m = _TITAN_STEP(name)
+        if m is not None:
+            found.append((int(m[1]), f"{TORCHTITAN_FOLDER}/{name}", STEP_NAME))
     return found
 
 
