@@ -23,6 +23,9 @@ RESTART = "successor"
 # two-month run), or after this many attempts in a row that committed no checkpoint.
 MAX_RESTARTS = 100
 MAX_STALLED_RESTARTS = 3
+# snapshot = "git": the most the copied code may come to, in MB (10^6 bytes).
+SNAPSHOT_MAX_MB = 200
+SNAPSHOTS = ("none", "git")
 
 # The range of every number a spec (and the wrapper's command line) accepts: finite,
 # and inside what Slurm itself takes (--signal's time is at most 65535 s).
@@ -39,6 +42,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "agree_timeout": (1, 86_400),
     "max_restarts": (0, 100_000),
     "max_stalled_restarts": (0, 1_000),
+    "snapshot_max_mb": (1, 100_000),
 }
 
 PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes

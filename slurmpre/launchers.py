@@ -53,7 +53,8 @@ NESTED = {
     "launcher = 'torchrun', the default",
     "accelerate": "starts accelerate launch, a launcher of its own: slurmpre starts it on "
     "every node with the job's machines, ranks and rendezvous. Give the script itself "
-    "(python train.py ...) with launcher = 'accelerate'",
+    "(python train.py ...) with launcher = 'accelerate', and its --config_file as "
+    "accelerate_config = 'PATH'",
     "deepspeed": "starts the deepspeed launcher, which reaches other nodes over ssh, not "
     "through Slurm. Give the script itself (python train.py ...) with launcher = "
     "'torchrun': deepspeed.initialize() reads torchrun's environment",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from slurmpre.errors import UsageError
 from slurmpre.login.spec import JobSpec, Launcher, NodeRange, SpecError, load, parse_sets, validate
 
 from tests.conftest import slurmpre_cli
@@ -421,3 +423,67 @@ def test_path_variables_that_cannot_expand_are_one_line_errors(
 def test_env_values_with_other_shell_syntax_are_refused(value: str) -> None:
     with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument)"):
         validate({"name": "j", "command": ["python"], "env": {"X": value}})
+
+
+def test_accelerate_config_is_checked_at_submit_and_reaches_the_wrapper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmpre.job.args import parse_args
+    from slurmpre.login.render import launch_argv
+
+    config = tmp_path / "fsdp.yaml"
+    config.write_text("distributed_type: FSDP\nmixed_precision: bf16\n")
+    monkeypatch.setenv("CFG_DIR", str(tmp_path))
+    s = spec(launcher="accelerate", accelerate_config="$CFG_DIR/fsdp.yaml")
+    assert s.accelerate_config == str(config)  # a path key: $VAR expanded at submit
+    argv = launch_argv(s)
+    assert f"--accelerate-config={config}" in argv
+    opts = parse_args(argv[argv.index("run") :])
+    assert opts.accelerate_config == str(config)
+    config.unlink()  # a node that cannot see it fails before it launches, naming it
+    with pytest.raises(UsageError, match=r"--accelerate-config '.*fsdp.yaml' cannot be read"):
+        parse_args(argv[argv.index("run") :])
+
+
+@pytest.mark.parametrize(
+    ("content", "kw", "message"),
+    [
+        (None, {}, "does not exist"),
+        ("a: [1,\n", {}, "is not YAML"),
+        ("- FSDP\n", {}, "is not a mapping of Accelerate's settings"),
+        ("distributed_type: FSDP\n", {"launcher": "torchrun"}, "set launcher = 'accelerate'"),
+    ],
+)
+def test_a_bad_accelerate_config_is_one_line_naming_it(
+    tmp_path: Path, content: str | None, kw: dict[str, object], message: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    if content is not None:
+        config.write_text(content)
+    with pytest.raises(SpecError, match=re.escape(message)) as err:
+        spec(**{"launcher": "accelerate", "accelerate_config": str(config), **kw})
+    assert str(err.value).startswith(f"accelerate_config = '{config}'")
+    assert "\n" not in str(err.value)
+
+
+def test_accelerate_launch_with_its_config_file_names_the_key_for_it() -> None:
+    command = ["accelerate", "launch", "--config_file", "fsdp.yaml", "train.py"]
+    with pytest.raises(SpecError, match=r"accelerate_config = 'PATH'"):
+        spec(command=command, launcher="accelerate")
+
+
+def test_accelerates_own_reader_refuses_what_it_would_refuse_on_every_node(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("accelerate")
+    import sys
+
+    from slurmpre.login.submit import check_accelerate_config
+
+    good = tmp_path / "good.yaml"
+    good.write_text("distributed_type: MULTI_GPU\nmixed_precision: bf16\n")
+    check_accelerate_config(sys.executable, str(good))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("distributed_type: MULTI_GPU\ngradient_accumulation_steps: 3\n")
+    with pytest.raises(UsageError, match=r"accelerate cannot read it \(ValueError: .*unknown keys"):
+        check_accelerate_config(sys.executable, str(bad))

@@ -6,8 +6,10 @@ same `slurmpre.defaults`, for a wrapper run by hand.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ class RunOptions:
     command: tuple[str, ...]
     nproc_per_node: int | None = None
     resume_arg: str | None = None
+    accelerate_config: str | None = None  # launcher accelerate: its --config_file
     agree_timeout: float = defaults.AGREE_TIMEOUT
     watch: WatchConfig = field(default_factory=WatchConfig)
     watching: bool = True
@@ -54,6 +57,20 @@ def _checked(flag: str, text: str | None, check: Callable[[str], _T]) -> _T | No
         return check(text)
     except ValueError as exc:
         raise UsageError(f"{flag} {text!r} {exc}") from None
+
+
+def _config_file(text: str) -> str:
+    """A file this node can read (checked at submit; here again, on every node and attempt:
+    a node that does not see the shared volume fails before it launches)."""
+    if not Path(text).is_absolute():
+        raise ValueError("is not an absolute path")
+    try:
+        with open(text, "rb") as fh:  # noqa: PTH123 - a str path
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ValueError("is not a regular file")
+    except OSError as exc:
+        raise ValueError(f"cannot be read on this node ({exc.strerror or exc})") from None
+    return text
 
 
 def _parser() -> options.Parser:
@@ -117,12 +134,16 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     )
     reason = _checked("--drain-reason", ns.drain_reason, options.pattern)
     notice_signal = _checked("--notice-signal", ns.notice_signal, options.notice_signal)
+    config = _checked("--accelerate-config", ns.accelerate_config, _config_file)
+    if config is not None and ns.launcher != "accelerate":
+        raise UsageError(f"--accelerate-config is for --launcher accelerate, not {ns.launcher}")
     return RunOptions(
         launcher=ns.launcher,
         checkpoint_dir=Path(ns.checkpoint_dir),
         command=command,
         nproc_per_node=ns.nproc_per_node,
         resume_arg=ns.resume_arg,
+        accelerate_config=config,
         agree_timeout=ns.agree_timeout,
         watch=watch,
         watching=not ns.no_watch,

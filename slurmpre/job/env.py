@@ -17,6 +17,9 @@ PREDECESSOR_ENV = "SLURMPRE_PREDECESSOR"
 # In a successor's training: the job it takes over from, while the checkpoint is not yet
 # chosen (`slurmpre.resume_path()` waits for it, at most RESUME_TIMEOUT_ENV seconds).
 RESUME_PENDING_ENV = "SLURMPRE_RESUME_PENDING"
+# The code the job runs, as `slurmpre submit` found it (slurmpre.login.code).
+CODE_ENV = "SLURMPRE_CODE"
+CODE_DIR_ENV = "SLURMPRE_CODE_DIR"  # set when every attempt runs from a snapshot
 RESUME_TIMEOUT_ENV = "SLURMPRE_RESUME_TIMEOUT"
 # In a successor's environment: the restarts of the run before this job (its
 # predecessors' requeues and hand-overs), so that the run's count goes on across jobs.

@@ -50,6 +50,8 @@ OPTIONS: tuple[Option, ...] = (
            "torchrun processes per node (default: the GPUs Slurm gave the node, else 1)"),
     Option("--resume-arg", "resume_arg", "text", None,
            "after a restart, append this flag and the checkpoint path to COMMAND"),
+    Option("--accelerate-config", "accelerate_config", "text", None,
+           "launcher accelerate: its config file (--config_file), on every attempt"),
     Option("--agree-timeout", "agree_timeout", "seconds", defaults.AGREE_TIMEOUT,
            "seconds the other nodes wait for node 0's checkpoint choice"),
     Option("--poll-interval", "poll_interval", "seconds", defaults.POLL_INTERVAL,

@@ -167,6 +167,9 @@ class Submitted(Record):
 
     EVENT: ClassVar[str] = "submitted"
     name: str
+    code: str | None = None  # the code's identity at submit (`slurmpre.login.code`)
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -197,6 +200,9 @@ class Start(AttemptRecord):
     world_size: int | None = None
     resume_from: str | None = None
     step: int | None = None
+    code: str | None = None  # the code it runs, as the script says (SLURMPRE_CODE)
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

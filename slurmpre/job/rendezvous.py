@@ -109,13 +109,17 @@ def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
     return [*launcher, *options, *mode, "--", *target]
 
 
-def accelerate_argv(command: Sequence[str], rdzv: Rendezvous, env: Mapping[str, str]) -> list[str]:
+def accelerate_argv(
+    command: Sequence[str], rdzv: Rendezvous, env: Mapping[str, str], config: str | None = None
+) -> list[str]:
     """``accelerate launch [machines, ranks, rendezvous] SCRIPT ARGS`` for the user's command.
 
     slurmpre gives the topology of this allocation: machines, this node's rank, the
-    processes in all, and node 0's address and port. What to run them as (DDP,
-    FSDP, DeepSpeed, precision) is the user's Accelerate config when there is one
-    (``accelerate config``); without one, more than one process is plain DDP.
+    processes in all, and node 0's address and port (on the command line, which wins
+    over a config file's values). What to run them as (DDP, FSDP, DeepSpeed,
+    precision) is the user's Accelerate config: ``config`` (the spec's
+    ``accelerate_config``, its ``--config_file``), else the default one
+    (``accelerate config``); without either, more than one process is plain DDP.
     """
     launcher, mode, target = _launch(
         command, module="accelerate.commands.launch", program=["accelerate", "launch"],
@@ -123,7 +127,9 @@ def accelerate_argv(command: Sequence[str], rdzv: Rendezvous, env: Mapping[str, 
     )  # fmt: skip
     processes = rdzv.nnodes * rdzv.nproc_per_node
     options = []
-    if processes > 1 and accelerate_config(env) is None:
+    if config is not None:
+        options += ["--config_file", config]
+    elif processes > 1 and accelerate_config(env) is None:
         options.append("--multi_gpu")  # accelerate's torch.distributed.run path
     options += [
         f"--num_machines={rdzv.nnodes}",

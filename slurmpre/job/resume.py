@@ -26,9 +26,10 @@ from slurmpre.errors import (
     SlurmpreError,
     UsageError,
 )
+from slurmpre.gitstate import git_state
 from slurmpre.job import checkpoints, limits
 from slurmpre.job.args import RunOptions
-from slurmpre.job.env import RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
+from slurmpre.job.env import CODE_DIR_ENV, CODE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
@@ -245,6 +246,7 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
             world_size=world,
             resume_from=choice.resume_from,
             step=choice.step,
+            code=code_run(os.environ),
         ),
         timeout=opts.agree_timeout,
     )
@@ -253,6 +255,17 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     else:
         say(f"resuming from {ckpt.path} (step {ckpt.step}, {ckpt.reason})")
     return choice
+
+
+def code_run(env: Mapping[str, str]) -> str | None:
+    """The code this attempt runs: a snapshot's identity as submitted (it cannot change);
+    without one, the submit folder's git commit as it is now, since a restart runs what
+    the folder holds by then (the submit's identity when it is no work tree any more)."""
+    submitted = env.get(CODE_ENV) or None
+    if submitted is None or env.get(CODE_DIR_ENV):
+        return submitted
+    state = git_state(Path.cwd())
+    return submitted if state is None else state.describe()
 
 
 def child_command(
@@ -273,7 +286,9 @@ def child_command(
         node_rank=job.node_id,
     )
     if opts.launcher == Launcher.ACCELERATE:
-        return accelerate_argv(command, rdzv, os.environ if env is None else env)
+        return accelerate_argv(
+            command, rdzv, os.environ if env is None else env, opts.accelerate_config
+        )
     return torchrun_argv(command, rdzv)
 
 

@@ -18,6 +18,7 @@ from slurmpre import __version__, access, defaults, reading
 from slurmpre.errors import UsageError
 from slurmpre.job.layout import LogLayout
 from slurmpre.login import sbatch_options, variables
+from slurmpre.login.code import Code
 from slurmpre.login.spec import JobSpec
 from slurmpre.signals import WARN_SIGNAL
 
@@ -119,6 +120,8 @@ def launch_argv(spec: JobSpec) -> list[str]:
         argv += ["--nproc-per-node", str(spec.nproc_per_node)]
     if spec.resume_arg:
         argv.append(f"--resume-arg={spec.resume_arg}")
+    if spec.accelerate_config:
+        argv.append(f"--accelerate-config={spec.accelerate_config}")
     argv += [
         "--poll-interval",
         f"{spec.poll_interval:g}",
@@ -180,9 +183,17 @@ def python_bin(python: str) -> str | None:
     return None if folder in _SYSTEM_BIN else folder
 
 
-def context(spec: JobSpec) -> dict[str, Any]:
+def placeholder(spec: JobSpec) -> Code:
+    if spec.snapshot == "none":
+        return Code()
+    where = f"{spec.checkpoint_dir}/.slurmpre/code/SNAPSHOT-MADE-AT-SUBMIT"
+    return Code(identity="snapshot made at submit", root=where, workdir=where)
+
+
+def context(spec: JobSpec, code: Code) -> dict[str, Any]:
     return {
         "spec": spec,
+        "code": code,
         "version": __version__,
         "output": output_pattern(spec),
         "attempt_log": ATTEMPT_LOG,
@@ -196,8 +207,12 @@ def context(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def render(spec: JobSpec) -> str:
-    """The sbatch script for ``spec``, from its own template or the default one."""
+def render(spec: JobSpec, code: Code | None = None) -> str:
+    """The sbatch script for ``spec``, from its own template or the default one; ``code``
+    is what `slurmpre submit` found of the code (`slurmpre.login.code`): without it (a
+    render alone), a snapshot's folder is a placeholder named so."""
+    if code is None:
+        code = placeholder(spec)
     if spec.template:
         path = Path(spec.template)
         if not path.is_file():
@@ -208,7 +223,7 @@ def render(spec: JobSpec) -> str:
         env = environment()
         name = DEFAULT_TEMPLATE
     try:
-        return env.get_template(name).render(context(spec))
+        return env.get_template(name).render(context(spec, code))
     except jinja2.UndefinedError as exc:
         raise UsageError(f"template {name}: {exc.message}") from None
     except jinja2.TemplateError as exc:

@@ -64,6 +64,9 @@ class JobSpec:
     max_restarts: int = defaults.MAX_RESTARTS  # the run gives up at a restart past this
     max_stalled_restarts: int = defaults.MAX_STALLED_RESTARTS  # or after N attempts saving nothing
     resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
+    accelerate_config: str | None = None  # `accelerate launch --config_file`, on every attempt
+    snapshot: str = "none"  # "git": every attempt runs from a copy made at submit
+    snapshot_max_mb: int = defaults.SNAPSHOT_MAX_MB
     file_access: str = "owner"  # who may read what slurmpre creates: "owner" or "group"
     python: str = ""  # the interpreter that has slurmpre on the nodes
     template: str | None = None
@@ -111,7 +114,7 @@ def validate(
         elif key in ("gpus_per_node", "gpus"):
             _, kw[key] = v.parse_gpus(value, key)  # its type: after the loop
         elif key in ("warn_before_end", "safety_margin", "preempt_window", "max_restarts",
-                     "max_stalled_restarts"):  # fmt: skip
+                     "max_stalled_restarts", "snapshot_max_mb"):  # fmt: skip
             kw[key] = v.whole(key, value)
         elif key in ("cpus_per_task", "nproc_per_node"):
             kw[key] = None if value in (None, "", "auto") else v.whole(key, value)
@@ -154,6 +157,10 @@ def validate(
             if value not in defaults.RESTARTS:
                 raise v.bad(key, value, "must be 'requeue' or 'successor'")
             kw[key] = value
+        elif key == "snapshot":
+            if value not in defaults.SNAPSHOTS:
+                raise v.bad(key, value, "must be 'none' or 'git'")
+            kw[key] = value
         elif key == "file_access":
             if not isinstance(value, str) or value not in access.NAMES:
                 raise v.bad(key, value, "must be 'owner' or 'group'")
@@ -168,6 +175,8 @@ def validate(
             kw[key] = None if value in (None, "") else v.parse_resume_arg(value)
         elif key == "python":
             kw[key] = v.path(key, value, environ)
+        elif key == "accelerate_config":
+            kw[key] = None if value in (None, "") else v.accelerate_config(key, value, environ)
         elif key == "template":  # a path key too: relative ones are to the spec's folder
             text = None if value in (None, "") else v.one_line(key, value)
             kw[key] = None if text is None else variables.expand_path(key, text, environ)
@@ -185,6 +194,18 @@ def validate(
         )
     if spec.gpu_type is not None and not (spec.gpus_per_node or spec.gpus):
         raise v.bad("gpu_type", spec.gpu_type, "needs gpus_per_node or gpus of 1 or more")
+    if spec.accelerate_config and spec.launcher != Launcher.ACCELERATE:
+        raise v.bad(
+            "accelerate_config",
+            spec.accelerate_config,
+            f"is read by accelerate launch: set launcher = 'accelerate' "
+            f"(launcher is {spec.launcher.value!r})",
+        )
+    chdir = next((d for d in spec.extra_sbatch if d.startswith("--chdir")), None)
+    if spec.snapshot != "none" and chdir is not None:
+        raise v.bad(
+            "extra_sbatch", chdir, "snapshot = 'git' runs the job from its copy of the code"
+        )
     nested = launchers.own(spec.command)
     if nested is not None:
         raise v.bad("command", " ".join(spec.command[:3]), launchers.NESTED[nested])

@@ -63,6 +63,9 @@ class AttemptRow:
     stop_why: str | None = None
     # The run stopped restarting here (max_restarts, or attempts that saved nothing): why.
     gave_up: str | None = None
+    # The code it ran, as its submit found it: "git 1a2b3c4d5e6f (dirty)", or
+    # "snapshot 3f2a... of git ..." (`slurmpre.login.code`); None when not known.
+    code: str | None = None
 
     @property
     def label(self) -> str:
@@ -208,6 +211,7 @@ def job_status(
                 stop_asked_at=stopping.asked_at if stopping else None,
                 stop_why=stopping.why if stopping else None,
                 gave_up=next((r.why for r in recs if isinstance(r, GaveUp)), None),
+                code=start.code if start else None,
             )
         )
     restarts = max(len({(a.job, a.attempt) for a in rows}) - 1, 0)
@@ -259,6 +263,7 @@ def lines(st: JobStatus) -> list[str]:
         f"  {'#':>4} {'nodes':<40} {'start':>7} {'end':>7}  {'ended':<22} {'resumed':>7} "
         f"{'notice ckpt':>11} {'lost':>4} {'gap s':>6}"
     )
+    shown_code: str | None = None
     for a in st.attempts:
         label = f"{a.job}.{a.label}" if len(st.chain) > 1 else a.label
         out.append(
@@ -269,6 +274,10 @@ def lines(st: JobStatus) -> list[str]:
             f"{'-' if a.steps_lost is None else a.steps_lost:>4} "
             f"{'-' if a.gap_s is None else f'{a.gap_s:.0f}':>6}"
         )
+        if a.code is not None and a.code != shown_code:
+            changed = "" if shown_code is None else " (not the code of the attempt above)"
+            out.append(f"     code: {a.code}{changed}")
+            shown_code = a.code
         if a.up_at is not None:
             out.append(
                 f"     up at {_clock(a.up_at, t0)} beside job {a.waited_for}, whose last "

@@ -17,7 +17,7 @@ from slurmpre.job import records, successor
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.login import jobs, resuming
+from slurmpre.login import code, jobs, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec
 from slurmpre.slurm.client import SlurmClient
@@ -60,6 +60,28 @@ def check_python(python: str, cwd: Path | None = None) -> None:
         )
 
 
+_READ_ACCELERATE_CONFIG = (
+    "import sys\n"
+    "from accelerate.commands.config.config_args import load_config_from_file\n"
+    "load_config_from_file(sys.argv[1])\n"
+)
+
+
+def check_accelerate_config(python: str, config: str) -> None:
+    """Accelerate reads its config file strictly (an unknown key is an error): read it
+    here, with the nodes' interpreter and Accelerate, so a bad file fails the submit and
+    not every attempt after it has waited for its nodes."""
+    proc = cmd.run(
+        [python, "-c", _READ_ACCELERATE_CONFIG, config],
+        timeout=120,
+        check=False,
+        error=UsageError,
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"accelerate_config = {config!r}: accelerate cannot read it ({last})")
+
+
 def submit(
     spec: JobSpec,
     client: SlurmClient,
@@ -77,8 +99,9 @@ def submit(
     is refused unless ``resume``; ``fresh`` moves the folder aside first
     (`slurmpre.login.resuming`).
     """
-    script = render(spec)
     check_python(spec.python)
+    if spec.accelerate_config:
+        check_accelerate_config(spec.python, spec.accelerate_config)
     mode = access.NAMES[spec.file_access]
     folder = Path(spec.checkpoint_dir)
     holders = live_holders(Ledger(folder), client) if folder.is_dir() else []
@@ -98,11 +121,18 @@ def submit(
     _make_dir("log_dir", spec.log_dir, mode)
     ledger = Ledger(folder, access=mode)
     ledger.ensure()
+    here = Path.cwd()
+    if spec.snapshot == "git":
+        found = code.snapshot(here, folder, spec.snapshot_max_mb, mode)
+        say(f"runs from {found.identity}, copied to {found.root}")
+    else:
+        found = code.identify(here)
+    script = render(spec, found)
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
     successor.record(FolderLayout(Path(spec.checkpoint_dir)), script, os.environ, mode.file_mode)
     job_id = client.submit(script)
-    ledger.append(records.Submitted(job=job_id, name=spec.name))
+    ledger.append(records.Submitted(job=job_id, name=spec.name, code=found.identity))
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
     write_atomic(copy, script, mode=mode.file_mode)
     try:

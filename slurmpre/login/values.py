@@ -11,6 +11,7 @@ from slurmpre import defaults
 from slurmpre.errors import SpecError
 from slurmpre.job import options
 from slurmpre.login import sbatch_options, variables
+from slurmpre.reading import MEDIUM, read_text
 
 
 @dataclass(frozen=True)
@@ -334,6 +335,51 @@ def path(key: str, value: object, environ: Mapping[str, str]) -> str:
     if not text.startswith("/"):
         raise bad(key, value, "must be an absolute path (nodes do not share your working folder)")
     return text
+
+
+# What `accelerate launch` takes from this allocation: a config's own values for these
+# are overridden on its command line (accelerate's flags win over its config file).
+ACCELERATE_TOPOLOGY = (
+    "num_machines", "machine_rank", "num_processes", "main_process_ip", "main_process_port",
+)  # fmt: skip
+
+
+def accelerate_config(key: str, value: object, environ: Mapping[str, str]) -> str:
+    """An Accelerate config file (``accelerate launch --config_file``): an absolute path
+    to a readable regular file that parses as Accelerate reads it (JSON for ``.json``,
+    else YAML) into a mapping, checked here, at submit."""
+    text = path(key, value, environ)
+    try:
+        data = read_text(text, MEDIUM)
+    except FileNotFoundError:
+        raise bad(key, value, "does not exist") from None
+    except UnicodeDecodeError:
+        raise bad(key, value, "is not a text file") from None
+    except OSError as exc:
+        raise bad(key, value, f"cannot be read ({exc.strerror or exc})") from None
+    parsed = _parse_config(key, value, text, data)
+    if parsed is not None and not isinstance(parsed, dict):
+        raise bad(key, value, "is not a mapping of Accelerate's settings")
+    return text
+
+
+def _parse_config(key: str, value: object, where: str, data: str) -> object:
+    if where.endswith(".json"):
+        import json
+
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise bad(key, value, f"is not JSON ({exc})") from None
+    try:
+        import yaml  # type: ignore[import-untyped]  # Accelerate's; without it, not parsed
+    except ImportError:
+        return None
+    try:
+        return yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        first = str(exc).replace("\n", " ")
+        raise bad(key, value, f"is not YAML ({first})") from None
 
 
 def parse_gpus(value: object, key: str = "gpus_per_node") -> tuple[str | None, int]:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import slurmpre_cli, wait_preemptible_idle
-from tests.e2e.helpers import jsonl, ledger, wait_done, write_spec
+from tests.conftest import slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.e2e.helpers import jsonl, ledger, logs, wait_done, write_spec
 
 pytest.importorskip("accelerate", reason="the e2e extra (accelerate) is not installed")
 
@@ -72,6 +72,66 @@ def test_accelerate_launcher_runs_one_world_over_the_allocations_nodes(tmp_path:
     assert {r["distributed"] for r in ranks} == {"DistributedType.MULTI_CPU"}
     start = next(r for r in ledger(tmp_path) if r["event"] == "start")
     assert (start["num_nodes"], start["world_size"]) == (2, 2)
+
+
+CONFIGURED = """\
+import json, os, time
+from pathlib import Path
+import torch
+import torch.distributed as dist
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+total = torch.tensor([1.0])
+dist.all_reduce(total)
+line = {
+    "attempt": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+    "index": accelerator.process_index,
+    "processes": accelerator.num_processes,
+    "sum": total.item(),
+    "precision": accelerator.mixed_precision,
+}
+with open(Path(os.environ["SLURMPRE_CHECKPOINT_DIR"]) / "ranks.jsonl", "a") as out:
+    out.write(json.dumps(line) + "\\n")
+if line["attempt"] == 0:
+    time.sleep(300)  # the test requeues this attempt
+accelerator.wait_for_everyone()
+"""
+
+
+def test_the_specs_accelerate_config_is_read_on_every_attempt(tmp_path: Path) -> None:
+    """accelerate_config: the file is accelerate launch's --config_file on every node of
+    every attempt (its mixed precision shows in each process), and the allocation's
+    topology still wins over the file's own (one process in it, two in the world)."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    (tmp_path / "report.py").write_text(CONFIGURED)
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+        "mixed_precision: bf16\nnum_machines: 1\nnum_processes: 1\nmachine_rank: 0\n"
+    )
+    spec = write_spec(
+        tmp_path,
+        "accelerate-config",
+        [sys.executable, str(tmp_path / "report.py")],
+        ['launcher = "accelerate"', f"accelerate_config = {json.dumps(str(config))}"],
+        [f"HF_HOME = {json.dumps(str(tmp_path / 'hf'))}"],
+    )
+    job_id = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+    ranks = tmp_path / "ckpt" / "ranks.jsonl"
+    wait_for(
+        "both processes of attempt 0",
+        lambda: len(jsonl(ranks)) >= 2 or slurm.job(job_id).finished,
+        timeout=240,
+    )
+    assert not slurm.job(job_id).finished, logs(tmp_path)[-4000:]
+    slurm.requeue(job_id)
+    wait_done(slurm, job_id, tmp_path, timeout=240)
+    lines = jsonl(ranks)
+    assert sorted((r["attempt"], r["index"]) for r in lines) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(r["precision"] == "bf16" for r in lines), lines  # the file, every attempt
+    assert all(r["processes"] == 2 and r["sum"] == 2.0 for r in lines)  # the allocation's
 
 
 ZERO = """\

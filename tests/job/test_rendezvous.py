@@ -156,3 +156,19 @@ def test_accelerates_own_parser_reads_every_option(tmp_path: Path) -> None:
     assert (args.rdzv_backend, args.rdzv_conf, args.max_restarts) == ("c10d", "is_host=false", 0)
     assert args.multi_gpu and args.training_script == "train.py"
     assert args.training_script_args == ["--lr", "1"]
+
+
+def test_the_specs_accelerate_config_is_its_config_file_on_every_node(tmp_path: Path) -> None:
+    """accelerate_config: --config_file on the command line, the allocation's topology
+    after it (accelerate's flags win over the file's), no --multi_gpu over it, even
+    where a default config exists too."""
+    default = tmp_path / "hf" / "accelerate" / "default_config.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text("distributed_type: FSDP\n")
+    env = {"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf")}
+    argv = accelerate_argv(["python", "train.py"], RDZV, env, "/shared/fsdp.yaml")
+    assert argv[3:5] == ["--config_file", "/shared/fsdp.yaml"]
+    assert "--multi_gpu" not in argv and "--num_machines=2" in argv
+    launch = pytest.importorskip("accelerate.commands.launch")
+    args = launch.launch_command_parser().parse_args(argv[3:])
+    assert args.config_file == "/shared/fsdp.yaml" and args.num_processes == 8

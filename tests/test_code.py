@@ -1,0 +1,142 @@
+"""The code a job runs (#23 item 2): its identity at submit, and snapshot = "git"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from slurmpre import access
+from slurmpre.errors import UsageError
+from slurmpre.gitstate import git_state
+from slurmpre.login import code
+from slurmpre.login.render import render
+from slurmpre.login.spec import SpecError, validate
+from slurmpre.login.status import AttemptRow, JobStatus, lines
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+    reason="git is not installed",
+)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "train.py").write_text("print('train')\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "src" / "model.py").write_text("W = 1\n")
+    (repo / ".gitignore").write_text("outputs/\n*.log\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    (repo / "notes.txt").write_text("untracked, not ignored\n")
+    (repo / "outputs").mkdir()
+    (repo / "outputs" / "ckpt.bin").write_bytes(b"x" * 100)
+    (repo / "train.log").write_text("ignored\n")
+    return repo
+
+
+def test_identity_is_the_commit_and_whether_the_tree_differs(repo: Path) -> None:
+    head = git(repo, "rev-parse", "HEAD")
+    assert code.identify(repo).identity == f"git {head[:12]} (dirty)"  # notes.txt
+    (repo / "notes.txt").unlink()
+    assert code.identify(repo / "src").identity == f"git {head[:12]}"
+    assert code.identify(repo.parent).identity is None  # no work tree: nothing to say
+    state = git_state(repo)
+    assert state is not None and state.root == repo.resolve() and state.commit == head
+
+
+def test_a_snapshot_copies_what_git_shows_once_and_starts_where_you_submitted(
+    repo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("never read\n")
+    (repo / "link").symlink_to(outside)  # untracked link out of the tree: copied as a link
+    ck = tmp_path / "ck"
+    first = code.snapshot(repo / "src", ck, 10, access.OWNER)
+    assert first.root is not None and first.workdir == f"{first.root}/src"
+    root = Path(first.root)
+    assert root.parent == ck / ".slurmpre" / "code"
+    copied = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+    assert copied == [".gitignore", "link", "notes.txt", "run.sh", "src/model.py", "train.py"]
+    assert (root / "link").is_symlink() and (root / "link").readlink() == outside
+    assert os.access(root / "run.sh", os.X_OK)
+    assert (
+        first.identity
+        == f"snapshot {root.name} of git {git(repo, 'rev-parse', 'HEAD')[:12]} (dirty)"
+    )
+    again = code.snapshot(repo, ck, 10, access.OWNER)  # the same code: the same copy
+    assert again.root == first.root
+    (repo / "src" / "model.py").write_text("W = 2\n")
+    changed = code.snapshot(repo, ck, 10, access.OWNER)
+    assert changed.root != first.root and (root / "src" / "model.py").read_text() == "W = 1\n"
+    assert sorted(p.name for p in (ck / ".slurmpre" / "code").iterdir()) == sorted(
+        [root.name, Path(changed.root or "").name]
+    )  # no half-made copy left behind
+
+
+def test_a_snapshot_past_its_limit_is_refused_naming_the_largest_files(
+    repo: Path, tmp_path: Path
+) -> None:
+    (repo / "weights.pt").write_bytes(b"w" * 1_500_000)
+    with pytest.raises(UsageError) as err:
+        code.snapshot(repo, tmp_path / "ck", 1, access.OWNER)
+    message = str(err.value)
+    assert "come to 1.5 MB, over snapshot_max_mb = 1 (largest: weights.pt 1.5 MB" in message
+    assert "\n" not in message
+    assert not (tmp_path / "ck" / ".slurmpre" / "code").exists()  # nothing copied
+
+
+def test_a_snapshot_outside_a_work_tree_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is not in a git work tree"):
+        code.snapshot(tmp_path, tmp_path / "ck", 10, access.OWNER)
+
+
+BASE = {"name": "job", "command": ["python", "train.py"], "checkpoint_dir": "/ck"}
+
+
+def test_the_script_runs_from_the_copy_and_says_which_code(tmp_path: Path) -> None:
+    spec = validate({**BASE, "snapshot": "git"}, user="alice", python="/venv/bin/python")
+    made = code.Code(
+        "snapshot abc of git 123", "/ck/.slurmpre/code/abc", "/ck/.slurmpre/code/abc/src"
+    )
+    script = render(spec, made)
+    assert "#SBATCH --chdir=/ck/.slurmpre/code/abc/src\n" in script
+    assert "export SLURMPRE_CODE='snapshot abc of git 123'\n" in script
+    assert "export SLURMPRE_CODE_DIR=/ck/.slurmpre/code/abc\n" in script
+    assert "SNAPSHOT-MADE-AT-SUBMIT" in render(spec)  # a render alone cannot know the copy
+    plain = validate(BASE, user="alice", python="/venv/bin/python")
+    assert "--chdir" not in render(
+        plain, code.Code("git 123")
+    ) and "SLURMPRE_CODE_DIR" not in render(plain)
+    with pytest.raises(SpecError, match="snapshot = 'git' runs the job from its copy"):
+        validate({**BASE, "snapshot": "git", "extra_sbatch": ["--chdir=/x"]}, user="alice")
+    with pytest.raises(SpecError, match=r"snapshot = 'svn': must be 'none' or 'git'"):
+        validate({**BASE, "snapshot": "svn"}, user="alice")
+
+
+def test_status_names_the_code_of_each_attempt_where_it_changes() -> None:
+    def row(attempt: int, code_id: str | None) -> AttemptRow:
+        return AttemptRow(attempt, ("n1",), 0.0, 1.0, "completed", None, None, None, None, None,
+                          None, None, code=code_id)  # fmt: skip
+
+    st = JobStatus(
+        job="7", name="n", checkpoint_dir="/ck", state="COMPLETED", restarts=2,
+        attempts=[row(0, "git aaa"), row(1, "git aaa"), row(2, "git bbb")],
+    )  # fmt: skip
+    text = "\n".join(lines(st))
+    assert text.count("code: git aaa") == 1
+    assert "code: git bbb (not the code of the attempt above)" in text
