@@ -63,6 +63,11 @@ def _parents() -> dict[int, int]:
     return table
 
 
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid``."""
+    return {child for child, parent in _parents().items() if parent == pid}
+
+
 def descendants(roots: Iterable[int]) -> set[int]:
     """Every process below ``roots`` (not including them)."""
     children: dict[int, list[int]] = {}

@@ -9,6 +9,7 @@ deciding by `requeue`). The wrapper exits with the child's code.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -16,11 +17,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from slurmpre.access import touch
 from slurmpre.errors import SlurmpreError
 from slurmpre.job.args import RunOptions, parse_args
 from slurmpre.job.env import JobEnv, read_job_env
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.notice import DrainSource, SignalSource, notice_path
+from slurmpre.job.notice import DrainSource, SignalSource, notice_path, taken_path
 from slurmpre.job.records import End
 from slurmpre.job.resume import (
     AttemptContext,
@@ -33,6 +35,7 @@ from slurmpre.job.resume import (
     takes_over_early,
 )
 from slurmpre.job.supervise import Supervisor, relay_notice
+from slurmpre.launchers import Launcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
@@ -164,8 +167,13 @@ def run_attempt(
                         name="slurmpre-take-over",
                     )
                 if opts.notice_signal is not None:
+                    taken = taken_path(folder, job.tag, job.attempt)
                     quiet_thread(
-                        relay_notice,
+                        functools.partial(
+                            relay_notice,
+                            workers=opts.launcher != Launcher.PLAIN,
+                            taken=lambda: touch(taken, opts.file_access),
+                        ),
                         args=(
                             notice_path(folder, job.tag, job.attempt),
                             child,

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slurmpre import procs
@@ -149,14 +149,37 @@ def _track(
 
 
 def relay_notice(
-    path: Path, child: subprocess.Popen[bytes], sig: signal.Signals, stop: threading.Event
+    path: Path,
+    child: subprocess.Popen[bytes],
+    sig: signal.Signals,
+    stop: threading.Event,
+    *,
+    workers: bool,
+    taken: Callable[[], None] = lambda: None,
 ) -> None:
-    """On every node: when the notice file appears, send ``sig`` to the child's group once."""
+    """On every node: when the notice file appears, send ``sig`` once to the training
+    processes: the child itself (the plain launcher), or, under a launcher (torchrun,
+    accelerate launch), its workers, its direct children. Never the launcher: torchrun
+    ends every worker on SIGTERM, and dies of SIGUSR1, before any of them could save.
+    Never a whole process group either: a worker's data-loading processes would die of
+    the signal its handler was written for. Then ``taken``: the script was told, so its
+    exit is its stop on the notice, not the end of its work."""
     while not stop.wait(1.0):
-        if read_notice(path) is not None:
+        if read_notice(path) is None:
+            continue
+        targets = {child.pid}
+        while workers:
+            targets = procs.children(child.pid)
+            if targets or child.poll() is not None:
+                break  # a launcher still starting its workers: they get it once there
+            if stop.wait(0.2):
+                return
+        for pid in targets:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, sig)
-            return
+                os.kill(pid, sig)
+        if targets:
+            taken()
+        return
 
 
 def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:

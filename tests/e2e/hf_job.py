@@ -10,6 +10,7 @@ reference, under a plain ``torchrun --standalone`` with ``--out``.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,25 @@ class HoldAt(transformers.TrainerCallback):  # type: ignore[misc]
         hold(self.how, self.out, 0 if state.is_world_process_zero else 1)
 
 
+class MidStep(transformers.TrainerCallback):  # type: ignore[misc]
+    """The zero-line recipe's pace: each step's time is spent inside the step (after the
+    Trainer's own JIT callback has looked at on_step_begin), where a real step spends it
+    computing; the hold is at the start of ``step`` of the first attempt. Every step's
+    beginning is logged with the attempt, to show which step ran twice."""
+
+    def __init__(self, step: int, out: Path, pace: float) -> None:
+        self.step, self.out, self.pace = step, out, pace
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.is_world_process_zero:
+            with (self.out / "steps.jsonl").open("a") as f:
+                f.write(json.dumps({"step": state.global_step, "run": slurmpre.restart_count()}))
+                f.write("\n")
+        if state.global_step == self.step and slurmpre.restart_count() == 0:
+            hold("notice", self.out, 0 if state.is_world_process_zero else 1)
+        time.sleep(self.pace)
+
+
 class Report(transformers.TrainerCallback):  # type: ignore[misc]
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -69,14 +89,19 @@ def main() -> None:
         output_dir=str(out), max_steps=STEPS, per_device_train_batch_size=4,
         learning_rate=1e-3, save_strategy="steps", save_steps=10, logging_strategy="no",
         report_to=[], disable_tqdm=True, use_cpu=True, seed=0, dataloader_num_workers=0,
-        ddp_backend="gloo",
+        ddp_backend="gloo", enable_jit_checkpoint=args.jit,
     )  # fmt: skip
-    hold_at = HoldAt(args.hold_at, out, args.hold, args.step_seconds)
-    callbacks = [Report(out), hold_at, SlurmpreCallback()]
+    if args.jit:  # the recipe: the Trainer's own save on SIGTERM, the path as an argument
+        callbacks = [Report(out), MidStep(args.hold_at, out, args.step_seconds)]
+        resume = args.resume_from_checkpoint
+    else:
+        hold_at = HoldAt(args.hold_at, out, args.hold, args.step_seconds)
+        callbacks = [Report(out), hold_at, SlurmpreCallback()]
+        resume = resume_from_checkpoint()
     trainer = transformers.Trainer(
         model=model, args=training, train_dataset=data(), callbacks=callbacks
     )
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint())
+    trainer.train(resume_from_checkpoint=resume)
     if trainer.state.global_step >= STEPS and trainer.is_world_process_zero():
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "final.pt")
 

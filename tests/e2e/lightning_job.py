@@ -11,6 +11,7 @@ repeated or state-less step changes the final weights.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -82,13 +83,23 @@ def main() -> None:
     L.seed_everything(0, verbose=False)
     model = Tiny()
     hold_at = HoldAt(args.hold_at, out, args.hold, args.step_seconds)
+    if args.requeue_signal:  # the zero-line recipe: Lightning's own save and requeue
+        from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+        world = int(os.environ["SLURM_NTASKS"])  # the plain launcher: a task per node
+        per_node = 1
+        extra: dict[str, Any] = {"plugins": [SLURMEnvironment(requeue_signal=signal.SIGUSR1)]}
+        callbacks: list[Any] = [Report(out), hold_at]
+        ckpt_path = None  # Lightning resumes from its hpc_ckpt_N.ckpt by itself
+    else:
+        extra, callbacks = {}, [Report(out), hold_at, SlurmpreCallback()]
+        ckpt_path = resume_from_checkpoint()
     trainer = L.Trainer(
         default_root_dir=str(out), max_steps=STEPS, accelerator="cpu", devices=per_node,
         num_nodes=world // per_node, strategy="ddp", logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[Report(out), hold_at, SlurmpreCallback()],
+        enable_model_summary=False, enable_checkpointing=False, callbacks=callbacks, **extra,
     )  # fmt: skip
-    trainer.fit(model, loader(world), ckpt_path=resume_from_checkpoint())
+    trainer.fit(model, loader(world), ckpt_path=ckpt_path)
     if trainer.global_step >= STEPS and trainer.is_global_zero:
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "final.pt")
 

@@ -267,3 +267,122 @@ def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_han
 def successor_of(job: Job) -> str | None:
     found = [r["successor"] for r in job.records("successor") if r["job"] == job.job_id]
     return str(found[0]) if found else None
+
+
+def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_twice(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The zero-line recipe (examples/hf-trainer-jit.toml): no slurmpre line in the
+    script; the Trainer's enable_jit_checkpoint saves on the SIGTERM slurmpre relays to
+    its worker at the notice (notice_signal = "TERM"), and the successor gets the path
+    as --resume_from_checkpoint. It resumes from that save, but what the recipe cannot
+    promise shows too: the Trainer waits 3 s after the signal, then saves from inside
+    the step it is computing (on_pre_optimizer_step), so that step is computed again
+    after the restart, from the random state its first computation left: with dropout
+    on, the final weights are not the uninterrupted run's."""
+    pytest.importorskip("transformers", reason="the e2e extra (transformers) is not installed")
+    seed = time.time_ns()
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    job = Job("hf-jit", "hf_job.py", tmp_path / "hf", rng.randint(3, 8), nodes=1)
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    reference = job.start_reference()
+    try:
+        job.submit(
+            ("--jit", "--step-seconds", "1"),
+            ('notice_signal = "TERM"', 'resume_arg = "--resume_from_checkpoint"',
+             'restart = "successor"', "poll_interval = 1"),
+        )  # fmt: skip
+        wait_for(f"the job to hold at step {job.hold_at}", (job.ckpt / "holding").exists, 240)
+        (victim,) = slurm.job(job.job_id).nodes
+        plan = PreemptPlan(victim, window=WINDOW, return_after=3, once_empty=True)
+        preemption = Preemption(sandbox, plan)
+        preemption.start()
+        successor = wait_for("the hand-over", lambda: successor_of(job), timeout=120)
+        wait_done(slurm, successor, job.folder, timeout=300)
+        drain, _, _ = preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+        try:
+            reference.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            reference.kill()
+    assert reference.returncode == 0, (job.reference / "out.log").read_text()[-4000:]
+    where = logs(job.folder)[-6000:]
+    (committed,) = job.records("committed")  # the watcher saw the Trainer's own save
+    save_step = committed["step"]
+    assert Path(committed["path"]).name == f"checkpoint-{save_step}", committed
+    assert save_step > job.hold_at, (committed, job.hold_at)  # taken after the signal
+    starts = job.records("start")
+    assert [s["job"] for s in starts] == [job.job_id, successor], where
+    assert starts[1]["resume_from"] == committed["path"], (starts[1], committed)
+    steps = jsonl(job.ckpt / "steps.jsonl")
+    first = [s["step"] for s in steps if s["run"] == 0]
+    second = [s["step"] for s in steps if s["run"] == 1]
+    assert second == list(range(save_step, STEPS)), where  # resumed at its save
+    assert first[-1] == save_step, (first, save_step)  # ... a step begun before the save
+    assert not same_weights(job.ckpt / "final.pt", job.reference / "final.pt"), (
+        "the recipe's repeated step left the weights identical: dropout is on, so the "
+        "test's premise no longer holds"
+    )
+    print(
+        f"HF Trainer JIT recipe (tuned): held at step {job.hold_at}; the Trainer saved "
+        f"checkpoint-{save_step} {committed['committed_seen_at'] - drain.at:.1f} s after the "
+        f"drain, from inside step {save_step}, which ran again in job {successor}; final "
+        "weights differ from the uninterrupted run's (dropout on)"
+    )
+
+
+def test_lightnings_own_requeue_signal_with_zero_lines_saves_and_resumes(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The zero-line recipe for Lightning (examples/lightning-requeue-signal.toml): no
+    slurmpre line in the script; SLURMEnvironment(requeue_signal=SIGUSR1) saves
+    hpc_ckpt_N.ckpt when slurmpre relays the notice as SIGUSR1 (notice_signal) and runs
+    `scontrol requeue` itself; the successor slurmpre submitted at the notice takes
+    over, the requeued predecessor ends at once, and Lightning resumes from its own
+    save, which slurmpre counts as the run's progress (no stalled restarts)."""
+    pytest.importorskip("lightning", reason="the e2e extra (lightning) is not installed")
+    seed = time.time_ns()
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    job = Job("lightning-usr1", "lightning_job.py", tmp_path / "l", rng.randint(3, 8), nodes=1)
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    try:
+        job.submit(
+            ("--requeue-signal", "--hold", "notice", "--step-seconds", "0.5"),
+            ('launcher = "plain"', 'notice_signal = "USR1"', 'restart = "successor"',
+             "poll_interval = 1"),
+        )  # fmt: skip
+        wait_for(f"the job to hold at step {job.hold_at}", (job.ckpt / "holding").exists, 240)
+        (victim,) = slurm.job(job.job_id).nodes
+        plan = PreemptPlan(victim, window=WINDOW, return_after=3, once_empty=True)
+        preemption = Preemption(sandbox, plan)
+        preemption.start()
+        successor = wait_for("the hand-over", lambda: successor_of(job), timeout=120)
+        wait_done(slurm, successor, job.folder, timeout=300)
+        wait_for(
+            f"job {job.job_id}, requeued by Lightning, to end",
+            lambda: slurm.job(job.job_id).finished,
+            timeout=300,
+        )
+        preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    where = logs(job.folder)[-6000:]
+    assert (job.ckpt / "hpc_ckpt_1.ckpt").is_file(), where  # Lightning's own save
+    progress = jsonl(job.ckpt / "progress.jsonl")
+    assert [p["attempt"] for p in progress] == [0, 1], where
+    resumed_at = progress[1]["started_at_step"]
+    assert resumed_at >= job.hold_at, (progress, job.hold_at)  # from its save, not from 0
+    assert (job.ckpt / "final.pt").is_file(), where  # trained to its end
+    starts = job.records("start")
+    assert starts[-1]["job"] == successor, where
+    assert Path(starts[-1]["resume_from"]).name == "hpc_ckpt_1.ckpt", starts[-1]
+    assert not job.records("gave_up"), where
+    print(
+        f"Lightning requeue_signal recipe (tuned): held at step {job.hold_at}, saved "
+        f"hpc_ckpt_1.ckpt, job {successor} resumed at step {resumed_at}"
+    )

@@ -67,6 +67,11 @@ def framework_job_args() -> argparse.Namespace:
     parser.add_argument("--hold-at", type=int, default=-1)
     parser.add_argument("--hold", choices=("agreed", "notice"), default="agreed")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="a sleep per step")
+    # The zero-line recipe (hf_job.py): the Trainer's own SIGTERM save, no slurmpre callback.
+    parser.add_argument("--jit", action="store_true")
+    parser.add_argument("--resume_from_checkpoint", default=None)
+    # ... and Lightning's: SLURMEnvironment's save and requeue on SIGUSR1.
+    parser.add_argument("--requeue-signal", action="store_true")
     return parser.parse_args()
 
 

@@ -49,9 +49,10 @@ MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
 NEMO_UNFINISHED = "-unfinished"
 # torchtitan saves into <dump_folder>/<checkpoint.folder>/step-N, "checkpoint" by default.
 TORCHTITAN_FOLDER = "checkpoint"
-# Lightning: epoch=1-step=200.ckpt; and without a step, last.ckpt and epoch=3.ckpt.
+# Lightning: epoch=1-step=200.ckpt; and without a step, last.ckpt, epoch=3.ckpt, and
+# hpc_ckpt_N.ckpt, the save of SLURMEnvironment's requeue signal (N counts saves).
 _CKPT_STEPPED = re.compile(rf"(?:.*[-_])?step=({_D})(?:-v\d+)?\.ckpt", re.ASCII)
-_CKPT_UNSTEPPED = re.compile(rf"(?:last|epoch={_D})(?:-v\d+)?\.ckpt", re.ASCII)
+_CKPT_UNSTEPPED = re.compile(rf"(?:last|epoch={_D}|hpc_ckpt_\d+)(?:-v\d+)?\.ckpt", re.ASCII)
 # Any name of any layout, in one call; never a hidden one (in-flight commits and the like).
 _ANY_NAME = re.compile(
     "(?!\\.)(?:"
@@ -60,7 +61,7 @@ _ANY_NAME = re.compile(
     re.ASCII,
 )
 # Every grammar holds one of these: a name without costs one C-level search and no more.
-_MAYBE = re.compile(r"step|checkpoint|iter_|\.ckpt$").search
+_MAYBE = re.compile(r"step|checkpoint|iter_|\.ckpt$").search  # hpc_ckpt_N.ckpt ends so
 # In a match of _ANY_NAME, groups 1.._DIR_GROUPS are a folder's step, the next a file's.
 _DIR_GROUPS = _DIR_NAME.groups
 if (
