@@ -45,8 +45,11 @@ class HoldAt(transformers.TrainerCallback):  # type: ignore[misc]
 class MidStep(transformers.TrainerCallback):  # type: ignore[misc]
     """The zero-line recipe's pace: each step's time is spent inside the step (after the
     Trainer's own JIT callback has looked at on_step_begin), where a real step spends it
-    computing; the hold is at the start of ``step`` of the first attempt. Every step's
-    beginning is logged with the attempt, to show which step ran twice."""
+    computing. At the start of ``step`` of the first attempt it holds until the notice,
+    then computes for 8 s: slurmpre's SIGTERM comes within a second or so of the
+    notice, and the Trainer raises its flag 3 s after it, inside this step, as it would
+    inside any long step. Every step's beginning is logged with the attempt, to show
+    which step ran twice."""
 
     def __init__(self, step: int, out: Path, pace: float) -> None:
         self.step, self.out, self.pace = step, out, pace
@@ -58,6 +61,7 @@ class MidStep(transformers.TrainerCallback):  # type: ignore[misc]
                 f.write("\n")
         if state.global_step == self.step and slurmpre.restart_count() == 0:
             hold("notice", self.out, 0 if state.is_world_process_zero else 1)
+            time.sleep(8.0)
         time.sleep(self.pace)
 
 

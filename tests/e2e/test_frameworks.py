@@ -41,6 +41,7 @@ from tests.e2e.helpers import (
     ledger,
     logs,
     restore_all,
+    successor_of,
     wait_done,
     write_spec,
 )
@@ -218,7 +219,7 @@ def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_han
             sandbox, PreemptPlan(victim, window=window, return_after=3, once_empty=True)
         )
         preemption.start()
-        successor = str(wait_for("the hand-over", lambda: successor_of(job), timeout=90))
+        successor = str(wait_for("the hand-over", lambda: successor_of(job.folder), timeout=90))
         wait_for(f"job {job_id} to end", lambda: slurm.job(job_id).finished, timeout=120)
         assert slurm.job(job_id).state == "COMPLETED", logs(job.folder)[-6000:]
         assert slurm.job(successor).state == "PENDING"  # no node for it yet
@@ -264,11 +265,6 @@ def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_han
     )
 
 
-def successor_of(job: Job) -> str | None:
-    found = [r["successor"] for r in job.records("successor") if r["job"] == job.job_id]
-    return str(found[0]) if found else None
-
-
 def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_twice(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
@@ -299,7 +295,7 @@ def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_t
         plan = PreemptPlan(victim, window=WINDOW, return_after=3, once_empty=True)
         preemption = Preemption(sandbox, plan)
         preemption.start()
-        successor = wait_for("the hand-over", lambda: successor_of(job), timeout=120)
+        successor = wait_for("the hand-over", lambda: successor_of(job.folder), timeout=120)
         wait_done(slurm, successor, job.folder, timeout=300)
         drain, _, _ = preemption.finish()
     finally:
@@ -313,7 +309,7 @@ def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_t
     (committed,) = job.records("committed")  # the watcher saw the Trainer's own save
     save_step = committed["step"]
     assert Path(committed["path"]).name == f"checkpoint-{save_step}", committed
-    assert save_step > job.hold_at, (committed, job.hold_at)  # taken after the signal
+    assert save_step == job.hold_at, (committed, job.hold_at)  # inside the held step
     starts = job.records("start")
     assert [s["job"] for s in starts] == [job.job_id, successor], where
     assert starts[1]["resume_from"] == committed["path"], (starts[1], committed)
@@ -321,7 +317,7 @@ def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_t
     first = [s["step"] for s in steps if s["run"] == 0]
     second = [s["step"] for s in steps if s["run"] == 1]
     assert second == list(range(save_step, STEPS)), where  # resumed at its save
-    assert first[-1] == save_step, (first, save_step)  # ... a step begun before the save
+    assert first[-1] == save_step, (first, save_step)  # ... begun before the save, again after
     assert not same_weights(job.ckpt / "final.pt", job.reference / "final.pt"), (
         "the recipe's repeated step left the weights identical: dropout is on, so the "
         "test's premise no longer holds"
@@ -361,7 +357,7 @@ def test_lightnings_own_requeue_signal_with_zero_lines_saves_and_resumes(
         plan = PreemptPlan(victim, window=WINDOW, return_after=3, once_empty=True)
         preemption = Preemption(sandbox, plan)
         preemption.start()
-        successor = wait_for("the hand-over", lambda: successor_of(job), timeout=120)
+        successor = wait_for("the hand-over", lambda: successor_of(job.folder), timeout=120)
         wait_done(slurm, successor, job.folder, timeout=300)
         wait_for(
             f"job {job.job_id}, requeued by Lightning, to end",

@@ -26,6 +26,7 @@ from tests.e2e.helpers import (
     restore_all,
     same_weights,
     submit,
+    successor_of,
     wait_done,
 )
 
@@ -43,7 +44,7 @@ def test_a_drained_one_node_job_hands_over_to_a_successor_and_loses_nothing(
     )
     preemption.start()
     try:
-        successor = str(wait_for("the hand-over", lambda: _hand_over(tmp_path), timeout=90))
+        successor = str(wait_for("the hand-over", lambda: successor_of(tmp_path), timeout=90))
         wait_done(slurm, successor, tmp_path, timeout=240)
         events = preemption.finish()
     finally:
@@ -95,11 +96,6 @@ def held_job(
     return slurm, job_id, slurm.job(job_id).nodes[0]
 
 
-def _hand_over(tmp_path: Path) -> str | None:
-    found = [r for r in ledger(tmp_path) if r["event"] == "successor"]
-    return found[0]["successor"] if found else None
-
-
 def _one(records: list[dict[str, Any]], event: str, job: str) -> dict[str, Any]:
     (found,) = [r for r in records if r["event"] == event and r["job"] == job]
     return found
@@ -119,7 +115,7 @@ def test_with_a_free_node_the_successor_starts_up_while_the_predecessor_trains_o
     )
     preemption.start()
     try:
-        successor = str(wait_for("the hand-over", lambda: _hand_over(tmp_path), timeout=90))
+        successor = str(wait_for("the hand-over", lambda: successor_of(tmp_path), timeout=90))
         wait_done(slurm, successor, tmp_path, timeout=240)
         events = preemption.finish()
     finally:
@@ -181,7 +177,7 @@ def test_with_no_free_node_the_predecessor_trains_on_until_its_deadline(
     )
     preemption.start()
     try:
-        successor = str(wait_for("the hand-over", lambda: _hand_over(tmp_path), timeout=90))
+        successor = str(wait_for("the hand-over", lambda: successor_of(tmp_path), timeout=90))
         wait_for(f"job {job_id} to end", lambda: slurm.job(job_id).finished, timeout=120)
         assert slurm.job(successor).state == "PENDING"  # no node for it yet
         slurm.cancel(blocker)  # a node returns
