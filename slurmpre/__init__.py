@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The login side's Python API (slurmpre.login.handle): imported on first use too.
+_LOGIN = ("submit", "Job", "JobFailed")
+
 __all__ = [
+    "Job",
+    "JobFailed",
     "__version__",
     "checkpoint",
     "checkpoint_dir",
@@ -25,6 +30,7 @@ __all__ = [
     "restart_count",
     "resume_path",
     "resume_step",
+    "submit",
     "world_size",
 ]
 
@@ -42,9 +48,15 @@ if TYPE_CHECKING:
         resume_step,
         world_size,
     )
+    from slurmpre.errors import JobFailed
+    from slurmpre.login.handle import Job, submit
 
 
 def __getattr__(name: str) -> Any:
+    if name == "JobFailed":
+        return importlib.import_module("slurmpre.errors").JobFailed
+    if name in _LOGIN:
+        return getattr(importlib.import_module("slurmpre.login.handle"), name)
     if name in __all__:
         return getattr(importlib.import_module("slurmpre.api"), name)
     raise AttributeError(f"module 'slurmpre' has no attribute {name!r}")

@@ -59,6 +59,15 @@ class RestartLimit(SlurmpreError):
     (`slurmpre.job.limits`). Exit code 1; the job is not requeued again."""
 
 
+class JobFailed(SlurmpreError):
+    """A run waited for ended without completing: failed, cancelled, out of time, or
+    given up (``state`` is Slurm's). Exit code 1."""
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
 class HandedOver(JobEnvironmentError):
     """A job that handed over to a successor was started again (someone requeued it):
     the successor trains; this one does not, and ends without an error."""

@@ -46,6 +46,7 @@ for command in (
     jobs.status,
     jobs.logs,
     jobs.cancel,
+    jobs.wait,
     capacity.nodes,
     capacity.plan,
     drill.drill,
@@ -56,11 +57,15 @@ for command in (
 # -- entry point ---------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
     if args[:1] == ["run"]:
         from slurmpre.job.entry import main as job
 
         return job(args)
+    # --debug is the group's, but may come after the subcommand too (up to a "--").
+    cut = args.index("--") if "--" in args else len(args)
+    debug = "--debug" in args[:cut]
+    if debug:
+        args = ["--debug", *[a for a in args[:cut] if a != "--debug"], *args[cut:]]
     try:
         cli.main(args=args, prog_name="slurmpre", standalone_mode=False)
     except SlurmpreError as exc:

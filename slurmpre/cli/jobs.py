@@ -92,8 +92,13 @@ def _list_jobs(rows: list[dict[str, object]], as_json: bool) -> None:
 @click.argument("job")
 @_checkpoint_dir
 @click.option("--attempt", type=int, default=None, help="Only this attempt's own log.")
-@click.option("--follow", is_flag=True, help="Keep printing until the job ends, across requeues.")
-def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool) -> None:
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing until the job ends, across requeues."
+)
+@click.option("-n", "--tail", type=int, default=None, help="Only the last N lines (then -f).")
+def logs(
+    job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool, tail: int | None
+) -> None:
     """The job's log: every attempt, appended; or one attempt's own log."""
     from slurmpre.login import jobs
     from slurmpre.login.logs import follow_successors, log_path, show
@@ -107,9 +112,27 @@ def logs(job: str, checkpoint_dir: str | None, attempt: int | None, follow: bool
     jobs.check_mine(info, entry.job)
     path = log_path(entry, attempt, info)
     write = lambda text: click.echo(text, nl=False)  # noqa: E731
-    show(path, write, follow=follow, client=client, job=entry.job)
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: give 0 lines or more")
+    show(path, write, follow=follow, client=client, job=entry.job, tail=tail)
     if follow and attempt is None:
         follow_successors(entry, client, write)
+
+
+@click.command()
+@click.argument("job")
+@_checkpoint_dir
+@click.option(
+    "--timeout", type=float, default=None, help="Give up after this many seconds (exit 1)."
+)
+def wait(job: str, checkpoint_dir: str | None, timeout: float | None) -> None:
+    """Wait for a job's run to end, across requeues and hand-overs: exit 0 when it
+    completed, 1 when it failed, was cancelled or ran out of time, naming why."""
+    from slurmpre.login.handle import Job
+
+    found = Job.find(job, checkpoint_dir)
+    state = found.wait(timeout)
+    click.echo(f"job {found.run()[-1]} {state.lower()}")
 
 
 @click.command()

@@ -54,6 +54,33 @@ def follow_successors(
         current = successor
 
 
+def tail_offset(path: Path, lines: int) -> int:
+    """Where the last ``lines`` lines of the log begin (0: it has no more than that).
+    Read backwards a chunk at a time: a log of any size costs what its tail does."""
+    if lines < 0:
+        raise UsageError(f"--tail {lines}: give 0 lines or more")
+    with open_regular(path) as fh:
+        end = os.fstat(fh.fileno()).st_size
+        if lines == 0:
+            return end
+        pos, seen = end, 0
+        # A last line without its newline is a line too; the newline ending the log is not.
+        fh.seek(max(end - 1, 0))
+        if end and fh.read(1) == b"\n":
+            seen = -1
+        while pos > 0:
+            size = min(CHUNK, pos)
+            pos -= size
+            fh.seek(pos)
+            chunk = fh.read(size)
+            for i in range(len(chunk) - 1, -1, -1):
+                if chunk[i] == 0x0A:
+                    seen += 1
+                    if seen == lines:
+                        return pos + i + 1
+        return 0
+
+
 def print_from(path: Path, offset: int, write: Callable[[str], None]) -> int:
     """Write the log from ``offset`` to its current end; the new offset. Only a regular
     file is read (a FIFO or a device by the log's name is refused)."""
@@ -77,10 +104,17 @@ def show(
     client: Any = None,
     job: str = "",
     sleep: Callable[[float], None] = time.sleep,
+    tail: int | None = None,
 ) -> None:
-    """Write the log; with ``follow``, keep writing what is appended until Slurm says the
-    job has ended (or forgets it), then what its last attempt wrote as it ended."""
+    """Write the log (its last ``tail`` lines only, when given); with ``follow``, keep
+    writing what is appended until Slurm says the job has ended (or forgets it), then
+    what its last attempt wrote as it ended."""
     offset = 0
+    if tail is not None:
+        try:
+            offset = tail_offset(path, tail)
+        except FileNotFoundError:
+            offset = 0
     while True:
         try:
             offset = print_from(path, offset, write)

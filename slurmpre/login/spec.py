@@ -295,7 +295,20 @@ def load(
         raw["env"] = env
     if "name" not in raw:
         raw["name"] = path.stem
+    return from_raw(raw, path, user=user, python=python)
+
+
+def from_raw(
+    raw: Mapping[str, Any],
+    path: Path | None = None,
+    *,
+    user: str | None = None,
+    python: str | None = None,
+) -> JobSpec:
+    """A spec from its mapping (read from ``path``, whose folder a relative template is
+    found in; without one, the current folder's)."""
     spec = validate(raw, user=user, python=python)
     if spec.template is not None and not spec.template.startswith("/"):
-        spec = replace(spec, template=str((path.parent / spec.template).resolve()))
+        base = Path.cwd() if path is None else path.parent
+        spec = replace(spec, template=str((base / spec.template).resolve()))
     return spec

@@ -1,0 +1,174 @@
+"""A submitted job from Python: submit, find again, status, wait, cancel, logs.
+
+``slurmpre.submit("job.toml", nodes="1-2")`` queues a spec and returns a `Job`;
+``slurmpre.Job.find("4711")`` (an id or a name, from the user's list of jobs, or
+from a checkpoint folder's ledger) finds one again. A `Job` stands for the *run*
+its job began: after a hand-over its successor is the job Slurm runs, and
+`status`, `wait`, `cancel` and `logs` follow it. The command line's `status`,
+`wait`, `cancel` and `logs` are a layer over this.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpre.errors import JobFailed, SlurmpreError, UsageError
+from slurmpre.job.ledger import Ledger
+from slurmpre.login import jobs
+from slurmpre.login.status import JobStatus, Prices, chain, gpus_of, job_status
+from slurmpre.slurm.client import SlurmClient, default_client
+from slurmpre.slurm.parse import FINISHED, UNKNOWN_TO_SLURM, JobInfo
+
+WAIT_POLL = 5.0  # seconds between looks at a job being waited for
+
+
+@dataclass
+class Job:
+    id: str
+    name: str
+    checkpoint_dir: Path
+    log_dir: Path
+    client: SlurmClient = field(default_factory=default_client, repr=False, compare=False)
+
+    @classmethod
+    def find(
+        cls, which: str, checkpoint_dir: str | Path | None = None, client: SlurmClient | None = None
+    ) -> Job:
+        """A job by its id or its name (the newest of that name)."""
+        entry = jobs.locate(str(which), None if checkpoint_dir is None else str(checkpoint_dir))
+        return cls._of(entry, client)
+
+    @classmethod
+    def _of(cls, entry: jobs.Submitted, client: SlurmClient | None) -> Job:
+        return cls(
+            entry.job,
+            entry.name,
+            Path(entry.checkpoint_dir),
+            Path(entry.log_dir),
+            client or default_client(),
+        )
+
+    @property
+    def entry(self) -> jobs.Submitted:
+        return jobs.Submitted(self.id, self.name, str(self.checkpoint_dir), str(self.log_dir), 0.0)
+
+    def run(self) -> list[str]:
+        """This job and the successors that took over from it, in order."""
+        return chain(Ledger(self.checkpoint_dir).records(), self.id)
+
+    def _slurm(self, job: str) -> JobInfo | None:
+        info = jobs.slurm_job(self.client, job)
+        jobs.check_mine(info, job)
+        return info
+
+    def status(self, prices: Prices | None = None) -> JobStatus:
+        """Its attempts, how each ended, steps lost and cost (`slurmpre status`)."""
+        records = Ledger(self.checkpoint_dir).records()
+        last = chain(records, self.id)[-1]
+        info = self._slurm(last)
+        return job_status(
+            self.id, self.name, str(self.checkpoint_dir), records, info,
+            gpus_per_node=gpus_of(info), prices=prices or Prices(), now=time.time(),
+        )  # fmt: skip
+
+    def state(self) -> str:
+        """Slurm's state of the run's last job, or UNKNOWN TO SLURM once it forgot it."""
+        info = self._slurm(self.run()[-1])
+        return UNKNOWN_TO_SLURM if info is None else info.state
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        poll: float = WAIT_POLL,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> str:
+        """Until the run ends, across requeues and hand-overs: "COMPLETED", or JobFailed
+        naming the state and why (the last attempt's end, as `status` says it). A
+        SlurmpreError after ``timeout`` seconds, naming the state then."""
+        if timeout is not None and not timeout >= 0:
+            raise UsageError(f"--timeout {timeout:g}: give 0 seconds or more")
+        deadline = None if timeout is None else clock() + timeout
+        while True:
+            run = self.run()
+            info = self._slurm(run[-1])
+            # A job handed over ends (COMPLETED) once its successor is recorded: the
+            # run goes on in that one, so only the last job of the chain counts.
+            if info is None or info.state in FINISHED:
+                if self.run() == run:
+                    return self._outcome(run[-1], info)
+                continue
+            if deadline is not None and clock() >= deadline:
+                raise SlurmpreError(
+                    f"job {run[-1]} is still {info.state} after {timeout:g} s of waiting"
+                )
+            sleep(poll if deadline is None else max(min(poll, deadline - clock()), 0))
+
+    def _outcome(self, last: str, info: JobInfo | None) -> str:
+        st = self.status()
+        rows = st.attempts
+        ended = rows[-1].ended if rows else "never started"
+        if info is None:
+            if ended == "completed":
+                return "COMPLETED"
+            raise JobFailed(
+                f"job {last} ended ({ended}); Slurm no longer knows its final state",
+                UNKNOWN_TO_SLURM,
+            )
+        if info.state == "COMPLETED" and ended in ("completed", "never started"):
+            return "COMPLETED"
+        why = f": {rows[-1].gave_up}" if rows and rows[-1].gave_up else f" ({ended})"
+        if info.state == "COMPLETED":
+            raise JobFailed(f"job {last} ended COMPLETED but its training {ended}", "COMPLETED")
+        raise JobFailed(f"job {last} ended {info.state}{why}", info.state)
+
+    def cancel(self, after_checkpoint: bool = False, wait: float = 1800.0) -> str:
+        """Cancel the run (a pending successor too); what happened, in one line."""
+        from slurmpre.login.cancel import cancel
+
+        return cancel(self.client, self.entry, after_checkpoint=after_checkpoint, wait=wait)
+
+    def logs(self, attempt: int | None = None) -> str:
+        """The job's log (every attempt, appended), or one attempt's own."""
+        from slurmpre.login.logs import log_path, show
+
+        parts: list[str] = []
+        show(log_path(self.entry, attempt, self._slurm(self.id)), parts.append)
+        return "".join(parts)
+
+
+def submit(
+    spec: str | Path | Mapping[str, Any],
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    client: SlurmClient | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    **overrides: Any,
+) -> Job:
+    """Queue ``spec`` (a TOML file's path, or the spec as a mapping) with ``overrides``
+    on top (``nodes="1-2"``, ``env={"SEED": "1"}``, merged into the spec's env), as
+    `slurmpre submit` does; the `Job`."""
+    from slurmpre.login import spec as specs
+    from slurmpre.login.submit import submit as queue
+
+    if isinstance(spec, Mapping):
+        raw = dict(spec)
+        where = None
+    else:
+        where = Path(spec)
+        raw = specs.read(where)
+        raw.setdefault("name", where.stem)
+    if "env" in overrides and isinstance(raw.get("env"), Mapping):
+        overrides = {**overrides, "env": {**raw["env"], **overrides["env"]}}
+    raw.update(overrides)
+    loaded = specs.from_raw(raw, where)
+    client = client or default_client()
+    done = queue(loaded, client, force=force, resume=resume, fresh=fresh, say=say)
+    return Job(done.job_id, loaded.name, Path(loaded.checkpoint_dir), Path(loaded.log_dir), client)

@@ -1,0 +1,131 @@
+"""The Python API's Job (#24 item 1) and `slurmpre wait` (item 2): waiting follows the
+run across hand-overs and ends with its outcome. Slurm is scripted here (tests.fakes);
+tests/e2e/test_login.py waits for real jobs on the sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from slurmpre.errors import JobFailed, SlurmpreError, UsageError
+from slurmpre.job.ledger import Ledger
+from slurmpre.login.handle import Job
+from slurmpre.slurm.parse import JobInfo
+
+from tests.fakes import Jobs
+from tests.records import record
+
+
+def info(job: str, state: str) -> JobInfo:
+    return JobInfo(job, "n", state, None, 0, True, ("n1",), "1", None, "n1", None, {})
+
+
+class Timeline(Jobs):
+    """Each job's states, one per look, the last one kept."""
+
+    def __init__(self, states: dict[str, list[str]]) -> None:
+        super().__init__({})
+        self.states = states
+
+    def job(self, job_id: str) -> JobInfo:
+        self.asked.append(job_id)
+        if job_id not in self.states:
+            return super().job(job_id)  # forgotten
+        seen = self.states[job_id]
+        return info(job_id, seen.pop(0) if len(seen) > 1 else seen[0])
+
+
+def folder_with(tmp_path: Path, *events: dict[str, object]) -> Path:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    for i, fields in enumerate(events):
+        ledger.append(record({"time": 100.0 + i, **fields}))
+    return tmp_path
+
+
+def job_in(folder: Path, client: Jobs, job: str = "7") -> Job:
+    return Job(job, "n", folder, folder / "logs", client)
+
+
+def no_sleep(_: float) -> None:
+    pass
+
+
+def test_wait_returns_completed_once_the_run_has_ended(tmp_path: Path) -> None:
+    folder = folder_with(
+        tmp_path,
+        {"event": "start", "job": "7", "attempt": 0},
+        {"event": "end", "job": "7", "attempt": 0, "exit_code": 0},
+    )
+    client = Timeline({"7": ["PENDING", "RUNNING", "RUNNING", "COMPLETED"]})
+    assert job_in(folder, client).wait(sleep=no_sleep) == "COMPLETED"
+    assert client.asked.count("7") >= 4
+
+
+def test_wait_follows_the_run_into_its_successor(tmp_path: Path) -> None:
+    folder = folder_with(
+        tmp_path,
+        {"event": "start", "job": "7", "attempt": 0},
+        {"event": "successor", "job": "7", "attempt": 0, "successor": "8", "excluded": [],
+         "why": "drain", "submitted_at": 1.0},
+        {"event": "end", "job": "7", "attempt": 0, "exit_code": 0},
+        {"event": "start", "job": "8", "attempt": 0},
+        {"event": "end", "job": "8", "attempt": 0, "exit_code": 0},
+    )  # fmt: skip
+    client = Timeline({"7": ["COMPLETED"], "8": ["PENDING", "RUNNING", "COMPLETED"]})
+    assert job_in(folder, client).wait(sleep=no_sleep) == "COMPLETED"
+    assert "8" in client.asked
+
+
+def test_a_failed_run_raises_naming_the_state_and_why(tmp_path: Path) -> None:
+    folder = folder_with(
+        tmp_path,
+        {"event": "start", "job": "7", "attempt": 0},
+        {"event": "gave_up", "job": "7", "attempt": 0,
+         "why": "the last 3 attempts committed no checkpoint"},
+        {"event": "end", "job": "7", "attempt": 0, "exit_code": 1},
+    )  # fmt: skip
+    with pytest.raises(JobFailed) as err:
+        job_in(folder, Timeline({"7": ["RUNNING", "FAILED"]})).wait(sleep=no_sleep)
+    assert err.value.state == "FAILED" and err.value.exit_code == 1
+    assert str(err.value) == "job 7 ended FAILED: the last 3 attempts committed no checkpoint"
+    folder_with(tmp_path / "c", {"event": "start", "job": "9", "attempt": 0})
+    with pytest.raises(JobFailed, match=r"job 9 ended CANCELLED \(cancelled\)"):
+        job_in(tmp_path / "c", Timeline({"9": ["CANCELLED"]}), "9").wait(sleep=no_sleep)
+
+
+def test_a_job_slurm_forgot_is_judged_by_its_ledger(tmp_path: Path) -> None:
+    folder_with(
+        tmp_path / "done",
+        {"event": "start", "job": "7", "attempt": 0},
+        {"event": "end", "job": "7", "attempt": 0, "exit_code": 0},
+    )
+    assert job_in(tmp_path / "done", Timeline({})).wait(sleep=no_sleep) == "COMPLETED"
+    folder_with(tmp_path / "failed", {"event": "start", "job": "7", "attempt": 0},
+                {"event": "end", "job": "7", "attempt": 0, "exit_code": 2})  # fmt: skip
+    with pytest.raises(JobFailed, match=r"job 7 ended \(failed \(exit 2\)\); Slurm no longer"):
+        job_in(tmp_path / "failed", Timeline({})).wait(sleep=no_sleep)
+
+
+def test_wait_gives_up_after_its_timeout_naming_the_state(tmp_path: Path) -> None:
+    folder = folder_with(tmp_path, {"event": "start", "job": "7", "attempt": 0})
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    job = job_in(folder, Timeline({"7": ["RUNNING"]}))
+    with pytest.raises(SlurmpreError, match=r"job 7 is still RUNNING after 12 s of waiting"):
+        job.wait(12, poll=5, sleep=sleep, clock=lambda: now[0])
+    assert now[0] == 12.0  # the last sleep is cut to the deadline
+    with pytest.raises(UsageError, match="--timeout -1"):
+        job.wait(-1)
+
+
+def test_debug_is_taken_after_the_subcommand_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from slurmpre.cli import main
+
+    assert main(["status", "--debug", "no-such-job-anywhere"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option" not in err  # click would refuse it there
+    assert "'no-such-job-anywhere' is not among the jobs you submitted" in err
