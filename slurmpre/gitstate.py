@@ -24,21 +24,25 @@ class GitState:
         return f"git {commit}{' (dirty)' if self.dirty else ''}"
 
 
-def run_git(cwd: Path, *args: str) -> str | None:
+def run_git(cwd: Path, *args: str, timeout: float = 120) -> str | None:
     try:
-        proc = cmd.run(["git", "-C", str(cwd), *args], timeout=120, check=False)
+        proc = cmd.run(["git", "-C", str(cwd), *args], timeout=timeout, check=False)
     except CommandError:
-        return None  # no git on this machine
+        return None  # no git on this machine, or it took longer than ``timeout``
     return proc.stdout if proc.returncode == 0 else None
 
 
-def git_state(cwd: Path) -> GitState | None:
-    """The git work tree ``cwd`` is in, its commit and whether it differs; None outside one."""
-    top = run_git(cwd, "rev-parse", "--show-toplevel")
+def git_state(cwd: Path, timeout: float = 120) -> GitState | None:
+    """The git work tree ``cwd`` is in, its commit and whether it differs; None outside
+    one, or when git cannot say within ``timeout`` seconds a command (a large tree on
+    a slow shared volume: the wrapper will not hold a restart for it)."""
+    top = run_git(cwd, "rev-parse", "--show-toplevel", timeout=timeout)
     if top is None or not top.strip():
         return None
-    commit = run_git(cwd, "rev-parse", "--verify", "--quiet", "HEAD")
-    status = run_git(cwd, "status", "--porcelain")
+    commit = run_git(cwd, "rev-parse", "--verify", "--quiet", "HEAD", timeout=timeout)
+    status = run_git(cwd, "status", "--porcelain", timeout=timeout)
+    if status is None:
+        return None  # whether it differs is not known: say nothing rather than "clean"
     return GitState(
         Path(top.strip()),
         commit.strip() if commit and commit.strip() else None,

@@ -140,3 +140,8 @@ def test_status_names_the_code_of_each_attempt_where_it_changes() -> None:
     text = "\n".join(lines(st))
     assert text.count("code: git aaa") == 1
     assert "code: git bbb (not the code of the attempt above)" in text
+
+
+def test_git_that_cannot_answer_in_time_says_nothing_rather_than_clean(repo: Path) -> None:
+    assert git_state(repo, timeout=1e-6) is None  # the wrapper keeps the submit's identity
+    assert git_state(repo) is not None

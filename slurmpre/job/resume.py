@@ -257,14 +257,18 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     return choice
 
 
+GIT_TIMEOUT = 10.0  # seconds a git command may take at an attempt's start (node 0 only)
+
+
 def code_run(env: Mapping[str, str]) -> str | None:
     """The code this attempt runs: a snapshot's identity as submitted (it cannot change);
     without one, the submit folder's git commit as it is now, since a restart runs what
-    the folder holds by then (the submit's identity when it is no work tree any more)."""
+    the folder holds by then (the submit's identity when it is no work tree any more,
+    or git cannot say within GIT_TIMEOUT)."""
     submitted = env.get(CODE_ENV) or None
     if submitted is None or env.get(CODE_DIR_ENV):
         return submitted
-    state = git_state(Path.cwd())
+    state = git_state(Path.cwd(), timeout=GIT_TIMEOUT)
     return submitted if state is None else state.describe()
 
 
