@@ -303,6 +303,17 @@ def _marked(path: Path, mark: str, step: int | None) -> tuple[Format, bool, str]
     return (Format.ACCELERATE, *_check_accelerate(path, names))  # save_state: checkpoint_N
 
 
+def _not_empty(path: str) -> tuple[bool, str] | None:
+    """Why a folder a tracker or a mark calls complete is not (unreadable, or empty)."""
+    try:
+        with os.scandir(path) as entries:
+            if next(entries, None) is None:
+                return False, "partial: an empty folder"
+    except OSError as exc:
+        return False, f"cannot be read: {exc.strerror}"
+    return None
+
+
 def _check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
     """Megatron-LM: every rank saves into iter_N, then (after a barrier, or in an async
     save's finalize step) rank 0 writes N into latest_checkpointed_iteration.txt. So
@@ -323,13 +334,7 @@ def _check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
     elif step is None or step >= (beside.newest_iter or 0):
         why = f"{MEGATRON_TRACKER} does not read as an iteration, and this is the newest"
         return False, f"partial: {why}"
-    try:
-        has_files = any(True for _ in os.scandir(path))
-    except OSError as exc:
-        return False, f"cannot be read: {exc.strerror}"
-    if not has_files:
-        return False, "partial: an empty folder"
-    return True, f"at or before the iteration in {MEGATRON_TRACKER}"
+    return _not_empty(path) or (True, f"at or before the iteration in {MEGATRON_TRACKER}")
 
 
 def _check_nemo(path: str, name: str, beside: Beside) -> tuple[bool, str]:
@@ -340,13 +345,7 @@ def _check_nemo(path: str, name: str, beside: Beside) -> tuple[bool, str]:
     if own in beside.unfinished:
         why = f"{own}{NEMO_UNFINISHED} is beside it (NeMo is saving or removing it)"
         return False, f"partial: {why}"
-    try:
-        has_files = any(True for _ in os.scandir(path))
-    except OSError as exc:
-        return False, f"cannot be read: {exc.strerror}"
-    if not has_files:
-        return False, "partial: an empty folder"
-    return True, f"no {NEMO_UNFINISHED} mark beside it"
+    return _not_empty(path) or (True, f"no {NEMO_UNFINISHED} mark beside it")
 
 
 def _check_dir(path: str, name: str, group: int | None, beside: Beside) -> tuple[Format, bool, str]:
