@@ -8,7 +8,6 @@ commit each attempt's submit found."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.e2e.helpers import (
     wait_done,
     write_spec,
 )
+from tests.test_code import git
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
@@ -49,15 +49,6 @@ for step in range(start, 16):
     with open(log, "a") as f:
         f.write(json.dumps({"step": step, "version": VERSION, "cwd": os.getcwd()}) + "\\n")
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 def repository(folder: Path) -> Path:
