@@ -31,8 +31,8 @@ class FakeSlurm:
     def job(self, job_id: str) -> JobInfo:
         raise self._unexpected(f"job {job_id}")
 
-    def jobs(self) -> list[JobInfo]:
-        raise self._unexpected("jobs")
+    def jobs(self, user: str | None = None) -> list[JobInfo]:
+        raise self._unexpected(f"jobs user={user}")
 
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
         raise self._unexpected(f"submit {list(args)}")
@@ -73,6 +73,12 @@ class Jobs(FakeSlurm):
         if job_id not in self.known:
             raise JobNotFound(f"Slurm knows no job {job_id}")  # as the client says it
         return self.known[job_id]
+
+    def jobs(self, user: str | None = None) -> list[JobInfo]:
+        self.asked.append(f"jobs user={user}")
+        if self.down:
+            raise SlurmError(UNREACHABLE)
+        return [j for j in self.known.values() if user is None or j.user == user]
 
 
 class Nodes(FakeSlurm):

@@ -13,12 +13,14 @@ from typing import Protocol
 from slurmpre.cmd import run
 from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.slurm.parse import (
+    SQUEUE_FORMAT,
     JobInfo,
     NodeInfo,
     parse_config,
     parse_jobs,
     parse_nodes,
     parse_resize_env,
+    parse_squeue,
     parse_submit,
     parse_version,
 )
@@ -33,8 +35,9 @@ class SlurmClient(Protocol):
 
     def job(self, job_id: str) -> JobInfo: ...
 
-    def jobs(self) -> list[JobInfo]:
-        """Every job slurmctld knows (one query, whoever's)."""
+    def jobs(self, user: str | None = None) -> list[JobInfo]:
+        """Every job slurmctld knows (one query, whoever's); with ``user``, only that
+        user's (id, array task, state, restarts and name)."""
         ...
 
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
@@ -95,8 +98,13 @@ class CommandLineSlurm:
             raise JobNotFound(f"Slurm knows no job {job_id}")
         return jobs[0]
 
-    def jobs(self) -> list[JobInfo]:
-        return parse_jobs(self._run(["scontrol", "show", "job", "-o"]))
+    def jobs(self, user: str | None = None) -> list[JobInfo]:
+        if user is None:
+            return parse_jobs(self._run(["scontrol", "show", "job", "-o"]))
+        # Only the user's own, as `squeue --me` lists them: slurmctld filters them, and
+        # nobody else's jobs cross the wire.
+        argv = ["squeue", "--noheader", f"--user={user}", "--states=all"]
+        return parse_squeue(self._run([*argv, f"--Format={SQUEUE_FORMAT}"]))
 
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
         if test_only:

@@ -203,6 +203,13 @@ class JobInfo:
         return self.raw.get("UserId", "").partition("(")[0]
 
     @property
+    def tag(self) -> str:
+        """The job as a person names it: ``123``, or ``120_3`` for an array's task (whose
+        own JobId Slurm numbers apart); a pending array's remaining tasks keep the id."""
+        array, task = self.raw.get("ArrayJobId"), self.raw.get("ArrayTaskId", "")
+        return f"{array}_{task}" if array and task.isdigit() else self.job_id
+
+    @property
     def finished(self) -> bool:
         return self.state in FINISHED
 
@@ -235,6 +242,52 @@ def parse_jobs(text: str) -> list[JobInfo]:
             )
         )
     return jobs
+
+
+# What `squeue` prints of a user's jobs (`SQUEUE_FORMAT`), as scontrol's keys name it;
+# the name last, since it may hold the separator.
+SQUEUE_FIELDS = (
+    ("JobID", "JobId"),
+    ("ArrayJobID", "ArrayJobId"),
+    ("ArrayTaskID", "ArrayTaskId"),
+    ("State", "JobState"),
+    ("UserName", "UserId"),
+    ("RestartCnt", "Restarts"),
+    ("Name", "JobName"),
+)
+SQUEUE_FORMAT = ",".join(f"{name}:|" for name, _ in SQUEUE_FIELDS)
+
+
+def parse_squeue(text: str) -> list[JobInfo]:
+    """``squeue -h -O SQUEUE_FORMAT`` -> jobs, with what those columns say (the rest
+    empty): enough to list a user's jobs without asking for everyone's."""
+    out = []
+    for line in text.splitlines():
+        cells = line.split("|", len(SQUEUE_FIELDS) - 1)
+        if len(cells) < len(SQUEUE_FIELDS) or not cells[0].strip():
+            continue
+        rec = {key: cell.strip() for (_, key), cell in zip(SQUEUE_FIELDS, cells, strict=True)}
+        rec["JobName"] = cells[-1].rstrip("|").strip()
+        if rec["ArrayJobId"] in ("", "N/A") or rec["ArrayTaskId"] in ("", "N/A"):
+            rec.pop("ArrayJobId")
+            rec.pop("ArrayTaskId")
+        out.append(
+            JobInfo(
+                job_id=rec["JobId"],
+                name=rec["JobName"],
+                state=rec["JobState"] or "UNKNOWN",
+                reason=None,
+                restarts=int(rec["Restarts"]) if rec["Restarts"].isdigit() else 0,
+                requeue=False,
+                nodes=(),
+                num_nodes="",
+                features=None,
+                batch_host=None,
+                stdout=None,
+                raw=rec,
+            )
+        )
+    return out
 
 
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
