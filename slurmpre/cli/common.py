@@ -30,6 +30,17 @@ def json_text(value: object) -> str:
     return json.dumps(_finite(value), indent=2, allow_nan=False)
 
 
+# Every command's --json is one object whose "schema" names what it holds and the
+# version of that shape ("slurmpre/status/1"): a key added keeps the version, a key
+# removed or changed in meaning raises it. docs/login.md lists them.
+SCHEMA_VERSION = 1
+
+
+def json_document(kind: str, value: dict[str, Any]) -> str:
+    """``value`` as the JSON a ``--json`` prints: ``{"schema": "slurmpre/KIND/1", ...}``."""
+    return json_text({"schema": f"slurmpre/{kind}/{SCHEMA_VERSION}", **value})
+
+
 def _finite(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -38,6 +49,27 @@ def _finite(value: object) -> object:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a JOB argument: the ids and names of the jobs you submitted
+    (newest first; an array's tasks as ``123_0``), read from your list of jobs only."""
+    from click.shell_completion import CompletionItem
+
+    from slurmpre.errors import SlurmpreError
+    from slurmpre.login import jobs
+
+    try:
+        known = jobs.known()
+    except SlurmpreError:
+        return []
+    seen: dict[str, str] = {}
+    for e in reversed(known):
+        for task in e.tasks() if e.array is not None else []:
+            seen.setdefault(task.job, e.name)
+        seen.setdefault(e.job, e.name)
+        seen.setdefault(e.name, f"newest: job {e.job}")
+    return [CompletionItem(v, help=h) for v, h in seen.items() if v.startswith(incomplete)]
 
 
 def folder_arg(value: str) -> Path:

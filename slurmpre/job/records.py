@@ -168,8 +168,11 @@ class Submitted(Record):
     EVENT: ClassVar[str] = "submitted"
     name: str
     code: str | None = None  # the code's identity at submit (`slurmpre.login.code`)
+    array: str | None = None  # an array job's range of tasks ("0-2")
+    # A sweep's tasks, as its overrides name each one ("env.LR=0.1 env.SEED=1"), in order.
+    tasks: tuple[str, ...] | None = None
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code", "array", "tasks"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

@@ -13,6 +13,7 @@ from typing import Any
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.locks import LockTimeout
+from slurmpre.login import progress
 from slurmpre.login.jobs import Submitted, check_mine, slurm_job
 from slurmpre.login.status import chain
 
@@ -74,7 +75,7 @@ def cancel(
         return f"cancelled {said(_cancel_run(client, None, entry.job, settle=settle, sleep=sleep))}"
     lock = ledger.writing_lock(wait if after_checkpoint else 0)
     try:
-        lock.acquire()
+        progress.acquire(lock, f"waiting for the checkpoint job {run[-1]} is writing")
     except LockTimeout:
         if after_checkpoint:
             raise SlurmpreError(
@@ -92,3 +93,36 @@ def cancel(
     finally:
         lock.release()
     return f"cancelled {said(done)}; no checkpoint was being written"
+
+
+def cancel_tasks(
+    client: Any,
+    entry: Submitted,
+    *,
+    after_checkpoint: bool,
+    wait: float,
+    settle: float = 2.0,
+    sleep: Any = time.sleep,
+) -> str:
+    """Cancel every task of an array job still running or pending (each with its run:
+    a successor that took over from a task too), task by task, each holding its own
+    folder's writing lock as `cancel` does; one line per task."""
+    if not wait >= 0:
+        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
+    said: list[str] = []
+    cancelled = 0
+    for task in entry.tasks():
+        try:
+            line = cancel(
+                client, task, after_checkpoint=after_checkpoint, wait=wait,
+                settle=settle, sleep=sleep,
+            )  # fmt: skip
+            cancelled += 1
+        except SlurmpreError as exc:
+            if isinstance(exc, UsageError):
+                raise
+            line = str(exc)
+        said.append(f"{task.job}: {line}")
+    if not cancelled:
+        raise SlurmpreError(f"array job {entry.job}: no task left to cancel; " + "; ".join(said))
+    return "\n".join(said)

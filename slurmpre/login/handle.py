@@ -11,7 +11,7 @@ its job began: after a hand-over its successor is the job Slurm runs, and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ class Job:
     checkpoint_dir: Path
     log_dir: Path
     client: SlurmClient = field(default_factory=default_client, repr=False, compare=False)
+    array: str | None = None  # an array job's range: the job stands for its tasks
 
     @classmethod
     def find(
@@ -50,11 +51,27 @@ class Job:
             Path(entry.checkpoint_dir),
             Path(entry.log_dir),
             client or default_client(),
+            entry.array,
         )
 
     @property
     def entry(self) -> jobs.Submitted:
-        return jobs.Submitted(self.id, self.name, str(self.checkpoint_dir), str(self.log_dir), 0.0)
+        return jobs.Submitted(
+            self.id, self.name, str(self.checkpoint_dir), str(self.log_dir), 0.0, self.array
+        )
+
+    def tasks(self) -> list[Job]:
+        """An array job's tasks (``123_0``, ``123_1``, ...), each a Job; else [itself]."""
+        if self.array is None:
+            return [self]
+        return [Job._of(t, self.client) for t in self.entry.tasks()]
+
+    def _one(self, what: str) -> None:
+        if self.array is not None:
+            raise UsageError(
+                f"job {self.id} is an array of tasks {self.array}: ask each of "
+                f"Job.tasks() for its {what} (or Job.find('{self.id}_0'))"
+            )
 
     def run(self) -> list[str]:
         """This job and the successors that took over from it, in order."""
@@ -67,6 +84,7 @@ class Job:
 
     def status(self, prices: Prices | None = None) -> JobStatus:
         """Its attempts, how each ended, steps lost and cost (`slurmpre status`)."""
+        self._one("status")
         records = Ledger(self.checkpoint_dir).records()
         last = chain(records, self.id)[-1]
         info = self._slurm(last)
@@ -77,6 +95,7 @@ class Job:
 
     def state(self) -> str:
         """Slurm's state of the run's last job, or UNKNOWN TO SLURM once it forgot it."""
+        self._one("state")
         info = self._slurm(self.run()[-1])
         return UNKNOWN_TO_SLURM if info is None else info.state
 
@@ -94,6 +113,8 @@ class Job:
         if timeout is not None and not timeout >= 0:
             raise UsageError(f"--timeout {timeout:g}: give 0 seconds or more")
         deadline = None if timeout is None else clock() + timeout
+        if self.array is not None:
+            return self._wait_tasks(deadline, poll=poll, sleep=sleep, clock=clock)
         while True:
             run = self.run()
             info = self._slurm(run[-1])
@@ -108,6 +129,32 @@ class Job:
                     f"job {run[-1]} is still {info.state} after {timeout:g} s of waiting"
                 )
             sleep(poll if deadline is None else max(min(poll, deadline - clock()), 0))
+
+    def _wait_tasks(
+        self,
+        deadline: float | None,
+        *,
+        poll: float,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> str:
+        """Every task to its end: "COMPLETED" when all completed, else one JobFailed
+        naming each task that did not (its ``state``: the first such task's)."""
+        failed: list[JobFailed] = []
+        for task in self.tasks():
+            left = None if deadline is None else max(deadline - clock(), 0.0)
+            try:
+                task.wait(left, poll=poll, sleep=sleep, clock=clock)
+            except JobFailed as exc:
+                failed.append(exc)
+        if not failed:
+            return "COMPLETED"
+        n = len(self.tasks())
+        raise JobFailed(
+            f"{len(failed)} of {n} tasks of array job {self.id} did not complete: "
+            + "; ".join(str(f) for f in failed),
+            failed[0].state,
+        )
 
     def _outcome(self, last: str, info: JobInfo | None) -> str:
         st = self.status()
@@ -129,14 +176,27 @@ class Job:
 
     def cancel(self, after_checkpoint: bool = False, wait: float = 1800.0) -> str:
         """Cancel the run (a pending successor too); what happened, in one line."""
-        from slurmpre.login.cancel import cancel
+        from slurmpre.login.cancel import cancel, cancel_tasks
 
+        if self.array is not None:
+            return cancel_tasks(
+                self.client, self.entry, after_checkpoint=after_checkpoint, wait=wait
+            )
         return cancel(self.client, self.entry, after_checkpoint=after_checkpoint, wait=wait)
 
     def logs(self, attempt: int | None = None) -> str:
-        """The job's log (every attempt, appended), or one attempt's own."""
+        """The job's log (every attempt, appended), or one attempt's own; an array's
+        tasks' logs one after the other, each under a ``==> task <==`` line."""
         from slurmpre.login.logs import log_path, show
 
+        if self.array is not None:
+            out = []
+            for task in self.tasks():
+                try:
+                    out.append(f"==> {task.id} <==\n{task.logs(attempt)}")
+                except SlurmpreError as exc:  # a task not started yet has no log
+                    out.append(f"==> {task.id} <==\n({exc})\n")
+            return "".join(out)
         parts: list[str] = []
         show(log_path(self.entry, attempt, self._slurm(self.id)), parts.append)
         return "".join(parts)
@@ -172,3 +232,84 @@ def submit(
     client = client or default_client()
     done = queue(loaded, client, force=force, resume=resume, fresh=fresh, say=say)
     return Job(done.job_id, loaded.name, Path(loaded.checkpoint_dir), Path(loaded.log_dir), client)
+
+
+def _raw(spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    from slurmpre.login import spec as specs
+
+    if isinstance(spec, Mapping):
+        return dict(spec), None
+    where = Path(spec)
+    raw = specs.read(where)
+    raw.setdefault("name", where.stem)
+    return raw, where
+
+
+def plan_sweep(
+    specs: str | Path | Mapping[str, Any] | Sequence[str | Path | Mapping[str, Any]],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    *,
+    name: str | None = None,
+    max_running: int | None = None,
+    **overrides: Any,
+) -> list[Any]:
+    """The jobs a `sweep` would submit (`slurmpre.login.sweep.Group`s), submitting none."""
+    from slurmpre.login import spec as spec_
+    from slurmpre.login import sweep as sweeps
+
+    if grid is not None:
+        if not isinstance(specs, str | Path | Mapping):
+            raise UsageError("a grid sweeps one spec: give one spec with grid=")
+        base, where = _raw(specs)
+        points = sweeps.grid(grid)
+        raws = [(sweeps.apply(base, {**overrides, **p}), where) for p in points]
+        labels = [sweeps.label(p) for p in points]
+    else:
+        if isinstance(specs, str | Path | Mapping):
+            raise UsageError("a sweep is a list of specs, or one spec with a grid")
+        raws = []
+        for one in specs:
+            raw, where = _raw(one)
+            raws.append((sweeps.apply(raw, overrides), where))
+        labels = [str(raw.get("name", "")) for raw, _ in raws]
+    loaded = [spec_.from_raw(raw, where) for raw, where in raws]
+    return sweeps.group(loaded, labels, name=name, max_running=max_running)
+
+
+def sweep(
+    specs: str | Path | Mapping[str, Any] | Sequence[str | Path | Mapping[str, Any]],
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    *,
+    name: str | None = None,
+    max_running: int | None = None,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    client: SlurmClient | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    **overrides: Any,
+) -> list[Job]:
+    """Queue many specs at once: a list of specs, or one spec and a ``grid`` over its keys
+    (``{"env.LR": ["0.1", "0.01"], "env.SEED": ["1", "2"]}``), with ``overrides`` on
+    every one. Those that differ only in command, env and name run as one Slurm array
+    (`slurmpre.login.sweep`; at most ``max_running`` tasks at a time); the rest each as
+    their own. The Jobs, in order: an array's stands for its tasks (`Job.tasks`)."""
+    from slurmpre.login import sweep as sweeps
+    from slurmpre.login.submit import submit as queue
+
+    groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
+    client = client or default_client()
+    done = sweeps.submit_groups(
+        groups, client, submit_one=queue, force=force, resume=resume, fresh=fresh, say=say
+    )
+    return [
+        Job(
+            q.job_id,
+            q.group.spec.name,
+            Path(q.group.spec.checkpoint_dir),
+            Path(q.group.spec.log_dir),
+            client,
+            q.group.spec.array,
+        )
+        for q in done
+    ]

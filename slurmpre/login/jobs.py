@@ -24,6 +24,7 @@ from slurmpre.access import OWNER, make_dirs, set_mode
 from slurmpre.errors import CommandError, JobNotFound, SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Start
+from slurmpre.login import arrays
 from slurmpre.login.status import chain
 from slurmpre.reading import LARGE, read_regular, skip_line
 from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo
@@ -36,6 +37,29 @@ class Submitted:
     checkpoint_dir: str
     log_dir: str
     submitted_at: float
+    array: str | None = None  # an array job's range ("0-2"): the job stands for its tasks
+
+    def task(self, task: str) -> Submitted:
+        """One task of this array job: ``123_5``, in ``<checkpoint_dir>/task-5``."""
+        return Submitted(
+            f"{self.job}_{task}",
+            self.name,
+            arrays.task_folder(self.checkpoint_dir, task),
+            self.log_dir,
+            self.submitted_at,
+        )
+
+    def tasks(self) -> list[Submitted]:
+        """Its tasks, for an array job; else itself."""
+        if self.array is None:
+            return [self]
+        return [self.task(t) for t in arrays.task_ids(self.array)]
+
+    def to_json(self) -> dict[str, object]:
+        out = asdict(self)
+        if self.array is None:
+            del out["array"]  # read as ever by a slurmpre that predates arrays here
+        return out
 
 
 def index_path(env: dict[str, str] | None = None) -> Path:
@@ -54,7 +78,7 @@ def remember(entry: Submitted, path: Path | None = None) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, OWNER.file_mode)
             set_mode(fd, OWNER.file_mode)
             with os.fdopen(fd, "a") as fh:
-                fh.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
+                fh.write(json.dumps(entry.to_json(), sort_keys=True) + "\n")
     except (OSError, Timeout) as exc:
         raise SlurmpreError(f"could not record the job in {path}: {exc}") from None
 
@@ -82,6 +106,7 @@ def known(path: Path | None = None) -> list[Submitted]:
 
 
 _FIELDS = {f.name: f.type for f in fields(Submitted)}
+_OPTIONAL = {"array"}
 
 
 def _entry(line: bytes) -> Submitted | str:
@@ -90,10 +115,12 @@ def _entry(line: bytes) -> Submitted | str:
         data = json.loads(line.decode())
     except (UnicodeDecodeError, ValueError):
         return "not JSON"
-    if not isinstance(data, dict) or set(data) != set(_FIELDS):
+    if not isinstance(data, dict) or not set(_FIELDS) - _OPTIONAL <= set(data) <= set(_FIELDS):
         return f"not a submission (it must hold exactly {', '.join(sorted(_FIELDS))})"
     for key, value in data.items():
-        if key == "submitted_at":
+        if key == "array":
+            ok = value is None or (isinstance(value, str) and _is_range(value))
+        elif key == "submitted_at":
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             ok = ok and math.isfinite(value)
         else:
@@ -101,6 +128,15 @@ def _entry(line: bytes) -> Submitted | str:
         if not ok:
             return f"{key} = {json.dumps(value)[:40]} has the wrong type"
     return Submitted(**data)
+
+
+def _is_range(text: str) -> bool:
+    from slurmpre.login.values import array
+
+    try:
+        return array("array", text) is not None
+    except SlurmpreError:
+        return False
 
 
 def find(which: str, path: Path | None = None) -> Submitted | None:
@@ -116,10 +152,26 @@ def find(which: str, path: Path | None = None) -> Submitted | None:
 
 
 def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = None) -> Submitted:
-    """A job by id or name: from the user's list, else from a checkpoint folder's ledger."""
+    """A job by id or name: from the user's list, else from a checkpoint folder's ledger.
+    ``123_5`` is task 5 of array job 123; ``123`` an array job stands for all its tasks."""
     which = which.strip()
     if not which:
         raise UsageError("JOB is empty: give a job id or a job name")
+    base, task = arrays.split(which)
+    if task is not None:
+        try:
+            parent = locate(base, checkpoint_dir, path)
+        except UsageError:
+            parent = None
+        if parent is not None and parent.array is not None:
+            if task not in arrays.task_ids(parent.array):
+                raise UsageError(
+                    f"job {which!r}: array job {base} has no task {task} "
+                    f"(its tasks: {parent.array})"
+                )
+            return parent.task(task)
+        if parent is not None and checkpoint_dir is None:
+            raise UsageError(f"job {which!r}: job {base} is not an array job")
     if checkpoint_dir is None:
         found = find(which, path)
         if found is not None:
@@ -128,22 +180,37 @@ def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = No
             f"job {which!r} is not among the jobs you submitted with slurmpre "
             f"({path or index_path()}): give its --checkpoint-dir"
         )
-    from slurmpre.job import records
-    from slurmpre.job.ledger import Ledger
+    return _in_ledger(which, Path(checkpoint_dir))
 
-    folder = Path(checkpoint_dir)
+
+def _in_ledger(which: str, folder: Path) -> Submitted:
+    """The job ``which`` as a checkpoint folder's ledger records it (an array task's own
+    folder, ``task-N``, named by its array's ledger one folder up)."""
+    from slurmpre.job import records
+
     ledger = Ledger(folder)
     if not ledger.path.is_file():
-        raise UsageError(f"--checkpoint-dir {checkpoint_dir!r} has no ledger ({ledger.path})")
+        raise UsageError(f"--checkpoint-dir {str(folder)!r} has no ledger ({ledger.path})")
     named = [r for r in ledger.records() if isinstance(r, records.Submitted | records.Start)]
     for r in reversed(named):
         if r.job == which or (isinstance(r, records.Submitted) and r.name == which):
-            name = next(
-                (x.name for x in named if isinstance(x, records.Submitted) and x.job == r.job),
-                folder.name,
-            )
-            return Submitted(r.job, name, str(folder), str(folder / "logs"), r.time or 0.0)
-    raise UsageError(f"no job {which!r} in the ledger of {checkpoint_dir!r}")
+            submitted = [x for x in named if isinstance(x, records.Submitted)]
+            mine = next((x for x in submitted if x.job == r.job), None)
+            if mine is None and folder.name.startswith("task-"):
+                parent = Ledger(folder.parent)
+                if parent.path.is_file():
+                    base = arrays.split(r.job)[0]
+                    mine = next(
+                        (x for x in parent.records()
+                         if isinstance(x, records.Submitted) and x.job == base),
+                        None,
+                    )  # fmt: skip
+            name = mine.name if mine is not None else folder.name
+            array = mine.array if mine is not None and mine.job == r.job else None
+            above = mine is not None and mine.job != r.job  # a task's, from its array's ledger
+            logs = (folder.parent if above else folder) / "logs"
+            return Submitted(r.job, name, str(folder), str(logs), r.time or 0.0, array=array)
+    raise UsageError(f"no job {which!r} in the ledger of {str(folder)!r}")
 
 
 # -- what Slurm says of a job -------------------------------------------------------
@@ -176,13 +243,35 @@ def check_mine(info: JobInfo | None, job: str) -> None:
         raise UsageError(f"job {job} belongs to {info.user}, not to you ({me}): refused")
 
 
-def rows(client: Any, last: int = 50) -> list[dict[str, object]]:
-    """One row per job you submitted (the last ``last``), with Slurm's state where it
-    still knows the job, else what its ledger records."""
+def by_tag(infos: list[JobInfo]) -> dict[str, JobInfo]:
+    """Jobs by the name a person gives them (`JobInfo.tag`): an array's tasks still
+    pending in its one record (``ArrayTaskId=2-5%2``) each under their own."""
+    out: dict[str, JobInfo] = {}
+    for info in infos:
+        out[info.tag] = info
+        array, pending = info.raw.get("ArrayJobId"), info.raw.get("ArrayTaskId", "")
+        if array and pending and not pending.isdigit() and _is_range(pending):
+            for task in arrays.task_ids(pending):
+                out.setdefault(f"{array}_{task}", info)
+    return out
+
+
+def rows(
+    client: Any, last: int = 50, warn: Callable[[str], None] = lambda _: None
+) -> list[dict[str, object]]:
+    """One row per job you submitted (the last ``last`` submissions; an array's tasks one
+    by one), with Slurm's state where it still knows the job, else what its ledger
+    records. Slurm is asked for your jobs only; when it does not answer, ``warn`` hears
+    it once and every row comes from its ledger."""
     me = getpass.getuser()
-    live = {j.job_id: j for j in client.jobs() if j.user == me}
+    try:
+        live = by_tag(client.jobs(user=me))
+    except CommandError as exc:
+        first = str(exc).splitlines()[0]
+        warn(f"slurmpre: Slurm did not answer ({first}): showing what the ledgers record")
+        live = {}
     out: list[dict[str, object]] = []
-    for e in known()[-last:]:
+    for e in (task for entry in known()[-last:] for task in entry.tasks()):
         try:
             records = Ledger(Path(e.checkpoint_dir)).records()
         except SlurmpreError:

@@ -136,3 +136,81 @@ def show(
                 print_from(path, offset, write)
             return
         sleep(POLL)
+
+
+class NodeLines:
+    """A writer that passes on only the lines of one node of a multi-node job: srun's
+    ``--label`` starts each line the wrapper on the job's node N wrote with ``N: ``
+    (N counts the attempt's nodes from 0, as its ``slurmpre: job ... on`` line lists
+    them); lines slurmpre's batch script wrote itself go through too. Partial lines wait
+    for their end."""
+
+    def __init__(self, node: int, write: Callable[[str], None]) -> None:
+        if node < 0:
+            raise UsageError(f"--node {node}: nodes count from 0")
+        self.prefix = f"{node}: "
+        self.write = write
+        self.partial = ""
+
+    def __call__(self, text: str) -> None:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if self._keep(line):
+                self.write(line + "\n")
+
+    def _keep(self, line: str) -> bool:
+        head, colon, _ = line.partition(": ")
+        return line.startswith(self.prefix) or not (colon and head.isdigit())
+
+    def flush(self) -> None:
+        if self.partial and self._keep(self.partial):
+            self.write(self.partial)
+        self.partial = ""
+
+
+def follow_tasks(
+    tasks: list[tuple[str, Path]],
+    client: Any,
+    write: Callable[[str], None],
+    *,
+    tail: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """An array's tasks' logs at once, as ``tail -f`` shows several files: what each
+    appends, under a ``==> TASK <==`` line whenever the writer changes; until Slurm says
+    every task has ended (or forgot it). ``tasks``: (the task's job, its log)."""
+    offsets: dict[str, int] = {}
+    for job, path in tasks:
+        try:
+            offsets[job] = tail_offset(path, tail) if tail is not None else 0
+        except FileNotFoundError:
+            offsets[job] = 0
+    last: str | None = None
+    running = {job for job, _ in tasks}
+    while True:
+        for job, path in tasks:
+            chunks: list[str] = []
+            try:
+                offsets[job] = print_from(path, offsets[job], chunks.append)
+            except FileNotFoundError:
+                continue  # not started yet
+            except OSError as exc:
+                raise SlurmpreError(f"cannot read the log {path}: {exc.strerror or exc}") from None
+            if chunks:
+                if last != job:
+                    write(f"\n==> {job} <==\n" if last is not None else f"==> {job} <==\n")
+                    last = job
+                for chunk in chunks:
+                    write(chunk)
+        if not running:
+            return
+        for job in sorted(running):
+            try:
+                info = slurm_job(client, job)
+            except CommandError:
+                continue
+            if info is None or info.finished:
+                running.discard(job)
+        # One more pass once all have ended: what each last attempt wrote as it ended.
+        sleep(POLL)

@@ -34,6 +34,7 @@ from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
 from slurmpre.job.records import Start
 from slurmpre.locks import LockTimeout
+from slurmpre.login import progress
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -209,13 +210,18 @@ def prune(
     live = live_jobs(ledger, client, say)
     root = os.path.realpath(folder)
     try:
-        with ledger.writing_lock(wait):
+        lock = progress.acquire(
+            ledger.writing_lock(wait), f"waiting for the checkpoint being written in {folder}"
+        )
+        try:
             remove, kept = decide(folder, keep, live, ledger)
             sized = [(path, _shown(path, folder), why, size_of(path)) for path, why in remove]
             for path, *_ in sized:
                 _own_entry(path, folder, root)
             if not dry_run:
                 sized = [(_set_aside(path), shown, why, size) for path, shown, why, size in sized]
+        finally:
+            lock.release()
     except LockTimeout:
         raise CheckpointError(
             f"a checkpoint is being written in {str(folder)!r} (its writing lock was held for "

@@ -135,7 +135,9 @@ def test_in_place_then_requeue_in_status_logs_nodes_and_prune(
     table = slurmpre_cli("status", job, check=True).stdout
     assert "notice -> in place" in table and "notice -> requeue" in table
     assert "completed" in table
-    mine = json.loads(slurmpre_cli("status", "--json", check=True).stdout)
+    listed = json.loads(slurmpre_cli("status", "--json", check=True).stdout)
+    assert listed["schema"] == "slurmpre/jobs/1"
+    mine = listed["jobs"]
     assert any(r["job"] == job and (r["attempts"], r["in_place"]) == (2, 1) for r in mine)
 
     # prune: keeps the newest complete checkpoint, frees the older ones
