@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 # The login side's Python API (slurmpre.login.handle): imported on first use too.
-_LOGIN = ("submit", "Job", "JobFailed")
+_LOGIN = ("submit", "sweep", "Job", "JobFailed")
 
 __all__ = [
     "Job",
@@ -31,6 +31,7 @@ __all__ = [
     "resume_path",
     "resume_step",
     "submit",
+    "sweep",
     "world_size",
 ]
 
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
         world_size,
     )
     from slurmpre.errors import JobFailed
-    from slurmpre.login.handle import Job, submit
+    from slurmpre.login.handle import Job, submit, sweep
 
 
 def __getattr__(name: str) -> Any:

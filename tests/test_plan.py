@@ -106,9 +106,15 @@ def test_cli_reads_ledgers_and_options_win(tmp_path: Path) -> None:
     assert doc["inputs"]["checkpoint_seconds"] == 12.0
     assert doc["inputs"]["restart_seconds"] == 300.0
     assert doc["inputs"]["mtbf_seconds"] == 1500.0
-    assert set(doc) == {"inputs", "periodic", "just_in_time", "on_demand_cost_per_gpu_hour"}
+    assert set(doc) == {
+        "schema",
+        "inputs",
+        "periodic",
+        "just_in_time",
+        "on_demand_cost_per_gpu_hour",
+    }
     text = slurmpre_cli("plan", str(tmp_path)).stdout
-    assert "preemptible, just in time (slurmpre)" in text and "measured in the ledger" in text
+    assert "preemptible, just in time (slurmpre)" in text and "measured: " in text
 
 
 @pytest.mark.parametrize(

@@ -106,7 +106,7 @@ def test_default_script_carries_the_preemptible_contract() -> None:
     ]
     # srun does not inherit sbatch's --cpus-per-task (Slurm >= 22.05): it is given again.
     stripped = [ln.strip() for ln in lines]
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task=32 \\" in stripped
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label --cpus-per-task=32 \\" in stripped
     # Several nodes: slurmpre's supervisor runs the srun, to restart in place after a drain.
     supervisor = next(ln for ln in lines if "-m slurmpre.job steps" in ln)
     assert supervisor.split()[4:] == [

@@ -33,6 +33,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Run ML jobs on preemptible Slurm nodes and lose no work when a node is taken back."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    from slurmpre.login import progress
+
+    progress.STREAM = sys.stderr  # the login side's waits are shown (a line, or a spinner)
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="slurmpre: %(name)s: %(message)s")
 
@@ -41,6 +44,7 @@ for command in (
     sandbox.sandbox,
     generate.render_cmd,
     generate.submit_cmd,
+    generate.sweep_cmd,
     generate.run_cmd,
     ckpt.ckpt,
     jobs.status,

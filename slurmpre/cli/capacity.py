@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from slurmpre.cli.common import folder_arg, json_text, prices
+from slurmpre.cli.common import folder_arg, json_document, prices
 
 
 # -- nodes ---------------------------------------------------------------------
@@ -20,7 +20,7 @@ def nodes(as_json: bool) -> None:
     client = default_client()
     cap = capacity(client.nodes(), client.jobs(), getpass.getuser())
     if as_json:
-        click.echo(json_text(cap.as_dict()))
+        click.echo(json_document("nodes", cap.as_dict()))
         return
     for line in lines(cap):
         click.echo(line)
@@ -66,10 +66,21 @@ def plan(
         price=price,
         discount=discount,
     )
-    inputs = inputs_from([folder_arg(f) for f in folders], given)
+
+    def requeue_floor() -> int | None:
+        from slurmpre.errors import CommandError
+        from slurmpre.slurm.client import default_client
+        from slurmpre.slurm.parse import requeue_floor as floor
+
+        try:
+            return floor(default_client().config())
+        except CommandError:
+            return None
+
+    inputs = inputs_from([folder_arg(f) for f in folders], given, requeue_floor)
     result = make_plan(inputs)
     if as_json:
-        click.echo(json_text(result.as_dict()))
+        click.echo(json_document("plan", result.as_dict()))
         return
     for line in lines(result):
         click.echo(line)

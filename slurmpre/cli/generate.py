@@ -97,3 +97,71 @@ def run_cmd(args: tuple[str, ...]) -> None:
     from slurmpre.job.entry import main as job
 
     raise SystemExit(job(["run", *args]))
+
+
+@click.command("sweep")
+@click.argument(
+    "spec_files", metavar="SPEC.toml...", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
+@click.option(
+    "--grid",
+    "axes",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="Run SPEC.toml once per value (repeatable: every combination); env.NAME=... too.",
+)
+@_set_opt
+@click.option("--name", default=None, help="The array's name (else the specs' common name).")
+@click.option("--max-running", type=int, default=None, help="At most N tasks at a time.")
+@click.option("--dry-run", is_flag=True, help="Print each job's script; submit nothing.")
+@click.option("--force", is_flag=True, help="Submit even while a live job uses a folder.")
+@click.option("--resume", is_flag=True, help="Go on from folders whose last run finished.")
+@click.option("--fresh", is_flag=True, help="Move earlier folders aside and start at step 0.")
+def sweep_cmd(
+    spec_files: tuple[Path, ...],
+    axes: tuple[str, ...],
+    sets: tuple[str, ...],
+    name: str | None,
+    max_running: int | None,
+    dry_run: bool,
+    force: bool,
+    resume: bool,
+    fresh: bool,
+) -> None:
+    """Submit many specs at once, as one Slurm array where they fit: several SPEC.toml,
+    or one with --grid. Specs differing only in command, env and name are the tasks of
+    one array (task i in <checkpoint_dir>/task-i); the rest are jobs of their own.
+    Prints each job's id (an array's stands for its tasks: 123 all, 123_0 one)."""
+    from slurmpre.login import sweep as sweeps
+    from slurmpre.login.handle import plan_sweep
+    from slurmpre.login.render import render
+    from slurmpre.login.spec import parse_sets
+    from slurmpre.login.submit import submit
+    from slurmpre.slurm.client import default_client
+
+    overrides = parse_sets(sets)
+    grid = dict(sweeps.parse_axis(a) for a in axes) if axes else None
+    if grid is not None and len(spec_files) != 1:
+        raise UsageError(f"--grid sweeps one spec, and {len(spec_files)} were given")
+    specs: Path | list[Path] = spec_files[0] if grid is not None else list(spec_files)
+    groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
+    if dry_run:
+        for g in groups:
+            click.echo(render(g.spec, None, g.tasks), nl=False)
+        return
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    done = sweeps.submit_groups(
+        groups, default_client(), submit_one=submit, force=force, resume=resume, fresh=fresh,
+        say=say,
+    )  # fmt: skip
+    for q in done:
+        click.echo(q.job_id)
+        if q.group.tasks:
+            say(f"array job {q.job_id} ({q.group.spec.name}): {len(q.group.tasks)} tasks")
+            for i, task in enumerate(q.group.tasks):
+                say(f"  {q.job_id}_{i}  {task.label}")
+        else:
+            say(f"job {q.job_id} ({q.group.spec.name})")

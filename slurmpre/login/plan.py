@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,9 +198,13 @@ class Given:
     discount: float = defaults.PREEMPTIBLE_DISCOUNT
 
 
-def inputs_from(folders: list[Path], given: Given) -> Inputs:
+def inputs_from(
+    folders: list[Path], given: Given, requeue_floor: Callable[[], int | None] | None = None
+) -> Inputs:
     """The plan's inputs: what was given, else what the folders' ledgers measured (each
-    named in ``sources``), else the defaults; a UsageError naming the flag that is missing."""
+    named in ``sources``), else the defaults; a UsageError naming the flag that is missing.
+    With no restart measured, ``requeue_floor`` asks the running Slurm how long a
+    requeued job waits (None: it does not answer)."""
     records: list[Record] = []
     for folder in folders:
         ledger = Ledger(folder)
@@ -218,15 +223,30 @@ def inputs_from(folders: list[Path], given: Given) -> Inputs:
         sources.append(f"{what} {measured:.4g} s")
         return measured
 
+    def floor() -> float | None:
+        """Slurm's requeue floor: what a restart waits at most, when no successor can
+        start at once (a successor on a free node starts in seconds)."""
+        if given.restart_s is not None or requeue_floor is None:
+            return None
+        return requeue_floor()
+
     def default(value: float | None, fallback: float) -> float:
         return fallback if value is None else value
 
+    if given.restart_s is None and seen.restart_s is None and (found := floor()) is not None:
+        restart = float(found)
+        sources.append(
+            f"restart {found} s: the running Slurm's requeue floor (cred_expire + 1), "
+            "the longest a restart waits for a node (none measured)"
+        )
+    else:
+        restart = pick(given.restart_s, seen.restart_s, "--restart-seconds", "restart")
     return Inputs(
         checkpoint_s=pick(
             given.checkpoint_s, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint write"
         ),
         mtbf_s=pick(given.mtbf_s, seen.mtbf_s, "--mtbf", "running time per preemption"),
-        restart_s=pick(given.restart_s, seen.restart_s, "--restart-seconds", "restart"),
+        restart_s=restart,
         window_s=default(given.window_s, defaults.PREEMPT_WINDOW),
         margin_s=default(given.margin_s, defaults.SAFETY_MARGIN),
         notice_s=default(given.notice_s, defaults.POLL_INTERVAL),
@@ -248,7 +268,7 @@ def lines(plan: Plan) -> list[str]:
         f"(margin {i.margin_s:g} s, notice within {i.notice_s:g} s)",
     ]
     if i.sources:
-        out.append("measured in the ledger(s): " + ", ".join(i.sources))
+        out.append("measured: " + ", ".join(i.sources))
     out += [
         "",
         f"{'':38}{'goodput':>9}{'per useful GPU-hour':>22}",

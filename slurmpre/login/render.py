@@ -8,7 +8,7 @@ quoting, so quoted directives survive hostile names.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from slurmpre.job.layout import LogLayout
 from slurmpre.login import sbatch_options, variables
 from slurmpre.login.code import Code
 from slurmpre.login.spec import JobSpec
+from slurmpre.login.sweep import Task
 from slurmpre.signals import WARN_SIGNAL
 
 DEFAULT_TEMPLATE = "default.sbatch.j2"
@@ -80,6 +81,7 @@ def environment(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
         autoescape=False,  # noqa: S701 - shell, not HTML: values are shell-quoted by `q`
     )
     env.filters["q"] = _quote
+    env.filters["oneline"] = lambda text: " ".join(str(text).split())
     env.filters["sq"] = sbatch_options.quote
     env.filters["dq"] = lambda value, key: variables.double_quoted(key, str(value))
     return env
@@ -166,8 +168,13 @@ def steps_argv(spec: JobSpec) -> list[str]:
 
 
 def srun_options(spec: JobSpec) -> list[str]:
-    """One task per node, holding all the CPUs the job asked for on it."""
+    """One task per node, holding all the CPUs the job asked for on it; a job that may
+    run on more than one node labels each line with its node."""
     options = ["--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    if spec.nodes.max > 1:
+        # Each line the nodes write starts with the node's place in the attempt ("1: "),
+        # so a multi-node log reads node by node (`slurmpre logs --node 1`).
+        options.append("--label")
     if spec.cpus_per_task:
         options.append(f"--cpus-per-task={spec.cpus_per_task}")
     return options
@@ -190,15 +197,29 @@ def placeholder(spec: JobSpec) -> Code:
     return Code(identity="snapshot made at submit", root=where, workdir=where)
 
 
-def context(spec: JobSpec, code: Code) -> dict[str, Any]:
+# A sweep's launch line: the command the task's branch of the script chose.
+TASK_COMMAND = '"${slurmpre_command[@]}"'
+
+
+def _launch(spec: JobSpec, tasks: Sequence[Task]) -> list[str]:
+    argv = [shlex.quote(a) for a in launch_argv(spec)]
+    if not tasks:
+        return argv
+    return [*argv[: len(argv) - len(spec.command)], TASK_COMMAND]
+
+
+def context(spec: JobSpec, code: Code, tasks: Sequence[Task] = ()) -> dict[str, Any]:
+    if tasks and not spec.is_array:
+        raise UsageError(f"job {spec.name}: a sweep's tasks need an array")
     return {
+        "tasks": list(tasks),
         "spec": spec,
         "code": code,
         "version": __version__,
         "output": output_pattern(spec),
         "attempt_log": ATTEMPT_LOG,
         "warn_signal": WARN_SIGNAL.name.removeprefix("SIG"),
-        "launch": [shlex.quote(a) for a in launch_argv(spec)],
+        "launch": _launch(spec, tasks),
         "steps": [shlex.quote(a) for a in steps_argv(spec)],
         "srun_options": srun_options(spec),
         "dir_mode": f"{access.NAMES[spec.file_access].dir_mode:04o}",
@@ -207,7 +228,7 @@ def context(spec: JobSpec, code: Code) -> dict[str, Any]:
     }
 
 
-def render(spec: JobSpec, code: Code | None = None) -> str:
+def render(spec: JobSpec, code: Code | None = None, tasks: Sequence[Task] = ()) -> str:
     """The sbatch script for ``spec``, from its own template or the default one; ``code``
     is what `slurmpre submit` found of the code (`slurmpre.login.code`): without it (a
     render alone), a snapshot's folder is a placeholder named so."""
@@ -223,7 +244,7 @@ def render(spec: JobSpec, code: Code | None = None) -> str:
         env = environment()
         name = DEFAULT_TEMPLATE
     try:
-        return env.get_template(name).render(context(spec, code))
+        script = env.get_template(name).render(context(spec, code, tasks))
     except jinja2.UndefinedError as exc:
         raise UsageError(f"template {name}: {exc.message}") from None
     except jinja2.TemplateError as exc:
@@ -234,3 +255,9 @@ def render(spec: JobSpec, code: Code | None = None) -> str:
         raise UsageError(
             f"template {name}: it extends or includes itself, directly or through another"
         ) from None
+    if tasks and (TASK_COMMAND not in script or "slurmpre_command=(" not in script):
+        raise UsageError(
+            f"template {name}: a sweep needs the default environment and launch blocks "
+            "(each task's command is chosen in the one and run by the other)"
+        )
+    return script

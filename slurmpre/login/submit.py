@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +17,10 @@ from slurmpre.job import records, successor
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
-from slurmpre.login import code, jobs, resuming
+from slurmpre.login import code, jobs, progress, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec
+from slurmpre.login.sweep import Task
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -41,15 +42,16 @@ def check_python(python: str, cwd: Path | None = None) -> None:
     """The nodes run the wrapper with ``python``: it must import slurmpre, or every node
     fails at once after the job has waited for its allocation. Checked here, on the
     login node, which sees the same shared volume, from the folder the job will run in
-    (sbatch's default: this one)."""
+    (sbatch's default: this one); up to a minute on a slow volume, shown as a wait."""
     try:
-        proc = cmd.run(
-            [python, "-c", "import slurmpre"],
-            timeout=60,
-            check=False,
-            cwd=None if cwd is None else str(cwd),
-            error=UsageError,
-        )
+        with progress.waiting(f"checking that {python} imports slurmpre"):
+            proc = cmd.run(
+                [python, "-c", "import slurmpre"],
+                timeout=60,
+                check=False,
+                cwd=None if cwd is None else str(cwd),
+                error=UsageError,
+            )
     except UsageError as exc:
         raise UsageError(f"python = {python!r} cannot run: {exc}") from None
     if proc.returncode != 0:
@@ -90,6 +92,7 @@ def submit(
     resume: bool = False,
     fresh: bool = False,
     say: Callable[[str], None] = lambda _: None,
+    tasks: Sequence[Task] = (),
 ) -> Submitted:
     """Create the shared folders, submit, and keep a copy of the script next to the log.
 
@@ -97,7 +100,8 @@ def submit(
     the job is recorded in the folder's ledger, so the next submit can tell. ``say``
     hears what the job resumes from; a folder whose last run finished its training
     is refused unless ``resume``; ``fresh`` moves the folder aside first
-    (`slurmpre.login.resuming`).
+    (`slurmpre.login.resuming`). ``tasks``: a sweep's, one per array task
+    (`slurmpre.login.sweep`).
     """
     check_python(spec.python)
     if spec.accelerate_config:
@@ -127,17 +131,24 @@ def submit(
         say(f"runs from {found.identity}, copied to {found.root}")
     else:
         found = code.identify(here)
-    script = render(spec, found)
+    script = render(spec, found, tasks)
+    labels = tuple(t.label for t in tasks) or None
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
     successor.record(FolderLayout(Path(spec.checkpoint_dir)), script, os.environ, mode.file_mode)
     job_id = client.submit(script)
-    ledger.append(records.Submitted(job=job_id, name=spec.name, code=found.identity))
+    ledger.append(
+        records.Submitted(
+            job=job_id, name=spec.name, code=found.identity, array=spec.array, tasks=labels
+        )
+    )
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
     write_atomic(copy, script, mode=mode.file_mode)
     try:
         jobs.remember(
-            jobs.Submitted(job_id, spec.name, spec.checkpoint_dir, spec.log_dir, time.time())
+            jobs.Submitted(
+                job_id, spec.name, spec.checkpoint_dir, spec.log_dir, time.time(), spec.array
+            )
         )
     except SlurmpreError as exc:
         print(f"slurmpre: {exc} (status and logs will need --checkpoint-dir)", file=sys.stderr)

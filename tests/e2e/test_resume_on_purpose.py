@@ -49,7 +49,9 @@ def test_a_finished_folder_is_refused_then_resumed_or_moved_aside_on_purpose(
     known = {j.job_id for j in slurm.jobs()}
     again = slurmpre_cli("submit", str(fourteen))
     assert again.returncode == 2, again.stderr
-    assert len(again.stderr.splitlines()) == 1
+    # One line, beside the import check's progress lines on a slow day.
+    said = [ln for ln in again.stderr.splitlines() if not ln.startswith("slurmpre: checking")]
+    assert len(said) == 1, again.stderr
     assert f"job {first_job} finished its training there" in again.stderr
     assert f"step 10 (step-00000010, written by job {first_job}," in again.stderr
     assert {j.job_id for j in slurm.jobs()} == known  # nothing was queued

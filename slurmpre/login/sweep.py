@@ -1,0 +1,253 @@
+"""Sweeps: many specs at once, as one Slurm array wherever they fit.
+
+A sweep is a list of specs, or one spec and a grid over its keys
+(``{"env.LR": ["0.1", "0.01"], "env.SEED": ["1", "2"]}``: four specs). Specs
+that differ only in their ``command``, ``env`` and ``name`` (and checkpoint and
+log folders derived from the name) run as the tasks of one array job: one
+submission, one line in the queue, one entry in slurmctld's tables, each task
+with its own checkpoint folder (``<checkpoint_dir>/task-<i>``) and log
+(``<name>-<array>_<i>.out``), restarted and handed over task by task like any
+array task. The batch script holds every task's command and environment and picks
+its own by ``$SLURM_ARRAY_TASK_ID``. Specs that differ in anything Slurm
+allocates by (nodes, time, GPUs, ...) or in how slurmpre watches them cannot
+share a script: each such group is an array of its own (a group of one, a job).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from slurmpre.errors import SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+# What may differ between the tasks of one array: the script picks them by task.
+PER_TASK = ("name", "command", "env")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a sweep's array: what it runs, with what environment on top of the
+    spec's, and how the sweep names it (its overrides, or its spec's name)."""
+
+    label: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Specs submitted as one job: an array of ``tasks`` (from two tasks on), else the
+    one ``spec`` as it is."""
+
+    spec: Any  # JobSpec: the array's (its name, folders and range), or the lone spec
+    tasks: tuple[Task, ...] = ()
+
+
+def grid(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """``{"env.LR": [a, b], "nodes": [1, 2]}`` -> the overrides of each point of the grid,
+    the last key varying fastest."""
+    if not axes:
+        raise SpecError("grid: empty (give at least one key and its values)")
+    for key, values in axes.items():
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+            raise SpecError(f"grid {key}: give a list of one value or more (got {values!r})")
+    keys = list(axes)
+    return [dict(zip(keys, point, strict=True)) for point in itertools.product(*axes.values())]
+
+
+def parse_axis(item: str) -> tuple[str, list[Any]]:
+    """``--grid env.LR=0.1,0.01`` -> ("env.LR", ["0.1", "0.01"]); a TOML list
+    (``nodes=[1, 2]``, ``command=["a b", "c d"]``) when a value holds a comma."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key or not text.strip():
+        raise SpecError(f"--grid {item!r}: expected key=value1,value2,...")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = None
+    values = value if isinstance(value, list) else [_scalar(p) for p in text.split(",")]
+    if not values:
+        raise SpecError(f"--grid {item!r}: no values")
+    return key, values
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text.strip()
+
+
+def label(overrides: Mapping[str, Any]) -> str:
+    """How a task is named in `status`: its overrides, ``env.LR=0.1 env.SEED=1``."""
+    return " ".join(f"{k}={_shown(v)}" for k, v in overrides.items())
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
+def apply(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's mapping with ``overrides`` on top: ``env.NAME`` keys, and an ``env`` table,
+    merge into its env (the override wins)."""
+    out = dict(raw)
+    env = dict(out.get("env") or {})
+    touched = False
+    for key, value in overrides.items():
+        if key.startswith("env."):
+            env[key[4:]] = value if isinstance(value, str) else _shown(value)
+            touched = True
+        elif key == "env":
+            if not isinstance(value, Mapping):
+                raise SpecError(f"env = {value!r}: must be a table of NAME = value")
+            env.update(value)
+            touched = True
+        else:
+            out[key] = value
+    if touched:
+        out["env"] = env
+    return out
+
+
+def _default_dirs(spec: Any) -> bool:
+    """Whether ``spec``'s folders are the ones its name gives it (so an array of it and
+    its siblings takes the array's own)."""
+    home = str(Path.home())
+    derived = f"{home}/checkpoints/{spec.name}"
+    return bool(spec.checkpoint_dir == derived and spec.log_dir == f"{derived}/logs")
+
+
+def _shared(spec: Any) -> Any:
+    """What must be equal for specs to share an array's script."""
+    dirs = ("", "") if _default_dirs(spec) else (spec.checkpoint_dir, spec.log_dir)
+    return replace(spec, name="", command=("-",), env={}, checkpoint_dir=dirs[0], log_dir=dirs[1])
+
+
+def group(
+    specs: Sequence[Any],
+    labels: Sequence[str],
+    *,
+    name: str | None = None,
+    max_running: int | None = None,
+) -> list[Group]:
+    """Specs -> the jobs that run them: an array wherever several share all but their
+    command, env and name; order kept (by each group's first spec)."""
+    if not specs:
+        raise SpecError("a sweep needs at least one spec")
+    if max_running is not None and max_running < 1:
+        raise SpecError(f"max_running = {max_running}: run at least 1 task at a time")
+    for spec in specs:
+        if spec.is_array:
+            raise SpecError(
+                f"array = {spec.array!r} in spec {spec.name!r}: a sweep makes the array "
+                "itself (its tasks are the specs); leave array out"
+            )
+    buckets: list[tuple[Any, list[int]]] = []  # specs are not hashable (env is a dict)
+    for i, spec in enumerate(specs):
+        shared = _shared(spec)
+        found = next((members for key, members in buckets if key == shared), None)
+        if found is None:
+            buckets.append((shared, [i]))
+        else:
+            found.append(i)
+    out: list[Group] = []
+    for _, members in buckets:
+        if len(members) == 1:
+            out.append(Group(specs[members[0]]))
+            continue
+        first = specs[members[0]]
+        names = [specs[i].name for i in members]
+        limit = f"%{max_running}" if max_running else ""
+        # The environment every task shares stays the spec's; each task sets the rest.
+        common = {
+            k: v for k, v in first.env.items() if all(specs[i].env.get(k) == v for i in members)
+        }
+        array_spec = replace(first, env=common, array=f"0-{len(members) - 1}{limit}")
+        array_spec = _renamed(array_spec, _array_name(name, names))
+        tasks = tuple(
+            Task(
+                labels[i],
+                specs[i].command,
+                {k: v for k, v in specs[i].env.items() if common.get(k) != v},
+            )
+            for i in members
+        )
+        out.append(Group(array_spec, tasks))
+    # Two jobs of one name would share a checkpoint folder: the later ones get -2, -3...
+    taken: set[str] = set()
+    for n, g in enumerate(out):
+        title, k = g.spec.name, 1
+        while title in taken:
+            k += 1
+            title = f"{g.spec.name}-{k}"
+        taken.add(title)
+        if title != g.spec.name:
+            out[n] = replace(g, spec=_renamed(g.spec, title))
+    return out
+
+
+def _renamed(spec: Any, title: str) -> Any:
+    """``spec`` named ``title``, its folders too when its name gave them."""
+    from slurmpre.login.values import parse_name
+
+    if title == spec.name:
+        return spec
+    derived = _default_dirs(spec)
+    spec = replace(spec, name=parse_name(title))
+    if derived:
+        folder = f"{Path.home()}/checkpoints/{spec.name}"
+        spec = replace(spec, checkpoint_dir=folder, log_dir=f"{folder}/logs")
+    return spec
+
+
+def _array_name(given: str | None, names: list[str]) -> str:
+    """The array's name: the one given, else the tasks' common name, else their common
+    start, else the first's with ``-sweep``."""
+    if given:
+        return given
+    if len(set(names)) == 1:
+        return names[0]
+    common = os.path.commonprefix(names).rstrip("-_.")  # noqa: RUF071 - names, not paths
+    return common or f"{names[0]}-sweep"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A group as submitted: its Slurm job, and the labels of its tasks (none: one job)."""
+
+    job_id: str
+    group: Group
+
+
+def submit_groups(
+    groups: Sequence[Group], client: Any, *, submit_one: Any, **options: Any
+) -> list[Queued]:
+    """Submit each group (`slurmpre.login.submit.submit` as ``submit_one``): an array with
+    its tasks' commands and environments in its script, or the lone spec. A group
+    refused stops the sweep there with the groups already queued named."""
+    from slurmpre.errors import SlurmpreError
+
+    out: list[Queued] = []
+    for g in groups:
+        try:
+            done = submit_one(g.spec, client, tasks=g.tasks, **options)
+        except SlurmpreError as exc:
+            if not out:
+                raise
+            queued = ", ".join(q.job_id for q in out)
+            raise type(exc)(f"{exc} (already queued by this sweep: {queued})") from None
+        out.append(Queued(done.job_id, g))
+    return out
