@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from slurmpre.cli.common import folder_arg, json_text, shown
+from slurmpre.cli.common import folder_arg, json_document, shown
 
 
 # -- checkpoints -----------------------------------------------------------------
@@ -17,17 +15,33 @@ def ckpt() -> None:
 
 @ckpt.command("latest")
 @click.argument("folder")
-def ckpt_latest(folder: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ckpt_latest(folder: str, as_json: bool) -> None:
     """Print the newest complete checkpoint under FOLDER (exit 1 if there is none)."""
     from slurmpre.errors import CheckpointError
     from slurmpre.job.checkpoints import latest, summarize
 
     found = latest(folder_arg(folder))
-    for line in summarize(found):
-        click.echo(shown(line), err=True)
+    if as_json:
+        best = found.checkpoint
+        click.echo(
+            json_document(
+                "latest",
+                {
+                    "folder": str(folder),
+                    "checkpoint": None if best is None else best.as_dict(),
+                    "passed_over": [s.as_dict() for s in found.skipped],
+                    "more_passed_over": found.more,
+                },
+            )
+        )
+    else:
+        for line in summarize(found):
+            click.echo(shown(line), err=True)
     if found.checkpoint is None:
         raise CheckpointError(f"no complete checkpoint under {str(folder)!r}")
-    click.echo(str(found.checkpoint.path))
+    if not as_json:
+        click.echo(str(found.checkpoint.path))
 
 
 @ckpt.command("list")
@@ -42,14 +56,13 @@ def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
     found = list_all(path)
     others = ignored(path) if show_all else []
     if as_json:
-        out: dict[str, object] | list[dict[str, object]] = [c.as_dict() for c in found]
+        out: dict[str, object] = {"checkpoints": [c.as_dict() for c in found]}
         if show_all:
-            out = {
-                "checkpoints": out,
-                "ignored": [{"name": i.name, "reason": i.reason} for i in others],
-            }
-        click.echo(json_text(out))
+            out["ignored"] = [{"name": i.name, "reason": i.reason} for i in others]
+        click.echo(json_document("checkpoints", out))
         return
+    if found or others:
+        click.echo(f"{'step':>10}  {'state':<10}  {'format':<10}  name  (why)")
     for c in found:
         step = "-" if c.step is None else str(c.step)
         state = "complete" if c.complete else "INCOMPLETE"
@@ -70,7 +83,7 @@ def ckpt_verify(path: str, as_json: bool) -> None:
 
     found = judge(folder_arg(path))
     if as_json:
-        click.echo(json_text(found.as_dict()))
+        click.echo(json_document("verify", found.as_dict()))
     else:
         state = "complete" if found.complete else "INCOMPLETE"
         step = "-" if found.step is None else found.step
@@ -111,7 +124,8 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
     )
     if as_json:
         click.echo(
-            json.dumps(
+            json_document(
+                "prune",
                 {
                     "dry_run": done.dry_run,
                     "removed": [e.__dict__ for e in done.removed],
@@ -119,7 +133,6 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
                     "failed": [f.__dict__ for f in done.failed],
                     "freed_bytes": done.freed,
                 },
-                indent=2,
             )
         )
     else:

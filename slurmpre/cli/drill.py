@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from slurmpre.cli.common import json_text, sandbox_here
+from slurmpre.cli.common import json_document, sandbox_here
 from slurmpre.errors import SlurmpreError
 
 
@@ -75,7 +75,7 @@ def drill(
     for line in render(result):
         say(line)
     if as_json:
-        click.echo(json_text(result.as_dict()))
+        click.echo(json_document("drill", result.as_dict()))
     failures = result.failures()
     if failures:
         raise SlurmpreError("drill failed: " + "; ".join(failures))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from slurmpre import defaults
-from slurmpre.cli.common import json_text, sandbox_here
+from slurmpre.cli.common import json_document, sandbox_here
 
 
 # -- sandbox -----------------------------------------------------------------
@@ -107,7 +107,7 @@ def sandbox_status(as_json: bool) -> None:
 
     report = describe(sandbox_here())
     if as_json:
-        click.echo(json_text(report))
+        click.echo(json_document("sandbox", report))
     else:
         from slurmpre.sandbox.status import format_report
 

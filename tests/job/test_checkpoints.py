@@ -270,13 +270,16 @@ def test_list_reports_every_checkpoint(tmp_path: Path) -> None:
     slurmpre_ckpt(tmp_path, 1)
     hf(tmp_path, 2, weights=False)
     proc = slurmpre_cli("ckpt", "list", str(tmp_path), "--json", check=True)
-    rows = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "slurmpre/checkpoints/1"
+    rows = doc["checkpoints"]
     assert [(r["step"], r["format"], r["complete"]) for r in rows] == [
         (2, "hf-trainer", False),
         (1, "slurmpre", True),
     ]
-    text = slurmpre_cli("ckpt", "list", str(tmp_path), check=True).stdout
-    assert "INCOMPLETE" in text.splitlines()[0] and "complete" in text.splitlines()[1]
+    text = slurmpre_cli("ckpt", "list", str(tmp_path), check=True).stdout.splitlines()
+    assert text[0].split() == ["step", "state", "format", "name", "(why)"]
+    assert "INCOMPLETE" in text[1] and "complete" in text[2]
 
 
 def test_ckpt_latest_without_any_is_exit_1(tmp_path: Path) -> None:
