@@ -85,6 +85,18 @@ def test_an_array_job_stands_for_its_tasks_and_a_task_is_found_by_its_name(
         jobs.locate("40_1", path=index)
 
 
+def test_a_task_of_an_array_recorded_without_its_range_is_found_by_its_folder(
+    tmp_path: Path,
+) -> None:
+    ck = tmp_path / "old"
+    (ck / "task-3").mkdir(parents=True)
+    index = _index(tmp_path, jobs.Submitted("42", "old", str(ck), f"{ck}/logs", 1.0))
+    found = jobs.locate("42_3", path=index)
+    assert (found.job, found.checkpoint_dir) == ("42_3", str(ck / "task-3"))
+    with pytest.raises(UsageError, match="job 42 is not an array job"):
+        jobs.locate("42_4", path=index)
+
+
 def test_a_task_is_found_through_its_arrays_ledger(tmp_path: Path) -> None:
     top = Ledger(tmp_path)
     top.ensure()

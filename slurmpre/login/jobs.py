@@ -163,6 +163,13 @@ def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = No
             parent = locate(base, checkpoint_dir, path)
         except UsageError:
             parent = None
+        # Submitted by a slurmpre that did not record the range: its tasks' folders say.
+        if (
+            parent is not None
+            and parent.array is None
+            and Path(arrays.task_folder(parent.checkpoint_dir, task)).is_dir()
+        ):
+            return parent.task(task)
         if parent is not None and parent.array is not None:
             if task not in arrays.task_ids(parent.array):
                 raise UsageError(
