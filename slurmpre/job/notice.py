@@ -32,7 +32,7 @@ from slurmpre.job.layout import FolderLayout
 from slurmpre.job.records import describe_notice
 from slurmpre.reading import SMALL, read_text
 from slurmpre.signals import Latch
-from slurmpre.slurm.client import SlurmClient
+from slurmpre.slurm.parse import NodeInfo
 
 
 @dataclass(frozen=True)
@@ -67,23 +67,36 @@ class NoticeSource(Protocol):
         ...
 
 
+class NodeView(Protocol):
+    """What answers for nodes' states: Slurm itself, or the user's shared drain board
+    (`slurmpre.job.drainboard`)."""
+
+    def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]: ...
+
+
 class DrainSource:
-    """The provider's notice: a node of the job drained (one query for all nodes)."""
+    """The provider's notice: a node of the job drained (one query for all nodes).
+    ``every``: ask this often instead of at the watcher's interval (a shared board is
+    read every second; it asks Slurm at most once per interval itself)."""
 
     name = "drain"
 
     def __init__(
         self,
-        client: SlurmClient,
+        client: NodeView,
         nodes: Sequence[str],
         reason: re.Pattern[str] | None = None,
         wall: Callable[[], float] = time.time,
+        every: float | None = None,
+        close: Callable[[], None] = lambda: None,
     ) -> None:
         self.client = client
         self.nodes = tuple(nodes)
         self.reason = reason
         self.wall = wall
         self.queries = 0
+        self.every = every
+        self.close = close
 
     def poll(self) -> list[Notice]:
         self.queries += 1

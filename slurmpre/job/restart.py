@@ -10,12 +10,14 @@ floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import SlurmpreError
 from slurmpre.job import records
+from slurmpre.job.drainboard import submit_slot
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
 from slurmpre.job.layout import FolderLayout
@@ -120,7 +122,8 @@ class Restarts:
             if done is not None:
                 return done
         try:
-            self.client.requeue(self.job.job_id)
+            with submit_slot(os.environ):
+                self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
             self.say(f"requeue failed, retrying: {_first(exc)}")
             return None
@@ -159,7 +162,9 @@ class Restarts:
             self.successor_refused = True
             return None
         try:
-            submitted = submit_successor(FolderLayout(self._submitted_in()), self.job, exclude)
+            with submit_slot(os.environ):
+                layout = FolderLayout(self._submitted_in())
+                submitted = submit_successor(layout, self.job, exclude)
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True

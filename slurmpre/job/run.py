@@ -93,12 +93,29 @@ class Watching:
                 self.watcher.stop()
 
 
+def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> DrainSource:
+    """The drain notice's source: through the user's shared drain board (one Slurm
+    query per interval for all the user's jobs on the cluster), unless sharing is off
+    (`slurmpre.job.drainboard`)."""
+    from slurmpre.job import drainboard
+
+    where = drainboard.folder(os.environ if env is None else env)
+    if where is None:
+        return DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
+    board = drainboard.DrainBoard(where, at.job.tag, at.client, at.opts.watch.interval, say=at.say)
+    if not board.register(at.job.nodes):
+        return DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
+    return DrainSource(
+        board, at.job.nodes, at.opts.drain_reason, every=drainboard.READ_EVERY, close=board.close
+    )
+
+
 def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
     def build() -> Watcher:
         from slurmpre.job.watch import Watcher  # here: in the watcher's own thread
 
         return Watcher(
-            [DrainSource(at.client, at.job.nodes, at.opts.drain_reason), SignalSource(warning)],
+            [drain_source(at), SignalSource(warning)],
             at.job,
             at.folder,
             at.ledger,

@@ -157,6 +157,13 @@ class Watcher:
         except Exception as exc:  # noqa: BLE001 - the watcher must never take the training down
             self.say(f"watcher stopped by an unexpected error: {type(exc).__name__}: {exc}")
         finally:
+            for schedule in self.schedules:
+                close = getattr(schedule.source, "close", None)
+                if close is not None:
+                    try:
+                        close()
+                    except Exception as exc:  # noqa: BLE001 - said; the job goes on ending
+                        self.say(f"{schedule.source.name}: closing failed: {exc}")
             self.finished.set()
 
     def run(self) -> None:
@@ -211,6 +218,7 @@ class Watcher:
         if schedule.failures:
             self.say(f"{name}: Slurm answers again after {schedule.failures} failed queries")
             schedule.failures = 0
+        every = getattr(schedule.source, "every", None)
         for notice in found:
             if self._state.notice is None:
                 self._on_notice(notice)
@@ -218,7 +226,7 @@ class Watcher:
                 self._state.drained.add(notice.node)
                 self.say(f"another node drained: {notice.describe()}")
                 self._ledger(records.Notice, **_notice_fields(notice, first=False))
-        return self._interval(0)
+        return every if every else self._interval(0)
 
     # -- after a notice ---------------------------------------------------------------
     def _on_notice(self, notice: Notice) -> None:

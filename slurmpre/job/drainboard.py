@@ -1,0 +1,387 @@
+"""One user's jobs on one cluster share one poll of their nodes' drains.
+
+Every job's watcher asking slurmctld on its own makes a user's load grow with the
+number of jobs (a sweep of 100 jobs: about 40 RPC/s), and a cluster that rate-limits
+each user (``SlurmctldParameters=rl_enable``, Slurm 23.02+) then tells every job to
+back off, exactly when a wave of preemptions needs the notices. So the jobs share:
+
+- each job *registers* its nodes: ``<board dir>/jobs/<job>.json``;
+- one job, the holder of a *lease* (``lease.json``, taken under a lock and renewed at
+  each poll, for three intervals), asks Slurm once per interval about every
+  registered node, and writes the answer, the *board* (``board.json``, atomically);
+- every job reads the board (a file; once a second) and takes its own nodes' states
+  from it when the board is fresh (polled within its interval, plus a second) and
+  names all its nodes. Otherwise (the holder died or is slow, the volume lags, the
+  job's nodes are not on it yet) the job takes the lease if it has lapsed, or asks
+  Slurm about its own nodes itself, at most once per its interval, with jitter. So a
+  job never waits on another job's watcher for longer than one interval.
+
+The board folder is ``$SLURMPRE_SHARED_DIR``, else
+``$XDG_STATE_HOME/slurmpre/watch/<cluster>`` (``~/.local/state/...``: ``$HOME`` is on
+the shared volume the jobs' nodes all see). It is made owner-only; what is read from
+it must be a regular, owner-only file of this user, small, and of the right shape
+(as the choice file is read), else it is ignored and the job asks Slurm itself.
+``SLURMPRE_SHARED_WATCH=0`` turns sharing off (every job asks for itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import stat
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmpre.access import OWNER, make_dirs
+from slurmpre.atomic import write_atomic
+from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.reading import SMALL, read_regular
+from slurmpre.slurm.parse import NodeInfo
+
+VERSION = 1
+GRACE = 1.0  # seconds a board may be older than its reader's interval, and still serve
+READ_EVERY = 1.0  # seconds between a job's looks at the board
+LEASE_INTERVALS = 3  # a lease lasts this many of its holder's intervals
+REGISTRATION_MAX_AGE = 3600.0  # a registration not renewed this long is of a dead job
+RENEW_REGISTRATION = 600.0  # seconds between a live job's renewals of it
+RESCAN = 60.0  # the holder reads the registrations again at least this often
+BOARD_MAX_BYTES = 1 << 22  # a board of some thousands of nodes
+
+
+def folder(env: Mapping[str, str]) -> Path | None:
+    """Where this user's jobs on this cluster share their board; None: sharing is off."""
+    if env.get("SLURMPRE_SHARED_WATCH", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    given = env.get("SLURMPRE_SHARED_DIR")
+    if given:
+        return Path(given)
+    home = env.get("HOME") or str(Path.home())
+    base = env.get("XDG_STATE_HOME") or f"{home}/.local/state"
+    cluster = env.get("SLURM_CLUSTER_NAME") or "cluster"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster) or "cluster"
+    return Path(base) / "slurmpre" / "watch" / safe
+
+
+@dataclass(frozen=True)
+class Board:
+    polled_at: float  # wall clock, when the holder's query answered
+    by: str  # the job that polled
+    asked: frozenset[str]  # every node it asked about
+    nodes: Mapping[str, NodeInfo]  # those Slurm knew (a node removed is not among them)
+
+
+def _node_json(n: NodeInfo) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "state": n.state,
+        "flags": sorted(n.flags),
+        "reason": n.reason,
+        "reason_time": n.reason_time,
+    }
+
+
+def _node_of(d: Any) -> NodeInfo:
+    ok = isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("state"), str)
+    flags = d.get("flags") if ok else None
+    ok = ok and isinstance(flags, list) and all(isinstance(f, str) for f in flags)
+    ok = ok and (d.get("reason") is None or isinstance(d.get("reason"), str))
+    rt = d.get("reason_time") if ok else None
+    ok = ok and (rt is None or (isinstance(rt, int | float) and not isinstance(rt, bool)))
+    if not ok or flags is None:
+        raise ValueError("not a node")
+    return NodeInfo(d["name"], d["state"], frozenset(flags), d.get("reason"), (), reason_time=rt)
+
+
+def _read_owned(path: Path, limit: int = SMALL) -> Any:
+    """The JSON in ``path``, when it is a regular file of this user that nobody else may
+    write (else ValueError, as for a file of the wrong shape; OSError when unreadable)."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ValueError(f"{path}: not a regular owner-only file of this user")
+    return json.loads(read_regular(path, limit))
+
+
+class DrainBoard:
+    """The shared view of drains for one job: `nodes(names)` answers as
+    `SlurmClient.nodes` does, from the board when it may, else from Slurm."""
+
+    def __init__(
+        self,
+        where: Path,
+        me: str,
+        client: Any,
+        interval: float,
+        *,
+        jitter: float = 0.1,
+        wall: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        say: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.dir = where
+        self.me = me
+        self.client = client
+        self.interval = interval
+        self.jitter = jitter
+        self.wall = wall
+        self.rng = rng or random.Random()
+        self.say = say
+        self.queries = 0  # this job's own Slurm queries (as holder or alone)
+        self.shared_answers = 0  # answers taken from another job's poll
+        self.holding = False
+        self._board: Board | None = None
+        self._board_key: tuple[int, int, int] | None = None
+        self._regs: set[str] = set()
+        self._regs_key: tuple[int, float] | None = None
+        self._own_due = 0.0
+        self._own: list[NodeInfo] = []
+        self._registered_at = 0.0
+        self._broken: str | None = None
+
+    # -- the files ---------------------------------------------------------------------
+    @property
+    def lease_path(self) -> Path:
+        return self.dir / "lease.json"
+
+    @property
+    def board_path(self) -> Path:
+        return self.dir / "board.json"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.dir / "jobs"
+
+    def _registration(self) -> Path:
+        return self.jobs_dir / f"{self.me}.json"
+
+    def register(self, nodes: Sequence[str]) -> bool:
+        """Add this job's nodes to what the holder asks about; False (and a line said)
+        when the folder cannot be shared safely: the job then asks Slurm itself."""
+        try:
+            make_dirs(self.jobs_dir, OWNER)
+            for d in (self.dir, self.jobs_dir):
+                st = os.lstat(d)
+                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                    raise ValueError(f"{d} is not an owner-only folder of this user")
+            data = {"v": VERSION, "job": self.me, "nodes": sorted(nodes), "at": self.wall()}
+            write_atomic(self._registration(), json.dumps(data), mode=OWNER.file_mode)
+        except (OSError, ValueError) as exc:
+            self._broken = str(exc)
+            self.say(f"drain board {self.dir}: not shared ({exc}); this job asks Slurm itself")
+            return False
+        self._registered_at = self.wall()
+        return True
+
+    def close(self) -> None:
+        """The job ends: its registration goes, and its lease, if it holds it; what it
+        cost Slurm is said."""
+        throttled = getattr(self.client, "throttled", 0)
+        self.say(
+            f"drain board: {self.queries} Slurm queries by this job, {self.shared_answers} "
+            f"answers read from the board, {throttled} times told to back off by Slurm's "
+            "rate limit"
+        )
+        with contextlib.suppress(OSError):
+            self._registration().unlink()
+        if self.holding:
+            with contextlib.suppress(OSError, LockTimeout), self._lock(0):
+                lease = self._read_lease()
+                if lease is not None and lease[0] == self.me:
+                    self.lease_path.unlink()
+            self.holding = False
+
+    def _lock(self, timeout: float) -> FolderLock:
+        return FolderLock(self.dir / "lease.lock", timeout=timeout, mode=OWNER.file_mode)
+
+    def _read_lease(self) -> tuple[str, float] | None:
+        try:
+            d = _read_owned(self.lease_path)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None  # unreadable or foreign: as if lapsed, replaced under the lock
+        ok = isinstance(d, dict) and isinstance(d.get("holder"), str)
+        until = d.get("until") if ok else None
+        if not ok or not isinstance(until, int | float) or isinstance(until, bool):
+            return None
+        return d["holder"], float(until)
+
+    def _take_lease(self, now: float) -> bool:
+        """Hold the lease for LEASE_INTERVALS intervals more, when it is ours or has
+        lapsed (one try at the lock: another job taking it now is as good)."""
+        lease = self._read_lease()
+        if lease is not None and lease[0] != self.me and lease[1] > now:
+            self.holding = False
+            return False
+        try:
+            with self._lock(0):
+                lease = self._read_lease()
+                if lease is not None and lease[0] != self.me and lease[1] > now:
+                    self.holding = False
+                    return False
+                until = now + LEASE_INTERVALS * self.interval
+                data = json.dumps({"v": VERSION, "holder": self.me, "until": until})
+                write_atomic(self.lease_path, data, mode=OWNER.file_mode)
+        except (LockTimeout, OSError):
+            self.holding = False
+            return False
+        if not self.holding:
+            self.say(f"drain board: this job polls Slurm for its user's jobs ({self.dir})")
+        self.holding = True
+        return True
+
+    def _read_board(self) -> Board | None:
+        try:
+            st = os.lstat(self.board_path)
+        except OSError:
+            return None
+        # Each write is a new file (renamed over the old): its inode tells it apart even
+        # when the clock's grain gives two writes one mtime.
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._board_key:
+            return self._board
+        try:
+            d = _read_owned(self.board_path, BOARD_MAX_BYTES)
+            nodes = {n.name: n for n in map(_node_of, d["nodes"])}
+            asked, at, by = d["asked"], d["polled_at"], d["by"]
+            if not (isinstance(asked, list) and all(isinstance(a, str) for a in asked)):
+                raise ValueError("asked")
+            if not isinstance(at, int | float) or isinstance(at, bool) or not isinstance(by, str):
+                raise ValueError("polled_at")
+            board = Board(float(at), by, frozenset(asked), nodes)
+        except (OSError, ValueError, KeyError, TypeError):
+            board = None
+        self._board, self._board_key = board, key
+        return board
+
+    def _registered(self, now: float) -> set[str]:
+        try:
+            # Read again when the folder changed, and each minute anyway: two jobs
+            # registering within the clock's grain leave one mtime.
+            key = (os.lstat(self.jobs_dir).st_mtime_ns, now // RESCAN)
+        except OSError:
+            return set()
+        if key == self._regs_key:
+            return self._regs
+        nodes: set[str] = set()
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.jobs_dir):
+                if not entry.name.endswith(".json") or entry.name.startswith("."):
+                    continue
+                try:
+                    d = _read_owned(Path(entry.path))
+                    at = float(d["at"])
+                    names = d["nodes"]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if now - at > REGISTRATION_MAX_AGE or not isinstance(names, list):
+                    continue
+                nodes.update(n for n in names if isinstance(n, str) and n)
+        self._regs, self._regs_key = nodes, key
+        return nodes
+
+    # -- the answer --------------------------------------------------------------------
+    def _next(self, now: float) -> float:
+        return now + self.interval * (1 + self.rng.uniform(-self.jitter, self.jitter))
+
+    def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
+        """``names``' states: from a fresh board naming them all, else from Slurm (this
+        job polling for every registered job, as the lease's holder, or for itself)."""
+        wanted = set(names)
+        if self._broken is not None:
+            return self._ask(wanted, now=self.wall())
+        now = self.wall()
+        if now - self._registered_at > RENEW_REGISTRATION:
+            self.register(sorted(wanted))
+        board = self._read_board()
+        age = None if board is None else now - board.polled_at
+        fresh = (
+            board is not None
+            and age is not None
+            and age <= self.interval + GRACE
+            and wanted <= board.asked
+        )
+        if self.holding or not fresh:
+            # the holder polls once per interval; another job, only once the board lags
+            due = board is None or age is None or age >= self.interval or not fresh
+            if due and self._take_lease(now):
+                return self._poll_for_all(wanted, now)
+        if fresh and board is not None:
+            self.shared_answers += 1
+            return [board.nodes[n] for n in sorted(wanted) if n in board.nodes]
+        return self._ask(wanted, now)
+
+    def _poll_for_all(self, wanted: set[str], now: float) -> list[NodeInfo]:
+        every = sorted(self._registered(now) | wanted)
+        answer = self.client.nodes(every)
+        self.queries += 1
+        polled_at = self.wall()
+        data = {
+            "v": VERSION,
+            "by": self.me,
+            "polled_at": polled_at,
+            "asked": every,
+            "nodes": [_node_json(n) for n in answer],
+        }
+        try:
+            write_atomic(self.board_path, json.dumps(data), mode=OWNER.file_mode)
+        except OSError as exc:
+            self.say(f"drain board: cannot write {self.board_path} ({exc.strerror or exc})")
+        self._own_due = self._next(now)
+        return [n for n in answer if n.name in wanted]
+
+    def _ask(self, wanted: set[str], now: float) -> list[NodeInfo]:
+        """This job's own query, at most once per interval (jittered)."""
+        if now >= self._own_due:
+            self._own = [n for n in self.client.nodes(sorted(wanted)) if n.name in wanted]
+            self.queries += 1
+            self._own_due = self._next(now)
+        return self._own
+
+
+SUBMIT_SLOTS = 4  # a user's jobs submit or requeue at most this many at once
+SLOT_WAIT = 10.0  # seconds a job waits for a slot at most; then it goes anyway
+
+
+@contextlib.contextmanager
+def submit_slot(
+    env: Mapping[str, str],
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[None]:
+    """One of SUBMIT_SLOTS slots for a successor's sbatch or a requeue, so a wave of
+    preemptions does not send slurmctld all of a user's jobs' restarts at once. Free at
+    once, it costs nothing; taken, the job waits in jittered steps (up to a second)
+    and, after SLOT_WAIT, goes anyway: a restart is never lost to a slow volume."""
+    where = folder(env)
+    if where is None:
+        yield
+        return
+    rng = rng or random.Random()
+    held: FolderLock | None = None
+    deadline = clock() + SLOT_WAIT
+    try:
+        make_dirs(where, OWNER)
+        while held is None and clock() < deadline:
+            for i in rng.sample(range(SUBMIT_SLOTS), SUBMIT_SLOTS):
+                lock = FolderLock(where / f"submit-{i}.lock", timeout=0, mode=OWNER.file_mode)
+                try:
+                    held = lock.acquire(0)
+                    break
+                except LockTimeout:
+                    continue
+            if held is None:
+                sleep(rng.uniform(0.1, 1.0))
+    except OSError:
+        held = None  # the shared folder is not usable: go on without a slot
+    try:
+        yield
+    finally:
+        if held is not None:
+            held.release()

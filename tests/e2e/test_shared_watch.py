@@ -1,0 +1,120 @@
+"""End to end (#26 item 1): a user's jobs share one Slurm poll of their nodes, and a drain
+of a node that runs two of them gives each its notice within the poll interval + 2 s."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurmpre.login.render import render
+from slurmpre.login.spec import validate
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import wait_for, wait_preemptible_idle
+from tests.e2e.helpers import restore_all
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
+
+POLL = 3.0
+LISTEN = """
+import json, time, slurmpre
+step = 0
+while not slurmpre.preemption_requested():
+    time.sleep(0.2)
+    step += 1
+with slurmpre.checkpoint(step) as path:
+    (path / "state.json").write_text(json.dumps({"step": step}))
+"""
+
+
+def ledger(folder: Path) -> list[dict[str, Any]]:
+    path = folder / ".slurmpre" / "attempts.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # the line being written
+    return out
+
+
+def attempt_logs(folder: Path) -> str:
+    return "".join(p.read_text() for p in (folder / "logs").glob("*.attempt-*.out"))
+
+
+def test_three_jobs_poll_slurm_as_one_and_a_drain_reaches_both_on_the_node(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    board = tmp_path / "board"
+    folders = [tmp_path / f"job-{i}" for i in range(3)]
+    ids = []
+    for i, folder in enumerate(folders):
+        spec = validate(
+            {
+                "name": f"shared-{i}",
+                "command": [sys.executable, "-c", LISTEN],
+                "launcher": "plain",
+                "cpus_per_task": 1,
+                "checkpoint_dir": str(folder),
+                "poll_interval": POLL,
+                "requeue": False,
+                "env": {"SLURMPRE_SHARED_DIR": str(board)},
+            }
+        )
+        (folder / "logs").mkdir(parents=True)
+        ids.append(slurm.submit(render(spec)))
+    try:
+        wait_for("three jobs running", lambda: all(slurm.job(j).state == "RUNNING" for j in ids),
+                 timeout=120)  # fmt: skip
+        nodes = {j: slurm.job(j).nodes[0] for j in ids}
+        wait_for(
+            "the board naming every job's node",
+            lambda: (
+                (board / "board.json").exists()
+                and set(nodes.values())
+                <= set(json.loads((board / "board.json").read_text())["asked"])
+            ),
+            timeout=60,
+        )
+        time.sleep(3 * POLL)  # polls enough to tell one poller from three
+        logs = [
+            "".join(p.read_text() for p in (f / "logs").glob("*.attempt-*.out")) for f in folders
+        ]
+        pollers = [i for i, text in enumerate(logs) if "this job polls Slurm for its user" in text]
+        assert len(pollers) == 1, logs
+        lease = json.loads((board / "lease.json").read_text())
+        assert lease["holder"] == ids[pollers[0]]
+        # the drain: the node running two of them (2 cores a node, one core a job)
+        crowded = max(set(nodes.values()), key=lambda n: list(nodes.values()).count(n))
+        hit = [i for i, j in enumerate(ids) if nodes[j] == crowded]
+        assert len(hit) == 2, nodes
+        t0 = time.time()
+        slurm.update_node(crowded, state="DRAIN", reason="preempted")
+        for i in hit:
+            found = wait_for(
+                f"job {ids[i]}'s notice and its checkpoint",
+                lambda i=i: (
+                    (recs := ledger(folders[i]))
+                    and any(r["event"] == "checkpoint" for r in recs)
+                    and next(r for r in recs if r["event"] == "notice")
+                ),
+                timeout=60,
+            )
+            assert found["seen_at"] - t0 <= POLL + 2, (ids[i], found["seen_at"] - t0)
+        for i in hit:
+            wait_for(f"job {ids[i]} to end", lambda i=i: slurm.job(ids[i]).finished, timeout=60)
+        ended = "".join(p.read_text() for i in hit for p in (folders[i] / "logs").glob("*.out"))
+        assert "answers read from the board" in ended
+    finally:
+        for j in ids:
+            slurm.cancel(j)
+        restore_all(sandbox, slurm)

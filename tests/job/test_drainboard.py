@@ -1,0 +1,185 @@
+"""The shared drain board: one Slurm query per interval for all of a user's jobs, and no
+job waiting on another's poll longer than one interval (#26 item 1)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurmpre.job import drainboard
+from slurmpre.job.drainboard import GRACE, LEASE_INTERVALS, DrainBoard
+from slurmpre.job.notice import DrainSource
+from slurmpre.slurm.parse import NodeInfo
+
+from tests.fakes import FakeSlurm
+
+INTERVAL = 5.0
+
+
+class Cluster(FakeSlurm):
+    """Nodes whose drains a test sets; every `nodes` query counted, by who asked."""
+
+    def __init__(self) -> None:
+        self.drained: dict[str, float] = {}
+        self.asked: list[tuple[str, ...]] = []
+
+    def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
+        self.asked.append(tuple(names))
+        return [
+            NodeInfo(
+                n,
+                "MIXED",
+                frozenset({"DRAIN"} if n in self.drained else ()),
+                "preempted" if n in self.drained else None,
+                (),
+                reason_time=self.drained.get(n),
+            )
+            for n in names
+        ]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def board(tmp_path: Path, me: str, slurm: Cluster, clock: Clock, nodes: list[str]) -> DrainBoard:
+    b = DrainBoard(tmp_path / "watch", me, slurm, INTERVAL, jitter=0.0, wall=clock)
+    assert b.register(nodes)
+    return b
+
+
+def drained(b: DrainBoard, nodes: list[str]) -> set[str]:
+    return {n.name for n in b.nodes(nodes) if n.draining}
+
+
+def test_one_job_polls_for_all_and_the_others_read_its_answer(tmp_path: Path) -> None:
+    slurm, clock = Cluster(), Clock()
+    jobs = {f"{i}": board(tmp_path, f"{i}", slurm, clock, [f"n{i}"]) for i in range(10)}
+    for t in range(60):  # a minute, each job looking once a second
+        clock.now += 1.0
+        if t == 30:
+            slurm.drained["n7"] = clock.now
+        seen = {me: drained(b, [f"n{me}"]) for me, b in jobs.items()}
+        if t >= 30 + INTERVAL + 1:
+            assert seen["7"] == {"n7"}  # within the interval (and the second of reading)
+        assert all(not s for me, s in seen.items() if me != "7")
+    # one poll per interval for all ten (each naming every registered node), not ten
+    assert len(slurm.asked) <= 60 / INTERVAL + 1
+    assert set(slurm.asked[-1]) == {f"n{i}" for i in range(10)}
+    assert sum(b.holding for b in jobs.values()) == 1
+    assert sum(b.shared_answers for b in jobs.values()) > 400
+    for b in jobs.values():
+        b.close()
+    assert not (tmp_path / "watch" / "lease.json").exists()
+    assert not list((tmp_path / "watch" / "jobs").iterdir())
+
+
+def test_when_the_holder_stops_no_job_waits_longer_than_an_interval(tmp_path: Path) -> None:
+    slurm, clock = Cluster(), Clock()
+    holder = board(tmp_path, "1", slurm, clock, ["a"])
+    other = board(tmp_path, "2", slurm, clock, ["b"])
+    clock.now += 1
+    holder.nodes(["a"])
+    other.nodes(["b"])
+    assert holder.holding and not other.holding and len(slurm.asked) == 1
+    # the holder's job hangs (it neither polls nor releases its lease); a drain comes
+    slurm.drained["b"] = clock.now + 1
+    first_seen = None
+    for _ in range(40):
+        clock.now += 1.0
+        if drained(other, ["b"]) and first_seen is None:
+            first_seen = clock.now
+    assert first_seen is not None
+    assert first_seen - slurm.drained["b"] <= INTERVAL + GRACE + 1
+    # asking for itself meanwhile, once an interval, then holding the lapsed lease
+    assert other.holding
+    mine = [q for q in slurm.asked if q == ("b",)]
+    assert 1 <= len(mine) <= LEASE_INTERVALS + 1
+
+
+def test_a_board_or_lease_that_is_not_an_owner_only_file_is_not_believed(tmp_path: Path) -> None:
+    slurm, clock = Cluster(), Clock()
+    reader = board(tmp_path, "2", slurm, clock, ["b"])
+    folder = tmp_path / "watch"
+    forged = {"v": 1, "by": "9", "polled_at": clock.now, "asked": ["b"], "nodes": []}
+    (folder / "board.json").write_text(json.dumps(forged))
+    (folder / "board.json").chmod(0o666)  # anyone could have written it
+    # a lease held by someone else, but written group-writable: not believed either
+    (folder / "lease.json").write_text(json.dumps({"holder": "9", "until": clock.now + 99}))
+    (folder / "lease.json").chmod(0o664)
+    slurm.drained["b"] = clock.now
+    assert drained(reader, ["b"]) == {"b"}  # from Slurm: the forged board said nothing
+    assert reader.holding  # the forged lease did not keep it out
+    assert json.loads((folder / "board.json").read_text())["by"] == "2"
+    assert oct((folder / "board.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_board_link_leading_elsewhere_is_not_read(tmp_path: Path) -> None:
+    slurm, clock = Cluster(), Clock()
+    reader = board(tmp_path, "2", slurm, clock, ["b"])
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"v": 1, "by": "9", "polled_at": clock.now, "asked": ["b"],
+                                     "nodes": []}))  # fmt: skip
+    elsewhere.chmod(0o600)
+    (tmp_path / "watch" / "board.json").symlink_to(elsewhere)
+    (tmp_path / "watch" / "lease.json").write_text(json.dumps({"holder": "9", "until": 1e12}))
+    (tmp_path / "watch" / "lease.json").chmod(0o600)
+    slurm.drained["b"] = clock.now
+    assert drained(reader, ["b"]) == {"b"} and slurm.asked == [("b",)]
+
+
+def test_a_folder_others_may_write_is_not_shared(tmp_path: Path) -> None:
+    (tmp_path / "watch").mkdir(mode=0o777)
+    (tmp_path / "watch").chmod(0o777)
+    said: list[str] = []
+    b = DrainBoard(tmp_path / "watch", "1", Cluster(), INTERVAL, wall=Clock(), say=said.append)
+    assert not b.register(["a"])
+    assert "not shared" in said[0]
+
+
+def test_where_the_board_is_and_how_sharing_is_turned_off(tmp_path: Path) -> None:
+    env = {"HOME": "/home/u", "SLURM_CLUSTER_NAME": "big/one"}
+    assert drainboard.folder(env) == Path("/home/u/.local/state/slurmpre/watch/big_one")
+    assert drainboard.folder({**env, "XDG_STATE_HOME": "/s"}) == Path("/s/slurmpre/watch/big_one")
+    assert drainboard.folder({**env, "SLURMPRE_SHARED_DIR": "/x"}) == Path("/x")
+    assert drainboard.folder({**env, "SLURMPRE_SHARED_WATCH": "0"}) is None
+
+
+def test_the_drain_source_reads_the_board_every_second(tmp_path: Path) -> None:
+    slurm, clock = Cluster(), Clock()
+    b = board(tmp_path, "1", slurm, clock, ["a"])
+    source = DrainSource(b, ["a"], every=drainboard.READ_EVERY, close=b.close, wall=clock)
+    assert source.poll() == []
+    slurm.drained["a"] = clock.now
+    clock.now += INTERVAL
+    (notice,) = source.poll()
+    assert (notice.node, notice.reason, notice.at) == ("a", "preempted", slurm.drained["a"])
+    source.close()
+    assert not (tmp_path / "watch" / "jobs" / "1.json").exists()
+
+
+def test_restarts_take_one_of_a_few_slots_and_go_anyway_after_the_wait(tmp_path: Path) -> None:
+    env = {"SLURMPRE_SHARED_DIR": str(tmp_path / "watch")}
+    slept: list[float] = []
+    with contextlib.ExitStack() as held:
+        for _ in range(drainboard.SUBMIT_SLOTS):  # the slots all taken by other restarts
+            held.enter_context(drainboard.submit_slot(env, sleep=slept.append))
+        assert slept == []  # a free slot costs nothing
+        now = [0.0]
+
+        def sleep(s: float) -> None:
+            slept.append(s)
+            now[0] += s
+
+        with drainboard.submit_slot(env, sleep=sleep, clock=lambda: now[0]):
+            pass  # it went anyway
+        assert drainboard.SLOT_WAIT <= sum(slept) <= drainboard.SLOT_WAIT + 1.0
+        assert all(0.1 <= s <= 1.0 for s in slept)  # jittered steps
+    with drainboard.submit_slot({"SLURMPRE_SHARED_WATCH": "0"}):
+        pass  # sharing off: no slot, no wait
