@@ -40,6 +40,11 @@ def sandbox() -> None:
     "release than the host's runs from a Debian root made with debootstrap, cached.",
 )
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the nodes.")
+@click.option(
+    "--rate-limit", default=None, metavar="on|BUCKET/REFILL",
+    help="Per-user RPC rate limiting (rl_enable; Slurm 23.02+): on for Slurm's defaults "
+    "(30 tokens, 2 a second), or e.g. 10/1.",
+)  # fmt: skip
 def sandbox_up(
     nodes: int,
     preemptible: int,
@@ -47,6 +52,7 @@ def sandbox_up(
     tracking: str,
     slurm: str | None,
     timeout: float,
+    rate_limit: str | None,
 ) -> None:
     """Install (if needed) and start munge, slurmctld and one slurmd per node."""
     box = sandbox_here()
@@ -58,6 +64,7 @@ def sandbox_up(
         slurm=slurm,
         timeout=timeout,
         say=click.echo,
+        rate_limit=rate_limit,
     )
     if box.root is not None:
         click.echo(

@@ -34,6 +34,7 @@ from slurmpre.sandbox.config import (
     State,
     node_specs,
     parse_topology,
+    rate_limit_parameters,
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,
@@ -146,8 +147,11 @@ class Sandbox:
         slurm: str | None = None,
         timeout: float = 60.0,
         say: Callable[[str], None] = lambda _: None,
+        rate_limit: str | None = None,
     ) -> State:
         specs = node_specs(nodes, preemptible)
+        if rate_limit is not None:
+            rate_limit_parameters(rate_limit, (99, 0, 0))  # its form, before anything starts
         suite = None if slurm is None else suite_of(slurm)
         if suite is not None and suite == host_suite():
             suite = None  # the host's own packages are that release
@@ -161,6 +165,7 @@ class Sandbox:
                 if (
                     want != have
                     or state.timings != timings
+                    or state.rate_limit != rate_limit
                     or (tracking != "auto" and tracking != state.tracking)
                     or (slurm is not None and suite != state.suite)
                 ):
@@ -176,7 +181,7 @@ class Sandbox:
             if state is not None:
                 say("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
-            return self._cold_start(specs, stock_timings, tracking, suite, timeout, say)
+            return self._cold_start(specs, stock_timings, tracking, suite, timeout, say, rate_limit)
 
     def _cold_start(
         self,
@@ -186,6 +191,7 @@ class Sandbox:
         suite: str | None,
         timeout: float,
         say: Callable[[str], None],
+        rate_limit: str | None = None,
     ) -> State:
         root = None
         if suite is None:
@@ -211,6 +217,7 @@ class Sandbox:
             timings=STOCK if stock_timings else TUNED,
             tracking=choose_tracking(tracking, say, slurm_plugins(root)),
             topology=parse_topology(run(self._argv(["slurmd", "-C"]), error=SandboxError).stdout),
+            rate_limit=None if rate_limit is None else rate_limit_parameters(rate_limit, version),
         )
         self._lay_out(cfg)
         state = State(
@@ -220,6 +227,7 @@ class Sandbox:
             tracking=cfg.tracking.name,
             root=None if root is None else str(root.path),
             suite=suite,
+            rate_limit=rate_limit,
         )
         self.save(state)
         state.munged = start_munge(cfg.log_dir, root)
@@ -240,6 +248,7 @@ class Sandbox:
             f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
             f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings, "
             f"proctrack/{cfg.tracking.proctrack}, TaskPlugin={cfg.tracking.task_plugin}"
+            + (f", SlurmctldParameters={cfg.rate_limit}" if cfg.rate_limit else "")
         )
         return state
 

@@ -124,6 +124,8 @@ class SandboxConfig:
     timings: Timings = TUNED
     tracking: Tracking = CGROUP
     topology: Topology = Topology(1, 2, 1)
+    # Per-user RPC rate limiting (Slurm 23.02+): "rl_enable" and its options, or None.
+    rate_limit: str | None = None
 
     @property
     def spool_root(self) -> Path:
@@ -208,6 +210,8 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "GresTypes=gpu",
         *cfg.timings.lines(),
     ]
+    if cfg.rate_limit:
+        lines.append(f"SlurmctldParameters={cfg.rate_limit}")
     for n in cfg.nodes:
         feature = PREEMPTIBLE_FEATURE if n.preemptible else STANDARD_FEATURE
         lines.append(
@@ -245,6 +249,25 @@ def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
     return f"{MARKER}\nCgroupPlugin=disabled\n"
 
 
+RATE_LIMIT_SINCE = (23, 2, 0)
+
+
+def rate_limit_parameters(spec: str, version: tuple[int, int, int]) -> str:
+    """``--rate-limit`` -> SlurmctldParameters: ``on`` (Slurm's defaults: a bucket of 30
+    tokens refilled by 2 a second), or ``BUCKET/REFILL`` (tokens, tokens a second)."""
+    if version < RATE_LIMIT_SINCE:
+        raise UsageError(
+            f"--rate-limit {spec}: Slurm {'.'.join(map(str, version))} has no per-user rate "
+            "limiting (rl_enable came in 23.02): use --slurm 24.11 or 26.05"
+        )
+    if spec == "on":
+        return "rl_enable"
+    bucket, sep, refill = spec.partition("/")
+    if not (sep and bucket.isdigit() and refill.isdigit() and int(bucket) > 0 and int(refill) > 0):
+        raise UsageError(f"--rate-limit {spec!r}: give on, or BUCKET/REFILL such as 30/2")
+    return f"rl_enable,rl_bucket_size={int(bucket)},rl_refill_rate={int(refill)}"
+
+
 @dataclass
 class State:
     """What ``up`` started, as written to ``sandbox.json``."""
@@ -258,6 +281,7 @@ class State:
     tracking: str = PGID.name  # sandboxes recorded before tracking was a choice ran pgid
     root: str | None = None  # a Debian root the Slurm daemons run in (None: the host's Slurm)
     suite: str | None = None  # that root's Debian suite
+    rate_limit: str | None = None  # `up --rate-limit`: "on" or "BUCKET/REFILL"; None: off
 
     def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
         return SandboxConfig(

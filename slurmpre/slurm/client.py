@@ -64,12 +64,19 @@ class SlurmClient(Protocol):
         ...
 
 
+# What Slurm's library says (at -v) each time slurmctld's rate limit makes it wait.
+RATE_LIMITED = "RPC rate limited"
+
+
 class CommandLineSlurm:
     """The backend that always works: Slurm's own command-line tools."""
 
     def __init__(self, timeout: float = 30.0, env: Mapping[str, str] | None = None) -> None:
         self.timeout = timeout
         self.env = env  # None: this process's (Slurm's commands found on its PATH)
+        # Times slurmctld's per-user rate limit (rl_enable, 23.02+) told a node query to
+        # back off; Slurm's library sleeps and asks again by itself, and says so at -v.
+        self.throttled = 0
 
     def _run(self, argv: Sequence[str], *, input: str | None = None) -> str:
         return run(argv, timeout=self.timeout, env=self.env, input=input, error=SlurmError).stdout
@@ -80,10 +87,12 @@ class CommandLineSlurm:
     def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
         # --local: a node is always of this cluster; it spares slurmctld a federation
         # lookup on every call (two RPCs a query instead of three, counted with sdiag).
-        argv = ["scontrol", "--local", "show", "node", "-o"]
+        argv = ["scontrol", "-v", "--local", "show", "node", "-o"]
         if names:
             argv.append(",".join(names))
-        return parse_nodes(self._run(argv))
+        proc = run(argv, timeout=self.timeout, env=self.env, error=SlurmError)
+        self.throttled += proc.stderr.count(RATE_LIMITED)
+        return parse_nodes(proc.stdout)
 
     def job(self, job_id: str) -> JobInfo:
         """The job; JobNotFound when Slurm knows no such job (the one place that reads

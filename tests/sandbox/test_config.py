@@ -125,3 +125,19 @@ def test_gres_conf_points_at_stand_in_devices() -> None:
 def test_unknown_node_is_named() -> None:
     with pytest.raises(UsageError, match="unknown sandbox node 'nope' \\(nodes: gpu-preemptible"):
         cfg().node("nope")
+
+
+def test_rate_limiting_is_offered_from_23_02_as_rl_enable() -> None:
+    from slurmpre.sandbox.config import rate_limit_parameters
+
+    assert rate_limit_parameters("on", (26, 5, 5)) == "rl_enable"
+    assert rate_limit_parameters("10/1", (24, 11, 5)) == (
+        "rl_enable,rl_bucket_size=10,rl_refill_rate=1"
+    )
+    conf = render_slurm_conf(cfg((26, 5, 5), rate_limit="rl_enable"))
+    assert "SlurmctldParameters=rl_enable\n" in conf
+    assert "SlurmctldParameters" not in render_slurm_conf(cfg((26, 5, 5)))
+    with pytest.raises(UsageError, match=r"rl_enable came in 23\.02"):
+        rate_limit_parameters("on", (22, 5, 8))
+    with pytest.raises(UsageError, match="give on, or BUCKET/REFILL"):
+        rate_limit_parameters("10/0", (26, 5, 5))
