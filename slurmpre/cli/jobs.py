@@ -191,16 +191,21 @@ def logs(
     try:
         if entry.array is not None:
             _array_logs(entry, client, write, attempt=attempt, follow=follow, tail=tail)
-            return
-        info = jobs.slurm_view(client, entry.job, say_err)
-        jobs.check_mine(info, entry.job)
-        path = log_path(entry, attempt, info)
-        show(path, write, follow=follow, client=client, job=entry.job, tail=tail)
-        if follow and attempt is None:
-            follow_successors(entry, client, write)
+        else:
+            info = jobs.slurm_view(client, entry.job, say_err)
+            jobs.check_mine(info, entry.job)
+            path = log_path(entry, attempt, info)
+            show(path, write, follow=follow, client=client, job=entry.job, tail=tail)
+            if follow and attempt is None:
+                follow_successors(entry, client, write)
     finally:
         if kept is not None:
             kept.flush()
+    if follow and attempt is None:
+        # Ends as `slurmpre wait` does: exit 0 when the run completed, else 1 naming why.
+        from slurmpre.login.handle import Job
+
+        Job.from_entry(entry, client).wait(timeout=120)
 
 
 def _array_logs(

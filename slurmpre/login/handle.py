@@ -41,10 +41,11 @@ class Job:
     ) -> Job:
         """A job by its id or its name (the newest of that name)."""
         entry = jobs.locate(str(which), None if checkpoint_dir is None else str(checkpoint_dir))
-        return cls._of(entry, client)
+        return cls.from_entry(entry, client)
 
     @classmethod
-    def _of(cls, entry: jobs.Submitted, client: SlurmClient | None) -> Job:
+    def from_entry(cls, entry: jobs.Submitted, client: SlurmClient | None = None) -> Job:
+        """The job the user's list (or a ledger) records as ``entry``."""
         return cls(
             entry.job,
             entry.name,
@@ -64,7 +65,7 @@ class Job:
         """An array job's tasks (``123_0``, ``123_1``, ...), each a Job; else [itself]."""
         if self.array is None:
             return [self]
-        return [Job._of(t, self.client) for t in self.entry.tasks()]
+        return [Job.from_entry(t, self.client) for t in self.entry.tasks()]
 
     def _one(self, what: str) -> None:
         if self.array is not None:

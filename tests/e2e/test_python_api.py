@@ -62,6 +62,12 @@ def test_submit_wait_and_cancel_from_python_and_wait_from_the_shell(
         shell_bad = slurmpre_cli("wait", "bad")
         assert shell_bad.returncode == 1
         assert shell_bad.stderr.strip() == f"slurmpre: error: {err.value}"
+        # logs --follow ends as wait does: the log, then the run's outcome as exit code
+        followed_ok = slurmpre_cli("logs", ok.id, "-f")
+        assert followed_ok.returncode == 0 and "hello from the job" in followed_ok.stdout
+        followed_bad = slurmpre_cli("logs", "bad", "-f")
+        assert followed_bad.returncode == 1
+        assert followed_bad.stderr.strip() == f"slurmpre: error: {err.value}"
         wait_for("the long job to run", lambda: long.state() == "RUNNING", timeout=120)
         timed_out = slurmpre_cli("wait", long.id, "--timeout", "1")
         assert timed_out.returncode == 1
