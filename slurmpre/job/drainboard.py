@@ -306,8 +306,9 @@ class DrainBoard:
             and wanted <= board.asked
         )
         if self.holding or not fresh:
-            # the holder polls once per interval; another job, only once the board lags
-            due = board is None or age is None or age >= self.interval or not fresh
+            # the holder polls once per interval (on the grid of its reads: when the next
+            # read would be later); another job, only once the board lags
+            due = board is None or age is None or age + READ_EVERY > self.interval or not fresh
             if due and self._take_lease(now):
                 return self._poll_for_all(wanted, now)
         if fresh and board is not None:

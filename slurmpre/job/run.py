@@ -100,11 +100,23 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
     from slurmpre.job import drainboard
 
     where = drainboard.folder(os.environ if env is None else env)
-    if where is None:
-        return DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
-    board = drainboard.DrainBoard(where, at.job.tag, at.client, at.opts.watch.interval, say=at.say)
-    if not board.register(at.job.nodes):
-        return DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
+    board = None
+    if where is not None:
+        board = drainboard.DrainBoard(
+            where, at.job.tag, at.client, at.opts.watch.interval, say=at.say
+        )
+    if board is None or not board.register(at.job.nodes):
+        alone = DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
+
+        def said() -> None:
+            throttled = getattr(at.client, "throttled", 0)
+            at.say(
+                f"drain: {alone.queries} Slurm queries by this job alone, {throttled} times "
+                "told to back off by Slurm's rate limit"
+            )
+
+        alone.close = said
+        return alone
     return DrainSource(
         board, at.job.nodes, at.opts.drain_reason, every=drainboard.READ_EVERY, close=board.close
     )
