@@ -44,7 +44,9 @@ PACKAGES = (
     "procps",
 )
 # The Slurm commands the host reaches through shims.
-CLIENTS = ("scontrol", "sbatch", "squeue", "sinfo", "scancel", "srun", "salloc", "sacct", "sprio")
+CLIENTS = (
+    "scontrol", "sbatch", "squeue", "sinfo", "scancel", "srun", "salloc", "sacct", "sprio", "sdiag",
+)  # fmt: skip
 READY = ".slurmpre-root"  # written last: a root without it is half made
 
 

@@ -1,0 +1,242 @@
+"""Sweeps at scale (#26): what N jobs of one user cost slurmctld, and how fast each hears
+of a wave of drains, with every job polling for itself against the shared drain board.
+
+For each N (default 1, 10, 30) and each way (``per-job``: SLURMPRE_SHARED_WATCH=0;
+``shared``: the board, slurmpre's default), in one run:
+
+1. N one-node jobs of one user (one core each; a plain-Python script that asks
+   ``slurmpre.preemption_requested()`` twice a second, saves with
+   ``slurmpre.checkpoint`` on the notice and ends) are started and left to settle;
+2. slurmctld's RPC count *from that user* (``sdiag``'s per-user table) is read before
+   and after ``--seconds`` of idling: RPCs per second (the bench itself makes only the
+   two sdiag calls in the window; in the sandbox the jobs and slurmd both run as root,
+   and what the idle cluster sends from the same user, slurmd's registrations, is
+   measured first and taken off);
+3. a wave: ``--wave`` nodes running jobs are drained at once; each affected job's
+   notice latency is its ledger's notice ``seen_at`` less the moment the drain was
+   issued, median and p99; each must have committed its notice checkpoint (0 steps
+   lost: the script saves the step it is on);
+4. every job is cancelled and the nodes resumed.
+
+Rate limiting needs Slurm 23.02+: ``--slurm 26.05 --rate-limit on`` brings the sandbox
+up from sid's root with ``SlurmctldParameters=rl_enable`` (Slurm's defaults: 30
+tokens, 2 a second per user); 22.05 (the host's) has none. The sandbox gets
+``--nodes`` nodes (all but one preemptible), two jobs to a node (each node declares
+the host's 2 cores). Timings are the sandbox's tuned ones (they do not change a
+poll's cost); ``poll_interval`` is 5 s, the default.
+
+Usage: python bench/sweep_load.py [--jobs 1,10,30] [--seconds 60] [--wave 5]
+                                  [--slurm RELEASE] [--rate-limit on|B/R] [--nodes 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from slurmpre.login.render import render
+from slurmpre.login.spec import validate
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.roots import Root
+
+SCRIPT = """
+import json, time, slurmpre
+step = 0
+while not slurmpre.preemption_requested():
+    time.sleep(0.5)
+    step += 1
+with slurmpre.checkpoint(step) as path:
+    (path / "state.json").write_text(json.dumps({"step": step}))
+"""
+
+_USER_LINE = re.compile(r"^\s+(\S+)\s+\(\s*(\d+)\)\s+count:(\d+)", re.M)
+
+
+ENV: dict[str, str] | None = None  # the sandbox's: its Slurm commands first on PATH
+
+
+def rpcs_by_user() -> dict[str, int]:
+    """sdiag's "Remote Procedure Call statistics by user": user -> RPC count."""
+    for _ in range(10):
+        proc = subprocess.run(["sdiag"], capture_output=True, text=True, check=False, env=ENV)
+        if proc.returncode == 0:
+            break
+        time.sleep(1)
+    else:
+        raise SystemExit(f"bench: sdiag failed: {proc.stderr.strip()}")
+    out = proc.stdout
+    part = out.split("Remote Procedure Call statistics by user", 1)[-1]
+    part = part.split("Pending RPC statistics", 1)[0]
+    return {m.group(1): int(m.group(3)) for m in _USER_LINE.finditer(part)}
+
+
+def submit(box: Sandbox, work: Path, python: str, i: int, shared: bool) -> str:
+    folder = work / f"job-{i}"
+    spec = validate(
+        {
+            "name": f"load-{i}",
+            "command": [python, "-c", SCRIPT],
+            "launcher": "plain",
+            "python": python,
+            "cpus_per_task": 1,
+            "checkpoint_dir": str(folder),
+            "requeue": False,  # the notice and its checkpoint are what is measured
+            "env": {
+                "SLURMPRE_SHARED_WATCH": "1" if shared else "0",
+                "SLURMPRE_SHARED_DIR": str(work / "board"),
+            },
+        }
+    )
+    (folder / "logs").mkdir(parents=True)
+    return box.client.submit(render(spec))
+
+
+def ledger(folder: Path) -> list[dict[str, Any]]:
+    path = folder / ".slurmpre" / "attempts.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def run_one(
+    box: Sandbox, python: str, n: int, shared: bool, args: argparse.Namespace
+) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"slurmpre-load-{n}-", dir=args.workdir))
+    ids = [submit(box, work, python, i, shared) for i in range(n)]
+    deadline = time.time() + 300
+    while True:
+        states = [box.client.job(j).state for j in ids]
+        if all(s == "RUNNING" for s in states):
+            break
+        if time.time() > deadline:
+            raise SystemExit(f"bench: not all {n} jobs ran: {states}")
+        time.sleep(1)
+    # every wrapper up and listening (its start record written)
+    while not all(
+        any(r.get("event") == "start" for r in ledger(work / f"job-{i}")) for i in range(n)
+    ):
+        if time.time() > deadline:
+            raise SystemExit("bench: the wrappers did not start")
+        time.sleep(1)
+    time.sleep(args.settle)
+    before = rpcs_by_user()
+    time.sleep(args.seconds)
+    after = rpcs_by_user()
+    rate = (after.get(args.user, 0) - before.get(args.user, 0) - 1) / args.seconds  # less sdiag
+
+    # the wave: the first --wave nodes running any of these jobs, drained at once
+    infos = {j: box.client.job(j) for j in ids}
+    nodes = sorted({info.nodes[0] for info in infos.values()})[: args.wave]
+    hit = [i for i, j in enumerate(ids) if infos[j].nodes[0] in nodes]
+    t0 = time.time()
+    for node in nodes:
+        box.client.update_node(node, state="DRAIN", reason="preempted")
+    latencies: list[float] = []
+    saved = 0
+    deadline = time.time() + 120
+    pending = set(hit)
+    while pending and time.time() < deadline:
+        for i in sorted(pending):
+            recs = ledger(work / f"job-{i}")
+            notice = next((r for r in recs if r.get("event") == "notice"), None)
+            if notice is not None and any(r.get("event") == "checkpoint" for r in recs):
+                latencies.append(notice["seen_at"] - t0)
+                saved += 1
+                pending.discard(i)
+        time.sleep(0.5)
+    for j in ids:
+        box.client.cancel(j)
+    for node in nodes:
+        box.client.update_node(node, state="RESUME")
+    while any(not box.client.job(j).finished for j in ids):
+        time.sleep(1)
+    throttled = 0
+    for i in range(n):
+        for log in (work / f"job-{i}" / "logs").glob("*.attempt-*.out"):
+            for m in re.finditer(r"(\d+) times told to back off", log.read_text(errors="replace")):
+                throttled += int(m.group(1))
+    latencies.sort()
+    return {
+        "throttled": throttled,
+        "jobs": n,
+        "way": "shared" if shared else "per-job",
+        "rpc_per_s": rate,
+        "affected": len(hit),
+        "noticed_and_saved": saved,
+        "median_s": statistics.median(latencies) if latencies else None,
+        "p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        if latencies
+        else None,
+        "max_s": latencies[-1] if latencies else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", default="1,10,30")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--settle", type=float, default=10.0)
+    parser.add_argument("--wave", type=int, default=5)
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--slurm", default=None)
+    parser.add_argument("--rate-limit", default=None)
+    parser.add_argument("--user", default="root")
+    parser.add_argument("--workdir", default="/home")
+    args = parser.parse_args()
+    counts = [int(x) for x in args.jobs.split(",")]
+    box = Sandbox()
+    box.down()
+    time.sleep(5)  # the last slurmd let go of its port
+    box.up(args.nodes, args.nodes - 1, slurm=args.slurm, rate_limit=args.rate_limit,
+           timeout=180, say=print)  # fmt: skip
+    global ENV
+    ENV = box.env
+    python = sys.executable if box.root is None else str(Root.python(box.state_dir))
+    version = ".".join(map(str, box.load().version))  # type: ignore[union-attr]
+    limit = f"rate limit {args.rate_limit}" if args.rate_limit else "no rate limit"
+    print(f"Slurm {version}, tuned timings, {args.nodes} nodes, {limit}, poll_interval 5 s")
+    # slurmd runs as root too: what the idle cluster sends in the window, taken off below
+    before = rpcs_by_user()
+    time.sleep(args.seconds)
+    idle = (rpcs_by_user().get(args.user, 0) - before.get(args.user, 0) - 1) / args.seconds
+    print(f"  0 jobs: {idle:6.2f} RPC/s from {args.user} (the nodes' slurmd), taken off below")
+    rows = []
+    for n in counts:
+        for shared in (False, True):
+            row = run_one(box, python, n, shared, args)
+            row["rpc_per_s"] -= idle
+            rows.append(row)
+            print(
+                f"{n:>3} jobs {row['way']:>7}: {row['rpc_per_s']:6.2f} RPC/s from the user; "
+                f"wave of {row['affected']} jobs: {row['noticed_and_saved']} saved on the notice, "
+                f"notice median {row['median_s']:.2f} s, p99 {row['p99_s']:.2f} s, "
+                f"max {row['max_s']:.2f} s; {row['throttled']} queries throttled",
+                flush=True,
+            )
+    base = {r["jobs"]: r["rpc_per_s"] for r in rows if r["way"] == "per-job"}
+    for r in rows:
+        if r["way"] == "shared" and base.get(r["jobs"]):
+            print(
+                f"{r['jobs']:>3} jobs: shared costs {r['rpc_per_s'] / base[r['jobs']]:.2f}x of per-job"
+            )
+    print(json.dumps(rows))
+    box.down()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
