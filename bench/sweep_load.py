@@ -18,14 +18,16 @@ For each N (default 1, 10, 30) and each way (``per-job``: SLURMPRE_SHARED_WATCH=
    lost: the script saves the step it is on);
 4. every job is cancelled and the nodes resumed.
 
-Rate limiting needs Slurm 23.02+: ``--slurm 26.05 --rate-limit on`` brings the sandbox
+Slurm exempts root and SlurmUser from rate limiting: ``--as-user NAME`` runs the jobs
+as an ordinary user (made if missing, on the host and in a Debian root's passwd),
+submitted by root with ``sbatch --uid``. Rate limiting needs Slurm 23.02+: ``--slurm 26.05 --rate-limit on`` brings the sandbox
 up from sid's root with ``SlurmctldParameters=rl_enable`` (Slurm's defaults: 30
 tokens, 2 a second per user); 22.05 (the host's) has none. The sandbox gets
 ``--nodes`` nodes (all but one preemptible), two jobs to a node (each node declares
 the host's 2 cores). Timings are the sandbox's tuned ones (they do not change a
 poll's cost); ``poll_interval`` is 5 s, the default.
 
-Usage: python bench/sweep_load.py [--jobs 1,10,30] [--seconds 60] [--wave 5]
+Usage: python bench/sweep_load.py [--jobs 1,10,30] [--seconds 60] [--wave 5] [--as-user NAME]
                                   [--slurm RELEASE] [--rate-limit on|B/R] [--nodes 16]
 """
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurmpre.drill.run import read_jsonl
+from slurmpre.job.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
@@ -61,6 +66,7 @@ _USER_LINE = re.compile(r"^\s+(\S+)\s+\(\s*(\d+)\)\s+count:(\d+)", re.M)
 
 
 ENV: dict[str, str] | None = None  # the sandbox's: its Slurm commands first on PATH
+USER: str | None = None  # --as-user: the jobs run as this ordinary user
 
 
 def rpcs_by_user() -> dict[str, int]:
@@ -76,6 +82,25 @@ def rpcs_by_user() -> dict[str, int]:
     part = out.split("Remote Procedure Call statistics by user", 1)[-1]
     part = part.split("Pending RPC statistics", 1)[0]
     return {m.group(1): int(m.group(3)) for m in _USER_LINE.finditer(part)}
+
+
+def ensure_user(box: Sandbox, name: str) -> None:
+    """An ordinary user to run the jobs as (root is exempt from rl_enable), on the host
+    and, for a release run from a Debian root, in the root's passwd and group too."""
+    if subprocess.run(["id", name], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
+    home = Path("/home") / name
+    home.mkdir(exist_ok=True)
+    shutil.chown(home, name, name)
+    if box.root is None:
+        return
+    for db in ("passwd", "group"):
+        line = subprocess.run(["getent", db, name], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+        path = box.root.path / "etc" / db
+        if not any(ln.split(":")[0] == name for ln in path.read_text().splitlines()):
+            with path.open("a") as fh:
+                fh.write(line)
 
 
 def submit(box: Sandbox, work: Path, python: str, i: int, shared: bool) -> str:
@@ -96,20 +121,16 @@ def submit(box: Sandbox, work: Path, python: str, i: int, shared: bool) -> str:
         }
     )
     (folder / "logs").mkdir(parents=True)
-    return box.client.submit(render(spec))
+    if USER is None:
+        return box.client.submit(render(spec))
+    for path in (work, folder, folder / "logs"):
+        shutil.chown(path, USER, USER)
+    return box.client.submit(render(spec), args=[f"--uid={USER}", f"--gid={USER}"])
 
 
 def ledger(folder: Path) -> list[dict[str, Any]]:
-    path = folder / ".slurmpre" / "attempts.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    """The folder's ledger records as written so far (a line being written is skipped)."""
+    return read_jsonl(FolderLayout(folder).ledger)
 
 
 def run_one(
@@ -196,6 +217,9 @@ def main() -> int:
     parser.add_argument("--rate-limit", default=None)
     parser.add_argument("--user", default="root")
     parser.add_argument("--workdir", default="/home")
+    parser.add_argument(
+        "--as-user", default=None, help="Run the jobs as this ordinary user (made if missing)."
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.jobs.split(",")]
     box = Sandbox()
@@ -203,8 +227,12 @@ def main() -> int:
     time.sleep(5)  # the last slurmd let go of its port
     box.up(args.nodes, args.nodes - 1, slurm=args.slurm, rate_limit=args.rate_limit,
            timeout=180, say=print)  # fmt: skip
-    global ENV
+    global ENV, USER
     ENV = box.env
+    if args.as_user:
+        ensure_user(box, args.as_user)
+        USER = args.user = args.as_user
+        args.workdir = f"/home/{args.as_user}"
     python = sys.executable if box.root is None else str(Root.python(box.state_dir))
     version = ".".join(map(str, box.load().version))  # type: ignore[union-attr]
     limit = f"rate limit {args.rate_limit}" if args.rate_limit else "no rate limit"

@@ -72,8 +72,11 @@ def test_submitted_spec_shows_the_contract_and_runs_on_preemptible_nodes(
     wait_for("the job to finish", lambda: slurm.job(job_id).finished, timeout=90)
     assert slurm.job(job_id).state == "COMPLETED"
     log = Path(f"{shared_tmp}/ckpt/logs/held-{job_id}.out").read_text()
-    ran_on = [ln.split()[-1] for ln in log.splitlines() if ln.startswith("ran on ")]
-    assert ran_on and all(n.startswith("gpu-preemptible-dp-") for n in ran_on)
+    # a job that may run on 2 nodes: each node's lines carry its place (srun --label)
+    ran = [ln.partition(": ") for ln in log.splitlines() if ": ran on " in ln]
+    assert ran and all(place.isdigit() for place, _, _ in ran), log
+    ran_on = [said.split()[-1] for _, _, said in ran]
+    assert all(n.startswith("gpu-preemptible-dp-") for n in ran_on)
     assert (shared_tmp / "ckpt" / "logs" / f"held-{job_id}.attempt-0.out").exists()
     assert (shared_tmp / "ckpt" / "logs" / f"held-{job_id}.sbatch").exists()
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurmpre.drill.run import read_jsonl
+from slurmpre.job.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
@@ -33,16 +35,8 @@ with slurmpre.checkpoint(step) as path:
 
 
 def ledger(folder: Path) -> list[dict[str, Any]]:
-    path = folder / ".slurmpre" / "attempts.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # the line being written
-    return out
+    """The folder's ledger records as written so far (a line being written is skipped)."""
+    return read_jsonl(FolderLayout(folder).ledger)
 
 
 def attempt_logs(folder: Path) -> str:
