@@ -106,9 +106,7 @@ def cancel_tasks(
 ) -> str:
     """Cancel every task of an array job still running or pending (each with its run:
     a successor that took over from a task too), task by task, each holding its own
-    folder's writing lock as `cancel` does; one line per task."""
-    if not wait >= 0:
-        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
+    folder's writing lock as `cancel` does (which checks ``wait``); one line per task."""
     said: list[str] = []
     cancelled = 0
     for task in entry.tasks():
