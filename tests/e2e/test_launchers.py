@@ -43,6 +43,7 @@ line = {
 with open(Path(os.environ["SLURMPRE_CHECKPOINT_DIR"]) / "ranks.jsonl", "a") as out:
     out.write(json.dumps(line) + "\\n")
 accelerator.wait_for_everyone()
+accelerator.end_training()  # destroys the process group: docs/recipes.md, "Ending cleanly"
 """
 
 
@@ -96,6 +97,7 @@ with open(Path(os.environ["SLURMPRE_CHECKPOINT_DIR"]) / "ranks.jsonl", "a") as o
 if line["attempt"] == 0:
     time.sleep(300)  # the test requeues this attempt
 accelerator.wait_for_everyone()
+accelerator.end_training()  # destroys the process group: docs/recipes.md, "Ending cleanly"
 """
 
 
