@@ -129,3 +129,43 @@ def test_debug_is_taken_after_the_subcommand_too(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "No such option" not in err  # click would refuse it there
     assert "'no-such-job-anywhere' is not among the jobs you submitted" in err
+
+
+def test_logs_of_an_array_are_its_tasks_logs_tail_and_node_kept(tmp_path: Path) -> None:
+    """What `slurmpre logs 41 --tail 2 --node 1` (and --json) shows: each task's log as
+    the ledger places it, Slurm not asked task by task, a task without a log named."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "sweep-41_0.out").write_text("0: a\n1: b\n0: c\n1: d\nslurmpre: ended\n")
+    client = Jobs({})  # any question to Slurm fails the test
+    array = Job("41", "sweep", tmp_path, logs, client, "0-1")
+    texts = array.log_texts(tail=4, node=1)
+    assert [(job, path.name, text) for job, path, text in texts] == [
+        ("41_0", "sweep-41_0.out", "1: b\n1: d\nslurmpre: ended\n"),
+        ("41_1", "sweep-41_1.out", None),
+    ]
+    assert array.logs() == (
+        "==> 41_0 <==\n0: a\n1: b\n0: c\n1: d\nslurmpre: ended\n"
+        f"\n==> 41_1 <==\n(no log yet at {logs / 'sweep-41_1.out'})\n"
+    )
+    assert client.asked == []
+    with pytest.raises(UsageError, match="--attempt -1"):
+        array.log_texts(attempt=-1)
+
+
+def test_status_says_slurm_did_not_answer_and_shows_the_ledger_only_when_asked_to(
+    tmp_path: Path,
+) -> None:
+    """The command line's `status` goes on from the ledger with one line when Slurm does
+    not answer (Job's ``warn``); from Python, without ``warn``, the error is raised."""
+    from slurmpre.errors import SlurmError
+
+    folder = folder_with(tmp_path, {"event": "start", "job": "7", "attempt": 0})
+    said: list[str] = []
+    shown = Job("7", "n", folder, folder / "logs", Jobs({}, down=True), warn=said.append)
+    assert shown.status().attempts[0].job == "7"
+    assert len(said) == 1 and "Slurm did not answer about job 7" in said[0]
+    with pytest.raises(SlurmError):
+        job_in(folder, Jobs({}, down=True)).status()
+    with pytest.raises(SlurmError):  # waiting is not showing: never judged without Slurm
+        Job("7", "n", folder, folder / "logs", Jobs({}, down=True), warn=said.append).wait(0)

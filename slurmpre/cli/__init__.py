@@ -35,7 +35,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
     from slurmpre.login import progress
 
-    progress.STREAM = sys.stderr  # the login side's waits are shown (a line, or a spinner)
+    # The login side's waits are shown (a line, or a spinner) for this command only: a
+    # program that runs the CLI in-process (click's test runner) keeps its own setting.
+    before = progress.STREAM
+    progress.STREAM = sys.stderr
+    ctx.call_on_close(lambda: setattr(progress, "STREAM", before))
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="slurmpre: %(name)s: %(message)s")
 

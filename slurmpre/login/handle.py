@@ -19,6 +19,7 @@ from typing import Any
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.login import jobs
+from slurmpre.login.logs import NodeLines, follow_successors, follow_tasks, log_path, show
 from slurmpre.login.status import JobStatus, Prices, chain, gpus_of, job_status
 from slurmpre.slurm.client import SlurmClient, default_client
 from slurmpre.slurm.parse import FINISHED, UNKNOWN_TO_SLURM, JobInfo
@@ -34,17 +35,32 @@ class Job:
     log_dir: Path
     client: SlurmClient = field(default_factory=default_client, repr=False, compare=False)
     array: str | None = None  # an array job's range: the job stands for its tasks
+    # Where "Slurm did not answer" goes when only showing the job (status, logs): with
+    # it, the ledger is shown instead; without it (the default), the error is raised.
+    warn: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def find(
-        cls, which: str, checkpoint_dir: str | Path | None = None, client: SlurmClient | None = None
+        cls,
+        which: str,
+        checkpoint_dir: str | Path | None = None,
+        client: SlurmClient | None = None,
+        *,
+        warn: Callable[[str], None] | None = None,
     ) -> Job:
-        """A job by its id or its name (the newest of that name)."""
+        """A job by its id or its name (the newest of that name); ``123_5`` one task of
+        array job 123, ``123`` all of them."""
         entry = jobs.locate(str(which), None if checkpoint_dir is None else str(checkpoint_dir))
-        return cls.from_entry(entry, client)
+        return cls.from_entry(entry, client, warn=warn)
 
     @classmethod
-    def from_entry(cls, entry: jobs.Submitted, client: SlurmClient | None = None) -> Job:
+    def from_entry(
+        cls,
+        entry: jobs.Submitted,
+        client: SlurmClient | None = None,
+        *,
+        warn: Callable[[str], None] | None = None,
+    ) -> Job:
         """The job the user's list (or a ledger) records as ``entry``."""
         return cls(
             entry.job,
@@ -53,6 +69,7 @@ class Job:
             Path(entry.log_dir),
             client or default_client(),
             entry.array,
+            warn,
         )
 
     @property
@@ -65,7 +82,25 @@ class Job:
         """An array job's tasks (``123_0``, ``123_1``, ...), each a Job; else [itself]."""
         if self.array is None:
             return [self]
-        return [Job.from_entry(t, self.client) for t in self.entry.tasks()]
+        return [Job.from_entry(t, self.client, warn=self.warn) for t in self.entry.tasks()]
+
+    def labels(self) -> dict[str, str]:
+        """A sweep's tasks as its submit named them (``123_0`` -> ``env.LR=0.1``); {} for
+        a job that is not an array, or whose ledger does not say."""
+        from slurmpre.job import records
+
+        if self.array is None:
+            return {}
+        try:
+            found = Ledger(self.checkpoint_dir).records()
+        except SlurmpreError:
+            return {}
+        mine = next(
+            (r for r in found if isinstance(r, records.Submitted) and r.job == self.id), None
+        )
+        if mine is None or not mine.tasks:
+            return {}
+        return {t.id: label for t, label in zip(self.tasks(), mine.tasks, strict=False)}
 
     def _one(self, what: str) -> None:
         if self.array is not None:
@@ -78,8 +113,14 @@ class Job:
         """This job and the successors that took over from it, in order."""
         return chain(Ledger(self.checkpoint_dir).records(), self.id)
 
-    def _slurm(self, job: str) -> JobInfo | None:
-        info = jobs.slurm_job(self.client, job)
+    def _slurm(self, job: str, *, showing: bool = False) -> JobInfo | None:
+        """Slurm's view of ``job`` (None once it forgot it); refused for another user's.
+        ``showing``: only to show it, so with `warn` a Slurm that does not answer is
+        said there and the ledger alone is shown."""
+        if showing and self.warn is not None:
+            info = jobs.slurm_view(self.client, job, self.warn)
+        else:
+            info = jobs.slurm_job(self.client, job)
         jobs.check_mine(info, job)
         return info
 
@@ -87,8 +128,8 @@ class Job:
         """Its attempts, how each ended, steps lost and cost (`slurmpre status`)."""
         self._one("status")
         records = Ledger(self.checkpoint_dir).records()
-        last = chain(records, self.id)[-1]
-        info = self._slurm(last)
+        last = chain(records, self.id)[-1]  # after hand-overs, the successor Slurm runs
+        info = self._slurm(last, showing=True)
         return job_status(
             self.id, self.name, str(self.checkpoint_dir), records, info,
             gpus_per_node=gpus_of(info), prices=prices or Prices(), now=time.time(),
@@ -185,22 +226,94 @@ class Job:
             )
         return cancel(self.client, self.entry, after_checkpoint=after_checkpoint, wait=wait)
 
-    def logs(self, attempt: int | None = None) -> str:
-        """The job's log (every attempt, appended), or one attempt's own; an array's
-        tasks' logs one after the other, each under a ``==> task <==`` line."""
-        from slurmpre.login.logs import log_path, show
+    def log_path(self, attempt: int | None = None) -> Path:
+        """Where the job's log is (every attempt, appended), or one attempt's own."""
+        self._one("log")
+        return log_path(self.entry, attempt, self._slurm(self.id, showing=True))
 
-        if self.array is not None:
-            out = []
-            for task in self.tasks():
-                try:
-                    out.append(f"==> {task.id} <==\n{task.logs(attempt)}")
-                except SlurmpreError as exc:  # a task not started yet has no log
-                    out.append(f"==> {task.id} <==\n({exc})\n")
-            return "".join(out)
+    def logs(
+        self, attempt: int | None = None, *, tail: int | None = None, node: int | None = None
+    ) -> str:
+        """The job's log (every attempt, appended), or one attempt's own; only its last
+        ``tail`` lines, only node ``node``'s lines (multi-node jobs: srun's ``--label``). An
+        array's tasks' logs one after the other, each under a ``==> task <==`` line."""
         parts: list[str] = []
-        show(log_path(self.entry, attempt, self._slurm(self.id)), parts.append)
+        self.stream_logs(parts.append, attempt=attempt, tail=tail, node=node)
         return "".join(parts)
+
+    def stream_logs(
+        self,
+        write: Callable[[str], None],
+        *,
+        attempt: int | None = None,
+        follow: bool = False,
+        tail: int | None = None,
+        node: int | None = None,
+    ) -> None:
+        """`logs` written as it is read; with ``follow``, on until the run ends (into a
+        successor after a hand-over; an array's tasks at once, as ``tail -f`` shows them)."""
+        if attempt is not None and attempt < 0:
+            raise UsageError(f"--attempt {attempt}: attempts count from 0")
+        if tail is not None and tail < 0:
+            raise UsageError(f"--tail {tail}: give 0 lines or more")
+        kept = NodeLines(node, write) if node is not None else None
+        out = kept if kept is not None else write
+        try:
+            if self.array is not None:
+                self._task_logs(out, attempt=attempt, follow=follow, tail=tail)
+                return
+            show(self.log_path(attempt), out, follow=follow, client=self.client, job=self.id,
+                 tail=tail)  # fmt: skip
+            if follow and attempt is None:
+                follow_successors(self.entry, self.client, out)
+        finally:
+            if kept is not None:
+                kept.flush()
+
+    def log_texts(
+        self, attempt: int | None = None, *, tail: int | None = None, node: int | None = None
+    ) -> list[tuple[str, Path, str | None]]:
+        """Each task's (the job's own, when not an array) log as it is now: (job, path,
+        text or None when there is no log there yet)."""
+        out: list[tuple[str, Path, str | None]] = []
+        for task, path in self._log_files(attempt):
+            try:
+                out.append((task, path, Job._read(path, tail, node)))
+            except SlurmpreError:
+                out.append((task, path, None))
+        return out
+
+    @staticmethod
+    def _read(path: Path, tail: int | None, node: int | None) -> str:
+        parts: list[str] = []
+        keep = NodeLines(node, parts.append) if node is not None else None
+        show(path, keep if keep is not None else parts.append, tail=tail)
+        if keep is not None:
+            keep.flush()
+        return "".join(parts)
+
+    def _log_files(self, attempt: int | None) -> list[tuple[str, Path]]:
+        """(job, its log) for the job, or for each task of an array (whose tasks are not
+        asked of Slurm one by one: their logs are where the ledger says)."""
+        if attempt is not None and attempt < 0:
+            raise UsageError(f"--attempt {attempt}: attempts count from 0")
+        if self.array is None:
+            return [(self.id, self.log_path(attempt))]
+        return [(t.id, log_path(t.entry, attempt, None)) for t in self.tasks()]
+
+    def _task_logs(
+        self, write: Callable[[str], None], *, attempt: int | None, follow: bool, tail: int | None
+    ) -> None:
+        tasks = self._log_files(attempt)
+        if follow:
+            follow_tasks(tasks, self.client, write, tail=tail)
+            return
+        for n, (job, path) in enumerate(tasks):
+            write(f"{chr(10) if n else ''}==> {job} <==\n")
+            if path.is_file():
+                show(path, write, tail=tail)
+            else:
+                write(f"(no log yet at {path})\n")
 
 
 def submit(
