@@ -9,7 +9,7 @@ import pytest
 from slurmpre.errors import UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Record
-from slurmpre.login.plan import Inputs, make_plan, measure
+from slurmpre.login.plan import Given, Inputs, inputs_from, make_plan, measure
 
 from tests.conftest import slurmpre_cli
 from tests.records import record
@@ -129,3 +129,85 @@ def test_cli_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None
     proc = slurmpre_cli("plan", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def successor_run() -> list[Record]:
+    """A one-node job handed over to a successor (restart = "successor", the default):
+    submitted at 500, the successor's training started at 507."""
+    return [
+        record(r)
+        for r in (
+            {"event": "start", "job": "20", "attempt": 0, "time": 0.0},
+            {"event": "checkpoint", "job": "20", "attempt": 0, "seconds": 4.0},
+            {"event": "notice", "job": "20", "attempt": 0, "kind": "drain", "first": True},
+            {
+                "event": "successor",
+                "job": "20",
+                "attempt": 0,
+                "successor": "21",
+                "excluded": ["n1"],
+                "why": None,
+                "submitted_at": 500.0,
+            },
+            {"event": "end", "job": "20", "attempt": 0, "seconds": 504.0},
+            {"event": "start", "job": "21", "attempt": 0, "time": 507.0},
+            {"event": "end", "job": "21", "attempt": 0, "seconds": 100.0},
+        )
+    ]
+
+
+def test_a_successor_is_a_restart_measured_from_its_submission_to_its_start() -> None:
+    seen = measure(successor_run())
+    assert (seen.restart_s, seen.restarts, seen.preemptions) == (7.0, 1, 1)
+    both = measure(ledger_records() + successor_run())
+    assert (both.restart_s, both.restarts) == (43.5, 2)  # the median of 80 and 7
+
+
+def ledger_in(folder: Path, records: list[Record]) -> Path:
+    ledger = Ledger(folder)
+    ledger.ensure()
+    for r in records:
+        ledger.append(r)
+    return folder
+
+
+def test_without_a_restart_measured_the_users_other_jobs_then_slurms_floor(
+    tmp_path: Path,
+) -> None:
+    """`plan` with no ledger, or one without a restart, takes the restart time the user's
+    other jobs measured (a successor's start, here), then the running Slurm's requeue
+    floor, each named under `measured:`; what the user gives always wins."""
+    other = ledger_in(tmp_path / "other", successor_run())
+    plain = ledger_in(tmp_path / "plain", ledger_records()[:2])  # no restart in it
+    given = Given(checkpoint_s=10.0, mtbf_s=3600.0)
+    asked: list[str] = []
+
+    def floor() -> int:
+        asked.append("floor")
+        return 121
+
+    found = inputs_from([], given, floor, lambda: [tmp_path / "gone", other])
+    assert found.restart_s == 7.0 and asked == []
+    assert any("your other jobs measured" in s for s in found.sources)
+    found = inputs_from([plain], given, floor, lambda: [plain, tmp_path / "gone"])
+    assert found.restart_s == 121.0 and asked == ["floor"]
+    assert any("requeue floor" in s for s in found.sources)
+    found = inputs_from([], Given(checkpoint_s=10.0, mtbf_s=3600.0, restart_s=30.0), floor,
+                        lambda: [other])  # fmt: skip
+    assert found.restart_s == 30.0 and asked == ["floor"]
+    with pytest.raises(UsageError, match="give --restart-seconds"):
+        inputs_from([], given, lambda: None, lambda: [])
+
+
+def test_cli_plan_without_a_folder_takes_the_restart_from_the_users_jobs(tmp_path: Path) -> None:
+    from slurmpre.login import jobs
+
+    other = ledger_in(tmp_path / "mine", successor_run())
+    state = {"XDG_STATE_HOME": str(tmp_path / "state")}  # this user's list: this job only
+    entry = jobs.Submitted("20", "mine", str(other), str(other / "logs"), 1.0)
+    jobs.remember(entry, jobs.index_path(state))
+    proc = slurmpre_cli("plan", "--checkpoint-seconds", "10", "--mtbf", "3600", "--json", env=state)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["inputs"]["restart_seconds"] == 7.0
+    assert any("your other jobs" in s for s in doc["inputs"]["measured"])

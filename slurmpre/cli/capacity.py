@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from slurmpre.cli.common import folder_arg, json_document, prices
@@ -52,7 +54,9 @@ def plan(
     """How often to checkpoint, the goodput, and the cost per useful GPU-hour.
 
     Measures what it can in the ledgers of the checkpoint FOLDERS given (checkpoint
-    write time, running time per preemption, requeue to next start); options override.
+    write time, running time per preemption, restart: a requeue or a successor to its
+    start); options override. With no restart measured there: your other jobs' restarts,
+    else the running Slurm's requeue floor.
     """
     from slurmpre.login.plan import Given, inputs_from, lines, make_plan
 
@@ -77,7 +81,13 @@ def plan(
         except CommandError:
             return None
 
-    inputs = inputs_from([folder_arg(f) for f in folders], given, requeue_floor)
+    def history() -> list[Path]:
+        """The folders of the user's last 50 submissions (an array's task by task)."""
+        from slurmpre.login import jobs
+
+        return [Path(t.checkpoint_dir) for e in jobs.known()[-50:] for t in e.tasks()]
+
+    inputs = inputs_from([folder_arg(f) for f in folders], given, requeue_floor, history)
     result = make_plan(inputs)
     if as_json:
         click.echo(json_document("plan", result.as_dict()))

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre import defaults
-from slurmpre.errors import UsageError
+from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Checkpoint, End, Notice, Record, Requeued, Start
+from slurmpre.job.records import Checkpoint, End, Notice, Record, Requeued, Start, Successor
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,13 @@ class Measured:
     checkpoints: int
     preemptions: int
     running_s: float
+    restarts: int = 0
 
 
 def measure(records: list[Record]) -> Measured:
     """From attempt ledgers: the median checkpoint write, the running time per preemption
-    (drain notices that ended an attempt), and the median requeue -> next start."""
+    (drain notices that ended an attempt), and the median restart: requeue -> the next
+    attempt's start, or a successor's submission -> its start."""
     writes = [r.seconds for r in records if isinstance(r, Checkpoint) and r.seconds is not None]
     running = sum(r.seconds for r in records if isinstance(r, End))
     preempted = {(r.job, r.attempt) for r in records if isinstance(r, Notice) and r.kind == "drain"}
@@ -174,6 +176,10 @@ def measure(records: list[Record]) -> Measured:
             nxt = starts.get((r.job, r.attempt + 1))
             if nxt is not None:
                 restarts.append(nxt - r.requeued_at)
+        elif isinstance(r, Successor):  # a new job took over: its submission -> its start
+            nxt = starts.get((r.successor, 0))
+            if nxt is not None:
+                restarts.append(nxt - r.submitted_at)
     return Measured(
         checkpoint_s=statistics.median(writes) if writes else None,
         mtbf_s=running / len(preempted) if preempted and running > 0 else None,
@@ -181,6 +187,7 @@ def measure(records: list[Record]) -> Measured:
         checkpoints=len(writes),
         preemptions=len(preempted),
         running_s=running,
+        restarts=len(restarts),
     )
 
 
@@ -199,12 +206,16 @@ class Given:
 
 
 def inputs_from(
-    folders: list[Path], given: Given, requeue_floor: Callable[[], int | None] | None = None
+    folders: list[Path],
+    given: Given,
+    requeue_floor: Callable[[], int | None] | None = None,
+    history: Callable[[], list[Path]] | None = None,
 ) -> Inputs:
     """The plan's inputs: what was given, else what the folders' ledgers measured (each
     named in ``sources``), else the defaults; a UsageError naming the flag that is missing.
-    With no restart measured, ``requeue_floor`` asks the running Slurm how long a
-    requeued job waits (None: it does not answer)."""
+    With no restart measured there, the restarts the user's other jobs measured
+    (``history``: their checkpoint folders), else the running Slurm's requeue floor
+    (``requeue_floor``; None: it does not answer)."""
     records: list[Record] = []
     for folder in folders:
         ledger = Ledger(folder)
@@ -223,22 +234,32 @@ def inputs_from(
         sources.append(f"{what} {measured:.4g} s")
         return measured
 
-    def floor() -> float | None:
-        """Slurm's requeue floor: what a restart waits at most, when no successor can
-        start at once (a successor on a free node starts in seconds)."""
-        if given.restart_s is not None or requeue_floor is None:
+    def elsewhere() -> tuple[float, str] | None:
+        """A restart measured by the user's other jobs, else Slurm's requeue floor: what a
+        restart waits at most, when no successor can start at once."""
+        if given.restart_s is not None or seen.restart_s is not None:
             return None
-        return requeue_floor()
+        if history is not None:
+            mine = set(folders)
+            others = _records([f for f in history() if f not in mine])
+            if (theirs := measure(others)).restart_s is not None:
+                return theirs.restart_s, (
+                    f"restart {theirs.restart_s:.4g} s: the median of {theirs.restarts} "
+                    "restart(s) your other jobs measured (none in the ledger(s) given)"
+                )
+        if requeue_floor is not None and (found := requeue_floor()) is not None:
+            return float(found), (
+                f"restart {found} s: the running Slurm's requeue floor (cred_expire + 1), "
+                "the longest a restart waits for a node (none measured)"
+            )
+        return None
 
     def default(value: float | None, fallback: float) -> float:
         return fallback if value is None else value
 
-    if given.restart_s is None and seen.restart_s is None and (found := floor()) is not None:
-        restart = float(found)
-        sources.append(
-            f"restart {found} s: the running Slurm's requeue floor (cred_expire + 1), "
-            "the longest a restart waits for a node (none measured)"
-        )
+    if (other := elsewhere()) is not None:
+        restart, said = other
+        sources.append(said)
     else:
         restart = pick(given.restart_s, seen.restart_s, "--restart-seconds", "restart")
     return Inputs(
@@ -254,6 +275,19 @@ def inputs_from(
         discount=given.discount,
         sources=tuple(sources),
     )
+
+
+def _records(folders: list[Path]) -> list[Record]:
+    """Every record of these folders' ledgers; a folder without a readable one adds none
+    (a job of the user's list may have been moved or never started)."""
+    out: list[Record] = []
+    for folder in folders:
+        try:
+            if Ledger(folder).path.is_file():
+                out += Ledger(folder).records()
+        except (OSError, SlurmpreError):
+            continue
+    return out
 
 
 def lines(plan: Plan) -> list[str]:
