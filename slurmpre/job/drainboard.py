@@ -7,7 +7,8 @@ back off, exactly when a wave of preemptions needs the notices. So the jobs shar
 
 - each job *registers* its nodes: ``<board dir>/jobs/<job>.json``;
 - one job, the holder of a *lease* (``lease.json``, taken under a lock and renewed at
-  each poll, for three intervals), asks Slurm once per interval about every
+  each poll, for three intervals; a holder that misses its poll by more than a read
+  and a second hands it on at once), asks Slurm once per interval about every
   registered node, and writes the answer, the *board* (``board.json``, atomically);
 - every job reads the board (a file; once a second) and takes its own nodes' states
   from it when the board is fresh (polled within its interval, plus a second) and
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from slurmpre.access import OWNER, make_dirs
 from slurmpre.atomic import write_atomic
@@ -51,6 +52,10 @@ REGISTRATION_MAX_AGE = 3600.0  # a registration not renewed this long is of a de
 RENEW_REGISTRATION = 600.0  # seconds between a live job's renewals of it
 RESCAN = 60.0  # the holder reads the registrations again at least this often
 BOARD_MAX_BYTES = 1 << 22  # a board of some thousands of nodes
+
+
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def folder(env: Mapping[str, str]) -> Path | None:
@@ -197,7 +202,8 @@ class DrainBoard:
     def _lock(self, timeout: float) -> FolderLock:
         return FolderLock(self.dir / "lease.lock", timeout=timeout, mode=OWNER.file_mode)
 
-    def _read_lease(self) -> tuple[str, float] | None:
+    def _read_lease(self) -> tuple[str, float, float | None] | None:
+        """(holder, until, the latest moment its holder must renew it by) or None."""
         try:
             d = _read_owned(self.lease_path)
         except FileNotFoundError:
@@ -206,25 +212,39 @@ class DrainBoard:
             return None  # unreadable or foreign: as if lapsed, replaced under the lock
         ok = isinstance(d, dict) and isinstance(d.get("holder"), str)
         until = d.get("until") if ok else None
-        if not ok or not isinstance(until, int | float) or isinstance(until, bool):
+        if not ok or not _number(until):
             return None
-        return d["holder"], float(until)
+        at, every = d.get("at"), d.get("interval")
+        due = None
+        if _number(at) and _number(every):
+            due = float(at) + float(every) + GRACE + READ_EVERY
+        return d["holder"], float(until), due
+
+    def _held_by_another(self, now: float) -> bool:
+        """Another job holds the lease and keeps it: not lapsed, and renewed on time (its
+        holder renews it at every poll, once per its interval; one that missed a poll
+        by more than a read and the grace is dead or hung, and hands on at once)."""
+        lease = self._read_lease()
+        if lease is None or lease[0] == self.me:
+            return False
+        _, until, due = lease
+        return until > now and (due is None or due >= now)
 
     def _take_lease(self, now: float) -> bool:
-        """Hold the lease for LEASE_INTERVALS intervals more, when it is ours or has
-        lapsed (one try at the lock: another job taking it now is as good)."""
-        lease = self._read_lease()
-        if lease is not None and lease[0] != self.me and lease[1] > now:
+        """Hold the lease for LEASE_INTERVALS intervals more, when it is ours, has
+        lapsed, or its holder missed its poll (one try at the lock: another job taking
+        it now is as good)."""
+        if self._held_by_another(now):
             self.holding = False
             return False
         try:
             with self._lock(0):
-                lease = self._read_lease()
-                if lease is not None and lease[0] != self.me and lease[1] > now:
+                if self._held_by_another(now):
                     self.holding = False
                     return False
                 until = now + LEASE_INTERVALS * self.interval
-                data = json.dumps({"v": VERSION, "holder": self.me, "until": until})
+                data = json.dumps({"v": VERSION, "holder": self.me, "until": until,
+                                   "at": now, "interval": self.interval})  # fmt: skip
                 write_atomic(self.lease_path, data, mode=OWNER.file_mode)
         except (LockTimeout, OSError):
             self.holding = False

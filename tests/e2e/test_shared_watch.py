@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from slurmpre.drill.run import read_jsonl
+from slurmpre.job.drainboard import GRACE, READ_EVERY
 from slurmpre.job.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import remove_node
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import wait_for, wait_preemptible_idle
@@ -37,6 +39,14 @@ with slurmpre.checkpoint(step) as path:
 def ledger(folder: Path) -> list[dict[str, Any]]:
     """The folder's ledger records as written so far (a line being written is skipped)."""
     return read_jsonl(FolderLayout(folder).ledger)
+
+
+def read_json(path: Path) -> Any:
+    """The file's JSON, or None while it is not there (a lease between holders)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def attempt_logs(folder: Path) -> str:
@@ -108,6 +118,74 @@ def test_three_jobs_poll_slurm_as_one_and_a_drain_reaches_both_on_the_node(
             wait_for(f"job {ids[i]} to end", lambda i=i: slurm.job(ids[i]).finished, timeout=60)
         ended = "".join(p.read_text() for i in hit for p in (folders[i] / "logs").glob("*.out"))
         assert "answers read from the board" in ended
+    finally:
+        for j in ids:
+            slurm.cancel(j)
+        restore_all(sandbox, slurm)
+
+
+def test_when_the_pollers_node_goes_the_lease_passes_on_and_no_notice_is_late(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The job polling for both is killed with its node (no lease released): the other
+    job's drain notice still comes within the interval + 2 s, and it holds the lease
+    within an interval (+ a read and the grace) of the dead poller's last poll."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    board = tmp_path / "board"
+    folders = [tmp_path / f"job-{i}" for i in range(2)]
+    ids = []
+    for i, folder in enumerate(folders):
+        spec = validate(
+            {
+                "name": f"poller-{i}",
+                "command": [sys.executable, "-c", LISTEN],
+                "launcher": "plain",
+                "cpus_per_task": 2,  # a node each
+                "checkpoint_dir": str(folder),
+                "poll_interval": POLL,
+                "requeue": False,
+                "env": {"SLURMPRE_SHARED_DIR": str(board)},
+            }
+        )
+        (folder / "logs").mkdir(parents=True)
+        ids.append(slurm.submit(render(spec)))
+    try:
+        wait_for("two jobs running", lambda: all(slurm.job(j).state == "RUNNING" for j in ids),
+                 timeout=120)  # fmt: skip
+        nodes = [slurm.job(j).nodes[0] for j in ids]
+        assert nodes[0] != nodes[1], nodes
+        wait_for(
+            "the board naming both jobs' nodes",
+            lambda: (
+                (board / "board.json").exists()
+                and set(nodes) <= set(json.loads((board / "board.json").read_text())["asked"])
+            ),
+            timeout=60,
+        )
+        holder = json.loads((board / "lease.json").read_text())["holder"]
+        poller = ids.index(holder)
+        other = 1 - poller
+        last_poll = json.loads((board / "board.json").read_text())["polled_at"]
+        remove_node(sandbox, nodes[poller])
+        t0 = time.time()
+        slurm.update_node(nodes[other], state="DRAIN", reason="preempted")
+        found = wait_for(
+            f"job {ids[other]}'s notice and its checkpoint",
+            lambda: (
+                (recs := ledger(folders[other]))
+                and any(r["event"] == "checkpoint" for r in recs)
+                and next(r for r in recs if r["event"] == "notice")
+            ),
+            timeout=60,
+        )
+        assert found["seen_at"] - t0 <= POLL + 2, found["seen_at"] - t0
+        lease = wait_for(
+            "the lease to pass on",
+            lambda: (d := read_json(board / "lease.json")) and d["holder"] == ids[other] and d,
+            timeout=60,
+        )
+        assert lease["at"] - last_poll <= POLL + GRACE + READ_EVERY + 1, lease["at"] - last_poll
     finally:
         for j in ids:
             slurm.cancel(j)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurmpre.job import drainboard
-from slurmpre.job.drainboard import GRACE, LEASE_INTERVALS, DrainBoard
+from slurmpre.job.drainboard import GRACE, READ_EVERY, DrainBoard
 from slurmpre.job.notice import DrainSource
 from slurmpre.slurm.parse import NodeInfo
 
@@ -89,18 +89,38 @@ def test_when_the_holder_stops_no_job_waits_longer_than_an_interval(tmp_path: Pa
     other.nodes(["b"])
     assert holder.holding and not other.holding and len(slurm.asked) == 1
     # the holder's job hangs (it neither polls nor releases its lease); a drain comes
+    last_poll = clock.now
     slurm.drained["b"] = clock.now + 1
-    first_seen = None
+    first_seen = took = None
     for _ in range(40):
         clock.now += 1.0
         if drained(other, ["b"]) and first_seen is None:
             first_seen = clock.now
+        if other.holding and took is None:
+            took = clock.now
     assert first_seen is not None
     assert first_seen - slurm.drained["b"] <= INTERVAL + GRACE + 1
-    # asking for itself meanwhile, once an interval, then holding the lapsed lease
-    assert other.holding
-    mine = [q for q in slurm.asked if q == ("b",)]
-    assert 1 <= len(mine) <= LEASE_INTERVALS + 1
+    # the lease is handed on within an interval of the missed poll (not at its end,
+    # three intervals on), and the new holder polls for both jobs
+    assert took is not None and took - last_poll <= INTERVAL + GRACE + READ_EVERY + 1, took
+    assert slurm.asked[-1] == ("a", "b")
+    assert len(slurm.asked) <= 1 + 40 / INTERVAL + 1
+
+
+def test_a_holder_on_time_keeps_its_lease_against_a_job_with_a_shorter_interval(
+    tmp_path: Path,
+) -> None:
+    """Renewed on time by its own interval, a lease is not taken over: no churn."""
+    slurm, clock = Cluster(), Clock()
+    holder = board(tmp_path, "1", slurm, clock, ["a"])
+    assert holder.nodes(["a"]) is not None and holder.holding
+    quick = DrainBoard(tmp_path / "watch", "2", slurm, 2.0, jitter=0.0, wall=clock)
+    assert quick.register(["a"])
+    for _ in range(30):
+        clock.now += 1.0
+        holder.nodes(["a"])
+        quick.nodes(["a"])
+        assert holder.holding and not quick.holding
 
 
 def test_a_board_or_lease_that_is_not_an_owner_only_file_is_not_believed(tmp_path: Path) -> None:
@@ -183,3 +203,21 @@ def test_restarts_take_one_of_a_few_slots_and_go_anyway_after_the_wait(tmp_path:
         assert all(0.1 <= s <= 1.0 for s in slept)  # jittered steps
     with drainboard.submit_slot({"SLURMPRE_SHARED_WATCH": "0"}):
         pass  # sharing off: no slot, no wait
+
+
+def test_a_job_that_ends_releases_its_lease_and_the_next_to_find_the_board_late_takes_it(
+    tmp_path: Path,
+) -> None:
+    slurm, clock = Cluster(), Clock()
+    holder = board(tmp_path, "1", slurm, clock, ["a"])
+    other = board(tmp_path, "2", slurm, clock, ["b"])
+    holder.nodes(["a"])
+    other.nodes(["b"])
+    assert holder.holding and not other.holding
+    holder.close()
+    assert not (tmp_path / "watch" / "lease.json").exists()
+    clock.now += INTERVAL + GRACE + 0.5  # the board lags: the other job's next read
+    other.nodes(["b"])
+    assert other.holding
+    lease = json.loads((tmp_path / "watch" / "lease.json").read_text())
+    assert lease["holder"] == "2" and lease["at"] == clock.now
