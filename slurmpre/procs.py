@@ -45,6 +45,19 @@ def cmdline(pid: int) -> list[str]:
     return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
 
 
+def pids() -> list[int]:
+    """Every process's pid."""
+    return sorted(int(e.name) for e in PROC.iterdir() if e.name.isdigit())
+
+
+def root_of(pid: int) -> str | None:
+    """The root folder the process sees (``/``, or a chroot's), or None when unknown."""
+    try:
+        return str((PROC / str(pid) / "root").readlink())
+    except OSError:
+        return None
+
+
 def is_process_of(pid: int, executable: str) -> bool:
     """``pid`` is alive and runs ``executable`` (guards against a reused pid)."""
     if not alive(pid):

@@ -181,6 +181,7 @@ class Sandbox:
             if state is not None:
                 say("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
+            self._stop_strays(say)
             return self._cold_start(specs, stock_timings, tracking, suite, timeout, say, rate_limit)
 
     def _cold_start(
@@ -342,16 +343,54 @@ class Sandbox:
 
     # -- down ---------------------------------------------------------------
     def down(self, say: Callable[[str], None] = lambda _: None) -> bool:
-        """Stop what ``up`` started. Returns False when nothing was up."""
+        """Stop what ``up`` started, and sandbox daemons its state lost track of. Returns
+        False when nothing was up."""
         require_root()
         with self.lock():
             state = self.load()
             if state is None:
-                say("sandbox is not up")
-                return False
+                stray = self._stop_strays(say)
+                say("sandbox is not up" if not stray else "sandbox down")
+                return stray
             self._down_locked(state)
+            self._stop_strays(say)
             say("sandbox down")
             return True
+
+    def daemons(self) -> set[int]:
+        """The sandbox's daemons running (with no state, strays): a slurmd or slurmctld
+        started as the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf;
+        a slurmd with ``-N``, one of several on the host), on the host or in one of the
+        sandbox's Debian roots. A killed drill's or test run's helper can leave one
+        behind, holding a port the next sandbox needs. A system's own daemons (systemd
+        runs them without ``-f``) are not among them."""
+        conf = str(SLURM_ETC / "slurm.conf")
+        roots = str(ROOTS_DIR).rstrip("/") + "/"
+        found = set()
+        for pid in procs.pids():
+            argv = procs.cmdline(pid)
+            if not argv or Path(argv[0]).name not in ("slurmd", "slurmctld"):
+                continue
+            flags = set(argv[1:])
+            if "-D" not in flags or "-f" not in argv[:-1] or argv[argv.index("-f") + 1] != conf:
+                continue
+            if Path(argv[0]).name == "slurmd" and "-N" not in flags:
+                continue
+            root = procs.root_of(pid)
+            if root == "/" or (root is not None and root.startswith(roots)):
+                found.add(pid)
+        return found
+
+    def _stop_strays(self, say: Callable[[str], None]) -> bool:
+        stray = self.daemons()
+        if not stray:
+            return False
+        jobs = procs.descendants(stray)
+        say(f"stopping {len(stray)} sandbox daemon(s) no state recorded (pids "
+            f"{', '.join(map(str, sorted(stray)))})")  # fmt: skip
+        procs.kill_now(jobs)
+        procs.stop(stray, grace=10.0)
+        return True
 
     def _down_locked(self, state: State) -> None:
         helpers = {p for p in state.helpers if procs.alive(p)}

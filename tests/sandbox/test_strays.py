@@ -1,0 +1,54 @@
+"""`sandbox up` and `down` find the sandbox's daemons by how it starts them, so one its
+state lost track of (a killed drill's helper restarted it) no longer holds a port the
+next sandbox needs, and a system's own Slurm daemons are never taken for one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurmpre import procs
+from slurmpre.sandbox.cluster import Sandbox
+
+CONF = "/etc/slurm/slurm.conf"
+
+
+@pytest.fixture
+def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def named(spawn: list[subprocess.Popen[bytes]], argv0: str, *args: str) -> int:
+    """A process whose command line reads ``argv0 ...args`` (python, sleeping)."""
+    code = "import time; time.sleep(300)"
+    proc = subprocess.Popen(  # exec -a sets what /proc/PID/cmdline shows first
+        ["bash", "-c", f'exec -a {argv0} "$0" -c "{code}" "$@"', sys.executable, *args]
+    )
+    spawn.append(proc)
+    for _ in range(200):
+        if procs.cmdline(proc.pid)[:1] == [argv0]:
+            return proc.pid
+        subprocess.run(["sleep", "0.01"], check=True)
+    raise AssertionError(f"{argv0} did not start: {procs.cmdline(proc.pid)}")
+
+
+def test_the_sandboxs_daemons_are_found_by_how_it_starts_them_and_only_those(
+    tmp_path: Path, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    box = Sandbox(tmp_path / "state")
+    node = named(spawn, "slurmd", "-D", "-N", "gpu-preemptible-dp-1", "-f", CONF)
+    ctld = named(spawn, "/usr/sbin/slurmctld", "-D", "-i", "-f", CONF)
+    system_d = named(spawn, "slurmd", "-D", "-s")  # systemd's: no -f, no -N
+    single = named(spawn, "slurmd", "-D", "-f", CONF)  # one slurmd per host: not ours
+    other_conf = named(spawn, "slurmctld", "-D", "-f", "/opt/slurm/etc/slurm.conf")
+    not_slurm = named(spawn, "python3", "-D", "-N", "x", "-f", CONF)
+    found = box.daemons()
+    assert {node, ctld} <= found
+    assert not {system_d, single, other_conf, not_slurm} & found
