@@ -194,7 +194,8 @@ def restore_node(sandbox: Sandbox, name: str, timeout: float = 60.0) -> None:
         if not node.down and node.state != "UNKNOWN":
             break
         time.sleep(0.2)
-    sandbox.client.update_node(name, state="RESUME")
+    if node.draining or node.down:  # a node never drained is back in service by itself
+        sandbox.client.update_node(name, state="RESUME")
     while time.monotonic() < deadline:
         node = sandbox.client.nodes([name])[0]
         if node.usable:
