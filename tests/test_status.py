@@ -204,3 +204,20 @@ def test_the_overlap_of_a_hand_over_shows_in_the_timeline() -> None:
     text = "\n".join(lines(st))
     assert "up at +50s beside job 10, whose last checkpoint it waited for 11 s" in text
     assert "told to stop at +51s: job 11 is ready to take over" in text
+
+
+def test_an_attempt_scancel_ended_is_cancelled_not_failed() -> None:
+    """`slurmpre cancel` (scancel) ends the last attempt with 143: Slurm's state says why."""
+    from dataclasses import replace
+
+    recs = records()
+    last = max(r["attempt"] for r in recs if r["event"] == "end")
+    for r in recs:
+        if r["event"] == "end" and r["attempt"] == last:
+            r["exit_code"] = 143
+    end = max(r["time"] for r in recs)
+    cancelled = replace(RUNNING, job_id="6", state="CANCELLED", restarts=3)
+    st = job_status("6", "drill", "/c", typed(recs), cancelled, now=end)
+    assert st.attempts[-1].ended == "cancelled (exit 143)"
+    st = job_status("6", "drill", "/c", typed(recs), replace(cancelled, state="FAILED"), now=end)
+    assert st.attempts[-1].ended == "failed (exit 143)"

@@ -144,7 +144,8 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
         for f in done.failed:
             click.echo(f"could not remove {shown(f.name)} (left as {shown(f.left_as)}): {f.why}")
         freed = "would free" if dry_run else "freed"
-        click.echo(f"{freed} {human(done.freed)} in {len(done.removed)} entries")
+        n = len(done.removed)
+        click.echo(f"{freed} {human(done.freed)} in {n} {'entry' if n == 1 else 'entries'}")
     if done.failed:
         from slurmpre.errors import CheckpointError
 

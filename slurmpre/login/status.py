@@ -131,6 +131,8 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
         return "completed"
     if slurm is not None and slurm.state == "TIMEOUT" and not has_next:
         return "time limit"
+    if slurm is not None and slurm.state == "CANCELLED" and not has_next:
+        return f"cancelled (exit {end.exit_code})"
     return f"failed (exit {end.exit_code})"
 
 
@@ -249,7 +251,8 @@ def _clock(t: float | None, t0: float | None) -> str:
 
 
 def _seconds(end: float | None, start: float | None) -> str:
-    return "-" if end is None or start is None else f"{end - start:.0f} s"
+    # round() to an int: a wait of -0.3 s (two clocks a moment apart) is "0 s", not "-0 s"
+    return "-" if end is None or start is None else f"{round(end - start)} s"
 
 
 def lines(st: JobStatus) -> list[str]:
