@@ -114,6 +114,12 @@ def logs(
     ``==> TASK <==`` line."""
     from slurmpre.login.handle import Job
 
+    if attempt is not None and attempt < 0:  # the options' own checks first, whatever the job
+        raise UsageError(f"--attempt {attempt}: attempts count from 0")
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: give 0 lines or more")
+    if node is not None and node < 0:
+        raise UsageError(f"--node {node}: nodes count from 0")
     if as_json and follow:
         raise UsageError("--json prints the logs as they are now: not with --follow")
     found = Job.find(job, checkpoint_dir, warn=say_err)
@@ -178,6 +184,8 @@ def cancel(
     """Cancel a job, saying whether a checkpoint was being written at that moment."""
     from slurmpre.login.handle import Job
 
+    if not wait >= 0:  # the option's own check first, whatever the job
+        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
     found = Job.find(job, checkpoint_dir)
     message = found.cancel(after_checkpoint=after_checkpoint, wait=wait)
     if as_json:
