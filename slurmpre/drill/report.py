@@ -375,7 +375,7 @@ def timeline_lines(run: Observed) -> list[str]:
     if pre:
         lines.append(
             f"  {'drain':>7} {'moment':<12} {'node':<22} {'at s':>6} {'notice':>6} {'ckpt':>5} "
-            f"{'requeue':>7} {'resume':>6} {'lost':>4} {'no-train s':>10} {'drain->step s':>13}"
+            f"{'restart':>7} {'resume':>6} {'lost':>4} {'no-train s':>10} {'drain->step s':>13}"
         )
         for i, p in enumerate(pre, 1):
             lines.append(

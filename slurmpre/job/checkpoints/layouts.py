@@ -88,7 +88,8 @@ def _check_marker(path: Path, step: int | None = None) -> tuple[bool, str]:
             return False, f"corrupt: {rel} is missing"
         if actual != size:
             return False, f"corrupt: {rel} is {actual} bytes, the marker says {size}"
-    return True, f"committed by slurmpre ({len(manifest)} files)"
+    n = len(manifest)
+    return True, f"committed by slurmpre ({n} {'file' if n == 1 else 'files'})"
 
 
 def _relative(rel: object) -> bool:
