@@ -151,6 +151,8 @@ def test_logs_of_an_array_are_its_tasks_logs_tail_and_node_kept(tmp_path: Path) 
     assert client.asked == []
     with pytest.raises(UsageError, match="--attempt -1"):
         array.log_texts(attempt=-1)
+    with pytest.raises(UsageError, match="--tail -1"):  # refused, not taken for "no log"
+        array.log_texts(tail=-1)
 
 
 def test_status_says_slurm_did_not_answer_and_shows_the_ledger_only_when_asked_to(

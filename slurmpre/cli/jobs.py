@@ -113,13 +113,9 @@ def logs(
     tasks' logs one after the other (with -f, as they are written), each under a
     ``==> TASK <==`` line."""
     from slurmpre.login.handle import Job
+    from slurmpre.login.logs import check_options
 
-    if attempt is not None and attempt < 0:  # the options' own checks first, whatever the job
-        raise UsageError(f"--attempt {attempt}: attempts count from 0")
-    if tail is not None and tail < 0:
-        raise UsageError(f"--tail {tail}: give 0 lines or more")
-    if node is not None and node < 0:
-        raise UsageError(f"--node {node}: nodes count from 0")
+    check_options(attempt, tail, node)  # the options' own checks first, whatever the job
     if as_json and follow:
         raise UsageError("--json prints the logs as they are now: not with --follow")
     found = Job.find(job, checkpoint_dir, warn=say_err)

@@ -19,7 +19,14 @@ from typing import Any
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.login import jobs
-from slurmpre.login.logs import NodeLines, follow_successors, follow_tasks, log_path, show
+from slurmpre.login.logs import (
+    NodeLines,
+    check_options,
+    follow_successors,
+    follow_tasks,
+    log_path,
+    show,
+)
 from slurmpre.login.status import JobStatus, Prices, chain, gpus_of, job_status
 from slurmpre.slurm.client import SlurmClient, default_client
 from slurmpre.slurm.parse import FINISHED, UNKNOWN_TO_SLURM, JobInfo
@@ -252,10 +259,7 @@ class Job:
     ) -> None:
         """`logs` written as it is read; with ``follow``, on until the run ends (into a
         successor after a hand-over; an array's tasks at once, as ``tail -f`` shows them)."""
-        if attempt is not None and attempt < 0:
-            raise UsageError(f"--attempt {attempt}: attempts count from 0")
-        if tail is not None and tail < 0:
-            raise UsageError(f"--tail {tail}: give 0 lines or more")
+        check_options(attempt, tail, node)
         kept = NodeLines(node, write) if node is not None else None
         out = kept if kept is not None else write
         try:
@@ -275,6 +279,7 @@ class Job:
     ) -> list[tuple[str, Path, str | None]]:
         """Each task's (the job's own, when not an array) log as it is now: (job, path,
         text or None when there is no log there yet)."""
+        check_options(attempt, tail, node)  # before reading: a bad one is no missing log
         out: list[tuple[str, Path, str | None]] = []
         for task, path in self._log_files(attempt):
             try:
@@ -295,8 +300,6 @@ class Job:
     def _log_files(self, attempt: int | None) -> list[tuple[str, Path]]:
         """(job, its log) for the job, or for each task of an array (whose tasks are not
         asked of Slurm one by one: their logs are where the ledger says)."""
-        if attempt is not None and attempt < 0:
-            raise UsageError(f"--attempt {attempt}: attempts count from 0")
         if self.array is None:
             return [(self.id, self.log_path(attempt))]
         return [(t.id, log_path(t.entry, attempt, None)) for t in self.tasks()]

@@ -21,13 +21,25 @@ CHUNK = 1 << 20  # a MiB at a time: a log of any size streams, never loads whole
 POLL = 1.0  # seconds between looks at a followed log and its job
 
 
+def check_options(
+    attempt: int | None = None, tail: int | None = None, node: int | None = None
+) -> None:
+    """A UsageError naming the first of ``--attempt``, ``--tail``, ``--node`` that is
+    negative: asked before any log (or job) is looked up."""
+    if attempt is not None and attempt < 0:
+        raise UsageError(f"--attempt {attempt}: attempts count from 0")
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: give 0 lines or more")
+    if node is not None and node < 0:
+        raise UsageError(f"--node {node}: nodes count from 0")
+
+
 def log_path(entry: Submitted, attempt: int | None, info: JobInfo | None) -> Path:
     """The job's log (Slurm's own record of it wins: a template may name it otherwise), or
     one attempt's own log."""
     logs = LogLayout(Path(entry.log_dir), entry.name)
     if attempt is not None:
-        if attempt < 0:
-            raise UsageError(f"--attempt {attempt}: attempts count from 0")
+        check_options(attempt=attempt)
         return logs.attempt_log(entry.job, attempt)
     if info is not None and info.stdout:
         return Path(info.stdout)
@@ -57,8 +69,7 @@ def follow_successors(
 def tail_offset(path: Path, lines: int) -> int:
     """Where the last ``lines`` lines of the log begin (0: it has no more than that).
     Read backwards a chunk at a time: a log of any size costs what its tail does."""
-    if lines < 0:
-        raise UsageError(f"--tail {lines}: give 0 lines or more")
+    check_options(tail=lines)
     with open_regular(path) as fh:
         end = os.fstat(fh.fileno()).st_size
         if lines == 0:
@@ -146,8 +157,7 @@ class NodeLines:
     for their end."""
 
     def __init__(self, node: int, write: Callable[[str], None]) -> None:
-        if node < 0:
-            raise UsageError(f"--node {node}: nodes count from 0")
+        check_options(node=node)
         self.prefix = f"{node}: "
         self.write = write
         self.partial = ""
