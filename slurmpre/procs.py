@@ -47,7 +47,7 @@ def cmdline(pid: int) -> list[str]:
 
 def pids() -> list[int]:
     """Every process's pid."""
-    return sorted(int(e.name) for e in PROC.iterdir() if e.name.isdigit())
+    return [int(e.name) for e in PROC.iterdir() if e.name.isdigit()]
 
 
 def root_of(pid: int) -> str | None:
@@ -68,11 +68,10 @@ def is_process_of(pid: int, executable: str) -> bool:
 
 def _parents() -> dict[int, int]:
     table = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            fields = _stat_fields(int(entry.name))
-            if fields is not None:
-                table[int(entry.name)] = int(fields[1])
+    for pid in pids():
+        fields = _stat_fields(pid)
+        if fields is not None:
+            table[pid] = int(fields[1])
     return table
 
 

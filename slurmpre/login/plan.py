@@ -282,9 +282,10 @@ def _records(folders: list[Path]) -> list[Record]:
     (a job of the user's list may have been moved or never started)."""
     out: list[Record] = []
     for folder in folders:
+        ledger = Ledger(folder)
         try:
-            if Ledger(folder).path.is_file():
-                out += Ledger(folder).records()
+            if ledger.path.is_file():
+                out += ledger.records()
         except (OSError, SlurmpreError):
             continue
     return out
