@@ -49,6 +49,24 @@ def read_json(path: Path) -> Any:
         return None
 
 
+def listener(slurm: CommandLineSlurm, folder: Path, name: str, board: Path, cpus: int) -> str:
+    """Submit a one-node job that listens for its notice (LISTEN), sharing ``board``."""
+    spec = validate(
+        {
+            "name": name,
+            "command": [sys.executable, "-c", LISTEN],
+            "launcher": "plain",
+            "cpus_per_task": cpus,
+            "checkpoint_dir": str(folder),
+            "poll_interval": POLL,
+            "requeue": False,
+            "env": {"SLURMPRE_SHARED_DIR": str(board)},
+        }
+    )
+    (folder / "logs").mkdir(parents=True)
+    return slurm.submit(render(spec))
+
+
 def attempt_logs(folder: Path) -> str:
     return "".join(p.read_text() for p in (folder / "logs").glob("*.attempt-*.out"))
 
@@ -60,22 +78,9 @@ def test_three_jobs_poll_slurm_as_one_and_a_drain_reaches_both_on_the_node(
     wait_preemptible_idle(slurm)
     board = tmp_path / "board"
     folders = [tmp_path / f"job-{i}" for i in range(3)]
-    ids = []
-    for i, folder in enumerate(folders):
-        spec = validate(
-            {
-                "name": f"shared-{i}",
-                "command": [sys.executable, "-c", LISTEN],
-                "launcher": "plain",
-                "cpus_per_task": 1,
-                "checkpoint_dir": str(folder),
-                "poll_interval": POLL,
-                "requeue": False,
-                "env": {"SLURMPRE_SHARED_DIR": str(board)},
-            }
-        )
-        (folder / "logs").mkdir(parents=True)
-        ids.append(slurm.submit(render(spec)))
+    ids = [
+        listener(slurm, folder, f"shared-{i}", board, cpus=1) for i, folder in enumerate(folders)
+    ]
     try:
         wait_for("three jobs running", lambda: all(slurm.job(j).state == "RUNNING" for j in ids),
                  timeout=120)  # fmt: skip
@@ -90,9 +95,7 @@ def test_three_jobs_poll_slurm_as_one_and_a_drain_reaches_both_on_the_node(
             timeout=60,
         )
         time.sleep(3 * POLL)  # polls enough to tell one poller from three
-        logs = [
-            "".join(p.read_text() for p in (f / "logs").glob("*.attempt-*.out")) for f in folders
-        ]
+        logs = [attempt_logs(f) for f in folders]
         pollers = [i for i, text in enumerate(logs) if "this job polls Slurm for its user" in text]
         assert len(pollers) == 1, logs
         lease = json.loads((board / "lease.json").read_text())
@@ -136,22 +139,9 @@ def test_when_the_pollers_node_goes_the_lease_passes_on_within_an_interval(
     wait_preemptible_idle(slurm)
     board = tmp_path / "board"
     folders = [tmp_path / f"job-{i}" for i in range(2)]
-    ids = []
-    for i, folder in enumerate(folders):
-        spec = validate(
-            {
-                "name": f"poller-{i}",
-                "command": [sys.executable, "-c", LISTEN],
-                "launcher": "plain",
-                "cpus_per_task": 2,  # a node each
-                "checkpoint_dir": str(folder),
-                "poll_interval": POLL,
-                "requeue": False,
-                "env": {"SLURMPRE_SHARED_DIR": str(board)},
-            }
-        )
-        (folder / "logs").mkdir(parents=True)
-        ids.append(slurm.submit(render(spec)))
+    ids = [  # a node each
+        listener(slurm, folder, f"poller-{i}", board, cpus=2) for i, folder in enumerate(folders)
+    ]
     try:
         wait_for("two jobs running", lambda: all(slurm.job(j).state == "RUNNING" for j in ids),
                  timeout=120)  # fmt: skip
