@@ -137,7 +137,7 @@ def test_the_specs_accelerate_config_is_read_on_every_attempt(tmp_path: Path) ->
 
 
 ZERO = """\
-import json, os
+import json, os, sys
 from pathlib import Path
 import torch
 import deepspeed
@@ -170,6 +170,11 @@ with open(folder / "ranks.jsonl", "a") as out:
 # exception", SIGABRT) after its save, and the job ended FAILED.
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
+# Even so, ZeRO-3 aborted the same way in the interpreter's own teardown (once on the
+# sandbox; 2 of 15 runs of the DeepSpeed save test): the work is done, so it is skipped.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 
