@@ -18,7 +18,8 @@ import argparse
 from pathlib import Path
 
 from slurmpre.drill.options import DrillOptions
-from slurmpre.drill.run import render, run_drill
+from slurmpre.drill.run import run_drill
+from slurmpre.drill.table import render
 from slurmpre.sandbox.cluster import Sandbox
 
 

@@ -47,8 +47,8 @@ from typing import Any
 import tomllib
 from slurmpre.drill.jobs import drill_spec, seeds_script, train_args
 from slurmpre.drill.options import DrillOptions
-from slurmpre.drill.report import times_better
 from slurmpre.drill.run import bring_up, wait_whole
+from slurmpre.drill.table import times_better
 from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Notice

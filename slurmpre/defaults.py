@@ -14,6 +14,9 @@ AGREE_TIMEOUT = 300.0  # seconds the other nodes wait for node 0's checkpoint ch
 CHECKPOINT_TIMEOUT = 1800.0  # seconds a rank waits for the others to finish a checkpoint
 ON_DEMAND_PRICE = 2.0  # $ per GPU-hour on demand, for cost figures (`status`, `plan`)
 PREEMPTIBLE_DISCOUNT = 0.5  # the preemptible nodes' discount: half price
+# The drill's price of a node-hour on demand (its nodes have no GPU; a round figure
+# that makes its costs readable, never used for a real job's).
+DRILL_NODE_HOUR = 10.0
 # How a job continues after a notice that ends its allocation: "requeue" (scontrol
 # requeue: Slurm starts it again after cred_expire + 1, 121 s on stock timings) or
 # "successor" (a new job with the same script takes over: no such floor).

@@ -45,7 +45,15 @@ from slurmpre.errors import SlurmpreError
     show_default=True,
     help="Where each run keeps its checkpoints and logs (a folder per run).",
 )
+@click.option(
+    "--report",
+    "recorded",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run nothing: print the report of a past run (its folder or its timelines.json).",
+)
 def drill(
+    recorded: Path | None,
     preemptions: int,
     window: float,
     every: int,
@@ -57,8 +65,10 @@ def drill(
     workdir: Path,
 ) -> None:
     """Preempt a real training job on the local sandbox and show that no work is lost."""
-    from slurmpre.drill.options import DrillOptions
-    from slurmpre.drill.run import render, run_drill
+    from slurmpre.drill.options import DrillOptions, DrillResult
+    from slurmpre.drill.run import run_drill
+    from slurmpre.drill.table import render
+    from slurmpre.drill.timeline import FILE
 
     opts = DrillOptions(
         preemptions=preemptions,
@@ -71,7 +81,10 @@ def drill(
         workdir=workdir,
     )
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
-    result = run_drill(sandbox_here(), opts, say=say)
+    if recorded is not None:
+        result = DrillResult.load(recorded / FILE if recorded.is_dir() else recorded)
+    else:
+        result = run_drill(sandbox_here(), opts, say=say)
     for line in render(result):
         say(line)
     if as_json:

@@ -3,11 +3,11 @@ as text or JSON, and what makes it fail)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import report
+from slurmpre.drill import report, table, timeline
 from slurmpre.drill.plan import Moment
 from slurmpre.errors import UsageError
 
@@ -61,31 +61,60 @@ class DrillResult:
     options: DrillOptions
     timings: str
     schedule: list[Moment]
-    runs: dict[str, report.Observed]
+    runs: dict[str, timeline.Observed]
     identical: dict[str, bool]
     workdir: Path
 
+    def save(self) -> Path:
+        """Everything the report needs, to ``timelines.json`` in the run's folder."""
+        opts = self.options
+        about = {
+            "seed": self.seed,
+            "timings": self.timings,
+            "schedule": [asdict(m) for m in self.schedule],
+            "identical_weights": self.identical,
+            "options": {
+                **{k: v for k, v in asdict(opts).items() if k not in ("workdir", "prices")},
+                "prices": asdict(opts.prices),
+            },
+        }
+        return timeline.save(self.workdir, self.runs, about)
+
+    @classmethod
+    def load(cls, path: Path) -> DrillResult:
+        """A run's result from its ``timelines.json``: its report, computed again."""
+        runs, about = timeline.load(path)
+        try:
+            given = dict(about["options"])
+            prices = report.Prices(**given.pop("prices"))
+            opts = DrillOptions(**given, prices=prices, workdir=path.parent)
+            schedule = [Moment(**m) for m in about["schedule"]]
+            return cls(about["seed"], opts, about["timings"], schedule, runs,
+                       dict(about["identical_weights"]), path.parent)  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{path} is not a drill's timelines.json: {exc!r}") from None
+
     def failures(self) -> list[str]:
-        """What breaks slurmpre's promise in this run (empty: it was kept)."""
+        """Where slurmpre fell short in this run (empty: it kept its promise). Only that:
+        a figure the report lacks is the report's bug, and a preemption the drill could
+        not make is the drill's (both said in its text, neither held against slurmpre)."""
         out = []
         run = self.runs["slurmpre"]
-        summary = report.summarize(run, self.runs.get("reference"))
+        summary = report.summarize(run, self.runs.get("reference"), prices=self.options.prices)
         if run.state != "COMPLETED":
             out.append(f"the slurmpre job ended {run.state}")
         if not self.identical.get("slurmpre"):
             out.append("its final weights differ from the uninterrupted run's")
-        if summary.steps_lost != 0:
+        if summary.steps_lost:
             out.append(f"it lost {summary.steps_lost} steps")
         if summary.partial_checkpoint_loaded:
             out.append("an attempt resumed from a partial checkpoint")
-        if len(run.hits) < len(self.schedule):
-            out.append(f"only {len(run.hits)} of {len(self.schedule)} preemptions happened")
         seeds = self.runs.get("seeds")
         if seeds is not None and self.timings == "stock":
             # On Slurm's own timings, what users have, slurmpre must lead the recipe; the
             # sandbox's tuned timings shrink the requeue floor, and the table only shows it.
-            theirs = report.summarize(seeds, self.runs.get("reference"))
-            out += report.behind(theirs, summary)
+            theirs = report.summarize(seeds, self.runs.get("reference"), prices=self.options.prices)
+            out += table.behind(theirs, summary)
         return out
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,64 +1,24 @@
-"""What a drill run was, from what it left behind: a timeline per attempt and a summary.
+"""What a drill run cost, from what it left behind: attempts, each preemption's share, a summary.
 
-Pure functions over plain data: the training job's own log (`drill-steps.jsonl`),
-the attempt ledger (for slurmpre's notice, checkpoint and requeue), the drill's
-preemption events and its samples of the job's Slurm state. Every figure of the
-text report is in the JSON one (``as_dict``); docs/drill.md describes each.
+Pure functions of the recorded timelines (`drill.timeline`): the training's own log,
+the ledger (slurmpre's notice, checkpoint and restart), the preemptions the drill
+made and its samples of the jobs' Slurm states. How each figure is counted,
+overlapping preemptions and waits for capacity included, is in docs/drill.md; every
+figure of the text report (`drill.table`) is in the JSON one (``as_dict``).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from slurmpre import defaults
+from slurmpre.drill.timeline import Hit, Observed, Sample
 from slurmpre.job import records
 from slurmpre.slurm.parse import HOLDING_NODES
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The job as Slurm showed it at wall time ``t``."""
-
-    t: float
-    state: str
-    restarts: int  # the run's attempt: its restarts so far, across its jobs
-    nodes: tuple[str, ...]
-    job: str = ""  # which of the run's jobs (a successor takes over from its predecessor)
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One preemption the drill made: which attempt, which node, and when each phase began."""
-
-    moment: str
-    attempt: int
-    node: str
-    drained_at: float
-    removed_at: float | None = None
-    returned_at: float | None = None
-
-
-@dataclass
-class Observed:
-    """One job run as the drill saw it."""
-
-    mode: str  # "slurmpre", "seeds" or "reference"
-    job_id: str
-    submitted_at: float
-    ended_at: float
-    state: str
-    log: list[dict[str, Any]]
-    samples: list[Sample]
-    hits: list[Hit]
-    ledger: list[dict[str, Any]] = field(default_factory=list)
-    # The run's attempt -> (its job, Slurm's restart count there): the ledger's names.
-    attempt_ids: dict[int, tuple[str, int]] = field(default_factory=dict)
-    jobs: list[str] = field(default_factory=list)  # the run's jobs, first to last
 
 
 @dataclass(frozen=True)
@@ -74,6 +34,14 @@ class Attempt:
     ended: str  # "preempted", "completed", or the job's final state
     job: str = ""  # the job it ran in (successors are jobs of their own)
     job_attempt: int = 0  # Slurm's restart count in that job: its log's attempt
+    done_at: float | None = None  # when it ended the training (the run's last step was its)
+    begun_at: float | None = None  # when its training had started up (resumed, ready to step)
+
+    @property
+    def back_at(self) -> float | None:
+        """When this attempt moved the run on: its first step, or (resumed at the last
+        step, with nothing left to train) the end of the training."""
+        return self.first_step_at if self.first_step_at is not None else self.done_at
 
 
 @dataclass(frozen=True)
@@ -82,17 +50,19 @@ class Preemption:
     attempt: int
     node: str
     drained_at: float
-    notice_seen_s: float | None  # after the drain
-    checkpoint_step: (
-        int | None
-    )  # the checkpoint written for it (slurmpre) / last periodic one (seeds)
-    requeue_s: (
-        float | None
-    )  # after the drain: slurmpre's requeue, or the kill for the seeds' recipe
-    resumed_step: int | None
+    notice_seen_s: float | None  # after the drain; None for the seeds' recipe (it sees none)
+    checkpoint_step: int | None  # slurmpre's checkpoint for it / the seeds' last periodic one
+    # After the drain: slurmpre's hand-over or requeue, or the kill that requeues the seeds'
+    # job; None when there was no restart (the attempt rode the preemption out).
+    requeue_s: float | None
+    resumed_step: int | None  # the step the run trained on from after it
+    # The figures below are None only when the run ended before it trained again.
     steps_lost: int | None
-    without_training_s: float | None  # last step before -> first step after
+    without_training_s: float | None  # its share of the run's time without training
+    training_lost_s: float | None  # that share, plus its steps lost at the uninterrupted pace
     drain_to_first_step_s: float | None
+    capacity_wait_s: float | None  # of drain -> first step: too few preemptible nodes in service
+    shared_with: tuple[int, ...] = ()  # other preemptions (1-based) that ended in the same restart
 
 
 @dataclass(frozen=True)
@@ -110,9 +80,10 @@ class Summary:
     wall_ratio: float | None  # wall / uninterrupted wall
     goodput: float | None  # uninterrupted training seconds / wall
     mean_drain_to_first_step_s: float | None
-    # Per preemption: the time without training (last step before -> first step
-    # after), plus the steps lost, which must be trained again, at the uninterrupted
-    # run's pace.
+    mean_capacity_wait_s: float | None  # the fleet's part of drain -> first new step
+    mean_own_latency_s: float | None  # the rest: the run's own
+    # The run's time without training and its steps lost (at the uninterrupted pace),
+    # over its preemptions.
     training_lost_per_preemption_s: float | None
     node_seconds: float
     cost_preemptible: float
@@ -122,7 +93,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class Prices:
-    on_demand_node_hour: float = 10.0
+    on_demand_node_hour: float = defaults.DRILL_NODE_HOUR
     preemptible_discount: float = defaults.PREEMPTIBLE_DISCOUNT
 
 
@@ -138,13 +109,14 @@ def attempts(run: Observed) -> list[Attempt]:
         running = [s for s in run.samples if s.restarts == k and s.state == "RUNNING"]
         steps = _events(run.log, k, "step")
         begin = _events(run.log, k, "begin")
-        done = bool(_events(run.log, k, "done"))
+        done = _events(run.log, k, "done")
         if k in hit_attempts:
             ended = "preempted"
         elif done:
             ended = "completed"
         else:
             ended = run.state.lower() if k == seen[-1] else "ended"
+        job, job_attempt = run.attempt_ids.get(k, (run.job_id, k))
         out.append(
             Attempt(
                 attempt=k,
@@ -156,8 +128,10 @@ def attempts(run: Observed) -> list[Attempt]:
                 last_step=steps[-1]["step"] if steps else None,
                 last_step_at=steps[-1]["t"] if steps else None,
                 ended=ended,
-                job=run.attempt_ids.get(k, (run.job_id, k))[0],
-                job_attempt=run.attempt_ids.get(k, (run.job_id, k))[1],
+                job=job,
+                job_attempt=job_attempt,
+                done_at=done[0]["t"] if done else None,
+                begun_at=begin[0]["t"] if begin else None,
             )
         )
     return out
@@ -182,38 +156,110 @@ def _ledger_for(run: Observed, attempt: int, kind: type[_A]) -> list[_A]:
     return out
 
 
-def preemptions(run: Observed) -> list[Preemption]:
+@dataclass(frozen=True)
+class _Restart:
+    """The restart that ended a group of preemptions: the run's time without training
+    (``start`` to ``back``) and the steps it trained again."""
+
+    start: float
+    back: float
+    resumed: int
+    lost: int
+
+
+def _restart(rows: list[Attempt], hit: Hit) -> Attempt | None:
+    """The first attempt after the preempted one that moved the run on."""
+    return next((a for a in rows if a.attempt > hit.attempt and a.back_at is not None), None)
+
+
+def _gap(rows: list[Attempt], first: Hit, after: Attempt) -> _Restart:
+    assert after.back_at is not None  # noqa: S101 - _restart chose it for having one
+    before = [a for a in rows if a.attempt < after.attempt]
+    steps = [a.last_step_at for a in before if a.last_step_at is not None]
+    begun = [a.begun_at for a in before if a.begun_at is not None]
+    if steps:
+        start = max(steps)
+    elif begun:  # nothing trained before it: from when the first attempt could have
+        start = min(begun)
+    else:
+        hit_row = next((a for a in rows if a.attempt == first.attempt), None)
+        start = hit_row.started_at if hit_row and hit_row.started_at else first.drained_at
+    # What is trained again: the steps the last attempt that trained took beyond the step
+    # this one resumed from (not the run's furthest step: an earlier restart may have
+    # lost those already, and they count once).
+    trainer = next((a for a in reversed(before) if a.last_step is not None), None)
+    reached = trainer.last_step if trainer is not None and trainer.last_step is not None else 0
+    resumed = after.resumed_step if after.resumed_step is not None else reached
+    return _Restart(start, after.back_at, resumed, max(reached - resumed, 0))
+
+
+def _share(gap: _Restart, drains: list[float], i: int) -> float:
+    """Preemption ``i``'s part of a restart's time without training: from its drain (the
+    first one's: from the gap's start) to the next drain of the group (the last one's: to
+    the gap's end). The parts add up to the whole gap."""
+    lo = gap.start if i == 0 else max(gap.start, min(drains[i], gap.back))
+    hi = gap.back if i == len(drains) - 1 else max(gap.start, min(drains[i + 1], gap.back))
+    return max(hi - lo, 0.0)
+
+
+def out_of_service(run: Observed, start: float, end: float) -> float:
+    """Seconds of [start, end] during which fewer of the cluster's preemptible nodes were
+    in service (neither drained nor removed) than the job needs: the fleet's capacity,
+    which a restart waits for whoever restarts."""
+    drains = [*run.hits, *run.outages]
+    nodes = set(run.capacity) or {n for s in run.samples for n in s.nodes} | {
+        h.node for h in drains
+    }
+    # Each drain takes its node out until it returned (or for good).
+    edges = sorted(
+        [(h.drained_at, -1) for h in drains if h.node in nodes]
+        + [(h.returned_at, +1) for h in drains if h.node in nodes and h.returned_at is not None]
+    )
+    up, since, total = len(nodes), start, 0.0
+    for at, change in [*edges, (end, 0)]:
+        lo, hi = max(since, start), min(at, end)
+        if up < run.nodes_needed and hi > lo:
+            total += hi - lo
+        up, since = up + change, at
+    return total
+
+
+def preemptions(run: Observed, pace: float | None = None) -> list[Preemption]:
+    """Each preemption with its share of what the run lost. ``pace``: seconds a step of
+    the uninterrupted run takes (the steps lost are charged at it); default the run's own."""
     rows = attempts(run)
-    by_attempt = {a.attempt: a for a in rows}
+    hits = sorted(run.hits, key=lambda h: h.drained_at)
+    pace = pace if pace is not None else _own_pace(run)
+    groups: dict[int, list[int]] = {}  # a restart's attempt -> the hits it ended
+    for i, hit in enumerate(hits):
+        after = _restart(rows, hit)
+        if after is not None:
+            groups.setdefault(after.attempt, []).append(i)
     out = []
-    for hit in run.hits:
-        before = by_attempt.get(hit.attempt)
-        after = next(
-            (a for a in rows if a.attempt > hit.attempt and a.resumed_step is not None), None
-        )
-        notices = _ledger_for(run, hit.attempt, records.Notice)
-        requeues = _ledger_for(run, hit.attempt, records.Requeued)
-        handed = _ledger_for(run, hit.attempt, records.Successor)
-        if run.mode == "slurmpre":
-            saved = [c for c in _ledger_for(run, hit.attempt, records.Checkpoint) if c.after_notice]
-            checkpoint_step: int | None = saved[-1].step if saved else None
-            requeue_at: float | None = (
-                requeues[0].requeued_at if requeues else handed[0].submitted_at if handed else None
-            )
+    for i, hit in enumerate(hits):
+        after = _restart(rows, hit)
+        requeue_at = _restart_moment(run, hit)
+        lost: int | None
+        if after is None:
+            # No attempt after it trained. If the training was done all the same (the
+            # drained attempt finished it, or an earlier one had), the preemption cost it
+            # nothing; else the run ended before it trained again, and its cost is unknown.
+            done = any(e.get("event") == "done" for e in run.log)
+            lost, share, drain_step, wait = (0, 0.0, 0.0, 0.0) if done else (None,) * 4
+            shared: tuple[int, ...] = ()
+            resumed = None
         else:
-            saves = _events(run.log, hit.attempt, "save-end")
-            checkpoint_step = saves[-1]["step"] if saves else None
-            requeue_at = hit.removed_at
-        last = _progress(rows, hit.attempt)
-        lost = None
-        if after is not None and after.resumed_step is not None:
-            lost = max(last - after.resumed_step, 0)
-        # The last step the run trained before this restart: in the preempted attempt, or
-        # (drained while starting) before it; else (no step yet at all) its start.
-        earlier = [
-            a.last_step_at for a in rows if a.attempt <= hit.attempt and a.last_step_at is not None
-        ]
-        last_at = max(earlier) if earlier else (before.started_at if before else None)
+            group = groups[after.attempt]
+            first = hits[group[0]]
+            gap = _gap(rows, first, after)
+            drains = [hits[j].drained_at for j in group]
+            share = _share(gap, drains, group.index(i))
+            lost = gap.lost if group[0] == i else 0  # trained by the first one's attempt
+            drain_step = max(gap.back - hit.drained_at, 0.0)
+            wait = out_of_service(run, hit.drained_at, gap.back)
+            shared = tuple(j + 1 for j in group if j != i)
+            resumed = gap.resumed
+        notices = _ledger_for(run, hit.attempt, records.Notice)
         out.append(
             Preemption(
                 moment=hit.moment,
@@ -221,35 +267,45 @@ def preemptions(run: Observed) -> list[Preemption]:
                 node=hit.node,
                 drained_at=hit.drained_at,
                 notice_seen_s=notices[0].seen_at - hit.drained_at if notices else None,
-                checkpoint_step=checkpoint_step,
+                checkpoint_step=_checkpoint_step(run, hit),
                 requeue_s=None if requeue_at is None else requeue_at - hit.drained_at,
-                resumed_step=after.resumed_step if after else None,
+                resumed_step=resumed,
                 steps_lost=lost,
-                without_training_s=(
-                    after.first_step_at - last_at
-                    if after and after.first_step_at is not None and last_at is not None
-                    else None
-                ),
-                drain_to_first_step_s=(
-                    after.first_step_at - hit.drained_at
-                    if after and after.first_step_at is not None
-                    else None
-                ),
+                without_training_s=share,
+                training_lost_s=_time_lost(share, lost, pace),
+                drain_to_first_step_s=drain_step,
+                capacity_wait_s=wait,
+                shared_with=shared,
             )
         )
     return out
 
 
-def _progress(rows: list[Attempt], attempt: int) -> int:
-    """The furthest step the job had reached by the end of ``attempt`` (0 before any)."""
-    reached = [
-        step
-        for a in rows
-        if a.attempt <= attempt
-        for step in (a.last_step, a.resumed_step)
-        if step is not None
-    ]
-    return max(reached, default=0)
+def _time_lost(share: float | None, lost: int | None, pace: float | None) -> float | None:
+    """Time without training, plus the steps lost at ``pace`` (to be trained again)."""
+    if share is None or lost is None:
+        return None
+    if lost == 0:
+        return share
+    return None if pace is None else share + lost * pace
+
+
+def _restart_moment(run: Observed, hit: Hit) -> float | None:
+    """slurmpre's hand-over or requeue for it; for the seeds' recipe, the kill at removal."""
+    if run.mode != "slurmpre":
+        return hit.removed_at
+    requeues = _ledger_for(run, hit.attempt, records.Requeued)
+    handed = _ledger_for(run, hit.attempt, records.Successor)
+    moments = [r.requeued_at for r in requeues] + [s.submitted_at for s in handed]
+    return min(moments) if moments else None
+
+
+def _checkpoint_step(run: Observed, hit: Hit) -> int | None:
+    if run.mode == "slurmpre":
+        saved = [c for c in _ledger_for(run, hit.attempt, records.Checkpoint) if c.after_notice]
+        return saved[-1].step if saved else None
+    saves = _events(run.log, hit.attempt, "save-end")
+    return saves[-1]["step"] if saves else None
 
 
 def node_seconds(samples: list[Sample], ended_at: float) -> float:
@@ -272,11 +328,30 @@ def training_seconds(run: Observed) -> float | None:
     return steps[-1]["t"] - steps[0]["t"] if len(steps) > 1 else None
 
 
-def _step_seconds(run: Observed) -> float | None:
-    """Seconds per step of an uninterrupted run."""
-    steps = [e for e in run.log if e.get("event") == "step"]
-    seconds = training_seconds(run)
+def step_seconds(reference: Observed | None) -> float | None:
+    """Seconds per step of an uninterrupted run (None without one)."""
+    if reference is None:
+        return None
+    steps = [e for e in reference.log if e.get("event") == "step"]
+    seconds = training_seconds(reference)
     return seconds / (len(steps) - 1) if seconds is not None else None
+
+
+def _own_pace(run: Observed) -> float | None:
+    """The run's median seconds between two steps of one attempt."""
+    gaps = [
+        b["t"] - a["t"]
+        for a, b in zip(run.log, run.log[1:], strict=False)
+        if a.get("event") == b.get("event") == "step" and a.get("attempt") == b.get("attempt")
+    ]
+    return statistics.median(gaps) if gaps else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of figures that all exist (None when one is missing, or there are none)."""
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.fmean(v for v in values if v is not None)
 
 
 def summarize(
@@ -287,25 +362,19 @@ def summarize(
     max_nodes: int = 2,
 ) -> Summary:
     rows = attempts(run)
-    pre = preemptions(run)
+    pre = preemptions(run, step_seconds(reference))
     done = [e for e in run.log if e.get("event") == "done"]
     lost = [p.steps_lost for p in pre]
-    computed = len([e for e in run.log if e.get("event") == "step"])
     wall = run.ended_at - run.submitted_at
     ref_wall = reference.ended_at - reference.submitted_at if reference else None
     ref_training = training_seconds(reference) if reference else None
-    drains = [p.drain_to_first_step_s for p in pre if p.drain_to_first_step_s is not None]
-    pace = _step_seconds(reference) if reference else None
-    lost_time = [
-        p.without_training_s + (p.steps_lost or 0) * pace
-        for p in pre
-        if p.without_training_s is not None and pace is not None
-    ]
     held = node_seconds(run.samples, run.ended_at)
     rate = prices.on_demand_node_hour / 3600
     partial = any(
         a.resume_path is not None and not _complete_path(run, a.resume_path) for a in rows
     )
+    drain_step = _mean([p.drain_to_first_step_s for p in pre])
+    wait = _mean([p.capacity_wait_s for p in pre])
     return Summary(
         mode=run.mode,
         job_id=run.job_id,
@@ -314,15 +383,15 @@ def summarize(
         preemptions=len(pre),
         steps=done[-1]["step"] if done else None,
         steps_lost=None if any(x is None for x in lost) else sum(x or 0 for x in lost),
-        steps_computed=computed,
+        steps_computed=len([e for e in run.log if e.get("event") == "step"]),
         wall_s=wall,
         uninterrupted_wall_s=ref_wall,
         wall_ratio=wall / ref_wall if ref_wall else None,
         goodput=ref_training / wall if ref_training and wall > 0 else None,
-        mean_drain_to_first_step_s=statistics.fmean(drains) if drains else None,
-        training_lost_per_preemption_s=(
-            statistics.fmean(lost_time) if lost_time and len(lost_time) == len(pre) else None
-        ),
+        mean_drain_to_first_step_s=drain_step,
+        mean_capacity_wait_s=wait,
+        mean_own_latency_s=None if drain_step is None or wait is None else drain_step - wait,
+        training_lost_per_preemption_s=_mean([p.training_lost_s for p in pre]),
         node_seconds=held,
         cost_preemptible=held * rate * (1 - prices.preemptible_discount),
         cost_on_demand_uninterrupted=ref_wall * max_nodes * rate if ref_wall else None,
@@ -345,126 +414,6 @@ def as_dict(run: Observed, reference: Observed | None, prices: Prices = Prices()
         "job_id": run.job_id,
         "mode": run.mode,
         "attempts": [asdict(a) for a in attempts(run)],
-        "preemptions": [asdict(p) for p in preemptions(run)],
+        "preemptions": [asdict(p) for p in preemptions(run, step_seconds(reference))],
         "summary": asdict(summarize(run, reference, prices=prices)),
     }
-
-
-# -- text ----------------------------------------------------------------------------
-def _s(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _i(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def timeline_lines(run: Observed) -> list[str]:
-    t0 = run.submitted_at
-    lines = [f"{run.mode} (job {run.job_id}): {run.state}"]
-    lines.append(
-        f"  {'attempt':>7} {'nodes':<44} {'start s':>8} {'resumed':>7} {'last step':>9}  ended"
-    )
-    for a in attempts(run):
-        start = None if a.started_at is None else a.started_at - t0
-        lines.append(
-            f"  {a.attempt:>7} {','.join(a.nodes) or '-':<44} {_s(start):>8} "
-            f"{_i(a.resumed_step):>7} {_i(a.last_step):>9}  {a.ended}"
-        )
-    pre = preemptions(run)
-    if pre:
-        lines.append(
-            f"  {'drain':>7} {'moment':<12} {'node':<22} {'at s':>6} {'notice':>6} {'ckpt':>5} "
-            f"{'restart':>7} {'resume':>6} {'lost':>4} {'no-train s':>10} {'drain->step s':>13}"
-        )
-        for i, p in enumerate(pre, 1):
-            lines.append(
-                f"  {i:>7} {p.moment:<12} {p.node:<22} {p.drained_at - t0:>6.1f} "
-                f"{_s(p.notice_seen_s):>6} {_i(p.checkpoint_step):>5} {_s(p.requeue_s):>7} "
-                f"{_i(p.resumed_step):>6} {_i(p.steps_lost):>4} {_s(p.without_training_s):>10} "
-                f"{_s(p.drain_to_first_step_s):>13}"
-            )
-    return lines
-
-
-# (label, field, digits, which way is better: "lower", "higher", or None for no ratio)
-SUMMARY_ROWS: tuple[tuple[str, str, int | None, str | None], ...] = (
-    ("final state", "state", None, None),
-    ("steps trained", "steps", 0, None),
-    ("preemptions", "preemptions", 0, None),
-    ("steps lost", "steps_lost", 0, "lower"),
-    ("steps computed (with repeats)", "steps_computed", 0, "lower"),
-    ("training time lost / preemption (s)", "training_lost_per_preemption_s", 1, "lower"),
-    ("mean drain -> first new step (s)", "mean_drain_to_first_step_s", 1, "lower"),
-    ("wall time (s)", "wall_s", 1, "lower"),
-    ("uninterrupted wall time (s)", "uninterrupted_wall_s", 1, None),
-    ("wall / uninterrupted", "wall_ratio", 2, "lower"),
-    ("goodput", "goodput", 2, "higher"),
-    ("node-seconds held", "node_seconds", 0, "lower"),
-    ("cost on preemptible ($)", "cost_preemptible", 4, "lower"),
-    ("uninterrupted on on-demand ($)", "cost_on_demand_uninterrupted", 4, None),
-)
-# What slurmpre must not be behind the seeds' recipe on (the drill fails otherwise).
-MUST_LEAD = (
-    ("steps lost", "steps_lost"),
-    ("training time lost per preemption", "training_lost_per_preemption_s"),
-    ("wall time", "wall_s"),
-    ("cost", "cost_preemptible"),
-)
-
-
-def _cell(value: object, digits: int | None) -> str:
-    if value is None:
-        return "-"
-    if digits is None or isinstance(value, str):
-        return str(value)
-    return f"{value:.{digits}f}" if digits else str(round(value))  # type: ignore[call-overload]
-
-
-def times_better(seeds: float, ours: float, better: str) -> float:
-    """How many times better slurmpre's value is than the seeds' recipe's (> 1: better,
-    < 1: worse), whichever way the figure counts: ``better`` is "lower" or "higher"."""
-    good, bad = (seeds, ours) if better == "lower" else (ours, seeds)
-    if bad == 0:
-        return 1.0 if good == 0 else math.inf
-    return good / bad
-
-
-def _ratio(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.2f}"
-
-
-def summary_lines(summaries: list[Summary]) -> list[str]:
-    """One column per run; with the seeds' recipe beside slurmpre, a column of how many
-    times better slurmpre is, on every row that has a direction."""
-    head = f"{'':38}" + "".join(f"{s.mode:>14}" for s in summaries)
-    modes = [s.mode for s in summaries]
-    pair = modes == ["seeds", "slurmpre"]
-    lines = [head + (f"{'x better':>10}" if pair else "")]
-    for label, key, digits, better in SUMMARY_ROWS:
-        values = [getattr(s, key) for s in summaries]
-        row = f"{label:38}" + "".join(f"{_cell(v, digits):>14}" for v in values)
-        if pair and better and all(_number(v) for v in values):
-            row += f"{_ratio(times_better(values[0], values[1], better)):>10}"
-        lines.append(row)
-    if pair:
-        lines.append(f"{'':38}(x better: how many times better slurmpre is than the seeds' recipe)")
-    return lines
-
-
-def behind(seeds: Summary, ours: Summary) -> list[str]:
-    """Where slurmpre is behind the seeds' recipe, on what users pay for."""
-    out = []
-    for label, key in MUST_LEAD:
-        theirs, mine = getattr(seeds, key), getattr(ours, key)
-        if mine is None:
-            out.append(f"no figure for its {label}")
-        elif theirs is not None and mine > theirs:
-            out.append(
-                f"it is behind the seeds' recipe on {label} ({mine:.4g} against {theirs:.4g})"
-            )
-    return out
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)

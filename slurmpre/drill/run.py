@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import report
+from slurmpre.drill import timeline
 from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
@@ -64,14 +64,16 @@ class Driver:
         rng: random.Random,
         say: Callable[[str], None],
         submitted_at: float,
+        capacity: tuple[tuple[str, ...], int] = ((), 1),
     ) -> None:
         self.sandbox, self.client = sandbox, sandbox.client
+        self.capacity = capacity  # the cluster's preemptible nodes, how many the job needs
         self.mode, self.job_id, self.folder = mode, job_id, folder
         self.pending = list(moments)
         self.opts, self.rng, self.say = opts, rng, say
         self.submitted_at = submitted_at
-        self.samples: list[report.Sample] = []
-        self.hits: list[report.Hit] = []
+        self.samples: list[timeline.Sample] = []
+        self.hits: list[timeline.Hit] = []
         self.threads: list[tuple[InBackground, Moment, int]] = []
         self.preempted: set[int] = set()
         self.shown = 0
@@ -97,7 +99,7 @@ class Driver:
             attempt = before + job.restarts
             if job.state == "RUNNING":
                 self.attempt_ids.setdefault(attempt, (job_id, job.restarts))
-            self.samples.append(report.Sample(now, job.state, attempt, job.nodes, job_id))
+            self.samples.append(timeline.Sample(now, job.state, attempt, job.nodes, job_id))
             successor = self._successor(job_id)
             if successor is not None and successor not in self.chain:
                 self.chain[successor] = attempt + 1
@@ -178,13 +180,13 @@ class Driver:
                 self._say(f"slurmpre asked job {r.job} to checkpoint and stop ({r.why})")
         self.shown_ledger = len(ledger)
 
-    def collect(self) -> report.Observed:
+    def collect(self) -> timeline.Observed:
         """What happened, once the job has ended and each preemption has run its course."""
         ended = self.samples[-1].t if self.samples else time.time()
         for thread, moment, attempt in self.threads:
             at = [e.at for e in thread.finish()]
             self.hits.append(
-                report.Hit(
+                timeline.Hit(
                     moment.kind,
                     attempt,
                     thread.plan.node,
@@ -194,7 +196,7 @@ class Driver:
                 )
             )
         last = list(self.chain)[-1]
-        return report.Observed(
+        return timeline.Observed(
             self.mode,
             self.job_id,
             self.submitted_at,
@@ -206,10 +208,12 @@ class Driver:
             read_jsonl(FolderLayout(self.folder).ledger),
             attempt_ids=dict(self.attempt_ids),
             jobs=list(self.chain),
+            capacity=self.capacity[0],
+            nodes_needed=self.capacity[1],
         )
 
 
-def drive(drivers: list[Driver], timeout: float) -> list[report.Observed]:
+def drive(drivers: list[Driver], timeout: float) -> list[timeline.Observed]:
     """Look at every job in turn until all have ended; then collect each."""
     deadline = time.monotonic() + timeout
     running = list(drivers)
@@ -235,11 +239,16 @@ def _timeout(opts: DrillOptions, timings: str) -> float:
     return 300.0 + training + opts.preemptions * (per_restart + opts.window + opts.return_after)
 
 
+def preemptible_nodes(sandbox: Sandbox) -> tuple[str, ...]:
+    return tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
+
+
 def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
     """Every preemptible node idle again before the next run starts."""
     deadline = time.monotonic() + timeout
+    names = set(preemptible_nodes(sandbox))
     while time.monotonic() < deadline:
-        nodes = [n for n in sandbox.client.nodes() if n.name.startswith("gpu-preemptible")]
+        nodes = [n for n in sandbox.client.nodes() if n.name in names]
         if nodes and all(n.state == "IDLE" and not n.flags for n in nodes):
             return
         time.sleep(0.5)
@@ -294,9 +303,11 @@ def run_drill(
     except BaseException:
         _clean_up(sandbox, jobs, say)
         raise
-    wait_whole(sandbox)
     identical = _compare(work, runs, opts.training_steps())
-    return DrillResult(seed, opts, timings, moments, runs, identical, work)
+    result = DrillResult(seed, opts, timings, moments, runs, identical, work)
+    say(f"timelines: {result.save()} (slurmpre drill --report reads them again)")
+    wait_whole(sandbox)
+    return result
 
 
 def _runs(
@@ -309,8 +320,8 @@ def _runs(
     timeout: float,
     jobs: list[str],
     say: Callable[[str], None],
-) -> dict[str, report.Observed]:
-    runs: dict[str, report.Observed] = {}
+) -> dict[str, timeline.Observed]:
+    runs: dict[str, timeline.Observed] = {}
     ref_spec = drill_spec(
         raw, opts, work / "reference", name="drill-reference", nodes="1", constraint="standard"
     )
@@ -323,8 +334,11 @@ def _runs(
         "(uninterrupted reference, the standard node)"
     )
 
+    capacity = (preemptible_nodes(sandbox), spec.nodes.min)
+
     def driver(mode: str, job_id: str, plan: list[Moment], at: float) -> Driver:
-        return Driver(sandbox, mode, job_id, work / mode, plan, opts, random.Random(seed), say, at)
+        rng = random.Random(seed)
+        return Driver(sandbox, mode, job_id, work / mode, plan, opts, rng, say, at, capacity)
 
     runs["slurmpre"], runs["reference"] = drive(
         [driver("slurmpre", job, moments, started), driver("reference", ref_job, [], started)],
@@ -356,7 +370,7 @@ def _clean_up(sandbox: Sandbox, jobs: list[str], say: Callable[[str], None]) -> 
                 client.update_node(node.name, state="RESUME")
 
 
-def _compare(work: Path, runs: dict[str, report.Observed], steps: int) -> dict[str, bool]:
+def _compare(work: Path, runs: dict[str, timeline.Observed], steps: int) -> dict[str, bool]:
     """Each run's final weights against the uninterrupted result, bit for bit."""
     import torch
 
@@ -373,37 +387,3 @@ def _compare(work: Path, runs: dict[str, report.Observed], steps: int) -> dict[s
             continue
         out[name] = bool(got["step"] == expected["step"] and torch.equal(got["w"], expected["w"]))
     return out
-
-
-def render(result: DrillResult) -> list[str]:
-    lines: list[str] = []
-    ref = result.runs.get("reference")
-    for name in ("slurmpre", "seeds"):
-        if name in result.runs:
-            lines += ["", *report.timeline_lines(result.runs[name])]
-    order = [n for n in ("seeds", "slurmpre") if n in result.runs]
-    summaries = [report.summarize(result.runs[n], ref, prices=result.options.prices) for n in order]
-    lines += [
-        "",
-        f"summary (sandbox timings: {result.timings}; window {result.options.window:g} s;"
-        f" seed {result.seed})",
-        *report.summary_lines(summaries),
-    ]
-    for name, same in result.identical.items():
-        lines.append(
-            f"final weights of {name}: {'identical to' if same else 'DIFFERENT from'} "
-            "the uninterrupted run's, bit for bit"
-        )
-    failures = result.failures()
-    if "seeds" in result.runs and result.timings != "stock":
-        lines.append(
-            "(tuned timings: the table compares, the drill does not require slurmpre to lead; "
-            "on stock timings it does)"
-        )
-    lines.append("")
-    lines.append(
-        "slurmpre kept its promise: zero steps lost, identical weights"
-        if not failures
-        else "DRILL FAILED: " + "; ".join(failures)
-    )
-    return lines

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurmpre.drill import report
-from slurmpre.drill.report import Hit, Observed, Sample
+from slurmpre.drill import report, table
+from slurmpre.drill.timeline import Hit, Observed, Sample
 from slurmpre.job import records
 
 NODES = ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2")
@@ -145,27 +145,27 @@ def test_a_run_with_no_next_attempt_has_no_loss_figure() -> None:
 
 def test_text_has_a_row_per_attempt_and_preemption_and_ratios_side_by_side() -> None:
     run = slurmpre_run()
-    lines = report.timeline_lines(run)
+    lines = table.timeline_lines(run)
     assert lines[0] == "slurmpre (job 5): COMPLETED"
     assert sum(1 for line in lines if line.strip().startswith(("0 ", "1 "))) == 3
     seeds = slurmpre_run()
     seeds.mode = "seeds"
-    table = report.summary_lines(
+    rows = table.summary_lines(
         [report.summarize(seeds, reference_run()), report.summarize(run, reference_run())]
     )
-    assert "x better" in table[0]
-    wall = next(line for line in table if line.startswith("wall time (s)"))
+    assert "x better" in rows[0]
+    wall = next(line for line in rows if line.startswith("wall time (s)"))
     assert wall.split()[-3:] == ["92.0", "92.0", "1.00"]
 
 
 def test_every_ratio_reads_times_better_for_slurmpre_whichever_way_the_figure_counts() -> None:
     """Goodput counts up, wall time down: both read above 1 when slurmpre is ahead (it
     once printed 1.32 for a goodput of 0.44 against 0.58, which was behind)."""
-    assert report.times_better(seeds=0.58, ours=0.44, better="higher") < 1
-    assert report.times_better(seeds=0.44, ours=0.58, better="higher") > 1
-    assert report.times_better(seeds=533.1, ours=526.6, better="lower") > 1
-    assert report.times_better(seeds=41, ours=0, better="lower") == float("inf")
-    assert report.times_better(seeds=0, ours=0, better="lower") == 1.0
+    assert table.times_better(seeds=0.58, ours=0.44, better="higher") < 1
+    assert table.times_better(seeds=0.44, ours=0.58, better="higher") > 1
+    assert table.times_better(seeds=533.1, ours=526.6, better="lower") > 1
+    assert table.times_better(seeds=41, ours=0, better="lower") == float("inf")
+    assert table.times_better(seeds=0, ours=0, better="lower") == 1.0
 
 
 def test_the_drill_fails_where_slurmpre_is_behind_the_seeds_recipe() -> None:
@@ -175,10 +175,10 @@ def test_the_drill_fails_where_slurmpre_is_behind_the_seeds_recipe() -> None:
     slower.ended_at -= 10  # the recipe ends 10 s sooner...
     slower.mode = "seeds"
     theirs = report.summarize(slower, ref)
-    assert report.behind(theirs, ours) == [
+    assert table.behind(theirs, ours) == [
         "it is behind the seeds' recipe on wall time (92 against 82)"
     ]
-    assert report.behind(ours, ours) == []
+    assert table.behind(ours, ours) == []
 
 
 def test_a_run_follows_its_successor_jobs_and_counts_both_jobs_nodes() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment
-from slurmpre.drill.report import Hit
-from slurmpre.drill.run import render
+from slurmpre.drill.table import render
+from slurmpre.drill.timeline import Hit
 
 from tests.drill.test_report import reference_run, slurmpre_run
 
@@ -52,10 +52,7 @@ def test_each_broken_part_is_named() -> None:
     different = result()
     different.identical["slurmpre"] = False
     assert different.failures() == ["its final weights differ from the uninterrupted run's"]
-    fewer = result(hits=[])
-    fewer.schedule = [Moment("training", 10), Moment("startup")]
-    assert "only 0 of 2 preemptions happened" in fewer.failures()
-    assert render(fewer)[-1].startswith("DRILL FAILED: ")
+    assert render(different)[-1].startswith("DRILL FAILED: ")
 
 
 def test_the_seeds_recipe_is_measured_from_the_kill() -> None:

@@ -1,0 +1,111 @@
+"""What the drill records of a run: the facts the report is computed from, and nothing else.
+
+A run is its job's Slurm states as the drill sampled them, the training's own log
+(`drill-steps.jsonl`), slurmpre's ledger, and the preemptions the drill made (when each
+node was drained, removed and returned). The report (`drill.report`) is a pure
+function of these; the drill writes them to ``timelines.json`` in its folder, so a
+run's report can be computed again, and tested, without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpre.errors import UsageError
+
+FILE = "timelines.json"
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The job as Slurm showed it at wall time ``t``."""
+
+    t: float
+    state: str
+    restarts: int  # the run's attempt: its restarts so far, across its jobs
+    nodes: tuple[str, ...]
+    job: str = ""  # which of the run's jobs (a successor takes over from its predecessor)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One preemption the drill made: which attempt, which node, and when each phase began.
+    ``returned_at`` is when the node was in service again (a replacement after the
+    removal, or the same node undrained before it); None: not within the run."""
+
+    moment: str
+    attempt: int
+    node: str
+    drained_at: float
+    removed_at: float | None = None
+    returned_at: float | None = None
+
+
+@dataclass
+class Observed:
+    """One job run as the drill saw it."""
+
+    mode: str  # "slurmpre", "seeds" or "reference"
+    job_id: str
+    submitted_at: float
+    ended_at: float
+    state: str
+    log: list[dict[str, Any]]
+    samples: list[Sample]
+    hits: list[Hit]
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    # The run's attempt -> (its job, Slurm's restart count there): the ledger's names.
+    attempt_ids: dict[int, tuple[str, int]] = field(default_factory=dict)
+    jobs: list[str] = field(default_factory=list)  # the run's jobs, first to last
+    # The cluster's preemptible nodes, and how many of them the job needs to run: what
+    # tells the fleet's capacity from the job's own latency.
+    capacity: tuple[str, ...] = ()
+    nodes_needed: int = 1
+    # Drains of preemptible nodes the run was not on: the fleet's, not the run's preemptions.
+    outages: list[Hit] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["attempt_ids"] = {str(k): list(v) for k, v in self.attempt_ids.items()}
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Observed:
+        return cls(
+            mode=doc["mode"],
+            job_id=doc["job_id"],
+            submitted_at=doc["submitted_at"],
+            ended_at=doc["ended_at"],
+            state=doc["state"],
+            log=list(doc["log"]),
+            samples=[Sample(**{**s, "nodes": tuple(s["nodes"])}) for s in doc["samples"]],
+            hits=[Hit(**h) for h in doc["hits"]],
+            ledger=list(doc.get("ledger", [])),
+            attempt_ids={int(k): (v[0], int(v[1])) for k, v in doc["attempt_ids"].items()},
+            jobs=list(doc.get("jobs", [])),
+            capacity=tuple(doc.get("capacity", ())),
+            nodes_needed=int(doc.get("nodes_needed", 1)),
+            outages=[Hit(**h) for h in doc.get("outages", [])],
+        )
+
+
+def save(folder: Path, runs: dict[str, Observed], about: dict[str, Any]) -> Path:
+    """Write the runs' timelines (and ``about``: seed, options) to ``folder/timelines.json``."""
+    path = folder / FILE
+    doc = {"schema": SCHEMA, **about, "runs": {k: r.to_json() for k, r in runs.items()}}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def load(path: Path) -> tuple[dict[str, Observed], dict[str, Any]]:
+    """The runs of a ``timelines.json``, and what else it says about the drill."""
+    try:
+        doc = json.loads(path.read_text())
+        runs = {k: Observed.from_json(r) for k, r in doc.pop("runs").items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{path} is not a drill's timelines.json: {exc}") from None
+    return runs, doc
