@@ -10,6 +10,7 @@ slurmpre fell short.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import os
 from pathlib import Path
@@ -283,3 +284,35 @@ def test_fewer_preemptions_than_planned_is_said_but_is_not_slurmpres_failure() -
     result.schedule.append(Moment("training", 5))
     assert result.failures() == []
     assert any("made 3 of its 4 planned preemptions" in line for line in table.render(result))
+
+
+# -- a real run ----------------------------------------------------------------------
+RECORDED = Path(__file__).parents[1] / "data" / "drill" / "seed-1398317274-22.05-stock.json.gz"
+
+
+def test_the_issues_seed_recorded_on_the_sandbox_passes_with_a_figure_in_every_row(
+    tmp_path: Path,
+) -> None:
+    """`./bin/drill --seed 1398317274` on this machine (Slurm 22.05.8, stock timings) with the
+    report before the fix: the same two drains at start-up, attempt 1 never trained, and the
+    drill exited 1 ("no figure for its training time lost per preemption"). Its timelines,
+    read again: every figure, and the verdict the run deserved."""
+    path = tmp_path / "timelines.json"
+    path.write_bytes(gzip.decompress(RECORDED.read_bytes()))
+    result = DrillResult.load(path)
+    assert result.failures() == []
+    ours = report.preemptions(result.runs["slurmpre"])
+    assert [p.moment for p in ours] == ["startup", "startup", "checkpoint"]
+    assert ours[0].shared_with == (2,)
+    assert all(None not in (p.steps_lost, p.without_training_s, p.drain_to_first_step_s,
+                            p.capacity_wait_s) for p in ours)  # fmt: skip
+    # Both nodes were out from the second drain until dp-1's replacement came back.
+    hits = result.runs["slurmpre"].hits
+    assert ours[1].capacity_wait_s == pytest.approx(hits[0].returned_at - hits[1].drained_at)
+    seeds = report.summarize(result.runs["seeds"], result.runs["reference"])
+    assert seeds.steps_lost == seeds.steps_computed - seeds.steps == 1155
+    for name in ("seeds", "slurmpre"):
+        assert table.missing(report.summarize(result.runs[name], result.runs["reference"])) == []
+    assert table.render(result)[-1] == (
+        "slurmpre kept its promise: zero steps lost, identical weights"
+    )

@@ -29,6 +29,8 @@ SUMMARY_KEYS = {
     "wall_ratio",
     "goodput",
     "mean_drain_to_first_step_s",
+    "mean_capacity_wait_s",
+    "mean_own_latency_s",
     "training_lost_per_preemption_s",
     "node_seconds",
     "cost_preemptible",
@@ -77,6 +79,11 @@ def check_promise(doc: dict[str, Any], preemptions: int) -> None:
     assert summary["state"] == "COMPLETED" and summary["steps"] == doc["steps"]
     assert summary["preemptions"] == preemptions and summary["steps_lost"] == 0
     assert not summary["partial_checkpoint_loaded"]
+    # A completed run has every figure (a missing one is a bug in the report, #40).
+    assert all(v is not None for v in summary.values()), summary
+    for p in run["preemptions"]:
+        figures = ("steps_lost", "without_training_s", "drain_to_first_step_s", "capacity_wait_s")
+        assert all(p[k] is not None for k in figures), p
     moments = [p["moment"] for p in run["preemptions"]]
     assert sorted(moments) == sorted(m["moment"] for m in doc["schedule"])
     assert all(p["steps_lost"] == 0 and p["notice_seen_s"] is not None for p in run["preemptions"])
