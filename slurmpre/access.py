@@ -3,16 +3,21 @@
 Checkpoints, the attempt ledger, its locks, and the choice and notice files
 live on a volume every user of the cluster can list. slurmpre creates its
 folders 0700 and its files 0600 whatever the umask (a umask of 000 would
-otherwise make them world-writable, and other nodes trust the choice files);
-with ``file_access = "group"`` they are 0770 and 0660, for a team that shares
-checkpoints. A folder that already exists keeps its mode: it is the user's,
-except slurmpre's own ``.slurmpre`` folder, which is set on every start.
+otherwise make them world-writable, and other nodes trust the choice files).
+With ``file_access = "group"``, for a team that shares checkpoints, the checkpoint
+folder and the checkpoints are 0770 and 0660; the folders slurmpre makes above it
+0750 (the group reaches it, and cannot rename what is in them); and the job's own
+``.slurmpre`` 0750 with the ledger 0640 (the group reads it for `status`): what
+makes a job act is never anyone else's to write (`slurmpre.folder.trust`).
+A folder that already exists keeps its mode: it is the user's, except slurmpre's
+own ``.slurmpre`` folder, which is set on every start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +31,16 @@ ENV = "SLURMPRE_FILE_ACCESS"
 @dataclass(frozen=True)
 class Access:
     name: str
-    dir_mode: int
+    dir_mode: int  # the checkpoint folder and what is written in it
     file_mode: int
+    above_mode: int  # folders created above the checkpoint folder
+    meta_mode: int  # the job's own .slurmpre
+    ledger_mode: int
 
 
-OWNER = Access("owner", 0o700, 0o600)
-GROUP = Access("group", 0o770, 0o660)
+CONTROL_MODE = 0o600  # what makes a job act: its owner's alone, whatever the access
+OWNER = Access("owner", 0o700, 0o600, 0o700, 0o700, 0o600)
+GROUP = Access("group", 0o770, 0o660, 0o750, 0o750, 0o640)
 NAMES = {a.name: a for a in (OWNER, GROUP)}
 
 
@@ -55,20 +64,30 @@ def make_dir(path: Path, access: Access, *, exist_ok: bool = False) -> bool:
     the folder is never more open than asked, and chmod then restores what a
     strict umask removed (a group's bits).
     """
+    return _make(path, access.dir_mode, exist_ok=exist_ok)
+
+
+def _make(path: Path, mode: int, *, exist_ok: bool = False) -> bool:
     try:
-        path.mkdir(mode=access.dir_mode)
+        path.mkdir(mode=mode)
     except FileExistsError:
         if exist_ok and path.is_dir():
             return False
         raise
-    path.chmod(access.dir_mode)
+    # Through a descriptor of what was just made (a link put in its place is not
+    # followed), keeping the setgid bit a team's folder passes on to new folders.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, mode | (os.fstat(fd).st_mode & stat.S_ISGID))
+    finally:
+        os.close(fd)
     return True
 
 
 def make_dirs(path: Path, access: Access) -> bool:
-    """``mkdir -p``: every folder it creates gets the access's mode, whatever the umask
-    (under umask 000 a plain ``mkdir -p`` makes them writable by everyone); folders that
-    exist are left as they are."""
+    """``mkdir -p``: the folders it creates get the access's modes whatever the umask (under
+    umask 000 a plain ``mkdir -p`` makes them writable by everyone): ``path`` itself
+    ``dir_mode``, the ones above it ``above_mode``; folders that exist are left as they are."""
     if path.is_dir():
         return False
     missing = []
@@ -79,22 +98,32 @@ def make_dirs(path: Path, access: Access) -> bool:
             break
         at = at.parent
     for folder in reversed(missing):
-        make_dir(folder, access, exist_ok=True)
+        _make(folder, access.dir_mode if folder == path else access.above_mode, exist_ok=True)
     return True
 
 
 def set_mode(path: Path | int, mode: int) -> None:
-    """chmod a file or folder this user owns (by path or open descriptor); others are left."""
+    """chmod a file or folder this user owns (by path or open descriptor); others, and a
+    link (never followed), are left as they are."""
+    if not isinstance(path, int):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            set_mode(fd, mode)
+        finally:
+            os.close(fd)
+        return
     with contextlib.suppress(PermissionError):
-        if isinstance(path, int):
+        if os.fstat(path).st_uid == os.geteuid():
             os.fchmod(path, mode)
-        else:
-            path.chmod(mode)
 
 
 def touch(path: Path, access: Access) -> None:
-    """Create an empty marker file (or leave an existing one) with the access's mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, access.file_mode)
+    """Create an empty marker file (or leave an existing one) with the access's mode; never
+    through a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, access.file_mode)
     try:
         set_mode(fd, access.file_mode)
     finally:

@@ -22,10 +22,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmpre.access import Access, make_dir, make_dirs, touch
+from slurmpre.access import CONTROL_MODE, Access, make_dir, make_dirs
 from slurmpre.access import from_env as access_from_env
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
+from slurmpre.folder import trust
 from slurmpre.job import checkpoints
 from slurmpre.job.env import IN_PLACE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV
 from slurmpre.job.layout import attempt_key
@@ -483,5 +484,5 @@ def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
 def _mark(env: Mapping[str, str], key: str) -> None:
     path = env.get(key, "")
     if path:
-        with contextlib.suppress(OSError, UsageError):
-            touch(Path(path), access_from_env(env))
+        with contextlib.suppress(OSError, SlurmpreError):  # a mark is a hint to the watcher
+            trust.create(Path(path), CONTROL_MODE)

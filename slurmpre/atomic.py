@@ -27,9 +27,12 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
     Raises OSError; the temporary file never outlives a failed write.
     """
     raw = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # A new name of its own (O_EXCL, never through a link): one made in advance by
+    # someone else, a link among them, is never written through.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644 if mode is None else mode)
         try:
             if mode is not None:
                 os.fchmod(fd, mode)

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from slurmpre.access import set_mode
+from slurmpre.folder import trust
 
 
 class LockTimeout(TimeoutError):
@@ -53,7 +54,9 @@ class FolderLock:
             self._count += 1
             return self
         wait = self.timeout if timeout is None else timeout
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self.mode)
+        # The user's own file in a folder no one else writes, never through a link: a
+        # lock file that is a link, or someone else's, is refused (Untrusted).
+        fd = trust.open_own(self.path, self.mode)
         set_mode(fd, self.mode)  # whatever the umask was (filelock does the same)
         deadline = time.monotonic() + max(wait, 0.0)
         try:

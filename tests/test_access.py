@@ -41,7 +41,19 @@ def modes(root: Path) -> dict[str, int]:
 
 
 def expected(found: dict[str, int], root: Path, mode: access.Access) -> dict[str, int]:
-    return {name: mode.dir_mode if (root / name).is_dir() else mode.file_mode for name in found}
+    """Checkpoints by the access; the job's own .slurmpre read-only for the group at most,
+    and what a job acts on in it (locks, choice, notice, marks) its owner's alone."""
+
+    def one(name: str) -> int:
+        if name == ".slurmpre":
+            return mode.meta_mode
+        if name == ".slurmpre/attempts.jsonl":
+            return mode.ledger_mode
+        if name.startswith(".slurmpre/"):
+            return access.CONTROL_MODE
+        return mode.dir_mode if (root / name).is_dir() else mode.file_mode
+
+    return {name: one(name) for name in found}
 
 
 def choice(folder: Path) -> Choice:
@@ -56,11 +68,7 @@ def everything(folder: Path, mode: access.Access, monkeypatch: pytest.MonkeyPatc
     ledger.ensure()
     ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
     ledger.publish(choice(folder))
-    write_notice(
-        folder / ".slurmpre" / "notice-7-0.json",
-        Notice("drain", "n1", None, 1.0),
-        mode=mode.file_mode,
-    )
+    write_notice(folder / ".slurmpre" / "notice-7-0.json", Notice("drain", "n1", None, 1.0))
     monkeypatch.setenv(access.ENV, mode.name)
     monkeypatch.setenv("SLURMPRE_JOB_TAG", "7")
     monkeypatch.setenv("SLURMPRE_LISTENING_FILE", str(folder / ".slurmpre" / "listening-7-0"))

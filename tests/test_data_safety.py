@@ -441,12 +441,17 @@ def test_folders_made_under_umask_000_are_never_open_to_others(
         access.make_dirs(tmp_path / "x" / "y" / "z", who)
     finally:
         os.umask(old)
-    made = [tmp_path / "a", tmp_path / "a/b", folder, folder / ".slurmpre"]
-    made += [tmp_path / "x", tmp_path / "x/y", tmp_path / "x/y/z"]
-    for path in made:
+    # The folder asked for has the access's mode; the ones made above it are never
+    # writable by the group (no one could rename another job's folder there); the job's
+    # own .slurmpre never either.
+    above = [tmp_path / "a", tmp_path / "a/b", tmp_path / "x", tmp_path / "x/y"]
+    for path in above:
+        assert path.stat().st_mode & 0o777 == who.above_mode, path
+    for path in (folder, tmp_path / "x/y/z"):
         assert path.stat().st_mode & 0o777 == who.dir_mode, path
+    assert (folder / ".slurmpre").stat().st_mode & 0o777 == who.meta_mode
     for lock in (folder / ".slurmpre").iterdir():
-        assert lock.stat().st_mode & 0o002 == 0, lock
+        assert lock.stat().st_mode & 0o022 == 0, lock
 
 
 # -- the console command keeps the time-limit latch -------------------------------

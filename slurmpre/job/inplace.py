@@ -18,9 +18,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurmpre.atomic import write_atomic
+from slurmpre.access import CONTROL_MODE
+from slurmpre.folder import trust
 from slurmpre.job.layout import FolderLayout
-from slurmpre.reading import SMALL, read_text
+from slurmpre.reading import SMALL
 
 
 @dataclass(frozen=True)
@@ -73,14 +74,21 @@ def request_path(folder: Path, job_tag: str, attempt: str) -> Path:
     return FolderLayout(folder).in_place_request(job_tag, attempt)
 
 
-def write_request(path: Path, request: Request, *, mode: int = 0o600) -> None:
-    write_atomic(path, json.dumps(asdict(request), sort_keys=True), mode=mode)
+def write_request(path: Path, request: Request) -> None:
+    trust.write(path, json.dumps(asdict(request), sort_keys=True), mode=CONTROL_MODE)
 
 
 def read_request(path: Path) -> Request | None:
-    """The request, or None when there is none or it cannot be read whole."""
+    """The request, or None when there is none, it cannot be read whole, or it is not the
+    user's own (`slurmpre.folder.trust`: said once)."""
     try:
-        data = json.loads(read_text(path, SMALL))
+        data = json.loads(trust.read_text(path, SMALL))
+    except trust.Untrusted as exc:
+        trust.refused(exc)
+        return None
+    except (OSError, ValueError):
+        return None
+    try:
         keep = tuple(str(n) for n in data["keep"])
         release = tuple(str(n) for n in data["release"])
         return Request(keep, release, str(data["why"]), float(data["at"]))

@@ -14,7 +14,9 @@ Under a checkpoint folder (`FolderLayout`)::
     .slurmpre/taken-<job>-<attempt>             ... and it answered True
     .slurmpre/in-place-<job>-<attempt>.json     a request to restart inside the allocation
     .slurmpre/job.sbatch            the batch script of the last submit, for a successor
-    .slurmpre/submit-env.json       the environment sbatch had at that submit (no SLURM_*)
+    .slurmpre/code/<hash>/          the code snapshot every attempt runs (snapshot = "git")
+
+``.slurmpre`` and what a job acts on in it are its owner's alone (`slurmpre.folder.trust`).
 
 In the log folder (`LogLayout`): ``<name>-<job>.out``, appended across restarts (Slurm
 writes it), and ``<name>-<job>.attempt-<n>.out``, one per attempt (the batch script
@@ -109,7 +111,8 @@ class FolderLayout:
         return self.meta / f"meets-at-resume-{job}"
 
     def listening_files(self) -> list[Path]:
-        """Every attempt's mark that its script asked `preemption_requested()`."""
+        """Every attempt's mark that its script asked `preemption_requested()` (names only:
+        `slurmpre.folder.trust.marked` says which are the user's own)."""
         return sorted(self.meta.glob("listening-*"))
 
     def in_place_request(self, job: str, attempt: str | int) -> Path:
@@ -118,10 +121,6 @@ class FolderLayout:
     @property
     def script(self) -> Path:
         return self.meta / "job.sbatch"
-
-    @property
-    def submit_env(self) -> Path:
-        return self.meta / "submit-env.json"
 
     def step(self, step: int) -> Path:
         return self.folder / step_dir_name(step)

@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmpre.access import OWNER, Access, make_dirs, set_mode
-from slurmpre.atomic import write_atomic
+from slurmpre.access import CONTROL_MODE, OWNER, Access, make_dirs, set_mode
 from slurmpre.errors import CheckpointError, JobEnvironmentError
+from slurmpre.folder import trust
 from slurmpre.job.layout import FolderLayout, attempt_key
 from slurmpre.job.records import AttemptId, Record, ShapeError, Start
 from slurmpre.locks import FolderLock, LockTimeout
-from slurmpre.reading import LARGE, SMALL, read_regular, read_text, real_inside, skip_line
+from slurmpre.reading import LARGE, SMALL, real_inside, skip_line
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,13 @@ class Ledger:
         clock: Callable[[], float] = time.time,
         warn: Callable[[str], None] | None = None,
         access: Access = OWNER,
+        view: bool = False,
     ) -> None:
+        """``view``: only read, to be shown (`status`, `plan`): the folder may be another
+        user's (a teammate's under group access). Without it, the ledger is what the job
+        acts on, and must be this user's own (`slurmpre.folder.trust`)."""
         self.folder = checkpoint_dir
+        self.view = view
         self.layout = FolderLayout(checkpoint_dir)
         self.dir = self.layout.meta
         self.access = access
@@ -75,13 +80,14 @@ class Ledger:
         """A lock in the ledger folder, which is made first with slurmpre's mode."""
         if not self.dir.is_dir():
             self.ensure()
-        return FolderLock(path, timeout=timeout, mode=self.access.file_mode)
+        return FolderLock(path, timeout=timeout, mode=CONTROL_MODE)
 
     def ensure(self) -> None:
-        """Create the ledger folder; an existing one is set to the access's mode."""
+        """Create the ledger folder, the user's own (an existing one must be, and is set to
+        the access's mode: no one else ever writes in it)."""
         try:
-            if not make_dirs(self.dir, self.access):
-                set_mode(self.dir, self.access.dir_mode)
+            make_dirs(self.folder, self.access)
+            trust.make_own_dir(self.dir, self.access.meta_mode)
         except OSError as exc:
             raise CheckpointError(f"cannot create {str(self.dir)!r}: {exc.strerror}") from None
 
@@ -95,7 +101,7 @@ class Ledger:
             with self._lock(timeout), self._open_for_append() as fh:
                 # A kill mid-write leaves a last line without its newline: end it
                 # first, or this record would be glued onto it and lost with it.
-                if fh.tell() > 0 and not _ends_with_newline(self.path):
+                if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
                     fh.write(b"\n")
                 fh.write(line.encode())
                 fh.flush()
@@ -110,15 +116,19 @@ class Ledger:
             ) from None
 
     def _open_for_append(self) -> Any:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, self.access.file_mode)
-        set_mode(fd, self.access.file_mode)
-        return os.fdopen(fd, "ab")
+        """The ledger, the user's own, opened at its end (O_RDWR: its last byte is read)."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = trust.open_own(self.path, self.access.ledger_mode, flags=flags)
+        set_mode(fd, self.access.ledger_mode)
+        fh = os.fdopen(fd, "ab")
+        fh.seek(0, os.SEEK_END)
+        return fh
 
     def records(self) -> list[Record]:
         """Every whole record, in order; torn and binary lines, and records of the wrong
         shape, are skipped with a warning (once per line per process)."""
         try:
-            data = read_regular(self.path, LARGE)
+            data = trust.read(self.path, LARGE, view=self.view)
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -154,9 +164,7 @@ class Ledger:
         path = (self.layout.resume if resume else self.layout.choice)(choice.job, key)
         try:
             with self._lock(timeout):
-                write_atomic(
-                    path, json.dumps(asdict(choice), sort_keys=True), mode=self.access.file_mode
-                )
+                trust.write(path, json.dumps(asdict(choice), sort_keys=True), mode=CONTROL_MODE)
         except LockTimeout:
             raise CheckpointError(
                 f"could not lock {self.layout.ledger_lock} within {timeout:g} s"
@@ -179,7 +187,7 @@ class Ledger:
         deadline = clock() + timeout
         while True:
             try:
-                text = read_text(path, SMALL)
+                text = trust.read_text(path, SMALL)
             except FileNotFoundError:
                 pass
             except (OSError, UnicodeDecodeError) as exc:
@@ -248,9 +256,3 @@ def _inside(path: Path, folder: Path) -> bool:
         )
     except (OSError, ValueError):
         return False
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with path.open("rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) == b"\n"

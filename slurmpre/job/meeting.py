@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurmpre.access import Access, make_dir
-from slurmpre.atomic import write_atomic
+from slurmpre.access import CONTROL_MODE, Access
 from slurmpre.errors import CheckpointError
-from slurmpre.reading import SMALL, read_text
+from slurmpre.folder import trust
+from slurmpre.reading import SMALL
 
 
 def device(dist: Any) -> Any:
@@ -77,7 +77,9 @@ class TorchMeeting:
 
 class FolderMeeting:
     """Marks in a folder beside the checkpoint, for ranks without torch.distributed:
-    ``done-<rank>`` or ``abort-<rank>`` from every rank, then rank 0's ``verdict``."""
+    ``done-<rank>`` or ``abort-<rank>`` from every rank, then rank 0's ``verdict``. The
+    folder and its marks are the user's own whatever the access (a mark decides whether
+    a checkpoint is committed): anyone else's is not read (`slurmpre.folder.trust`)."""
 
     POLL = 0.05
 
@@ -85,13 +87,13 @@ class FolderMeeting:
         self.folder, self.rank, self.world, self.timeout = folder, rank, world, timeout
         self.access = access
         try:
-            make_dir(folder, access, exist_ok=True)
+            trust.make_own_dir(folder, 0o700)
         except OSError as exc:
             raise CheckpointError(f"cannot create {str(folder)!r}: {exc.strerror}") from None
 
     def _mark(self, name: str, text: str = "") -> None:
-        with contextlib.suppress(OSError):
-            write_atomic(self.folder / name, text, mode=self.access.file_mode)
+        with contextlib.suppress(OSError, trust.Untrusted):
+            trust.write(self.folder / name, text, mode=CONTROL_MODE)
 
     def _wait(self, what: str, ready: Callable[[], str | None]) -> str:
         deadline = time.monotonic() + self.timeout
@@ -111,8 +113,8 @@ class FolderMeeting:
 
     def _all_written(self) -> str | None:
         try:
-            names = {p.name for p in self.folder.iterdir()}
-        except OSError:
+            names = trust.own_names(self.folder)
+        except (OSError, trust.Untrusted):
             return None
         aborted = sorted(n for n in names if n.startswith("abort-"))
         if aborted:
@@ -138,8 +140,8 @@ class FolderMeeting:
 
     def _read_verdict(self) -> str | None:
         try:
-            return read_text(self.folder / "verdict", SMALL) or None
-        except (OSError, UnicodeDecodeError):
+            return trust.read_text(self.folder / "verdict", SMALL) or None
+        except (OSError, UnicodeDecodeError, trust.Untrusted):
             return None
 
     def verdict(self, final: Path | None, exc: BaseException | None) -> None:

@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from slurmpre.atomic import write_atomic
+from slurmpre.access import CONTROL_MODE
+from slurmpre.folder import trust
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.records import describe_notice
-from slurmpre.reading import SMALL, read_text
+from slurmpre.reading import SMALL
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo
 
@@ -139,8 +140,9 @@ def taken_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
     return FolderLayout(folder).taken(job_tag, attempt)
 
 
-def write_notice(path: Path, notice: Notice, *, mode: int = 0o600) -> None:
-    write_atomic(path, json.dumps(asdict(notice), sort_keys=True), mode=mode)
+def write_notice(path: Path, notice: Notice) -> None:
+    """The notice for every rank: the user's own file, never anyone else's to write."""
+    trust.write(path, json.dumps(asdict(notice), sort_keys=True), mode=CONTROL_MODE)
 
 
 NO_NOTICE, CHECKPOINT, STOP = 0, 1, 2
@@ -154,8 +156,13 @@ def notice_level(path: str) -> int:
     if not path:
         return NO_NOTICE
     try:
-        data = json.loads(read_text(Path(path), SMALL))
+        data = json.loads(trust.read_text(Path(path), SMALL))
     except FileNotFoundError:
+        return NO_NOTICE
+    except trust.Untrusted as exc:
+        # Someone else's file where the watcher's notice goes: not a notice. The job
+        # trains on; its watcher still acts on the drain it sees (a requeue, at worst).
+        trust.refused(exc)
         return NO_NOTICE
     except (OSError, ValueError):
         return STOP
@@ -164,7 +171,10 @@ def notice_level(path: str) -> int:
 
 def read_notice(path: Path) -> Notice | None:
     try:
-        return Notice(**json.loads(read_text(path, SMALL)))
+        return Notice(**json.loads(trust.read_text(path, SMALL)))
+    except trust.Untrusted as exc:
+        trust.refused(exc)
+        return None
     except (OSError, ValueError, TypeError):  # UnicodeDecodeError is a ValueError
         return None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from slurmpre.errors import JobNotFound, SlurmpreError
 from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Start, Submitted
+from slurmpre.job.records import Start, Submitted, Successor
 from slurmpre.slurm.client import SlurmClient
 
 RECENT = 10  # how many of the folder's latest jobs are asked about
@@ -30,12 +30,16 @@ class Holder:
 
 
 def recorded_jobs(ledger: Ledger) -> list[str]:
-    """The jobs the ledger names, newest last, each once."""
+    """The jobs the ledger names, newest last, each once: those submitted or started here,
+    and the successors handed over to (one still pending is the folder's live job)."""
     seen: dict[str, None] = {}
     for record in ledger.records():
-        if isinstance(record, Submitted | Start) and record.job:
-            seen.pop(record.job, None)
-            seen[record.job] = None
+        named = [record.job] if isinstance(record, Submitted | Start) else []
+        if isinstance(record, Successor):
+            named.append(record.successor)
+        for job in filter(None, named):
+            seen.pop(job, None)
+            seen[job] = None
     return list(seen)
 
 

@@ -11,11 +11,12 @@ floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import SlurmpreError
+from slurmpre.folder import trust
 from slurmpre.job import records
 from slurmpre.job.drainboard import submit_slot
 from slurmpre.job.env import JobEnv
@@ -52,7 +53,9 @@ class Restarts:
         say: Callable[[str], None],
         wall: Callable[[], float],
         record: Callable[..., None],
+        env: Mapping[str, str],
     ) -> None:
+        self.env = env  # this job's own: a successor is submitted with it
         self.job, self.folder, self.ledger, self.client = job, folder, ledger, client
         self.config, self.requeue_allowed = config, requeue_allowed
         self.say, self.wall, self.record = say, wall, record
@@ -87,12 +90,8 @@ class Restarts:
         release = tuple(n for n in self.job.nodes if n not in restart.keep)
         path = request_path(self.folder, self.job.tag, self.job.attempt)
         try:
-            write_request(
-                path,
-                Request(restart.keep, release, why, self.wall()),
-                mode=self.ledger.access.file_mode,
-            )
-        except OSError as exc:
+            write_request(path, Request(restart.keep, release, why, self.wall()))
+        except (OSError, trust.Untrusted) as exc:
             self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
             return None
         self.say(
@@ -162,9 +161,9 @@ class Restarts:
             self.successor_refused = True
             return None
         try:
-            with submit_slot(os.environ):
+            with submit_slot(self.env):
                 layout = FolderLayout(self._submitted_in())
-                submitted = submit_successor(layout, self.job, exclude)
+                submitted = submit_successor(layout, self.job, exclude, env=self.env)
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True

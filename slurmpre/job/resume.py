@@ -26,6 +26,7 @@ from slurmpre.errors import (
     SlurmpreError,
     UsageError,
 )
+from slurmpre.folder import trust
 from slurmpre.gitstate import git_state
 from slurmpre.job import checkpoints, limits
 from slurmpre.job.args import RunOptions
@@ -114,7 +115,7 @@ def takes_over_early(opts: RunOptions, job: JobEnv, folder: Path) -> bool:
     does): for those the launch waits for the predecessor's end."""
     if not job.predecessor or opts.resume_arg:
         return False
-    return FolderLayout(folder).meets_at_resume(job.predecessor).exists()
+    return trust.marked(FolderLayout(folder).meets_at_resume(job.predecessor))
 
 
 def predecessor_timeout(opts: RunOptions) -> float:

@@ -36,6 +36,7 @@ from typing import Any
 
 from slurmpre import access
 from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.folder import trust
 from slurmpre.job import options, records
 from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
 from slurmpre.job.inplace import Request, read_request, request_path
@@ -193,7 +194,7 @@ class Steps:
                 pass
             now = self.clock()
             if asked_at is None:
-                if self.can_restart and request.exists():
+                if self.can_restart and trust.marked(request):
                     asked_at = now
                 continue
             if termed_at is None and now - asked_at >= self.opts.grace:

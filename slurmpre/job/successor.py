@@ -6,77 +6,96 @@ stock timings), while a new job with the same constraint starts in seconds. With
 the notice checkpoint is committed, or at the deadline) makes this job not
 requeueable, so a node removal cannot bring it back beside its successor, then
 submits the script the last ``slurmpre submit`` recorded in the checkpoint folder,
-with the environment sbatch had then (never this job's ``SLURM_*`` variables, which
-would steer the new job's srun), and without the draining nodes. The new job's node
-0 waits for this one to end before it chooses a checkpoint (`wait_for_predecessor`):
-one trainer per checkpoint folder at any time.
+without the draining nodes. The new job's node 0 waits for this one to end before
+it chooses a checkpoint (`wait_for_predecessor`): one trainer per checkpoint folder
+at any time.
+
+What it submits is the user's alone: the script is read from the job's own
+``.slurmpre`` (owner-only, checked on the descriptor: `slurmpre.folder.trust`), and
+the environment is this job's own, the one its training runs with (sbatch gave it
+the user's at the first submit), less what Slurm sets for a job or a step. Nothing
+of it is written to disk: no login environment, token or key reaches the volume.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from slurmpre.atomic import write_atomic
+from slurmpre.access import CONTROL_MODE
 from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound, SlurmError
+from slurmpre.folder import trust
 from slurmpre.job.env import EARLIER_RESTARTS_ENV, PREDECESSOR_ENV, JobEnv
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Successor
-from slurmpre.reading import MEDIUM, read_text
+from slurmpre.reading import MEDIUM
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 POLL = 1.0  # seconds between looks at the predecessor
 RECORD_GRACE = 30.0  # seconds a hand-over record may take to follow the successor's start
+# What Slurm (and the MPI/PMI layer under srun) sets in a job or a step: a successor gets
+# its own. The GPU lists are Slurm's gres binding of this allocation.
+SLURM_SET = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")
+GRES_SET = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}
+)
 
 
 def submit_env(env: Mapping[str, str]) -> dict[str, str]:
-    """What a successor is submitted with: sbatch's environment at the user's submit,
-    without Slurm's job variables (a submit from inside an allocation has them) and
-    without a predecessor of its own."""
-    return {
-        k: v
-        for k, v in env.items()
-        if not k.startswith("SLURM_") and k not in (PREDECESSOR_ENV, EARLIER_RESTARTS_ENV)
-    }
+    """What a successor is submitted with: this job's environment, without what Slurm set
+    for this job and its steps, without a predecessor of its own, and with each ``*PATH``
+    list once per entry (the script puts its python first again, at every hand-over)."""
+    out = {}
+    for k, v in env.items():
+        if k.startswith(SLURM_SET) or k in GRES_SET or k in (PREDECESSOR_ENV, EARLIER_RESTARTS_ENV):
+            continue
+        out[k] = _once_each(v) if k.endswith("PATH") else v
+    return out
 
 
-def record(layout: FolderLayout, script: str, env: Mapping[str, str], mode: int) -> None:
-    """Keep the script and sbatch's environment of a submit, for the successors."""
-    write_atomic(layout.script, script, mode=mode)
-    write_atomic(layout.submit_env, json.dumps(submit_env(env), sort_keys=True), mode=mode)
+def _once_each(value: str) -> str:
+    """``a:b:a:c`` -> ``a:b:c``: the same lookups, in the same order."""
+    return ":".join(dict.fromkeys(value.split(":")))
 
 
-def recorded(layout: FolderLayout) -> tuple[str, dict[str, str]]:
-    """The script and environment of the last submit; a SlurmError when they are missing
-    (a job submitted by a slurmpre before successors, or with a bare sbatch)."""
+def record(layout: FolderLayout, script: str) -> None:
+    """Keep the script of a submit, for the successors: the user's own, owner-only."""
+    trust.write(layout.script, script, mode=CONTROL_MODE)
+
+
+def recorded(layout: FolderLayout) -> str:
+    """The script of the last submit; a SlurmError when it is missing (a job submitted by
+    a slurmpre before successors, or with a bare sbatch) or not the user's own."""
     try:
-        script = read_text(layout.script, MEDIUM)
-        env = json.loads(read_text(layout.submit_env, MEDIUM))
+        return trust.read_text(layout.script, MEDIUM)
+    except trust.Untrusted as exc:
+        raise SlurmError(f"no successor from {layout.script}: {exc}") from None
     except (OSError, ValueError) as exc:
         raise SlurmError(f"no recorded submit to repeat in {layout.meta}: {exc}") from None
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise SlurmError(f"{layout.submit_env} is not an environment (names to strings)")
-    return script, env
 
 
 def submit_successor(
-    layout: FolderLayout, job: JobEnv, exclude: Sequence[str], *, timeout: float = 30.0
+    layout: FolderLayout,
+    job: JobEnv,
+    exclude: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float = 30.0,
 ) -> str:
-    """Submit the recorded script as the job that takes over from ``job``; its id. Only
-    this array task again, for an array task. A SlurmError when sbatch refuses it."""
-    script, env = recorded(layout)
-    env[PREDECESSOR_ENV] = job.tag
-    env[EARLIER_RESTARTS_ENV] = str(job.run_restarts + 1)  # this hand-over is one more
+    """Submit the recorded script, with ``env`` (this job's own, `submit_env`), as the job
+    that takes over from ``job``; its id. Only this array task again, for an array task.
+    A SlurmError when sbatch refuses it."""
+    script = recorded(layout)
+    given = submit_env(env)
+    given[PREDECESSOR_ENV] = job.tag
+    given[EARLIER_RESTARTS_ENV] = str(job.run_restarts + 1)  # this hand-over is one more
     args = []
     if exclude:
         args.append(f"--exclude={','.join(exclude)}")
     if job.array_task_id:
         args.append(f"--array={job.array_task_id}")
-    client = CommandLineSlurm(timeout=timeout, env=env)
+    client = CommandLineSlurm(timeout=timeout, env=given)
     return client.submit(script, args=args)
 
 

@@ -18,16 +18,18 @@ outcome after `finished` is set.
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import SlurmpreError
+from slurmpre.folder import trust
 from slurmpre.job import checkpoints, records
 from slurmpre.job.env import JobEnv
 from slurmpre.job.layout import FolderLayout
@@ -103,7 +105,9 @@ class Watcher:
         wall: Callable[[], float] = time.time,
         wait: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: this job's environment (a successor is submitted with it)."""
         self.schedules = [_Schedule(s) for s in sources]
         self.job = job
         self.folder = folder
@@ -120,8 +124,9 @@ class Watcher:
         self.outcome = Outcome()
         self._state = _State()
         self.restarts = Restarts(
-            job, folder, ledger, client, config, requeue_allowed, say, self.wall, self._ledger
-        )
+            job, folder, ledger, client, config, requeue_allowed, say, self.wall, self._ledger,
+            os.environ if env is None else env,
+        )  # fmt: skip
         self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
@@ -251,7 +256,9 @@ class Watcher:
         current = _latest(self.folder)
         state.step_at_notice = current.step if current else None
         own = listening_path(self.folder, self.job.tag, self.job.attempt)
-        state.listened_before = any(p != own for p in FolderLayout(self.folder).listening_files())
+        state.listened_before = any(
+            p != own and trust.marked(p) for p in FolderLayout(self.folder).listening_files()
+        )
         late = self.wall() - notice.since
         floor = self.restarts.floor()
         how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
@@ -293,9 +300,8 @@ class Watcher:
             write_notice(
                 notice_path(self.folder, self.job.tag, self.job.attempt),
                 dataclasses.replace(notice, stop=stop),
-                mode=self.ledger.access.file_mode,
             )
-        except OSError as exc:
+        except (OSError, trust.Untrusted) as exc:
             self.say(f"could not write the notice file: {exc}")
 
     def _tell_to_stop(self, goes_on: bool) -> None:
@@ -349,13 +355,13 @@ class Watcher:
                 state.committed_wall = self.wall()
                 self.say(f"checkpoint of step {step} committed after the notice: {path}")
                 self._ledger(records.Committed, step=step, path=path, committed_seen_at=self.wall())
-        goes_on = FolderLayout(self.folder).goes_on(tag, attempt).exists()
+        goes_on = trust.marked(FolderLayout(self.folder).goes_on(tag, attempt))
         self._tell_to_stop(goes_on)
         now = self.clock()
         return Facts(
             goes_on=goes_on and not state.stop_sent,
-            listening=listening_path(self.folder, tag, attempt).exists(),
-            taken=taken_path(self.folder, tag, attempt).exists(),
+            listening=trust.marked(listening_path(self.folder, tag, attempt)),
+            taken=trust.marked(taken_path(self.folder, tag, attempt)),
             committed=state.committed is not None,
             since_commit=None if state.committed_at is None else now - state.committed_at,
             exit_code=state.exit_code,
@@ -412,7 +418,7 @@ class Watcher:
         # A script that asks preemption_requested() checkpoints on the notice itself:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
-        listening = listening_path(self.folder, self.job.tag, self.job.attempt).exists()
+        listening = trust.marked(listening_path(self.folder, self.job.tag, self.job.attempt))
         this = records.AttemptId(self.job.restart_count, self.job.in_place)
         for record in reversed(self._records()):
             if (

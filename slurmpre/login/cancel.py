@@ -57,7 +57,7 @@ def cancel(
     being written to commit first (else refuse)."""
     if not wait >= 0:
         raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
-    found = Ledger(Path(entry.checkpoint_dir))
+    found = Ledger(Path(entry.checkpoint_dir), view=True)
     ledger = found if found.dir.is_dir() else None
     run = chain(ledger.records(), entry.job) if ledger is not None else [entry.job]
     info = slurm_job(client, run[-1])

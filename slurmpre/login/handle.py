@@ -99,7 +99,7 @@ class Job:
         if self.array is None:
             return {}
         try:
-            found = Ledger(self.checkpoint_dir).records()
+            found = Ledger(self.checkpoint_dir, view=True).records()
         except SlurmpreError:
             return {}
         mine = next(
@@ -118,7 +118,7 @@ class Job:
 
     def run(self) -> list[str]:
         """This job and the successors that took over from it, in order."""
-        return chain(Ledger(self.checkpoint_dir).records(), self.id)
+        return chain(Ledger(self.checkpoint_dir, view=True).records(), self.id)
 
     def _slurm(self, job: str, *, showing: bool = False) -> JobInfo | None:
         """Slurm's view of ``job`` (None once it forgot it); refused for another user's.
@@ -134,7 +134,7 @@ class Job:
     def status(self, prices: Prices | None = None) -> JobStatus:
         """Its attempts, how each ended, steps lost and cost (`slurmpre status`)."""
         self._one("status")
-        records = Ledger(self.checkpoint_dir).records()
+        records = Ledger(self.checkpoint_dir, view=True).records()
         last = chain(records, self.id)[-1]  # after hand-overs, the successor Slurm runs
         info = self._slurm(last, showing=True)
         return job_status(

@@ -195,7 +195,7 @@ def _in_ledger(which: str, folder: Path) -> Submitted:
     folder, ``task-N``, named by its array's ledger one folder up)."""
     from slurmpre.job import records
 
-    ledger = Ledger(folder)
+    ledger = Ledger(folder, view=True)
     if not ledger.path.is_file():
         raise UsageError(f"--checkpoint-dir {str(folder)!r} has no ledger ({ledger.path})")
     named = [r for r in ledger.records() if isinstance(r, records.Submitted | records.Start)]
@@ -204,7 +204,7 @@ def _in_ledger(which: str, folder: Path) -> Submitted:
             submitted = [x for x in named if isinstance(x, records.Submitted)]
             mine = next((x for x in submitted if x.job == r.job), None)
             if mine is None and folder.name.startswith("task-"):
-                parent = Ledger(folder.parent)
+                parent = Ledger(folder.parent, view=True)
                 if parent.path.is_file():
                     base = arrays.split(r.job)[0]
                     mine = next(
@@ -280,7 +280,7 @@ def rows(
     out: list[dict[str, object]] = []
     for e in (task for entry in known()[-last:] for task in entry.tasks()):
         try:
-            records = Ledger(Path(e.checkpoint_dir)).records()
+            records = Ledger(Path(e.checkpoint_dir), view=True).records()
         except SlurmpreError:
             records = []
         run = chain(records, e.job)  # the job, and the successors that took over from it

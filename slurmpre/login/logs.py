@@ -53,7 +53,7 @@ def follow_successors(
     follow that job's log too, and so on to the end of the run."""
     current = entry.job
     for _ in range(limit):
-        jobs = chain(Ledger(Path(entry.checkpoint_dir)).records(), current)
+        jobs = chain(Ledger(Path(entry.checkpoint_dir), view=True).records(), current)
         if len(jobs) < 2:
             return
         successor = jobs[1]

@@ -218,7 +218,7 @@ def inputs_from(
     (``requeue_floor``; None: it does not answer)."""
     records: list[Record] = []
     for folder in folders:
-        ledger = Ledger(folder)
+        ledger = Ledger(folder, view=True)
         if not ledger.path.is_file():
             raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
         records += ledger.records()
@@ -282,7 +282,7 @@ def _records(folders: list[Path]) -> list[Record]:
     (a job of the user's list may have been moved or never started)."""
     out: list[Record] = []
     for folder in folders:
-        ledger = Ledger(folder)
+        ledger = Ledger(folder, view=True)
         try:
             if ledger.path.is_file():
                 out += ledger.records()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -135,7 +134,7 @@ def submit(
     labels = tuple(t.label for t in tasks) or None
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
-    successor.record(FolderLayout(Path(spec.checkpoint_dir)), script, os.environ, mode.file_mode)
+    successor.record(FolderLayout(Path(spec.checkpoint_dir)), script)
     job_id = client.submit(script)
     ledger.append(
         records.Submitted(

@@ -67,3 +67,14 @@ def test_the_client_says_a_job_is_gone_in_one_way(release: str) -> None:
     with pytest.raises(SlurmError) as info:
         Failing("Unable to contact slurm controller").job("42")
     assert not isinstance(info.value, JobNotFound) and isinstance(info.value, CommandError)
+
+
+def test_a_successor_still_pending_holds_the_folder(tmp_path: Path) -> None:
+    """Job 10 handed over to job 11, which waits for a node: a second submission, or
+    `--fresh`, must see 11 as the folder's live job (it was seen only once it started)."""
+    led = ledger(tmp_path, "10")
+    led.append(record({"event": "successor", "job": "10", "attempt": 0, "successor": "11",
+                       "excluded": [], "why": "notice", "submitted_at": 1.0}))  # fmt: skip
+    pending = parse_jobs((DATA / "slurm-22.05" / "job-pending-requeued.txt").read_text())[0]
+    assert recorded_jobs(led) == ["10", "11"]
+    assert [h.job for h in live_holders(led, Jobs({"11": pending}))] == ["11"]

@@ -50,31 +50,46 @@ def fake_sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
     return seen
 
 
-def recorded_submit(folder: Path, tmp_path: Path, **env: str) -> None:
-    path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+def recorded_submit(folder: Path) -> None:
     Ledger(folder).ensure()
-    record(FolderLayout(folder), "#!/bin/bash\necho train\n", {"PATH": path, **env}, 0o600)
+    record(FolderLayout(folder), "#!/bin/bash\necho train\n")
 
 
-def test_the_recorded_environment_is_sbatchs_at_submit_without_any_jobs_variables(
+def job_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    """The environment of the job whose watcher submits: its sbatch first on PATH."""
+    return {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", **env}
+
+
+def test_a_successor_gets_this_jobs_environment_without_what_slurm_set_for_it() -> None:
+    env = {"PATH": "/opt/py/bin:/usr/bin:/opt/py/bin", "HF_TOKEN": "t", "SLURM_JOB_ID": "5",
+           "SLURM_NODELIST": "n1", "SLURMD_NODENAME": "n1", "PMI_RANK": "0",
+           "CUDA_VISIBLE_DEVICES": "0,1", "SBATCH_PARTITION": "p", "SLURMPRE_PREDECESSOR": "4",
+           "LD_LIBRARY_PATH": "/a:/b:/a"}  # fmt: skip
+    assert submit_env(env) == {
+        "PATH": "/opt/py/bin:/usr/bin",  # the script puts its python first at each hand-over
+        "HF_TOKEN": "t",  # the training's own environment: it needs it, and it is not written
+        "SBATCH_PARTITION": "p",
+        "LD_LIBRARY_PATH": "/a:/b",
+    }
+
+
+def test_the_recorded_script_is_the_owners_alone_and_no_environment_is_written(
     tmp_path: Path,
 ) -> None:
-    env = {"PATH": "/usr/bin", "HF_TOKEN": "t", "SLURM_JOB_ID": "5", "SLURM_NODELIST": "n1",
-           "SBATCH_PARTITION": "p", "SLURMPRE_PREDECESSOR": "4"}  # fmt: skip
-    assert submit_env(env) == {"PATH": "/usr/bin", "HF_TOKEN": "t", "SBATCH_PARTITION": "p"}
     Ledger(tmp_path).ensure()
-    record(FolderLayout(tmp_path), "#!/bin/bash\n", env, 0o600)
-    script, kept = recorded(FolderLayout(tmp_path))
-    assert script == "#!/bin/bash\n" and kept == submit_env(env)
-    assert FolderLayout(tmp_path).submit_env.stat().st_mode & 0o777 == 0o600
+    record(FolderLayout(tmp_path), "#!/bin/bash\n")
+    assert recorded(FolderLayout(tmp_path)) == "#!/bin/bash\n"
+    assert FolderLayout(tmp_path).script.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in FolderLayout(tmp_path).meta.iterdir()) == ["job.sbatch"]
 
 
 def harness(tmp_path: Path, *, fails: bool = False) -> tuple[Harness, Path]:
     folder = tmp_path / "ckpt"
     folder.mkdir()
     seen = fake_sbatch(tmp_path, fails=fails)
-    recorded_submit(folder, tmp_path, SLURM_JOB_ID="99")
-    h = Harness(folder, config=WatchConfig(restart="successor"))
+    recorded_submit(folder)
+    env = job_env(tmp_path, SLURM_JOB_ID="99")
+    h = Harness(folder, config=WatchConfig(restart="successor"), env=env)
     h.slurm.requeue_flag = True  # type: ignore[attr-defined]
 
     def set_requeue(job_id: str, requeue: bool) -> None:
@@ -220,9 +235,10 @@ def test_an_array_tasks_successor_is_that_task_of_a_new_array_job(tmp_path: Path
     folder = base / "task-3"  # an array task's own checkpoints, below the job's folder
     folder.mkdir(parents=True)
     seen = fake_sbatch(tmp_path)
-    recorded_submit(base, tmp_path)  # where `slurmpre submit` recorded the job
+    recorded_submit(base)  # where `slurmpre submit` recorded the job
     task = dataclasses.replace(JOB, job_id="44", array_job_id="40", array_task_id="3")
-    h = Harness(folder, config=WatchConfig(restart="successor"), job=task)
+    config = WatchConfig(restart="successor")
+    h = Harness(folder, config=config, job=task, env=job_env(tmp_path))
     h.slurm.set_requeue = lambda job_id, requeue: None  # type: ignore[method-assign]
     h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
     h.at(5.0, lambda: h.commit(3))

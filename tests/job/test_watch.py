@@ -122,6 +122,7 @@ class Harness:
         reason: str | None = None,
         config: WatchConfig | None = None,
         job: JobEnv = JOB,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.folder = tmp_path
         self.clock = Clock()
@@ -152,6 +153,7 @@ class Harness:
             wall=self.clock.wall,
             wait=self.wait,
             rng=random.Random(0),
+            env=env,
         )
 
     def at(self, when: float, action: Callable[[], object]) -> None:
