@@ -145,3 +145,98 @@ def test_status_names_the_code_of_each_attempt_where_it_changes() -> None:
 def test_git_that_cannot_answer_in_time_says_nothing_rather_than_clean(repo: Path) -> None:
     assert git_state(repo, timeout=1e-6) is None  # the wrapper keeps the submit's identity
     assert git_state(repo) is not None
+
+
+# -- the snapshot is the owner's (#35) --------------------------------------------------
+def test_the_snapshot_is_the_owners_alone_under_group_access(repo: Path, tmp_path: Path) -> None:
+    made = code.snapshot(repo, tmp_path / "ck", 10, access.GROUP)
+    root = Path(made.root or "")
+    for path in [root.parent, root, *root.rglob("*")]:
+        if not path.is_symlink():
+            assert path.stat().st_mode & 0o077 == 0, path
+    assert (root / "run.sh").stat().st_mode & 0o777 == 0o700  # executable, the owner's
+
+
+def test_the_snapshot_leaves_out_the_jobs_own_folders_and_credentials(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A checkpoint folder inside the work tree was copied (and grew at every submit); a
+    work tree that is $HOME copied ~/.ssh."""
+    for secret in (".ssh/id_ed25519", ".gnupg/secring.gpg", ".aws/credentials", ".netrc",
+                   "sub/.ssh/config", ".config/gcloud/credentials.db"):  # fmt: skip
+        (repo / secret).parent.mkdir(parents=True, exist_ok=True)
+        (repo / secret).write_text("secret\n")
+    ck, logs = repo / "ckpt", repo / "logs"
+    for f in (ck / "step-00000001" / "w.pt", logs / "job-1.out"):
+        f.parent.mkdir(parents=True)
+        f.write_text("x\n")
+    made = code.snapshot(repo, ck, 10, access.OWNER, log_dir=logs)
+    root = Path(made.root or "")
+    copied = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+    assert copied == [".gitignore", "notes.txt", "run.sh", "src/model.py", "train.py"]
+    again = code.snapshot(repo, ck, 10, access.OWNER, log_dir=logs)
+    assert again.root == made.root  # it does not grow with the folders it now holds
+
+
+def test_a_failed_snapshot_leaves_nothing_behind(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def breaks(src: Path, dst: Path, mode: int) -> None:
+        calls.append(src)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        dst.write_bytes(src.read_bytes())
+
+    monkeypatch.setattr(code, "_copy", breaks)
+    with pytest.raises(OSError, match="No space left"):
+        code.snapshot(repo, tmp_path / "ck", 10, access.OWNER)
+    assert list((tmp_path / "ck" / ".slurmpre" / "code").iterdir()) == []
+
+
+@pytest.mark.parametrize("tamper", ["content", "mode", "owner", "new file"])
+def test_an_attempt_refuses_a_snapshot_changed_since_submit(
+    repo: Path, tmp_path: Path, tamper: str
+) -> None:
+    from slurmpre.errors import JobEnvironmentError
+    from slurmpre.folder import snapshot
+
+    root = Path(code.snapshot(repo, tmp_path / "ck", 10, access.OWNER).root or "")
+    snapshot.verify(root)  # as submitted: fine
+    model = root / "src" / "model.py"
+    if tamper == "content":
+        model.chmod(0o600)
+        model.write_text("import os; os.system('evil')\n")
+    elif tamper == "mode":
+        model.chmod(0o664)
+    elif tamper == "owner":
+        os.chown(model, 65534, -1)
+    else:
+        (root / "src" / "sitecustomize.py").write_text("evil\n")
+    with pytest.raises(JobEnvironmentError, match="snapshot"):
+        snapshot.verify(root)
+
+
+def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmpre.errors import JobEnvironmentError
+    from slurmpre.job.args import parse_args
+    from slurmpre.job.env import CODE_DIR_ENV, JobEnv
+    from slurmpre.job.ledger import Ledger
+    from slurmpre.job.resume import AttemptContext, agree
+
+    from tests.fakes import Jobs
+
+    ck = tmp_path / "ck"
+    root = Path(code.snapshot(repo, ck, 10, access.OWNER).root or "")
+    (root / "train.py").chmod(0o600)
+    (root / "train.py").write_text("print('not what was submitted')\n")
+    monkeypatch.setenv(CODE_DIR_ENV, str(root))
+    ledger = Ledger(ck)
+    opts = parse_args(["--checkpoint-dir", str(ck), "--", "python", "train.py"])
+    job = JobEnv("42", 0, 0, ("n1",), "n1", 0)
+    with pytest.raises(JobEnvironmentError, match="changed since it was submitted"):
+        agree(AttemptContext(opts, job, ck, ledger, Jobs({}), lambda _: None))
+    assert not ledger.layout.choice("42", "0").exists()  # nothing chosen, nothing runs

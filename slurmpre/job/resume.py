@@ -26,6 +26,7 @@ from slurmpre.errors import (
     SlurmpreError,
     UsageError,
 )
+from slurmpre.folder import snapshot as snapshots
 from slurmpre.folder import trust
 from slurmpre.gitstate import git_state
 from slurmpre.job import checkpoints, limits
@@ -195,6 +196,9 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     opts, job, folder, ledger, client, say = (
         at.opts, at.job, at.folder, at.ledger, at.client, at.say
     )  # fmt: skip
+    snapshot = os.environ.get(CODE_DIR_ENV)
+    if snapshot:  # before anything runs from it: the user's alone, and what was submitted
+        snapshots.verify(Path(snapshot))
     holders = live_holders(ledger, client, besides=job.tag, say=say)
     if holders:
         raise JobEnvironmentError(

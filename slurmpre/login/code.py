@@ -7,16 +7,19 @@ differed from it (``git status --porcelain``: changed, staged or untracked files
 nothing when it is not in a git work tree. With ``snapshot = "git"`` it also copies
 the files git would show (tracked, and untracked but not ignored; a submodule's
 tracked files too) once, into ``<checkpoint_dir>/.slurmpre/code/<hash>/``, and every
-attempt, successors and requeues included, runs from that copy. The hash (sha256 of
-every path, mode and content, in order) names the copy and is its identity: the same
-code submitted twice shares one copy. Links are copied as links, never followed, so
-nothing outside the work tree is read. A snapshot larger than ``snapshot_max_mb`` is
-refused before anything is copied, naming the largest files.
+attempt, successors and requeues included, runs from that copy. Links are copied as
+links, never followed, so nothing outside the work tree is read. Never copied: the
+checkpoint and log folders when they lie in the work tree (the copy would grow at
+every submit), and the places credentials live (``.ssh``, ``.gnupg``, ``.aws``... when
+the work tree is ``$HOME``). A snapshot larger than ``snapshot_max_mb`` is refused
+before anything is copied, naming the largest files; a failed copy leaves nothing.
+
+The copy is the user's alone whatever ``file_access`` says, and its name is the hash of
+what it holds (`slurmpre.folder.snapshot`): node 0 checks both as each attempt starts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
@@ -25,6 +28,8 @@ from pathlib import Path
 
 from slurmpre.access import Access, make_dirs
 from slurmpre.errors import UsageError
+from slurmpre.folder import snapshot as snapshots
+from slurmpre.folder import trust
 from slurmpre.gitstate import git_state, run_git
 from slurmpre.job.layout import FolderLayout
 
@@ -46,15 +51,41 @@ def identify(cwd: Path) -> Code:
     return Code(identity=None if state is None else state.describe())
 
 
-def listed(root: Path) -> list[str]:
+# Where credentials live: never copied to the shared volume, whatever git says of them.
+CREDENTIALS = frozenset({
+    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".git-credentials",
+    ".pgpass", ".npmrc", ".pypirc", ".vault-token", ".config/gcloud", ".config/gh",
+    ".huggingface", ".cache/huggingface/token",
+})  # fmt: skip
+
+
+def listed(root: Path, *, leave_out: tuple[Path, ...] = ()) -> list[str]:
     """The files ``snapshot = "git"`` copies, relative to the work tree's top: tracked
-    (a submodule's too) and untracked but not ignored, each once, sorted."""
+    (a submodule's too) and untracked but not ignored, each once, sorted; never what lies
+    in ``leave_out`` (the job's own folders) or where credentials live."""
     tracked = run_git(root, "ls-files", "-z", "--cached", "--recurse-submodules")
     others = run_git(root, "ls-files", "-z", "--others", "--exclude-standard")
     if tracked is None or others is None:
         raise UsageError(f"snapshot = 'git': git cannot list the files of {str(root)!r}")
+    top = os.path.realpath(root)
+    skip = {
+        os.path.relpath(os.path.realpath(p), top)
+        for p in leave_out
+        if os.path.realpath(p) == top or os.path.realpath(p).startswith(top + os.sep)
+    }
+    if "." in skip:  # the work tree is inside the job's own folder: nothing would be left
+        raise UsageError(
+            f"snapshot = 'git': the work tree {str(root)!r} lies inside the job's checkpoint "
+            "or log folder"
+        )
     names = {n for n in (tracked + others).split("\0") if n}
-    return sorted(names)
+    return sorted(n for n in names if not _left_out(n, skip))
+
+
+def _left_out(rel: str, skip: set[str]) -> bool:
+    parts = rel.split("/")
+    prefixes = {"/".join(parts[: i + 1]) for i in range(len(parts))}
+    return bool(prefixes & (skip | CREDENTIALS)) or any(p in CREDENTIALS for p in parts)
 
 
 @dataclass(frozen=True)
@@ -80,16 +111,20 @@ def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
 
 
-def snapshot(cwd: Path, checkpoint_dir: Path, max_mb: int, mode: Access) -> Code:
+def snapshot(
+    cwd: Path, checkpoint_dir: Path, max_mb: int, mode: Access, *, log_dir: Path | None = None
+) -> Code:
     """Copy the code of the work tree ``cwd`` is in to the checkpoint folder (once per
-    content), and say where the job starts in it."""
+    content), and say where the job starts in it. ``mode`` is the checkpoint folder's
+    access; the copy is the user's alone whatever it is."""
     state = git_state(cwd)
     if state is None:
         raise UsageError(
             f"snapshot = 'git': {str(cwd)!r} is not in a git work tree (submit from your "
             "repository, or set snapshot = 'none')"
         )
-    entries = _entries(state.root, listed(state.root))
+    leave_out = (checkpoint_dir,) + ((log_dir,) if log_dir is not None else ())
+    entries = _entries(state.root, listed(state.root, leave_out=leave_out))
     total = sum(e.size for e in entries)
     if total > max_mb * 1_000_000:
         largest = sorted(entries, key=lambda e: -e.size)[:3]
@@ -99,29 +134,25 @@ def snapshot(cwd: Path, checkpoint_dir: Path, max_mb: int, mode: Access) -> Code
             f"{_mb(total)}, over snapshot_max_mb = {max_mb} (largest: {names}): ignore "
             "data and outputs in .gitignore, or raise snapshot_max_mb"
         )
-    codes = FolderLayout(checkpoint_dir).meta / "code"
-    make_dirs(codes, mode)
-    incoming = codes / f".incoming-{os.getpid()}"
-    if incoming.exists():
-        shutil.rmtree(incoming)
-    digest = hashlib.sha256()
-    for e in entries:
-        src, dst = state.root / e.rel, incoming / e.rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        digest.update(f"{e.rel}\0{stat.S_IMODE(e.mode):o}\0".encode())
-        if stat.S_ISLNK(e.mode):
-            target = str(src.readlink())
-            digest.update(b"link\0" + target.encode())
-            dst.symlink_to(target)
+    layout = FolderLayout(checkpoint_dir)
+    make_dirs(checkpoint_dir, mode)
+    trust.make_own_dir(layout.meta, mode.meta_mode)
+    codes = layout.meta / "code"
+    trust.make_own_dir(codes, snapshots.DIR_MODE)
+    incoming = codes / f".incoming-{os.getpid()}-{os.urandom(4).hex()}"
+    incoming.mkdir(mode=snapshots.DIR_MODE)
+    try:
+        _copy_all(state.root, incoming, entries)
+        name = snapshots.name_of(incoming)
+        final = codes / name
+        if final.exists():
+            snapshots.verify(final)  # the same code, copied before: it must still be it
+            shutil.rmtree(incoming)
         else:
-            _copy(src, dst, e.mode, digest)
-        digest.update(b"\0")
-    name = digest.hexdigest()[:16]
-    final = codes / name
-    if final.exists():
-        shutil.rmtree(incoming)  # the same code, copied before
-    else:
-        incoming.rename(final)
+            incoming.rename(final)
+    except BaseException:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise
     rel = cwd.resolve().relative_to(state.root.resolve())
     return Code(
         identity=f"snapshot {name} of {state.describe()}",
@@ -130,9 +161,29 @@ def snapshot(cwd: Path, checkpoint_dir: Path, max_mb: int, mode: Access) -> Code
     )
 
 
-def _copy(src: Path, dst: Path, mode: int, digest: hashlib._Hash) -> None:
-    with src.open("rb") as fin, dst.open("xb") as fout:
-        while chunk := fin.read(CHUNK):
-            digest.update(chunk)
-            fout.write(chunk)
-    dst.chmod(stat.S_IMODE(mode) & 0o755 | 0o400)  # executables stay executable; owner reads
+def _copy_all(root: Path, into: Path, entries: list[_Entry]) -> None:
+    for e in entries:
+        src, dst = root / e.rel, into / e.rel
+        _folders(into, dst.parent)
+        if stat.S_ISLNK(e.mode):
+            dst.symlink_to(src.readlink())
+        else:
+            _copy(src, dst, e.mode)
+
+
+def _folders(top: Path, folder: Path) -> None:
+    """``mkdir -p`` below ``top``, each folder the user's alone."""
+    missing = []
+    while folder != top and not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for f in reversed(missing):
+        f.mkdir(mode=snapshots.DIR_MODE)
+        f.chmod(snapshots.DIR_MODE)
+
+
+def _copy(src: Path, dst: Path, mode: int) -> None:
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fin, dst.open("xb") as fout:
+        shutil.copyfileobj(fin, fout, CHUNK)
+    dst.chmod(snapshots.file_mode(mode))  # executables stay executable; the owner's alone

@@ -126,7 +126,7 @@ def submit(
     ledger.ensure()
     here = Path.cwd()
     if spec.snapshot == "git":
-        found = code.snapshot(here, folder, spec.snapshot_max_mb, mode)
+        found = code.snapshot(here, folder, spec.snapshot_max_mb, mode, log_dir=Path(spec.log_dir))
         say(f"runs from {found.identity}, copied to {found.root}")
     else:
         found = code.identify(here)
