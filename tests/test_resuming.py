@@ -28,12 +28,12 @@ def ledger_of(folder: Path, *events: dict[str, object]) -> None:
         ledger.append(record({"time": 1000.0 + i, **fields}))
 
 
-def finished_run(folder: Path, job: str = "41", step: int = 30) -> None:
+def finished_run(folder: Path, job: str = "41", step: int = 30, name: str = "exp") -> None:
     """A job that trained to its end in ``folder``: its last checkpoint, exit 0."""
     path = committed(folder, step)
     ledger_of(
         folder,
-        {"event": "submitted", "job": job},
+        {"event": "submitted", "job": job, "name": name},
         {"event": "start", "job": job, "attempt": 0},
         {"event": "checkpoint", "job": job, "attempt": 0, "step": step, "path": str(path)},
         {"event": "end", "job": job, "attempt": 0, "exit_code": 0},
@@ -140,7 +140,7 @@ def test_fresh_moves_the_folder_aside_with_a_dated_name_and_deletes_nothing(
     first = resuming.move_aside(folder, now=0.0)
     assert first == tmp_path / "run.19700101T000000Z"
     assert sorted(p.relative_to(first) for p in first.rglob("*")) == before
-    folder.mkdir()
+    finished_run(folder)
     second = resuming.move_aside(folder, now=0.0)  # the same second: a name not taken
     assert second == tmp_path / "run.19700101T000000Z-1"
     assert first.exists() and not folder.exists()
@@ -227,3 +227,96 @@ def test_fresh_never_moves_a_folder_a_live_job_uses(tmp_path: Path) -> None:
     assert folder.is_dir() and [p.name for p in tmp_path.iterdir() if p.name.startswith("ck")] == [
         "ck"
     ]
+
+
+# -- --fresh moves only a job's own folder (#35) -----------------------------------------
+@pytest.mark.parametrize("where", ["home", "above home", "root"])
+def test_fresh_never_moves_home_or_a_folder_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    home = tmp_path / "home" / "alice"
+    finished_run(home)  # even one that looks like a job's folder
+    monkeypatch.setenv("HOME", str(home))
+    folder = {"home": home, "above home": home.parent, "root": Path("/")}[where]
+    with pytest.raises(UsageError, match="never moved"):
+        resuming.move_aside(folder, "exp")
+    assert home.is_dir() and (home / ".slurmpre").is_dir()
+
+
+def test_fresh_never_moves_a_parent_of_other_jobs_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``checkpoint_dir = "~/checkpoints/$EXP"`` with EXP empty names ~/checkpoints, which
+    holds other jobs' folders (the spec refuses the empty variable; this is the second
+    line, for a folder named by hand)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    parent = tmp_path / "home" / "checkpoints"
+    finished_run(parent / "other-run", name="other")
+    finished_run(parent)  # a ledger of its own too: still not one job's folder
+    with pytest.raises(UsageError, match="holds another job's checkpoint folder"):
+        resuming.move_aside(parent, "exp")
+    assert (parent / "other-run" / ".slurmpre").is_dir()
+
+
+def test_fresh_never_moves_a_folder_that_is_not_this_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    plain = tmp_path / "data"
+    (plain / "sub").mkdir(parents=True)
+    (plain / "sub" / "file").write_text("x")
+    with pytest.raises(UsageError, match="holds no ledger"):
+        resuming.move_aside(plain, "exp")
+    other = tmp_path / "theirs"
+    finished_run(other, name="another")
+    with pytest.raises(UsageError, match="jobs named another, not 'exp'"):
+        resuming.move_aside(other, "exp")
+    tasks = tmp_path / "sweep"
+    finished_run(tasks)
+    finished_run(tasks / "task-0")  # an array's tasks keep their folders below it
+    assert resuming.move_aside(tasks, "exp").name.startswith("sweep.")
+
+
+def test_an_empty_folder_is_not_moved_aside(tmp_path: Path) -> None:
+    (tmp_path / "ck").mkdir()
+    plan = resuming.check(tmp_path / "ck", fresh=True)
+    assert not plan.move_aside and plan.lines == ("--fresh: the folder is empty; starts at step 0",)
+
+
+def test_two_submissions_into_one_folder_are_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `submit --fresh` at once each saw no live job and moved the folder from under
+    the other's job: now the second waits for the first, then sees its job as live."""
+    import threading
+
+    from slurmpre.login import submit as submitting
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(submitting, "SUBMIT_WAIT", 0.5)
+    folder = tmp_path / "ck"
+    finished_run(folder, "41", 30)
+    spec = load(spec_in(tmp_path, folder), ())
+    held, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with submitting.one_at_a_time(folder):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait(10)
+    try:
+        with pytest.raises(UsageError, match=r"another submission into .* under way"):
+            submit(spec, Submits(), fresh=True)
+    finally:
+        release.set()
+        t.join()
+    client = Submits()
+    assert submit(spec, client, fresh=True).job_id == "101"
+    client.known["101"] = JobInfo("101", "exp", "PENDING", None, 0, True, (), "1", None, None,
+                                  None, {})  # fmt: skip
+    with pytest.raises(UsageError, match="in use by job 101"):
+        submit(spec, client, fresh=True)
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("ck.")]) == 1

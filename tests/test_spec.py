@@ -407,14 +407,23 @@ def test_path_keys_expand_home_user_and_variables_at_submit() -> None:
         ("checkpoint_dir", "rel/$USER", "checkpoint_dir = 'rel/$USER': must be an absolute"),
         ("checkpoint_dir", "/a/$", "checkpoint_dir = '/a/$': '$' is not $NAME"),
         ("checkpoint_dir", "/a/$_", "checkpoint_dir = '/a/$_': $_ is the shell's last"),
+        # The value used is checked, not the one typed (#35): an empty variable names a
+        # folder above the one meant, and a line break would end the #SBATCH line.
+        ("checkpoint_dir", "~/ck/$EXP", "checkpoint_dir = '~/ck/$EXP': $EXP is empty"),
+        ("log_dir", "/l/${BLANK}", "log_dir = '/l/${BLANK}': $BLANK is empty"),
+        ("checkpoint_dir", "/c/$EVIL", "checkpoint_dir = '/c/$EVIL': $EVIL holds a line break"),
+        ("python", "/p/$CTRL/python", "python = '/p/$CTRL/python': $CTRL holds a line break"),
+        ("template", "/t/$EVIL.j2", "template = '/t/$EVIL.j2': $EVIL holds a line break"),
     ],
-)
+)  # fmt: skip
 def test_path_variables_that_cannot_expand_are_one_line_errors(
     key: str, value: str, message: str
 ) -> None:
     raw = {"name": "j", "command": ["python"], key: value}
+    environ = {"HOME": "/home/bob", "USER": "bob", "EXP": "", "BLANK": " ",
+               "EVIL": "x\n#SBATCH --uid=0", "CTRL": "a\x1bb"}  # fmt: skip
     with pytest.raises(SpecError) as info:
-        validate(raw, environ={"HOME": "/home/bob", "USER": "bob"})
+        validate(raw, environ=environ)
     assert str(info.value).startswith(message), str(info.value)
     assert "\n" not in str(info.value)
 

@@ -37,6 +37,7 @@ from slurmpre.job.records import (
     Requeued,
     RequeueSkipped,
     Start,
+    Submitted,
     Successor,
 )
 
@@ -163,6 +164,9 @@ def check(
     if fresh:
         if not checkpoint_dir.exists():
             return Plan(("--fresh: the folder does not exist yet; starts at step 0",), False)
+        real = checkpoint_dir.is_dir() and not checkpoint_dir.is_symlink()
+        if real and not any(checkpoint_dir.iterdir()):
+            return Plan(("--fresh: the folder is empty; starts at step 0",), False)
         return Plan((), True)
     if not found:
         return Plan(("starts at step 0: no complete checkpoint in the folder",), False)
@@ -194,9 +198,10 @@ def aside_name(folder: Path, now: float) -> Path:
     return candidate
 
 
-def move_aside(folder: Path, *, now: float | None = None) -> Path:
-    """Rename ``folder`` to a dated name beside it; refuse a link (it leads elsewhere:
-    renaming it would not move the work it points at, and nothing there is touched)."""
+def move_aside(folder: Path, name: str | None = None, *, now: float | None = None) -> Path:
+    """Rename ``folder`` to a dated name beside it, once it is provably the job's own
+    (`job_own`); refuse a link (it leads elsewhere: renaming it would not move the work
+    it points at, and nothing there is touched)."""
     if folder.is_symlink():
         raise UsageError(
             f"--fresh: checkpoint_dir = {str(folder)!r} is a link to "
@@ -205,6 +210,7 @@ def move_aside(folder: Path, *, now: float | None = None) -> Path:
         )
     if not folder.is_dir():
         raise UsageError(f"--fresh: checkpoint_dir = {str(folder)!r} is not a folder")
+    job_own(folder, name)
     target = aside_name(folder, time.time() if now is None else now)
     try:
         folder.rename(target)
@@ -213,3 +219,40 @@ def move_aside(folder: Path, *, now: float | None = None) -> Path:
             f"--fresh: cannot move {str(folder)!r} aside to {str(target)!r} ({exc.strerror})"
         ) from None
     return target
+
+
+def job_own(folder: Path, name: str | None) -> None:
+    """Refuse (UsageError) to move a folder that is not one job's own checkpoint folder:
+    ``$HOME``, ``/`` or a folder above ``$HOME``; a folder without a ledger of the user's;
+    a folder whose ledger names jobs of another name; a folder that holds another job's
+    folder (a ledger below it, other than its array tasks')."""
+    real = os.path.realpath(folder)
+    home = os.path.realpath(Path.home())
+    where = f"--fresh: checkpoint_dir = {str(folder)!r}"
+    if real == os.sep or real == home or home.startswith(real.rstrip(os.sep) + os.sep):
+        raise UsageError(f"{where} is {real}: never moved (it is not one job's folder)")
+    try:
+        records = Ledger(folder).records()
+    except SlurmpreError as exc:
+        raise UsageError(f"{where}: not this job's own folder ({exc})") from None
+    if not Ledger(folder).path.is_file():
+        raise UsageError(
+            f"{where} holds no ledger of slurmpre's (.slurmpre/attempts.jsonl): it is not a "
+            "job's checkpoint folder; move it yourself, or set another checkpoint_dir"
+        )
+    names = {r.name for r in records if isinstance(r, Submitted)}
+    if name is not None and names - {name}:
+        others = ", ".join(sorted(names - {name}))
+        raise UsageError(
+            f"{where} holds the checkpoints of jobs named {others}, not {name!r}: not moved"
+        )
+    for sub, dirs, _ in os.walk(folder):
+        here = Path(sub)
+        if here != folder and (here / ".slurmpre").is_dir() and not _task_of(here, folder):
+            raise UsageError(f"{where} holds another job's checkpoint folder ({here}): not moved")
+        dirs[:] = [d for d in dirs if d != ".slurmpre" and not (here / d).is_symlink()]
+
+
+def _task_of(here: Path, folder: Path) -> bool:
+    """An array task's own folder: ``<folder>/task-<id>``."""
+    return here.parent == folder and here.name.startswith(TASK_PREFIX)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from slurmpre.job import records, successor
 from slurmpre.job.layout import FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import describe, live_holders
+from slurmpre.locks import FolderLock, LockTimeout
 from slurmpre.login import code, jobs, progress, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec
@@ -105,6 +109,49 @@ def submit(
     check_python(spec.python)
     if spec.accelerate_config:
         check_accelerate_config(spec.python, spec.accelerate_config)
+    with one_at_a_time(Path(spec.checkpoint_dir)):
+        return _submit(spec, client, force, resume, fresh, say, tasks)
+
+
+SUBMIT_WAIT = 120.0  # seconds a submission waits for another one into the same folder
+
+
+@contextlib.contextmanager
+def one_at_a_time(folder: Path) -> Iterator[None]:
+    """Submissions into one checkpoint folder, one at a time: two `submit --fresh` at once
+    would each see no live job, and move the folder from under the other's job. A lock
+    of the user's own, named by the folder's real path."""
+    key = hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:20]
+    where = jobs.index_path().parent / "submitting"
+    try:
+        make_dirs(where, access.OWNER)
+        lock = FolderLock(where / f"{key}.lock", timeout=SUBMIT_WAIT).acquire(0)
+    except LockTimeout:
+        with progress.waiting(f"waiting for another submission into {folder}"):
+            try:
+                lock = FolderLock(where / f"{key}.lock", timeout=SUBMIT_WAIT).acquire()
+            except LockTimeout:
+                raise UsageError(
+                    f"another submission into {str(folder)!r} has been under way for "
+                    f"{SUBMIT_WAIT:g} s: try again once it is done"
+                ) from None
+    except (OSError, SlurmpreError) as exc:
+        raise SlurmpreError(f"cannot take the submission lock in {where}: {exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _submit(
+    spec: JobSpec,
+    client: SlurmClient,
+    force: bool,
+    resume: bool,
+    fresh: bool,
+    say: Callable[[str], None],
+    tasks: Sequence[Task],
+) -> Submitted:
     mode = access.NAMES[spec.file_access]
     folder = Path(spec.checkpoint_dir)
     holders = live_holders(Ledger(folder), client) if folder.is_dir() else []
@@ -116,7 +163,7 @@ def submit(
         )
     plan = resuming.check(folder, is_array=spec.is_array, resume=resume, fresh=fresh)
     if plan.move_aside:
-        aside = resuming.move_aside(folder)
+        aside = resuming.move_aside(folder, spec.name)
         say(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
     for line in plan.lines:
         say(line)

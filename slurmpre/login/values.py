@@ -64,23 +64,13 @@ def _str(key: str, value: object) -> str:
     return value
 
 
-def _has_line_break(text: str) -> bool:
-    """Any of Unicode's line breaks (\\n, \\r, U+0085, U+2028, U+2029, ...), as splitlines sees."""
-    return len(f"x{text}x".splitlines()) > 1
-
-
 def one_line(key: str, value: object) -> str:
     text = _str(key, value)
-    if _has_line_break(text) or any(ord(c) < 32 or 127 <= ord(c) < 160 or c in _BIDI for c in text):
+    if not variables.plain_line(text):
         raise bad(
             key, value, "must be one line without control characters or bidirectional overrides"
         )
     return text
-
-
-# Characters that reorder how text is shown: a name or path holding one reads on a
-# terminal as something else than it is.
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def optional_word(key: str, value: object, pattern: re.Pattern[str], what: str) -> str | None:
@@ -203,7 +193,7 @@ def parse_extra_sbatch(value: object) -> tuple[str, ...]:
             entry = entry[len("#SBATCH") :].strip()
         if not entry:
             continue
-        if _has_line_break(entry) or any(ord(c) < 32 for c in entry):
+        if not variables.plain_line(entry):
             raise bad("extra_sbatch", item, "must be one line without control characters")
         try:
             options = sbatch_options.parse_entry(entry)

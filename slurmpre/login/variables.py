@@ -11,7 +11,9 @@ shell that would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
 - Path keys (``checkpoint_dir``, ``log_dir``, ``python``, ``template``) expand at
   submit, from the environment there (the login node's: on a cluster ``$USER`` and
   ``$HOME`` are the same on the nodes), and a leading ``~`` is ``$HOME``; a variable
-  that is not set is an error, since a path with an empty part is somewhere else.
+  that is not set, or set empty, is an error, since a path with an empty part is
+  somewhere else; so is one whose value holds a line break (it would end the
+  ``#SBATCH`` line the path is written on): the value used is checked, not the one typed.
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ def _parts(key: str, text: str) -> list[tuple[str, str]]:
     return out
 
 
+# Characters that reorder how text is shown: a name or path holding one reads on a
+# terminal as something else than it is.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def plain_line(text: str) -> bool:
+    """One line (none of Unicode's line breaks, as splitlines sees them), without control
+    characters or bidirectional overrides."""
+    if len(f"x{text}x".splitlines()) > 1:
+        return False
+    return not any(ord(c) < 32 or 127 <= ord(c) < 160 or c in _BIDI for c in text)
+
+
 def check(key: str, text: str) -> str:
     """``text``, unchanged, once its every ``$`` is of the syntax above."""
     _parts(key, text)
@@ -83,6 +98,14 @@ def expand_path(key: str, text: str, environ: Mapping[str, str]) -> str:
         if kind == "var":
             if value not in environ:
                 raise SpecError(f"{key} = {given!r}: ${value} is not set where you submit")
+            if not environ[value].strip():
+                # "~/checkpoints/$EXP" with EXP empty is ~/checkpoints: somewhere else.
+                raise SpecError(f"{key} = {given!r}: ${value} is empty where you submit")
+            if not plain_line(environ[value]):
+                raise SpecError(
+                    f"{key} = {given!r}: ${value} holds a line break or a control character "
+                    "where you submit"
+                )
             value = environ[value]
         out.append(value)
     return "".join(out)
