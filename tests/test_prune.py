@@ -184,3 +184,26 @@ def test_a_job_slurm_knows_no_more_holds_nothing(tmp_path: Path) -> None:
     done = prune(folder, 1, Jobs({}, unanswered={"6"}))
     assert {e.name for e in done.removed} == {"step-00000010"}
     assert {e.name: e.why for e in done.kept}["step-00000020"] == "a live job resumed from it"
+
+
+def test_lightnings_requeue_saves_are_ordered_by_their_number_not_their_files_times(
+    tmp_path: Path,
+) -> None:
+    """hpc_ckpt_N.ckpt counts SLURMEnvironment's requeue saves. Ordered by mtime, a copy or
+    a restore that touched hpc_ckpt_2 made it "newest": resume took it, and prune deleted
+    hpc_ckpt_10, the one resume needs (#35)."""
+    import os
+
+    from tests.job.test_checkpoints import lightning
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    for n in (1, 2, 9, 10):
+        lightning(folder, f"hpc_ckpt_{n}.ckpt")
+    os.utime(folder / "hpc_ckpt_2.ckpt", (4e9, 4e9))  # touched last (a copy, a restore)
+    os.utime(folder / "hpc_ckpt_10.ckpt", (1e9, 1e9))
+    assert latest(folder).checkpoint.name == "hpc_ckpt_10.ckpt"  # type: ignore[union-attr]
+    Ledger(folder).ensure()
+    done = prune(folder, 2, Jobs({}))
+    assert names(folder) == ["hpc_ckpt_10.ckpt", "hpc_ckpt_9.ckpt"]
+    assert {e.name for e in done.removed} == {"hpc_ckpt_1.ckpt", "hpc_ckpt_2.ckpt"}

@@ -52,6 +52,9 @@ REGISTRATION_MAX_AGE = 3600.0  # a registration not renewed this long is of a de
 RENEW_REGISTRATION = 600.0  # seconds between a live job's renewals of it
 RESCAN = 60.0  # the holder reads the registrations again at least this often
 BOARD_MAX_BYTES = 1 << 22  # a board of some thousands of nodes
+# Stamps come from other nodes' clocks: one further ahead of this node's than this is
+# not fresh (it would stay fresh for as long as it is ahead), it is stale.
+MAX_SKEW = 5.0
 
 
 def _number(value: object) -> TypeGuard[int | float]:
@@ -217,7 +220,11 @@ class DrainBoard:
         at, every = d.get("at"), d.get("interval")
         due = None
         if _number(at) and _number(every):
+            if at > self.wall() + MAX_SKEW or every > LEASE_INTERVALS * 3600:
+                return None  # renewed "in the future": a clock far ahead, as if lapsed
             due = float(at) + float(every) + GRACE + READ_EVERY
+        elif float(until) > self.wall() + LEASE_INTERVALS * self.interval + MAX_SKEW:
+            return None  # held for longer than any lease is taken for: as if lapsed
         return d["holder"], float(until), due
 
     def _held_by_another(self, now: float) -> bool:
@@ -298,8 +305,8 @@ class DrainBoard:
                     names = d["nodes"]
                 except (OSError, ValueError, KeyError, TypeError):
                     continue
-                if now - at > REGISTRATION_MAX_AGE or not isinstance(names, list):
-                    continue
+                if not -MAX_SKEW <= now - at <= REGISTRATION_MAX_AGE or not isinstance(names, list):
+                    continue  # a dead job's, or stamped from the future: never renewed
                 nodes.update(n for n in names if isinstance(n, str) and n)
         self._regs, self._regs_key = nodes, key
         return nodes
@@ -322,7 +329,7 @@ class DrainBoard:
         fresh = (
             board is not None
             and age is not None
-            and age <= self.interval + GRACE
+            and -MAX_SKEW <= age <= self.interval + GRACE
             and wanted <= board.asked
         )
         if self.holding or not fresh:

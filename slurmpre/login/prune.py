@@ -29,6 +29,7 @@ from pathlib import Path
 
 from slurmpre.errors import CheckpointError, JobNotFound, SlurmError, UsageError
 from slurmpre.job.checkpoints import Checkpoint, list_all
+from slurmpre.job.checkpoints.names import number_of
 from slurmpre.job.layout import LEFTOVER, PRUNED, FolderLayout
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.owner import recorded_jobs
@@ -168,10 +169,15 @@ def decide(
 
 def _older(c: Checkpoint, than: Checkpoint) -> bool:
     """Is ``c`` known to be older than ``than``? By their steps when both names give one
-    (one step in two spellings is not older), else by when each was last written
-    (Lightning's ``last.ckpt`` has no step, and is written last)."""
+    (one step in two spellings is not older); by their numbers for two of one numbered
+    family (Lightning's ``hpc_ckpt_9`` before ``hpc_ckpt_10``, whatever their files'
+    times); else by when each was last written (``last.ckpt`` has no step, and is written
+    last)."""
     if c.step is not None and than.step is not None:
         return c.step < than.step
+    mine, theirs = number_of(c.name), number_of(than.name)
+    if mine is not None and theirs is not None and mine[0] == theirs[0]:
+        return mine < theirs
     try:
         return os.lstat(c.where).st_mtime_ns < os.lstat(than.where).st_mtime_ns
     except OSError:

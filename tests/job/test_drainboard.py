@@ -221,3 +221,27 @@ def test_a_job_that_ends_releases_its_lease_and_the_next_to_find_the_board_late_
     assert other.holding
     lease = json.loads((tmp_path / "watch" / "lease.json").read_text())
     assert lease["holder"] == "2" and lease["at"] == clock.now
+
+
+def test_a_board_stamped_in_the_future_is_stale_not_fresh_forever(tmp_path: Path) -> None:
+    """A holder on a node whose clock runs an hour ahead wrote a board that, by this
+    node's clock, was polled in the future: it read as fresh for the next hour, and the
+    drains it did not show were missed (#35). So is a lease renewed in the future."""
+    slurm, clock = Cluster(), Clock()
+    reader = board(tmp_path, "2", slurm, clock, ["b"])
+    folder = tmp_path / "watch"
+    ahead = clock.now + 3600
+    stale = {"v": 1, "by": "9", "polled_at": ahead, "asked": ["b"], "nodes": []}
+    (folder / "board.json").write_text(json.dumps(stale))
+    (folder / "board.json").chmod(0o600)
+    lease = {"v": 1, "holder": "9", "until": ahead + 15, "at": ahead, "interval": INTERVAL}
+    (folder / "lease.json").write_text(json.dumps(lease))
+    (folder / "lease.json").chmod(0o600)
+    slurm.drained["b"] = clock.now
+    assert drained(reader, ["b"]) == {"b"}  # asked Slurm: the board was not believed
+    assert reader.holding  # and the lease from the future did not keep it out
+    # A clock a little ahead (within the bound) is still believed: no churn on skew.
+    near = {**stale, "by": "9", "polled_at": clock.now + 2, "nodes": []}
+    (folder / "board.json").write_text(json.dumps(near))
+    other = board(tmp_path, "3", Cluster(), clock, ["b"])
+    assert drained(other, ["b"]) == set() and not other.holding

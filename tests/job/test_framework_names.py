@@ -30,6 +30,7 @@ from slurmpre.job.checkpoints import Format, ignored, judge, latest, list_all
 from slurmpre.job.ledger import Ledger
 from slurmpre.login.prune import prune
 
+from tests.conftest import slurmpre_cli
 from tests.fakes import Jobs
 from tests.job.test_checkpoints import dcp, torch_zip
 
@@ -190,3 +191,25 @@ def test_prune_keeps_what_the_frameworks_would_still_load(tmp_path: Path) -> Non
     report = prune(tmp_path, 1, Jobs({}))
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("iter_"))
     assert left == ["iter_0000200", "iter_0000300"], report  # 300 is not known older
+
+
+@pytest.mark.parametrize(
+    ("text", "iteration"),
+    [("²", None), ("1²", None), ("9" * 5000, None), ("0", None), ("-300", None),
+     ("3e2", None), ("300 ", 300), ("+300", 300), ("3_00", 300), ("٣٠٠", 300)],
+)  # fmt: skip
+def test_megatrons_tracker_is_read_as_megatron_reads_it(
+    tmp_path: Path, text: str, iteration: int | None
+) -> None:
+    """'²' is a digit to str.isdigit() and 5,000 digits are more than int() reads: both
+    made the scan raise, and every command on the folder exit 3 (#35). Megatron reads the
+    tracker with int() of the stripped text (and wants more than 0): so does slurmpre."""
+    for it in (100, 200):
+        megatron_iter(tmp_path, it)
+    tracker(tmp_path, text)
+    if iteration is None:  # no iteration: the newest is passed over, the older stand
+        assert newest(tmp_path) == (100, "iter_0000100")
+    else:
+        assert newest(tmp_path) == (200, "iter_0000200")
+    result = slurmpre_cli("ckpt", "list", str(tmp_path))
+    assert result.returncode == 0, result.stderr

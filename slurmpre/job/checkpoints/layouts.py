@@ -17,11 +17,13 @@ from slurmpre.job.checkpoints.names import (
     DEEPSPEED_TAG,
     HF_INCOMPLETE,
     HF_STATE,
+    MAX_STEP,
     MEGATRON_NAME,
     MEGATRON_TRACKER,
     NEMO_NAME,
     NEMO_UNFINISHED,
     SLURMPRE_NAME,
+    STEP_DIGITS,
     STEP_NAME,
     Format,
     step_of,
@@ -315,6 +317,21 @@ def _not_empty(path: str) -> tuple[bool, str] | None:
     return None
 
 
+def megatron_iteration(text: str) -> int | None:
+    """The iteration in Megatron's tracker, read as Megatron reads it (``int()`` of the
+    stripped text, which must be above 0); None when Megatron would not read one. "²" is a
+    digit to ``str.isdigit`` and not to ``int``; a text longer than any step has is no
+    iteration (and ``int()`` refuses more than 4,300 digits)."""
+    text = text.strip()
+    if len(text) > 2 * STEP_DIGITS:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if 0 < value <= MAX_STEP else None
+
+
 def _check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
     """Megatron-LM: every rank saves into iter_N, then (after a barrier, or in an async
     save's finalize step) rank 0 writes N into latest_checkpointed_iteration.txt. So
@@ -329,9 +346,10 @@ def _check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
         return False, f"partial: no {MEGATRON_TRACKER} beside it (Megatron writes it after a save)"
     if tracker == "release":
         return False, f"{MEGATRON_TRACKER} says 'release': Megatron loads the release folder"
-    if tracker.isdigit():
-        if step is not None and step > int(tracker):
-            return False, f"partial: newer than {MEGATRON_TRACKER} ({int(tracker)}): unfinished"
+    iteration = megatron_iteration(tracker)
+    if iteration is not None:
+        if step is not None and step > iteration:
+            return False, f"partial: newer than {MEGATRON_TRACKER} ({iteration}): unfinished"
     elif step is None or step >= (beside.newest_iter or 0):
         why = f"{MEGATRON_TRACKER} does not read as an iteration, and this is the newest"
         return False, f"partial: {why}"

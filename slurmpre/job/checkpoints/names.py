@@ -110,6 +110,21 @@ class Checkpoint(NamedTuple):
         }
 
 
+# Names without a step that still count: Lightning's hpc_ckpt_N (its Nth requeue save),
+# epoch=N, and the -vN a name gets when it is taken. Their numbers order them, never their
+# files' times (a copy or a touch changes those).
+_NUMBERED = re.compile(r"(last|epoch=|hpc_ckpt_)(\d*)(?:-v(\d+))?\.ckpt", re.ASCII)
+
+
+def number_of(name: str) -> tuple[str, int, int] | None:
+    """An unstepped name's family and its numbers (``hpc_ckpt_12.ckpt`` -> ("hpc_ckpt_",
+    12, 0)), by which two of one family are ordered: the higher is newer. None: no such."""
+    m = _NUMBERED.fullmatch(name)
+    if m is None:
+        return None
+    return m[1], int(m[2] or 0), int(m[3] or 0)
+
+
 def step_of(name: str) -> int | None:
     """The step a checkpoint's name gives, by the grammar of its layout (None: no step)."""
     m = _DIR_NAME.fullmatch(name) or _CKPT_STEPPED.fullmatch(name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import filterfalse
 from pathlib import Path
@@ -25,6 +26,7 @@ from slurmpre.job.checkpoints.names import (
     SLURMPRE_NAME,
     STEP_NAME,
     TORCHTITAN_FOLDER,
+    number_of,
     step_of,
 )
 from slurmpre.reading import (
@@ -338,4 +340,25 @@ def _order(candidates: list[_C], folder: Path) -> list[_C]:
         except OSError:
             return 0.0
 
-    return stepped + sorted(unstepped, key=mtime, reverse=True)
+    return stepped + numbered_order(sorted(unstepped, key=mtime, reverse=True), lambda c: c[1])
+
+
+_T = TypeVar("_T")
+
+
+def numbered_order(newest_first: list[_T], name: Callable[[_T], str]) -> list[_T]:
+    """``newest_first`` (by the files' times), with each family of numbered names put in
+    the order of their numbers in the places that family holds: ``hpc_ckpt_10`` is newer
+    than ``hpc_ckpt_9`` whatever their files' times say (a copy or a restore changes them)."""
+    out = list(newest_first)
+    families: dict[str, list[int]] = {}
+    for i, c in enumerate(out):
+        numbered = number_of(name(c))
+        if numbered is not None:
+            families.setdefault(numbered[0], []).append(i)
+    for places in families.values():
+        members = sorted((out[i] for i in places), key=lambda c: number_of(name(c)) or ("", 0, 0),
+                         reverse=True)  # fmt: skip
+        for i, c in zip(places, members, strict=True):
+            out[i] = c
+    return out
