@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from slurmpre import arguments
 from slurmpre.access import CONTROL_MODE, Access, make_dir, make_dirs
 from slurmpre.access import from_env as access_from_env
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
@@ -38,6 +39,7 @@ from slurmpre.locks import LockTimeout
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    arguments.environment("env", env)
     return os.environ if env is None else env
 
 
@@ -235,6 +237,8 @@ def checkpoint(
     or overwrites a complete checkpoint; an empty one is refused.
     """
     checkpoints.check_step(step)
+    arguments.expect("folder", folder, arguments.PATH, "a folder's path", optional=True)
+    arguments.seconds("timeout", timeout)
     if not timeout > 0:
         raise CheckpointError(f"checkpoint timeout must be more than 0 seconds, got {timeout!r}")
     target = Path(folder) if folder is not None else checkpoint_dir()
@@ -364,6 +368,8 @@ def committed(
     layout's rule (the resolver's); otherwise a CheckpointError says why, and nothing
     is recorded. Returns the checkpoint's path.
     """
+    arguments.expect("path", path, arguments.PATH, "a checkpoint's path")
+    arguments.count("step", step, optional=True)
     e = _env(env)
     target = checkpoint_dir(e)
     if e.get(RESUME_PENDING_ENV):

@@ -128,3 +128,14 @@ def test_run_help_describes_every_option() -> None:
         words = [w for w in text.split() if w.isalpha() and w.islower()]
         assert len(words) >= 3, f"{flag} has no description: {text!r}"
     assert parse_args(["--checkpoint-dir=/c", "--", "x"]).launcher == "torchrun"
+
+
+def test_a_path_longer_than_the_file_system_holds_is_bad_input_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name of 300 bytes made Path.is_dir() raise ENAMETOOLONG: exit 3 (#35)."""
+    from slurmpre.cli import main
+
+    assert main(["status", "j", "--checkpoint-dir", str(tmp_path / ("z" * 300))]) == 2
+    err = capsys.readouterr().err
+    assert "File name too long" in err and err.count("\n") == 1 and "Traceback" not in err

@@ -171,3 +171,56 @@ def test_status_says_slurm_did_not_answer_and_shows_the_ledger_only_when_asked_t
         job_in(folder, Jobs({}, down=True)).status()
     with pytest.raises(SlurmError):  # waiting is not showing: never judged without Slurm
         Job("7", "n", folder, folder / "logs", Jobs({}, down=True), warn=said.append).wait(0)
+
+
+# -- a wrong argument is named, in one line (#35) ----------------------------------------
+def calls(job: Job) -> dict[str, object]:
+    import slurmpre
+
+    spec = {"name": "x", "command": "x"}
+    return {
+        "spec": lambda: slurmpre.submit(123),  # type: ignore[arg-type]
+        "force": lambda: slurmpre.submit(spec, force="yes"),  # type: ignore[arg-type]
+        "fresh": lambda: slurmpre.sweep([spec], fresh=1),  # type: ignore[arg-type]
+        "grid": lambda: slurmpre.sweep(spec, grid="env.A=1"),  # type: ignore[arg-type]
+        "max_running": lambda: slurmpre.sweep([spec], max_running=True),
+        "which": lambda: Job.find(None),  # type: ignore[arg-type]
+        "timeout": lambda: job.wait(timeout="10"),  # type: ignore[arg-type]
+        "after_checkpoint": lambda: job.cancel(after_checkpoint="x"),  # type: ignore[arg-type]
+        "wait": lambda: job.cancel(wait="x"),  # type: ignore[arg-type]
+        "attempt": lambda: job.logs(attempt="x"),  # type: ignore[arg-type]
+        "tail": lambda: job.logs(tail="5"),  # type: ignore[arg-type]
+        "node": lambda: job.log_texts(node=1.5),  # type: ignore[arg-type]
+        "prices": lambda: job.status(prices=1),  # type: ignore[arg-type]
+        "folder": lambda: slurmpre.checkpoint(5, 3).__enter__(),  # type: ignore[arg-type]
+        "env": lambda: slurmpre.resume_path(env=3),  # type: ignore[arg-type]
+        "path": lambda: slurmpre.committed(7),  # type: ignore[arg-type]
+    }
+
+
+@pytest.mark.parametrize("argument", sorted(calls(Job("1", "n", Path("/x"), Path("/x")))))
+def test_a_wrong_argument_to_the_python_api_is_named(
+    argument: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nine calls raised a bare TypeError (or AttributeError) from deep inside."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv("SLURMPRE_CHECKPOINT_DIR", str(tmp_path))
+    call = calls(job_in(tmp_path, Timeline({})))[argument]
+    with pytest.raises(SlurmpreError) as info:
+        call()  # type: ignore[operator]
+    assert str(info.value).startswith((f"{argument}=", f"{argument} = ")), str(info.value)
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+
+
+def test_wait_with_a_negative_timeout_is_bad_input_with_json_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`slurmpre wait JOB --timeout=-1 --json` took the refusal for a job still running."""
+    from slurmpre.cli import main
+    from slurmpre.login import jobs
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    folder = folder_with(tmp_path / "ck", {"event": "submitted", "job": "7", "name": "n"})
+    jobs.remember(jobs.Submitted("7", "n", str(folder), str(folder / "logs"), 1.0))
+    for extra in ([], ["--json"]):
+        assert main(["wait", "7", "--timeout=-1", *extra]) == 2

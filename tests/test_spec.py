@@ -414,6 +414,10 @@ def test_path_keys_expand_home_user_and_variables_at_submit() -> None:
         ("checkpoint_dir", "/c/$EVIL", "checkpoint_dir = '/c/$EVIL': $EVIL holds a line break"),
         ("python", "/p/$CTRL/python", "python = '/p/$CTRL/python': $CTRL holds a line break"),
         ("template", "/t/$EVIL.j2", "template = '/t/$EVIL.j2': $EVIL holds a line break"),
+        # Too long for a file system: an OSError and exit 3 at submit, before (#35).
+        ("checkpoint_dir", "/c/" + "b" * 256, "checkpoint_dir = '/c/bbb"),
+        ("log_dir", "/l" * 2100, "log_dir = '/l/l/l"),
+        ("checkpoint_dir", "/c/$LONG", "checkpoint_dir = '/c/$LONG': has a name of 300 bytes"),
     ],
 )  # fmt: skip
 def test_path_variables_that_cannot_expand_are_one_line_errors(
@@ -421,7 +425,7 @@ def test_path_variables_that_cannot_expand_are_one_line_errors(
 ) -> None:
     raw = {"name": "j", "command": ["python"], key: value}
     environ = {"HOME": "/home/bob", "USER": "bob", "EXP": "", "BLANK": " ",
-               "EVIL": "x\n#SBATCH --uid=0", "CTRL": "a\x1bb"}  # fmt: skip
+               "EVIL": "x\n#SBATCH --uid=0", "CTRL": "a\x1bb", "LONG": "é" * 150}  # fmt: skip
     with pytest.raises(SpecError) as info:
         validate(raw, environ=environ)
     assert str(info.value).startswith(message), str(info.value)

@@ -133,3 +133,100 @@ def test_plan_without_a_restart_measured_takes_slurms_requeue_floor(tmp_path: Pa
     assert mine.restart_s == 9
     with pytest.raises(UsageError, match="give --restart-seconds"):
         inputs_from([], given, requeue_floor=lambda: None)
+
+
+# -- a sweep is submitted whole or not at all (#35) --------------------------------------
+class Queue:
+    """A Slurm that keeps what was queued, checks with --test-only, and can refuse the
+    ``refuse``-th real submission (a limit only reached once jobs are queued)."""
+
+    def __init__(self, refuse: int | None = None) -> None:
+        self.queued: list[str] = []
+        self.tested = 0
+        self.cancelled: list[str] = []
+        self.refuse = refuse
+
+    def submit(self, script: str, *, args: object = (), test_only: bool = False) -> str:
+        from slurmpre.errors import SlurmError
+
+        if test_only:
+            self.tested += 1
+            return "sbatch: Job 0 to start at once"
+        if self.refuse is not None and len(self.queued) + 1 == self.refuse:
+            raise SlurmError("sbatch: error: QOSMaxSubmitJobPerUserLimit")
+        self.queued.append(script)
+        return str(200 + len(self.queued))
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+    def job(self, job_id: str) -> object:
+        from slurmpre.errors import JobNotFound
+
+        raise JobNotFound(f"Slurm knows no job {job_id}")
+
+
+def sweep_of_two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[sweep.Group]:
+    import sys
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    base = {"command": "python train.py", "python": sys.executable}
+    specs = [
+        spec.validate({**base, "name": "a", "checkpoint_dir": str(tmp_path / "a")}),
+        spec.validate({**base, "name": "b", "checkpoint_dir": str(tmp_path / "b"), "nodes": 2}),
+    ]
+    return sweep.group(specs, ["a", "b"])
+
+
+def test_a_sweep_refused_in_its_second_job_queues_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It queued its first group of tasks and then refused the second: half a sweep."""
+    from slurmpre.login.submit import check, submit
+
+    from tests.test_resuming import finished_run
+
+    groups = sweep_of_two(tmp_path, monkeypatch)
+    finished_run(tmp_path / "b", name="b")  # b's folder: a run that finished its training
+    slurm = Queue()
+    with pytest.raises(UsageError, match="finished its training"):
+        sweep.submit_groups(groups, slurm, submit_one=submit, check_one=check)
+    assert slurm.queued == [] and not (tmp_path / "a" / ".slurmpre").exists()
+
+
+def test_a_sweep_that_slurm_refuses_halfway_is_cancelled_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmpre.errors import SlurmError
+    from slurmpre.login.submit import check, submit
+
+    slurm = Queue(refuse=2)
+    with pytest.raises(SlurmError) as err:
+        sweep.submit_groups(
+            sweep_of_two(tmp_path, monkeypatch), slurm, submit_one=submit, check_one=check
+        )
+    assert slurm.tested == 2 and len(slurm.queued) == 1
+    assert slurm.cancelled == ["201"]
+    assert "this sweep's jobs already queued were cancelled: 201" in str(err.value)
+
+
+@pytest.mark.parametrize("value", [True, "2", 1.5, 0])
+def test_max_running_is_a_whole_number_of_tasks(tmp_path: Path, value: object) -> None:
+    specs = [_spec(tmp_path, name="a"), _spec(tmp_path, name="b")]
+    with pytest.raises(SpecError, match=r"max_running = .*: a whole number of tasks"):
+        sweep.group(specs, ["a", "b"], max_running=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("axes", "message"),
+    [({"env.LR": [None, "0.1"]}, "None is not a value"),
+     ({"env.LR": [["a", None]]}, "None is not a value"),
+     ({"env.LR": [object()]}, "is not a value a spec holds"),
+     ({"a": list(range(3000)), "b": list(range(3000))}, "3000 x 3000 points: more than"),
+     ({}, "give at least one key"), ({1: [1]}, "must be a spec key")],
+)  # fmt: skip
+def test_a_grid_of_what_no_spec_holds_or_of_millions_is_refused_before_it_is_made(
+    axes: dict[object, list[object]], message: str
+) -> None:
+    with pytest.raises(SpecError, match=message):
+        sweep.grid(axes)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ under ``--debug``.
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import traceback
@@ -19,8 +20,10 @@ import click
 from slurmpre import __version__
 from slurmpre.cli import capacity, ckpt, drill, generate, jobs, sandbox
 from slurmpre.cli.common import err
-from slurmpre.errors import SlurmpreError
+from slurmpre.errors import SlurmpreError, UsageError
+from slurmpre.login.values import NAME_MAX
 
+EXIT_USAGE = UsageError.exit_code
 EXIT_UNEXPECTED = 3
 EXIT_INTERRUPTED = 130
 
@@ -93,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - the one place unexpected errors become exit 3
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # A path the user gave, longer than the file system holds: bad input.
+            err(f"{exc.filename!r}: {exc.strerror} (a name holds {NAME_MAX} bytes at most)")
+            return EXIT_USAGE
         err(f"unexpected {type(exc).__name__}: {exc}")
         if debug:
             traceback.print_exc()

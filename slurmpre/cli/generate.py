@@ -136,7 +136,7 @@ def sweep_cmd(
     from slurmpre.login.handle import plan_sweep
     from slurmpre.login.render import render
     from slurmpre.login.spec import parse_sets
-    from slurmpre.login.submit import submit
+    from slurmpre.login.submit import check, submit
     from slurmpre.slurm.client import default_client
 
     overrides = parse_sets(sets)
@@ -154,8 +154,8 @@ def sweep_cmd(
         click.echo(line, err=True)
 
     done = sweeps.submit_groups(
-        groups, default_client(), submit_one=submit, force=force, resume=resume, fresh=fresh,
-        say=say,
+        groups, default_client(), submit_one=submit, check_one=check, force=force,
+        resume=resume, fresh=fresh, say=say,
     )  # fmt: skip
     for q in done:
         click.echo(q.job_id)

@@ -153,6 +153,8 @@ def wait(job: str, checkpoint_dir: str | None, timeout: float | None, as_json: b
             state, why = found.wait(timeout), None
         except JobFailed as exc:
             state, why = exc.state, str(exc)
+        except UsageError:
+            raise  # a bad --timeout: exit 2, not a job still running
         except SlurmpreError as exc:  # the timeout: still running
             state, why = "WAITING", str(exc)
         last = found.id if found.array is not None else found.run()[-1]

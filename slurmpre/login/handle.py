@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmpre import arguments
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
 from slurmpre.job.ledger import Ledger
 from slurmpre.login import jobs
@@ -57,6 +58,9 @@ class Job:
     ) -> Job:
         """A job by its id or its name (the newest of that name); ``123_5`` one task of
         array job 123, ``123`` all of them."""
+        arguments.expect("which", which, (str, int), "a job id or a job's name")
+        arguments.expect("checkpoint_dir", checkpoint_dir, arguments.PATH, "a folder's path",
+                         optional=True)  # fmt: skip
         entry = jobs.locate(str(which), None if checkpoint_dir is None else str(checkpoint_dir))
         return cls.from_entry(entry, client, warn=warn)
 
@@ -133,6 +137,7 @@ class Job:
 
     def status(self, prices: Prices | None = None) -> JobStatus:
         """Its attempts, how each ended, steps lost and cost (`slurmpre status`)."""
+        arguments.expect("prices", prices, Prices, "a slurmpre Prices", optional=True)
         self._one("status")
         records = Ledger(self.checkpoint_dir, view=True).records()
         last = chain(records, self.id)[-1]  # after hand-overs, the successor Slurm runs
@@ -159,6 +164,8 @@ class Job:
         """Until the run ends, across requeues and hand-overs: "COMPLETED", or JobFailed
         naming the state and why (the last attempt's end, as `status` says it). A
         SlurmpreError after ``timeout`` seconds, naming the state then."""
+        arguments.seconds("timeout", timeout, optional=True)
+        arguments.seconds("poll", poll)
         if timeout is not None and not timeout >= 0:
             raise UsageError(f"--timeout {timeout:g}: give 0 seconds or more")
         deadline = None if timeout is None else clock() + timeout
@@ -227,6 +234,8 @@ class Job:
         """Cancel the run (a pending successor too); what happened, in one line."""
         from slurmpre.login.cancel import cancel, cancel_tasks
 
+        arguments.flag("after_checkpoint", after_checkpoint)
+        arguments.seconds("wait", wait)
         if self.array is not None:
             return cancel_tasks(
                 self.client, self.entry, after_checkpoint=after_checkpoint, wait=wait
@@ -235,6 +244,7 @@ class Job:
 
     def log_path(self, attempt: int | None = None) -> Path:
         """Where the job's log is (every attempt, appended), or one attempt's own."""
+        arguments.count("attempt", attempt, optional=True)
         self._one("log")
         return log_path(self.entry, attempt, self._slurm(self.id, showing=True))
 
@@ -335,13 +345,9 @@ def submit(
     from slurmpre.login import spec as specs
     from slurmpre.login.submit import submit as queue
 
-    if isinstance(spec, Mapping):
-        raw = dict(spec)
-        where = None
-    else:
-        where = Path(spec)
-        raw = specs.read(where)
-        raw.setdefault("name", where.stem)
+    for flag, value in (("force", force), ("resume", resume), ("fresh", fresh)):
+        arguments.flag(flag, value)
+    raw, where = _raw(spec)
     if "env" in overrides and isinstance(raw.get("env"), Mapping):
         overrides = {**overrides, "env": {**raw["env"], **overrides["env"]}}
     raw.update(overrides)
@@ -354,6 +360,7 @@ def submit(
 def _raw(spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
     from slurmpre.login import spec as specs
 
+    arguments.expect("spec", spec, (*arguments.PATH, Mapping), "a spec file's path or a mapping")
     if isinstance(spec, Mapping):
         return dict(spec), None
     where = Path(spec)
@@ -374,6 +381,7 @@ def plan_sweep(
     from slurmpre.login import spec as spec_
     from slurmpre.login import sweep as sweeps
 
+    arguments.expect("name", name, str, "the sweep's name", optional=True)
     if grid is not None:
         if not isinstance(specs, str | Path | Mapping):
             raise UsageError("a grid sweeps one spec: give one spec with grid=")
@@ -412,13 +420,17 @@ def sweep(
     (`slurmpre.login.sweep`; at most ``max_running`` tasks at a time); the rest each as
     their own. The Jobs, in order: an array's stands for its tasks (`Job.tasks`)."""
     from slurmpre.login import sweep as sweeps
+    from slurmpre.login.submit import check
     from slurmpre.login.submit import submit as queue
 
+    for flag, value in (("force", force), ("resume", resume), ("fresh", fresh)):
+        arguments.flag(flag, value)
     groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
     client = client or default_client()
     done = sweeps.submit_groups(
-        groups, client, submit_one=queue, force=force, resume=resume, fresh=fresh, say=say
-    )
+        groups, client, submit_one=queue, check_one=check, force=force, resume=resume,
+        fresh=fresh, say=say,
+    )  # fmt: skip
     return [
         Job(
             q.job_id,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurmpre import arguments
 from slurmpre.errors import CommandError, SlurmpreError, UsageError
 from slurmpre.job.layout import LogLayout
 from slurmpre.job.ledger import Ledger
@@ -24,8 +25,10 @@ POLL = 1.0  # seconds between looks at a followed log and its job
 def check_options(
     attempt: int | None = None, tail: int | None = None, node: int | None = None
 ) -> None:
-    """A UsageError naming the first of ``--attempt``, ``--tail``, ``--node`` that is
-    negative: asked before any log (or job) is looked up."""
+    """A UsageError naming the first of ``--attempt``, ``--tail``, ``--node`` that is not
+    a whole number or is negative: asked before any log (or job) is looked up."""
+    for name, value in (("attempt", attempt), ("tail", tail), ("node", node)):
+        arguments.count(name, value, optional=True)
     if attempt is not None and attempt < 0:
         raise UsageError(f"--attempt {attempt}: attempts count from 0")
     if tail is not None and tail < 0:

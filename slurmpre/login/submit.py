@@ -154,14 +154,7 @@ def _submit(
 ) -> Submitted:
     mode = access.NAMES[spec.file_access]
     folder = Path(spec.checkpoint_dir)
-    holders = live_holders(Ledger(folder), client) if folder.is_dir() else []
-    if holders and (fresh or not force):
-        also = " (--fresh never moves a folder a live job uses)" if fresh else ""
-        raise UsageError(
-            f"checkpoint folder {spec.checkpoint_dir!r} is in use by {describe(holders)}: "
-            f"wait for it or cancel it (or pass --force to share the folder anyway){also}"
-        )
-    plan = resuming.check(folder, is_array=spec.is_array, resume=resume, fresh=fresh)
+    plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
     if plan.move_aside:
         aside = resuming.move_aside(folder, spec.name)
         say(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
@@ -189,7 +182,7 @@ def _submit(
         )
     )
     copy = Path(spec.log_dir) / f"{spec.name}-{job_id}.sbatch"
-    write_atomic(copy, script, mode=mode.file_mode)
+    write_atomic(copy, script, mode=access.CONTROL_MODE)  # the spec's env is in it
     try:
         jobs.remember(
             jobs.Submitted(
@@ -200,6 +193,47 @@ def _submit(
         print(f"slurmpre: {exc} (status and logs will need --checkpoint-dir)", file=sys.stderr)
     tag = f"{job_id}_*" if spec.is_array else job_id
     return Submitted(job_id, copy, log_path(spec, tag))
+
+
+def _refusals(
+    spec: JobSpec, client: SlurmClient, *, force: bool, resume: bool, fresh: bool
+) -> resuming.Plan:
+    """What the submission does with the folder's earlier work, once nothing refuses it:
+    a live job in the folder, a finished run without --resume, --fresh on a folder that
+    is not the job's own. Touches nothing."""
+    folder = Path(spec.checkpoint_dir)
+    holders = live_holders(Ledger(folder), client) if folder.is_dir() else []
+    if holders and (fresh or not force):
+        also = " (--fresh never moves a folder a live job uses)" if fresh else ""
+        raise UsageError(
+            f"checkpoint folder {spec.checkpoint_dir!r} is in use by {describe(holders)}: "
+            f"wait for it or cancel it (or pass --force to share the folder anyway){also}"
+        )
+    plan = resuming.check(folder, is_array=spec.is_array, resume=resume, fresh=fresh)
+    if plan.move_aside:
+        resuming.job_own(folder, spec.name)
+    return plan
+
+
+def check(
+    spec: JobSpec,
+    client: SlurmClient,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    tasks: Sequence[Task] = (),
+    say: Callable[[str], None] = lambda _: None,
+) -> None:
+    """Everything `submit` would refuse, refused now, touching nothing: the nodes'
+    python, the folder's state, and Slurm's own verdict on the script (``--test-only``).
+    A sweep checks every job before it queues the first."""
+    del say
+    check_python(spec.python)
+    if spec.accelerate_config:
+        check_accelerate_config(spec.python, spec.accelerate_config)
+    _refusals(spec, client, force=force, resume=resume, fresh=fresh)
+    client.submit(render(spec, code.Code(), tasks), test_only=True)
 
 
 def test_only(spec: JobSpec, client: SlurmClient) -> str:

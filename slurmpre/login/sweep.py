@@ -53,16 +53,51 @@ class Group:
     tasks: tuple[Task, ...] = ()
 
 
+# The most specs one sweep submits: each is a spec to check and a task in an array (a
+# cluster's MaxArraySize is 1001 unless raised). A grid of millions is refused before it
+# is made, not by running out of memory.
+MAX_SPECS = 10_000
+
+
 def grid(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """``{"env.LR": [a, b], "nodes": [1, 2]}`` -> the overrides of each point of the grid,
     the last key varying fastest."""
-    if not axes:
-        raise SpecError("grid: empty (give at least one key and its values)")
+    if not isinstance(axes, Mapping) or not axes:
+        raise SpecError(f"grid = {axes!r}: give at least one key and a list of its values")
+    points = 1
     for key, values in axes.items():
+        if not isinstance(key, str) or not key:
+            raise SpecError(f"grid key {key!r}: must be a spec key such as 'env.LR'")
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
             raise SpecError(f"grid {key}: give a list of one value or more (got {values!r})")
+        for value in values:
+            _check_value(key, value)
+        points *= len(values)
+        if points > MAX_SPECS:
+            sizes = " x ".join(str(len(v)) for v in axes.values())
+            raise SpecError(
+                f"grid of {sizes} points: more than the {MAX_SPECS} specs a sweep submits"
+            )
     keys = list(axes)
     return [dict(zip(keys, point, strict=True)) for point in itertools.product(*axes.values())]
+
+
+def _check_value(key: str, value: Any) -> None:
+    """A grid's value is what a spec holds: text, a number, true/false, or a list or table
+    of those (None is no value: it became the text "None")."""
+    if isinstance(value, str | int | float | bool):
+        return
+    if isinstance(value, list | tuple):
+        for v in value:
+            _check_value(key, v)
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise SpecError(f"grid {key}: {k!r} is not a name")
+            _check_value(key, v)
+        return
+    raise SpecError(f"grid {key}: {value!r} is not a value a spec holds (text, number, list)")
 
 
 def parse_axis(item: str) -> tuple[str, list[Any]]:
@@ -147,8 +182,14 @@ def group(
     command, env and name; order kept (by each group's first spec)."""
     if not specs:
         raise SpecError("a sweep needs at least one spec")
-    if max_running is not None and max_running < 1:
-        raise SpecError(f"max_running = {max_running}: run at least 1 task at a time")
+    if len(specs) > MAX_SPECS:
+        raise SpecError(f"a sweep of {len(specs)} specs: more than the {MAX_SPECS} it submits")
+    if max_running is not None and (
+        isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+    ):
+        raise SpecError(
+            f"max_running = {max_running!r}: a whole number of tasks at a time, 1 or more"
+        )
     for spec in specs:
         if spec.is_array:
             raise SpecError(
@@ -233,13 +274,17 @@ class Queued:
 
 
 def submit_groups(
-    groups: Sequence[Group], client: Any, *, submit_one: Any, **options: Any
+    groups: Sequence[Group], client: Any, *, submit_one: Any, check_one: Any, **options: Any
 ) -> list[Queued]:
-    """Submit each group (`slurmpre.login.submit.submit` as ``submit_one``): an array with
-    its tasks' commands and environments in its script, or the lone spec. A group
-    refused stops the sweep there with the groups already queued named."""
+    """Submit every group or none: each is checked first (``check_one``: every refusal
+    `submit` can make, and Slurm's verdict with ``--test-only``), then each is submitted
+    (``submit_one``: an array with its tasks' commands and environments in its script, or
+    the lone spec). One Slurm still refuses after others were queued has them cancelled,
+    and the error says so: half a sweep is never left in the queue."""
     from slurmpre.errors import SlurmpreError
 
+    for g in groups:
+        check_one(g.spec, client, tasks=g.tasks, **options)
     out: list[Queued] = []
     for g in groups:
         try:
@@ -247,7 +292,24 @@ def submit_groups(
         except SlurmpreError as exc:
             if not out:
                 raise
-            queued = ", ".join(q.job_id for q in out)
-            raise type(exc)(f"{exc} (already queued by this sweep: {queued})") from None
+            undone = _cancel_all(client, [q.job_id for q in out])
+            raise type(exc)(f"{exc} ({undone})") from None
         out.append(Queued(done.job_id, g))
     return out
+
+
+def _cancel_all(client: Any, job_ids: list[str]) -> str:
+    """Cancel what this sweep queued; what was done, in words for the error."""
+    from slurmpre.errors import SlurmpreError
+
+    failed = []
+    for job_id in job_ids:
+        try:
+            client.cancel(job_id)
+        except SlurmpreError:
+            failed.append(job_id)
+    done = ", ".join(j for j in job_ids if j not in failed)
+    said = f"this sweep's jobs already queued were cancelled: {done}" if done else ""
+    if failed:
+        said += ("; " if said else "") + f"could not cancel {', '.join(failed)}: cancel them"
+    return said

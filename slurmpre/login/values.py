@@ -319,11 +319,21 @@ def signal_name(key: str, value: object) -> str | None:
         raise bad(key, value, str(exc)) from None
 
 
+NAME_MAX = 255  # bytes in one name of a path (Linux's NAME_MAX); slurmpre adds none past
+PATH_MAX = 4000  # bytes in a whole path, with room for the names slurmpre adds below it
+
+
 def path(key: str, value: object, environ: Mapping[str, str]) -> str:
-    """An absolute path, its ``~`` and ``$VAR`` expanded from ``environ`` (at submit)."""
+    """An absolute path, its ``~`` and ``$VAR`` expanded from ``environ`` (at submit), that
+    the file system can hold."""
     text = variables.expand_path(key, one_line(key, value), environ)
     if not text.startswith("/"):
         raise bad(key, value, "must be an absolute path (nodes do not share your working folder)")
+    longest = max((len(part.encode()) for part in text.split("/")), default=0)
+    if longest > NAME_MAX:
+        raise bad(key, value, f"has a name of {longest} bytes: a file system holds {NAME_MAX}")
+    if len(text.encode()) > PATH_MAX:
+        raise bad(key, value, f"is {len(text.encode())} bytes long: more than {PATH_MAX}")
     return text
 
 
