@@ -211,7 +211,7 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     if cleaned.removed:
         names = ", ".join(cleaned.removed)
         say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
-    found = checkpoints.latest(folder)
+    found = checkpoints.latest(folder, owners=trust.trusted_uids())
     for line in checkpoints.summarize(found):
         say(line)
     ckpt = found.checkpoint

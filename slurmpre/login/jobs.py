@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from slurmpre.access import OWNER, make_dirs, set_mode
 from slurmpre.errors import CommandError, JobNotFound, SlurmpreError, UsageError
+from slurmpre.folder import trust
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Start
+from slurmpre.locks import FolderLock, LockTimeout
 from slurmpre.login import arrays
 from slurmpre.login.status import chain
 from slurmpre.reading import LARGE, read_regular, skip_line
@@ -74,12 +74,13 @@ def remember(entry: Submitted, path: Path | None = None) -> None:
     path = path or index_path()
     try:
         make_dirs(path.parent, OWNER)
-        with FileLock(str(path) + ".lock", timeout=10, mode=OWNER.file_mode):
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, OWNER.file_mode)
+        with FolderLock(path.with_name(path.name + ".lock"), timeout=10):
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = trust.open_own(path, OWNER.file_mode, flags=flags)
             set_mode(fd, OWNER.file_mode)
             with os.fdopen(fd, "a") as fh:
                 fh.write(json.dumps(entry.to_json(), sort_keys=True) + "\n")
-    except (OSError, Timeout) as exc:
+    except (OSError, LockTimeout, SlurmpreError) as exc:
         raise SlurmpreError(f"could not record the job in {path}: {exc}") from None
 
 

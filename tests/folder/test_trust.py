@@ -235,3 +235,25 @@ def test_setgid_of_a_teams_folder_is_kept_on_the_folders_slurmpre_makes(tmp_path
     access.make_dirs(team / "exp" / "ckpt", access.GROUP)
     assert stat.S_IMODE((team / "exp").stat().st_mode) == 0o2750
     assert stat.S_IMODE((team / "exp" / "ckpt").stat().st_mode) == 0o2770
+
+
+def test_the_job_resumes_only_from_a_checkpoint_its_user_committed(tmp_path: Path) -> None:
+    """Under group access a teammate may write checkpoints, and could put a step-N of
+    their own, with a marker, above the owner's: the job's resume (and with pickle, the
+    code it runs) would be theirs. What the job resumes from is the owner's; `ckpt list`
+    still shows every checkpoint."""
+    from slurmpre.job.checkpoints import latest, writing
+
+    folder = tmp_path / "ckpt"
+    for step in (10, 20):
+        with writing(folder, step, access=access.GROUP) as path:
+            (path / "w").write_bytes(b"x")
+    theirs = folder / "step-00000020"
+    for entry in [theirs, *theirs.iterdir()]:
+        os.chown(entry, NOBODY, -1)
+    own = latest(folder, owners=frozenset({os.geteuid(), 0}))
+    assert own.checkpoint is not None and own.checkpoint.step == 10
+    assert any("committed by " in s.reason and "65534" in s.reason for s in own.skipped)
+    assert latest(folder).checkpoint.step == 20  # type: ignore[union-attr]
+    marker = stat.S_IMODE((folder / "step-00000010" / ".slurmpre-complete").stat().st_mode)
+    assert marker == 0o640  # the group reads the owner's word of what is complete

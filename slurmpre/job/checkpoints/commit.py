@@ -72,7 +72,8 @@ def commit(
     marker = incoming / MARKER
     stamp = time.time() if now is None else now
     text = json.dumps({"step": step, "committed_at": stamp, "files": manifest}, sort_keys=True)
-    write_atomic(marker, text + "\n", mode=access.file_mode)
+    # The group may read it, never rewrite it: what is complete is the owner's word.
+    write_atomic(marker, text + "\n", mode=access.file_mode & ~0o022)
     set_mode(incoming, access.dir_mode)
     fsync_path(incoming, directory=True)
     return _publish(incoming, folder, step, stamp)

@@ -11,6 +11,7 @@ from itertools import compress, count
 from pathlib import Path
 
 from slurmpre.errors import CheckpointError
+from slurmpre.folder.trust import owner_name
 from slurmpre.job.checkpoints.layouts import _MARKS, _check_dir, _zip_complete
 from slurmpre.job.checkpoints.names import (
     _ANY_NAME,
@@ -93,13 +94,16 @@ def _newer(c: _Named) -> int:
     return MAX_STEP + 1 if c[0] is None else -c[0]
 
 
-def latest(folder: Path | str) -> Resolution:
-    """The newest complete checkpoint under ``folder`` (None if there is none)."""
+def latest(folder: Path | str, *, owners: frozenset[int] | None = None) -> Resolution:
+    """The newest complete checkpoint under ``folder`` (None if there is none). With
+    ``owners``, the newest that one of them committed (for slurmpre's own layout, its
+    marker is theirs; else the entry itself): what a job resumes from is never a
+    checkpoint someone else put in a folder the group may write (docs/security.md)."""
     folder = Path(folder)
     at = _open_folder(folder)
     try:
         names, own, others, beside = _read(folder, at)
-        resolve = _Resolve(folder, at, beside)
+        resolve = _Resolve(folder, at, beside, owners)
         missing = _deepspeed_target_missing(folder, beside.tag, names)
         if missing is not None:
             resolve.shown.append(missing)
@@ -118,8 +122,10 @@ class _Resolve:
     The first SHOWN passed over are judged in full, for the log; the rest are counted.
     """
 
-    def __init__(self, folder: Path, at: int, beside: Beside) -> None:
-        self.folder, self.at, self.beside = folder, at, beside
+    def __init__(
+        self, folder: Path, at: int, beside: Beside, owners: frozenset[int] | None = None
+    ) -> None:
+        self.folder, self.at, self.beside, self.owners = folder, at, beside, owners
         self.root = os.path.realpath(folder)
         self.lookups = _LOOKUPS if beside.tag is None else _LOOKUPS_TAGGED
         self.shown: list[Checkpoint] = []
@@ -213,6 +219,8 @@ class _Resolve:
         if isinstance(fit, str):
             return None  # not a checkpoint after all, as `ckpt list --all` says
         judged = _judge(fit, self.beside)
+        if judged.complete and self.owners is not None:
+            judged = self._committed_by_owner(judged, c)
         if judged.complete:
             return judged
         if len(self.shown) < SHOWN:
@@ -220,6 +228,19 @@ class _Resolve:
         else:
             self.more += 1
         return None
+
+    def _committed_by_owner(self, judged: Checkpoint, c: _Candidate) -> Checkpoint:
+        """``judged``, or the same passed over when someone else committed it."""
+        name = c[1]
+        mark = name + _OWN_MARK if c[2] == SLURMPRE_NAME else name
+        try:
+            uid = os.stat(mark, dir_fd=self.at, follow_symlinks=False).st_uid
+        except OSError:
+            return judged._replace(complete=False, reason="gone while it was judged")
+        if self.owners is not None and uid not in self.owners:
+            why = f"committed by {owner_name(uid)}, not by this job's user: not resumed from"
+            return judged._replace(complete=False, reason=why)
+        return judged
 
 
 def findable(folder: Path | str, path: Path | str) -> bool:
