@@ -5,7 +5,7 @@ live on a volume every user of the cluster can list. slurmpre creates its
 folders 0700 and its files 0600 whatever the umask (a umask of 000 would
 otherwise make them world-writable, and other nodes trust the choice files).
 With ``file_access = "group"``, for a team that shares checkpoints, the checkpoint
-folder and the checkpoints are 0770 and 0660; the folders slurmpre makes above it
+folder and the checkpoints are 1770 (sticky) and 0660; the folders slurmpre makes above it
 0750 (the group reaches it, and cannot rename what is in them); and the job's own
 ``.slurmpre`` 0750 with the ledger 0640 (the group reads it for `status`): what
 makes a job act is never anyone else's to write (`slurmpre.folder.trust`).
@@ -40,7 +40,10 @@ class Access:
 
 CONTROL_MODE = 0o600  # what makes a job act: its owner's alone, whatever the access
 OWNER = Access("owner", 0o700, 0o600, 0o700, 0o700, 0o600)
-GROUP = Access("group", 0o770, 0o660, 0o750, 0o750, 0o640)
+# Under group access the checkpoint folders are sticky (1770, as /tmp is): the group adds
+# checkpoints, and no one but their owner renames or removes what is in them (a teammate
+# cannot move the owner's .slurmpre or checkpoints aside and put their own in place).
+GROUP = Access("group", 0o1770, 0o660, 0o750, 0o750, 0o640)
 NAMES = {a.name: a for a in (OWNER, GROUP)}
 
 

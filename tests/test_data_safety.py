@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -446,9 +447,9 @@ def test_folders_made_under_umask_000_are_never_open_to_others(
     # own .slurmpre never either.
     above = [tmp_path / "a", tmp_path / "a/b", tmp_path / "x", tmp_path / "x/y"]
     for path in above:
-        assert path.stat().st_mode & 0o777 == who.above_mode, path
+        assert stat.S_IMODE(path.stat().st_mode) == who.above_mode, path
     for path in (folder, tmp_path / "x/y/z"):
-        assert path.stat().st_mode & 0o777 == who.dir_mode, path
+        assert stat.S_IMODE(path.stat().st_mode) == who.dir_mode, path
     assert (folder / ".slurmpre").stat().st_mode & 0o777 == who.meta_mode
     for lock in (folder / ".slurmpre").iterdir():
         assert lock.stat().st_mode & 0o022 == 0, lock
@@ -510,5 +511,6 @@ def test_the_batch_script_makes_its_log_folders_closed_under_umask_000(
         env={**os.environ, "SLURMPRE_LOG_DIR": str(logs)},
         check=True,
     )
-    for path in (tmp_path / "a", tmp_path / "a" / "b", logs):
-        assert path.stat().st_mode & 0o777 == who.dir_mode, path
+    for path in (tmp_path / "a", tmp_path / "a" / "b"):
+        assert stat.S_IMODE(path.stat().st_mode) == who.above_mode, path
+    assert stat.S_IMODE(logs.stat().st_mode) == who.dir_mode

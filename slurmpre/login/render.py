@@ -223,7 +223,7 @@ def context(spec: JobSpec, code: Code, tasks: Sequence[Task] = ()) -> dict[str, 
         "steps": [shlex.quote(a) for a in steps_argv(spec)],
         "srun_options": srun_options(spec),
         "dir_mode": f"{access.NAMES[spec.file_access].dir_mode:04o}",
-        "dir_umask": f"{0o777 & ~access.NAMES[spec.file_access].dir_mode:03o}",
+        "dir_umask": f"{0o777 & ~access.NAMES[spec.file_access].above_mode:03o}",
         "python_bin": python_bin(spec.python),
     }
 

@@ -77,7 +77,7 @@ def test_the_job_script_and_the_control_folder_are_owner_only_under_group_access
     record(layout, "#!/bin/bash\n")
     assert stat.S_IMODE(layout.script.stat().st_mode) == 0o600
     assert stat.S_IMODE(layout.meta.stat().st_mode) == 0o750  # the group reads the ledger
-    assert stat.S_IMODE(ledger.folder.stat().st_mode) == 0o770  # and shares checkpoints
+    assert stat.S_IMODE(ledger.folder.stat().st_mode) == 0o1770  # shares checkpoints, sticky
     assert not (layout.meta / "submit-env.json").exists()  # no login environment on disk
 
 
@@ -234,7 +234,7 @@ def test_setgid_of_a_teams_folder_is_kept_on_the_folders_slurmpre_makes(tmp_path
     team.chmod(0o2770)
     access.make_dirs(team / "exp" / "ckpt", access.GROUP)
     assert stat.S_IMODE((team / "exp").stat().st_mode) == 0o2750
-    assert stat.S_IMODE((team / "exp" / "ckpt").stat().st_mode) == 0o2770
+    assert stat.S_IMODE((team / "exp" / "ckpt").stat().st_mode) == 0o3770  # sticky too
 
 
 def test_the_job_resumes_only_from_a_checkpoint_its_user_committed(tmp_path: Path) -> None:
@@ -257,3 +257,27 @@ def test_the_job_resumes_only_from_a_checkpoint_its_user_committed(tmp_path: Pat
     assert latest(folder).checkpoint.step == 20  # type: ignore[union-attr]
     marker = stat.S_IMODE((folder / "step-00000010" / ".slurmpre-complete").stat().st_mode)
     assert marker == 0o640  # the group reads the owner's word of what is complete
+
+
+def test_under_group_access_a_teammate_cannot_move_the_owners_entries_aside(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint folder is the group's to write: without the sticky bit a teammate
+    could rename the owner's .slurmpre (or a checkpoint) away and put their own in place."""
+    import subprocess
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="slurmpre-sticky-"))  # in /tmp: others reach it
+    top.chmod(0o755)
+    ledger = folder_of_a_job(top, access.GROUP)
+    os.chown(ledger.folder, os.geteuid(), NOBODY)  # the team's group: nobody's, here
+    mv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "mv"]
+    moved = subprocess.run([*mv, str(ledger.dir), str(ledger.folder / "x")],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert moved.returncode != 0 and "Operation not permitted" in moved.stderr
+    assert ledger.dir.is_dir()
+    made = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "mkdir",
+         str(ledger.folder / "step-00000099")], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr  # the group still adds checkpoints
