@@ -48,8 +48,8 @@ import tomllib
 from slurmpre.drill.jobs import drill_spec, seeds_script, train_args
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import bring_up, wait_whole
-from slurmpre.drill.table import times_better
 from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
+from slurmpre.drill.verdict import times_better
 from slurmpre.job.ledger import Ledger
 from slurmpre.job.records import Notice
 from slurmpre.login.status import chain

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import report, table, timeline
+from slurmpre.drill import report, timeline, verdict
 from slurmpre.drill.plan import Moment
 from slurmpre.errors import UsageError
 
@@ -114,7 +114,7 @@ class DrillResult:
             # On Slurm's own timings, what users have, slurmpre must lead the recipe; the
             # sandbox's tuned timings shrink the requeue floor, and the table only shows it.
             theirs = report.summarize(seeds, self.runs.get("reference"), prices=self.options.prices)
-            out += table.behind(theirs, summary)
+            out += verdict.behind(theirs, summary)
         return out
 
     def as_dict(self) -> dict[str, Any]:

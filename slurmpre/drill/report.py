@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from slurmpre import defaults
-from slurmpre.drill.timeline import Hit, Observed, Sample
+from slurmpre.drill.timeline import Hit, Observed
 from slurmpre.job import records
-from slurmpre.slurm.parse import HOLDING_NODES
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
 
@@ -202,28 +201,6 @@ def _share(gap: _Restart, drains: list[float], i: int) -> float:
     return max(hi - lo, 0.0)
 
 
-def out_of_service(run: Observed, start: float, end: float) -> float:
-    """Seconds of [start, end] during which fewer of the cluster's preemptible nodes were
-    in service (neither drained nor removed) than the job needs: the fleet's capacity,
-    which a restart waits for whoever restarts."""
-    drains = [*run.hits, *run.outages]
-    nodes = set(run.capacity) or {n for s in run.samples for n in s.nodes} | {
-        h.node for h in drains
-    }
-    # Each drain takes its node out until it returned (or for good).
-    edges = sorted(
-        [(h.drained_at, -1) for h in drains if h.node in nodes]
-        + [(h.returned_at, +1) for h in drains if h.node in nodes and h.returned_at is not None]
-    )
-    up, since, total = len(nodes), start, 0.0
-    for at, change in [*edges, (end, 0)]:
-        lo, hi = max(since, start), min(at, end)
-        if up < run.nodes_needed and hi > lo:
-            total += hi - lo
-        up, since = up + change, at
-    return total
-
-
 def preemptions(run: Observed, pace: float | None = None) -> list[Preemption]:
     """Each preemption with its share of what the run lost. ``pace``: seconds a step of
     the uninterrupted run takes (the steps lost are charged at it); default the run's own."""
@@ -256,7 +233,7 @@ def preemptions(run: Observed, pace: float | None = None) -> list[Preemption]:
             share = _share(gap, drains, group.index(i))
             lost = gap.lost if group[0] == i else 0  # trained by the first one's attempt
             drain_step = max(gap.back - hit.drained_at, 0.0)
-            wait = out_of_service(run, hit.drained_at, gap.back)
+            wait = run.out_of_service(hit.drained_at, gap.back)
             shared = tuple(j + 1 for j in group if j != i)
             resumed = gap.resumed
         notices = _ledger_for(run, hit.attempt, records.Notice)
@@ -308,20 +285,6 @@ def _checkpoint_step(run: Observed, hit: Hit) -> int | None:
     return saves[-1]["step"] if saves else None
 
 
-def node_seconds(samples: list[Sample], ended_at: float) -> float:
-    """Seconds each node was held, summed over the run's jobs (a successor starting up
-    beside its predecessor holds nodes too): each job's samples in which it held
-    nodes, each lasting until that job's next sample."""
-    total = 0.0
-    for job in dict.fromkeys(s.job for s in samples):
-        mine = [s for s in samples if s.job == job]
-        for here, nxt in zip(mine, [*mine[1:], None], strict=True):
-            until = nxt.t if nxt is not None else ended_at
-            if here.state in HOLDING_NODES:
-                total += max(until - here.t, 0.0) * len(here.nodes)
-    return total
-
-
 def training_seconds(run: Observed) -> float | None:
     """From the first step to the last, in an uninterrupted run."""
     steps = [e for e in run.log if e.get("event") == "step"]
@@ -368,7 +331,7 @@ def summarize(
     wall = run.ended_at - run.submitted_at
     ref_wall = reference.ended_at - reference.submitted_at if reference else None
     ref_training = training_seconds(reference) if reference else None
-    held = node_seconds(run.samples, run.ended_at)
+    held = run.node_seconds()
     rate = prices.on_demand_node_hour / 3600
     partial = any(
         a.resume_path is not None and not _complete_path(run, a.resume_path) for a in rows

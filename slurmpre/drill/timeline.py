@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import UsageError
+from slurmpre.slurm.parse import HOLDING_NODES
 
 FILE = "timelines.json"
 SCHEMA = 1
@@ -67,6 +68,40 @@ class Observed:
     nodes_needed: int = 1
     # Drains of preemptible nodes the run was not on: the fleet's, not the run's preemptions.
     outages: list[Hit] = field(default_factory=list)
+
+    def out_of_service(self, start: float, end: float) -> float:
+        """Seconds of [start, end] during which fewer of the cluster's preemptible nodes were
+        in service (neither drained nor removed) than the job needs: the fleet's capacity,
+        which a restart waits for whoever restarts."""
+        drains = [*self.hits, *self.outages]
+        nodes = set(self.capacity) or {n for s in self.samples for n in s.nodes} | {
+            h.node for h in drains
+        }
+        # Each drain takes its node out until it returned (or for good).
+        edges = sorted(
+            [(h.drained_at, -1) for h in drains if h.node in nodes]
+            + [(h.returned_at, +1) for h in drains if h.node in nodes and h.returned_at is not None]
+        )
+        up, since, total = len(nodes), start, 0.0
+        for at, change in [*edges, (end, 0)]:
+            lo, hi = max(since, start), min(at, end)
+            if up < self.nodes_needed and hi > lo:
+                total += hi - lo
+            up, since = up + change, at
+        return total
+
+    def node_seconds(self) -> float:
+        """Seconds each node was held, summed over the run's jobs (a successor starting up
+        beside its predecessor holds nodes too): each job's samples in which it held
+        nodes, each lasting until that job's next sample."""
+        total = 0.0
+        for job in dict.fromkeys(s.job for s in self.samples):
+            mine = [s for s in self.samples if s.job == job]
+            for here, nxt in zip(mine, [*mine[1:], None], strict=True):
+                until = nxt.t if nxt is not None else self.ended_at
+                if here.state in HOLDING_NODES:
+                    total += max(until - here.t, 0.0) * len(here.nodes)
+        return total
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)

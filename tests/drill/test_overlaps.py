@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurmpre.drill import report, table
+from slurmpre.drill import report, table, verdict
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment
 from slurmpre.drill.timeline import Hit, Observed, Sample
@@ -132,7 +132,7 @@ def test_the_issues_run_has_a_figure_for_every_preemption() -> None:
 def test_the_issues_run_passes_the_drill_with_every_summary_figure() -> None:
     run = issue_run()
     summary = report.summarize(run, None)
-    assert table.missing(summary) == []
+    assert verdict.missing(summary) == []
     pre = report.preemptions(run)
     total = sum(p.without_training_s or 0 for p in pre)
     assert summary.training_lost_per_preemption_s == pytest.approx(total / 3)
@@ -146,13 +146,13 @@ def test_the_issues_run_passes_the_drill_with_every_summary_figure() -> None:
     lines = table.render(result)
     assert lines[-1] == "slurmpre kept its promise: zero steps lost, identical weights"
     assert any("drains 1 and 2 struck before the run trained again" in line for line in lines)
-    for label, key in table.MUST_LEAD:
+    for label, key in verdict.MUST_LEAD:
         row = next(line for line in lines if line.startswith(_label(key)))
         assert " - " not in f"{row} ", f"{label}: {row}"
 
 
 def _label(key: str) -> str:
-    return next(label for label, k, _, _ in table.SUMMARY_ROWS if k == key)
+    return next(label for label, k, _, _ in verdict.SUMMARY_ROWS if k == key)
 
 
 def drill_result(ours: Observed, seeds: Observed | None, timings: str = "tuned") -> DrillResult:
@@ -178,7 +178,7 @@ def test_every_drawn_schedule_has_every_figure_and_they_add_up(mode: str) -> Non
         where = f"{mode} seed {seed}"
         pre = report.preemptions(run)
         summary = report.summarize(run, None)
-        assert table.missing(summary) == [], where
+        assert verdict.missing(summary) == [], where
         for i, p in enumerate(pre):
             figures = (p.steps_lost, p.without_training_s, p.training_lost_s,
                        p.drain_to_first_step_s, p.capacity_wait_s)  # fmt: skip
@@ -247,20 +247,20 @@ def capacity_run(hits: list[Hit], needed: int = 1, nodes: tuple[str, ...] = (DP1
 def test_capacity_is_lacking_only_while_too_few_nodes_are_in_service() -> None:
     both = [Hit("startup", 0, DP1, 10.0, 70.0, 80.0), Hit("startup", 1, DP2, 20.0, 80.0, 95.0)]
     run = capacity_run(both)
-    assert report.out_of_service(run, 0.0, 200.0) == 80.0 - 20.0  # both out: 20 to 80
-    assert report.out_of_service(run, 30.0, 50.0) == 20.0
-    assert report.out_of_service(run, 85.0, 200.0) == 0.0
+    assert run.out_of_service(0.0, 200.0) == 80.0 - 20.0  # both out: 20 to 80
+    assert run.out_of_service(30.0, 50.0) == 20.0
+    assert run.out_of_service(85.0, 200.0) == 0.0
     # A job of two nodes lacks them whenever either is out.
-    assert report.out_of_service(capacity_run(both, needed=2), 0.0, 200.0) == 95.0 - 10.0
+    assert capacity_run(both, needed=2).out_of_service(0.0, 200.0) == 95.0 - 10.0
 
 
 def test_a_node_back_before_its_removal_and_a_node_gone_for_good() -> None:
     early = Hit("training", 0, DP1, 10.0, None, 25.0)  # undrained at 25 s, never removed
     gone = Hit("training", 1, DP2, 15.0, 75.0, None)  # removed, no replacement in the run
     run = capacity_run([early, gone])
-    assert report.out_of_service(run, 0.0, 100.0) == 25.0 - 15.0
+    assert run.out_of_service(0.0, 100.0) == 25.0 - 15.0
     run.outages = [Hit("capacity", -1, DP1, 30.0, 90.0, 120.0)]  # the fleet's own drain
-    assert report.out_of_service(run, 0.0, 100.0) == 10.0 + (100.0 - 30.0)
+    assert run.out_of_service(0.0, 100.0) == 10.0 + (100.0 - 30.0)
 
 
 # -- the verdict ----------------------------------------------------------------------
@@ -268,14 +268,14 @@ def test_a_missing_figure_is_the_reports_bug_not_the_runs() -> None:
     run = issue_run()
     summary = report.summarize(run, None)
     broken = report.Summary(**{**summary.__dict__, "training_lost_per_preemption_s": None})
-    assert table.missing(broken) == ["training time lost / preemption (s)"]
+    assert verdict.missing(broken) == ["training time lost / preemption (s)"]
     # Nothing is missing where nothing can be: no preemption, no reference.
     calm = report.Summary(**{**summary.__dict__, "preemptions": 0,
                              "training_lost_per_preemption_s": None,
                              "mean_drain_to_first_step_s": None})  # fmt: skip
-    assert table.missing(calm) == []
+    assert verdict.missing(calm) == []
     # And one the report cannot give is never held against slurmpre.
-    assert table.behind(summary, broken) == []
+    assert verdict.behind(summary, broken) == []
 
 
 def test_fewer_preemptions_than_planned_is_said_but_is_not_slurmpres_failure() -> None:
@@ -312,7 +312,7 @@ def test_the_issues_seed_recorded_on_the_sandbox_passes_with_a_figure_in_every_r
     seeds = report.summarize(result.runs["seeds"], result.runs["reference"])
     assert seeds.steps_lost == seeds.steps_computed - seeds.steps == 1155
     for name in ("seeds", "slurmpre"):
-        assert table.missing(report.summarize(result.runs[name], result.runs["reference"])) == []
+        assert verdict.missing(report.summarize(result.runs[name], result.runs["reference"])) == []
     assert table.render(result)[-1] == (
         "slurmpre kept its promise: zero steps lost, identical weights"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurmpre.drill import report, table
+from slurmpre.drill import report, table, verdict
 from slurmpre.drill.timeline import Hit, Observed, Sample
 from slurmpre.job import records
 
@@ -161,11 +161,11 @@ def test_text_has_a_row_per_attempt_and_preemption_and_ratios_side_by_side() -> 
 def test_every_ratio_reads_times_better_for_slurmpre_whichever_way_the_figure_counts() -> None:
     """Goodput counts up, wall time down: both read above 1 when slurmpre is ahead (it
     once printed 1.32 for a goodput of 0.44 against 0.58, which was behind)."""
-    assert table.times_better(seeds=0.58, ours=0.44, better="higher") < 1
-    assert table.times_better(seeds=0.44, ours=0.58, better="higher") > 1
-    assert table.times_better(seeds=533.1, ours=526.6, better="lower") > 1
-    assert table.times_better(seeds=41, ours=0, better="lower") == float("inf")
-    assert table.times_better(seeds=0, ours=0, better="lower") == 1.0
+    assert verdict.times_better(seeds=0.58, ours=0.44, better="higher") < 1
+    assert verdict.times_better(seeds=0.44, ours=0.58, better="higher") > 1
+    assert verdict.times_better(seeds=533.1, ours=526.6, better="lower") > 1
+    assert verdict.times_better(seeds=41, ours=0, better="lower") == float("inf")
+    assert verdict.times_better(seeds=0, ours=0, better="lower") == 1.0
 
 
 def test_the_drill_fails_where_slurmpre_is_behind_the_seeds_recipe() -> None:
@@ -175,10 +175,10 @@ def test_the_drill_fails_where_slurmpre_is_behind_the_seeds_recipe() -> None:
     slower.ended_at -= 10  # the recipe ends 10 s sooner...
     slower.mode = "seeds"
     theirs = report.summarize(slower, ref)
-    assert table.behind(theirs, ours) == [
+    assert verdict.behind(theirs, ours) == [
         "it is behind the seeds' recipe on wall time (92 against 82)"
     ]
-    assert table.behind(ours, ours) == []
+    assert verdict.behind(ours, ours) == []
 
 
 def test_a_run_follows_its_successor_jobs_and_counts_both_jobs_nodes() -> None:
