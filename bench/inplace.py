@@ -29,9 +29,9 @@ from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import LOG
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Checkpoint, Notice
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Checkpoint, Notice
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmpre.job.checkpoints import MARKER, latest, step_dir_name, summarize, writing
+from slurmpre.folder.checkpoints import MARKER, latest, step_dir_name, summarize, writing
 
 TARGET_MS = 50.0
 

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmpre.job.checkpoints import writing
+from slurmpre.folder.checkpoints import writing
 
 TARGET_MS = 150.0
 RUNS = 15

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmpre.job import records
+from slurmpre.folder import records
 from slurmpre.login import jobs
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 from slurmpre.slurm.parse import format_version

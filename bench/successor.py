@@ -50,8 +50,8 @@ from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.drill.verdict import times_better
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Notice
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Notice
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.drill.run import read_jsonl
-from slurmpre.job.layout import FolderLayout
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox

@@ -23,19 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre import arguments
-from slurmpre.access import CONTROL_MODE, Access, make_dir, make_dirs
-from slurmpre.access import from_env as access_from_env
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
-from slurmpre.folder import trust
-from slurmpre.job import checkpoints
+from slurmpre.folder import checkpoints, trust
+from slurmpre.folder.access import CONTROL_MODE, Access, make_dir, make_dirs
+from slurmpre.folder.access import from_env as access_from_env
+from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.ledger import Choice, Ledger
+from slurmpre.folder.locks import LockTimeout
+from slurmpre.folder.records import Checkpoint, Waiting
 from slurmpre.job.env import IN_PLACE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV
-from slurmpre.job.layout import attempt_key
-from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.meeting import Alone, FolderMeeting, Meeting, TorchMeeting, device
 from slurmpre.job.notice import CHECKPOINT, STOP, Agree, NoticeGate
-from slurmpre.job.records import Checkpoint, Waiting
-from slurmpre.locks import LockTimeout
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:

@@ -87,7 +87,7 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
     fresh notice gate that looks at the notice file on every call. Returns the notice
     file, which the watcher writes on a drain."""
     from slurmpre import api
-    from slurmpre.job.layout import FolderLayout
+    from slurmpre.folder.layout import FolderLayout
     from slurmpre.job.notice import NoticeGate, listening_path, notice_path
 
     notice = notice_path(folder, tag, attempt)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Record
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Record
 
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "submitted": {"job": "1", "name": "n"},

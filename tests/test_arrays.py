@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.job.ledger import Ledger
-from slurmpre.locks import FolderLock
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.locks import FolderLock
 from slurmpre.login import arrays, jobs, progress
 from slurmpre.login.logs import NodeLines
 from slurmpre.slurm.parse import parse_squeue

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import SlurmpreError
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Successor
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Successor
 from slurmpre.login.cancel import cancel
 from slurmpre.login.jobs import Submitted
 from slurmpre.slurm.parse import JobInfo, parse_jobs

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurmpre import access
 from slurmpre.errors import UsageError
+from slurmpre.folder import access
 from slurmpre.gitstate import git_state
 from slurmpre.login import code
 from slurmpre.login.render import render
@@ -222,9 +222,9 @@ def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from slurmpre.errors import JobEnvironmentError
+    from slurmpre.folder.ledger import Ledger
     from slurmpre.job.args import parse_args
     from slurmpre.job.env import CODE_DIR_ENV, JobEnv
-    from slurmpre.job.ledger import Ledger
     from slurmpre.job.resume import AttemptContext, agree
 
     from tests.fakes import Jobs

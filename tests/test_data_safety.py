@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import slurmpre
-from slurmpre import access
 from slurmpre.errors import CheckpointError
-from slurmpre.job.checkpoints import (
+from slurmpre.folder import access
+from slurmpre.folder.checkpoints import (
     MAX_STEP,
     check_step,
     judge,
@@ -25,7 +25,7 @@ from slurmpre.job.checkpoints import (
     step_dir_name,
     step_of,
 )
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login.prune import prune, size_of
 
 from tests.conftest import slurmpre_cli, wait_for

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login.handle import Job
 from slurmpre.slurm.parse import JobInfo
 

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from slurmpre.job.checkpoints import latest, step_dir_name, writing
+from slurmpre.folder.checkpoints import latest, step_dir_name, writing
 
 SEED = int(os.environ.get("SLURMPRE_TEST_SEED") or random.SystemRandom().randrange(10**9))
 print(f"tests/test_hostile.py: seed {SEED} (SLURMPRE_TEST_SEED={SEED} replays it)")

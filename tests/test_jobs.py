@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login import jobs
 
 from tests.records import record

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.folder.locks import FolderLock, LockTimeout
 
 
 def test_a_held_lock_times_out_for_another_holder_and_is_free_after(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_another_process_waits_until_the_holder_lets_go(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time, pathlib\n"
-         "from slurmpre.locks import FolderLock\n"
+         "from slurmpre.folder.locks import FolderLock\n"
          f"with FolderLock(pathlib.Path({str(path)!r}), timeout=5):\n"
          f"    pathlib.Path({str(ready)!r}).touch()\n"
          "    sys.stdin.read()\n"],

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Record
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Record
 from slurmpre.login.plan import Given, Inputs, inputs_from, make_plan, measure
 
 from tests.conftest import slurmpre_cli

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import slurmpre
 from slurmpre.errors import CheckpointError, UsageError
-from slurmpre.job.checkpoints import latest, step_dir_name, writing
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.checkpoints import latest, step_dir_name, writing
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login.prune import prune
 
 from tests.conftest import slurmpre_cli

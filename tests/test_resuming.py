@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login import resuming
 from slurmpre.login.spec import load
 from slurmpre.login.submit import submit

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from slurmpre.job.records import Record
+from slurmpre.folder.records import Record
 from slurmpre.login.status import Prices, gpus_of, job_status, lines
 from slurmpre.slurm.parse import parse_jobs
 

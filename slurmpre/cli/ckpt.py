@@ -19,7 +19,7 @@ def ckpt() -> None:
 def ckpt_latest(folder: str, as_json: bool) -> None:
     """Print the newest complete checkpoint under FOLDER (exit 1 if there is none)."""
     from slurmpre.errors import CheckpointError
-    from slurmpre.job.checkpoints import latest, summarize
+    from slurmpre.folder.checkpoints import latest, summarize
 
     found = latest(folder_arg(folder))
     if as_json:
@@ -50,7 +50,7 @@ def ckpt_latest(folder: str, as_json: bool) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Also what is not a checkpoint, and why.")
 def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
     """Every checkpoint under FOLDER, newest first: step, format, complete or not and why."""
-    from slurmpre.job.checkpoints import ignored, list_all
+    from slurmpre.folder.checkpoints import ignored, list_all
 
     path = folder_arg(folder)
     found = list_all(path)
@@ -79,7 +79,7 @@ def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
 def ckpt_verify(path: str, as_json: bool) -> None:
     """Say whether the checkpoint at PATH is complete, and why (exit 1 if it is not)."""
     from slurmpre.errors import CheckpointError
-    from slurmpre.job.checkpoints import judge
+    from slurmpre.folder.checkpoints import judge
 
     found = judge(folder_arg(path))
     if as_json:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from slurmpre import defaults
 from slurmpre.drill.timeline import Hit, Observed
-from slurmpre.job import records
+from slurmpre.folder import records
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
 

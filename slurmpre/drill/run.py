@@ -23,9 +23,9 @@ from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
 from slurmpre.drill.train import FINAL, LOG
 from slurmpre.errors import SandboxError, SlurmpreError, UsageError
-from slurmpre.job import records
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder import records
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from slurmpre import access, defaults, launchers
+from slurmpre import defaults, launchers
 from slurmpre.errors import UsageError
+from slurmpre.folder import access
 from slurmpre.job import options
 from slurmpre.job.options import WatchConfig
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from slurmpre.access import OWNER, make_dirs
 from slurmpre.atomic import write_atomic
-from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.folder.access import OWNER, make_dirs
+from slurmpre.folder.locks import FolderLock, LockTimeout
 from slurmpre.reading import SMALL, read_regular
 from slurmpre.slurm.parse import NodeInfo
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurmpre.errors import JobEnvironmentError
-from slurmpre.job.layout import attempt_key
+from slurmpre.folder.layout import attempt_key
 from slurmpre.slurm.hostlist import expand
 
 # Set by the batch script's supervisor (`slurmpre.job.steps`) for each step it starts.

@@ -18,9 +18,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurmpre.access import CONTROL_MODE
 from slurmpre.folder import trust
-from slurmpre.job.layout import FolderLayout
+from slurmpre.folder.access import CONTROL_MODE
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.reading import SMALL
 
 

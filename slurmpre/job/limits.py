@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurmpre.job.records import AttemptId, AttemptRecord, Record, Start, Successor
+from slurmpre.folder.records import AttemptId, AttemptRecord, Record, Start, Successor
 
 
 def run_jobs(records: Sequence[Record], job: str) -> list[str]:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurmpre.access import CONTROL_MODE, Access
 from slurmpre.errors import CheckpointError
 from slurmpre.folder import trust
+from slurmpre.folder.access import CONTROL_MODE, Access
 from slurmpre.reading import SMALL
 
 

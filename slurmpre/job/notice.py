@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from slurmpre.access import CONTROL_MODE
 from slurmpre.folder import trust
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.records import describe_notice
+from slurmpre.folder.access import CONTROL_MODE
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.records import describe_notice
 from slurmpre.reading import SMALL
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import SlurmpreError
-from slurmpre.folder import trust
-from slurmpre.job import records
+from slurmpre.folder import records, trust
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
 from slurmpre.job.drainboard import submit_slot
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import Plan, Request, plan, request_path, write_request
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.options import WatchConfig
 from slurmpre.job.requeue import Action
 from slurmpre.job.successor import submit_successor

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from slurmpre.access import ENV as ACCESS_ENV
-from slurmpre.access import OWNER, Access, make_dir
 from slurmpre.errors import (
     CheckpointError,
     HandedOver,
@@ -26,17 +24,19 @@ from slurmpre.errors import (
     SlurmpreError,
     UsageError,
 )
+from slurmpre.folder import checkpoints, trust
 from slurmpre.folder import snapshot as snapshots
-from slurmpre.folder import trust
+from slurmpre.folder.access import ENV as ACCESS_ENV
+from slurmpre.folder.access import OWNER, Access, make_dir
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Choice, Ledger
+from slurmpre.folder.owner import describe, live_holders
+from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.gitstate import git_state
-from slurmpre.job import checkpoints, limits
+from slurmpre.job import limits
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import CODE_DIR_ENV, CODE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.notice import listening_path, notice_path, taken_path
-from slurmpre.job.owner import describe, live_holders
-from slurmpre.job.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.job.successor import wait_for_predecessor
 from slurmpre.launchers import Launcher

@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from slurmpre.access import touch
 from slurmpre.errors import SlurmpreError
+from slurmpre.folder.access import touch
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import End
 from slurmpre.job.args import RunOptions, parse_args
 from slurmpre.job.env import JobEnv, read_job_env
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import DrainSource, SignalSource, notice_path, taken_path
-from slurmpre.job.records import End
 from slurmpre.job.resume import (
     AttemptContext,
     agree,

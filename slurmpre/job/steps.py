@@ -34,14 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmpre import access
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.folder import trust
-from slurmpre.job import options, records
+from slurmpre.folder import access, records, trust
+from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.ledger import Ledger
+from slurmpre.job import options
 from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
 from slurmpre.job.inplace import Request, read_request, request_path
-from slurmpre.job.layout import attempt_key
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.resume import task_checkpoint_dir
 from slurmpre.job.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient

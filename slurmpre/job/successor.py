@@ -22,13 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from slurmpre.access import CONTROL_MODE
 from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound, SlurmError
 from slurmpre.folder import trust
+from slurmpre.folder.access import CONTROL_MODE
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Successor
 from slurmpre.job.env import EARLIER_RESTARTS_ENV, PREDECESSOR_ENV, JobEnv
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Successor
 from slurmpre.reading import MEDIUM
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 

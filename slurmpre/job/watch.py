@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import SlurmpreError
-from slurmpre.folder import trust
-from slurmpre.job import checkpoints, records
+from slurmpre.folder import checkpoints, records, trust
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
 from slurmpre.job.env import JobEnv
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import (
     Notice,
     NoticeSource,

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.job.ledger import Ledger
-from slurmpre.locks import LockTimeout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.locks import LockTimeout
 from slurmpre.login import progress
 from slurmpre.login.jobs import Submitted, check_mine, slurm_job
 from slurmpre.login.status import chain

@@ -26,12 +26,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpre.access import Access, make_dirs
 from slurmpre.errors import UsageError
 from slurmpre.folder import snapshot as snapshots
 from slurmpre.folder import trust
+from slurmpre.folder.access import Access, make_dirs
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.gitstate import git_state, run_git
-from slurmpre.job.layout import FolderLayout
 
 CHUNK = 1 << 20
 

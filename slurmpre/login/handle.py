@@ -18,7 +18,7 @@ from typing import Any
 
 from slurmpre import arguments
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login import jobs
 from slurmpre.login.logs import (
     NodeLines,
@@ -98,7 +98,7 @@ class Job:
     def labels(self) -> dict[str, str]:
         """A sweep's tasks as its submit named them (``123_0`` -> ``env.LR=0.1``); {} for
         a job that is not an array, or whose ledger does not say."""
-        from slurmpre.job import records
+        from slurmpre.folder import records
 
         if self.array is None:
             return {}

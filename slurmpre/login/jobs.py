@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from slurmpre.access import OWNER, make_dirs, set_mode
 from slurmpre.errors import CommandError, JobNotFound, SlurmpreError, UsageError
 from slurmpre.folder import trust
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Start
-from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.folder.access import OWNER, make_dirs, set_mode
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.locks import FolderLock, LockTimeout
+from slurmpre.folder.records import Start
 from slurmpre.login import arrays
 from slurmpre.login.status import chain
 from slurmpre.reading import LARGE, read_regular, skip_line
@@ -194,7 +194,7 @@ def locate(which: str, checkpoint_dir: str | None = None, path: Path | None = No
 def _in_ledger(which: str, folder: Path) -> Submitted:
     """The job ``which`` as a checkpoint folder's ledger records it (an array task's own
     folder, ``task-N``, named by its array's ledger one folder up)."""
-    from slurmpre.job import records
+    from slurmpre.folder import records
 
     ledger = Ledger(folder, view=True)
     if not ledger.path.is_file():

@@ -11,8 +11,8 @@ from typing import Any
 
 from slurmpre import arguments
 from slurmpre.errors import CommandError, SlurmpreError, UsageError
-from slurmpre.job.layout import LogLayout
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.layout import LogLayout
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login.jobs import Submitted, slurm_job
 from slurmpre.login.status import chain
 from slurmpre.reading import open_regular

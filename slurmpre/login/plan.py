@@ -31,8 +31,8 @@ from typing import Any
 
 from slurmpre import defaults
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Checkpoint, End, Notice, Record, Requeued, Start, Successor
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Checkpoint, End, Notice, Record, Requeued, Start, Successor
 
 
 @dataclass(frozen=True)

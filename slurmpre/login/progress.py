@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.folder.locks import FolderLock, LockTimeout
 
 STREAM: TextIO | None = None  # where waits are shown (the CLI: sys.stderr)
 REDRAW = 0.5  # seconds between a terminal line's redraws

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import CheckpointError, JobNotFound, SlurmError, UsageError
-from slurmpre.job.checkpoints import Checkpoint, list_all
-from slurmpre.job.checkpoints.names import number_of
-from slurmpre.job.layout import LEFTOVER, PRUNED, FolderLayout
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.owner import recorded_jobs
-from slurmpre.job.records import Start
-from slurmpre.locks import LockTimeout
+from slurmpre.folder.checkpoints import Checkpoint, list_all
+from slurmpre.folder.checkpoints.names import number_of
+from slurmpre.folder.layout import LEFTOVER, PRUNED, FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.locks import LockTimeout
+from slurmpre.folder.owner import recorded_jobs
+from slurmpre.folder.records import Start
 from slurmpre.login import progress
 from slurmpre.slurm.client import SlurmClient
 

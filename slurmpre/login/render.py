@@ -14,9 +14,10 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, access, defaults, reading
+from slurmpre import __version__, defaults, reading
 from slurmpre.errors import UsageError
-from slurmpre.job.layout import LogLayout
+from slurmpre.folder import access
+from slurmpre.folder.layout import LogLayout
 from slurmpre.login import sbatch_options, variables
 from slurmpre.login.code import Code
 from slurmpre.login.spec import JobSpec

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.job.checkpoints.resolve import latest
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import (
+from slurmpre.folder.checkpoints.resolve import latest
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import (
     AttemptRecord,
     Checkpoint,
     Committed,

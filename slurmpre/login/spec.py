@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre import access, defaults, launchers, reading
+from slurmpre import defaults, launchers, reading
 from slurmpre.errors import SpecError
+from slurmpre.folder import access
 from slurmpre.launchers import Launcher
 from slurmpre.login import values as v
 from slurmpre.login import variables

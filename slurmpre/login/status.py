@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slurmpre import defaults
-from slurmpre.job.layout import attempt_key
-from slurmpre.job.records import (
+from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.records import (
     AttemptRecord,
     Checkpoint,
     End,

@@ -11,15 +11,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpre import access, cmd
-from slurmpre.access import Access, make_dirs
+from slurmpre import cmd
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.job import records, successor
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.owner import describe, live_holders
-from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.folder import access, records
+from slurmpre.folder.access import Access, make_dirs
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.locks import FolderLock, LockTimeout
+from slurmpre.folder.owner import describe, live_holders
+from slurmpre.job import successor
 from slurmpre.login import code, jobs, progress, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec

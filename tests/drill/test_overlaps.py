@@ -21,7 +21,7 @@ from slurmpre.drill import report, table, verdict
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment
 from slurmpre.drill.timeline import Hit, Observed, Sample
-from slurmpre.job import records
+from slurmpre.folder import records
 
 from tests.drill.timelines import generate
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from slurmpre.drill import report, table, verdict
 from slurmpre.drill.timeline import Hit, Observed, Sample
-from slurmpre.job import records
+from slurmpre.folder import records
 
 NODES = ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmpre.drill.timeline import Hit, Observed, Sample
-from slurmpre.job import records
+from slurmpre.folder import records
 
 KINDS = ("startup", "checkpoint", "training")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurmpre.job.checkpoints import judge
+from slurmpre.folder.checkpoints import judge
 from slurmpre.sandbox.cluster import Sandbox
 
 pytestmark = pytest.mark.sandbox

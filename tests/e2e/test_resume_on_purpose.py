@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurmpre.job import checkpoints
+from slurmpre.folder import checkpoints
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from slurmpre.drill.run import read_jsonl
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.drainboard import GRACE, READ_EVERY
-from slurmpre.job.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox

@@ -13,16 +13,16 @@ import stat
 from pathlib import Path
 
 import pytest
-from slurmpre import access
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, SlurmError
+from slurmpre.folder import access
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Choice, Ledger
+from slurmpre.folder.locks import FolderLock
 from slurmpre.job.inplace import Request, read_request, write_request
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Choice, Ledger
 from slurmpre.job.meeting import FolderMeeting
 from slurmpre.job.notice import CHECKPOINT, NO_NOTICE, STOP, Notice, notice_level, write_notice
 from slurmpre.job.successor import record, recorded
-from slurmpre.locks import FolderLock
 
 from tests.records import record as ledger_record
 
@@ -242,7 +242,7 @@ def test_the_job_resumes_only_from_a_checkpoint_its_user_committed(tmp_path: Pat
     their own, with a marker, above the owner's: the job's resume (and with pickle, the
     code it runs) would be theirs. What the job resumes from is the owner's; `ckpt list`
     still shows every checkpoint."""
-    from slurmpre.job.checkpoints import latest, writing
+    from slurmpre.folder.checkpoints import latest, writing
 
     folder = tmp_path / "ckpt"
     for step in (10, 20):

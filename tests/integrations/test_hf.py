@@ -12,9 +12,9 @@ import pytest
 import torch
 import transformers
 from slurmpre import api
+from slurmpre.folder import checkpoints
+from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job import checkpoints
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import NoticeGate, listening_path
 
 from tests.conftest import as_a_job

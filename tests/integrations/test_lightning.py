@@ -12,10 +12,10 @@ import lightning.pytorch as L
 import pytest
 import torch
 from slurmpre import api
+from slurmpre.folder import checkpoints
+from slurmpre.folder.checkpoints import Format
+from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job import checkpoints
-from slurmpre.job.checkpoints import Format
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import NoticeGate
 
 from tests.conftest import as_a_job

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from slurmpre.job.checkpoints import Format, latest
+from slurmpre.folder.checkpoints import Format, latest
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 

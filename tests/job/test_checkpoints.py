@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import CheckpointError
-from slurmpre.job import checkpoints as ck
-from slurmpre.job.checkpoints import Format, fresh_incoming, latest, list_all, writing
+from slurmpre.folder import checkpoints as ck
+from slurmpre.folder.checkpoints import Format, fresh_incoming, latest, list_all, writing
 
 from tests.conftest import DATA, slurmpre_cli
 

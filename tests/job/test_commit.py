@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import slurmpre
 from slurmpre.errors import CheckpointError
-from slurmpre.job import checkpoints
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder import checkpoints
+from slurmpre.folder.ledger import Ledger
 
 from tests.records import dicts
 

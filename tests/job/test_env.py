@@ -55,8 +55,8 @@ def _child_env(
 ) -> dict[str, str]:
     from pathlib import Path
 
+    from slurmpre.folder.ledger import Choice
     from slurmpre.job.args import parse_args
-    from slurmpre.job.ledger import Choice
     from slurmpre.job.resume import child_env
 
     opts = parse_args(["--launcher", launcher, "--checkpoint-dir", "/c", "--", "python", "t.py"])

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import slurmpre
 from slurmpre.errors import CheckpointError
-from slurmpre.job.checkpoints import Format, ignored, judge, latest, list_all
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.checkpoints import Format, ignored, judge, latest, list_all
+from slurmpre.folder.ledger import Ledger
 from slurmpre.login.prune import prune
 
 from tests.conftest import slurmpre_cli

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import CheckpointError, JobEnvironmentError
-from slurmpre.job.ledger import Choice, Ledger
-from slurmpre.job.records import AttemptId
+from slurmpre.folder.ledger import Choice, Ledger
+from slurmpre.folder.records import AttemptId
 
 from tests.records import dicts, record
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from slurmpre.errors import RestartLimit
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import AttemptId
 from slurmpre.job.args import parse_args
 from slurmpre.job.env import JobEnv
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.limits import give_up_why, stalled
-from slurmpre.job.records import AttemptId
 from slurmpre.job.resume import AttemptContext, agree
 
 from tests.fakes import FakeSlurm

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import JobNotFound, SlurmError
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.owner import live_holders, recorded_jobs
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.owner import live_holders, recorded_jobs
 from slurmpre.slurm.parse import parse_jobs
 
 from tests.conftest import DATA

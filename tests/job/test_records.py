@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from slurmpre.job import records
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import AttemptId, Record, ShapeError
+from slurmpre.folder import records
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import AttemptId, Record, ShapeError
 
 from tests.conftest import DATA
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmpre.job.checkpoints import writing
-from slurmpre.job.ledger import Ledger
+from slurmpre.folder.checkpoints import writing
+from slurmpre.folder.ledger import Ledger
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -101,7 +101,7 @@ def test_all_nodes_resume_from_the_choice_of_node_0(sandbox: Sandbox, shared_tmp
     # Node 0's child commits a newer checkpoint at once: the other node must not pick it up.
     script = (
         "import json, os, pathlib, time\n"
-        "from slurmpre.job.checkpoints import writing\n"
+        "from slurmpre.folder.checkpoints import writing\n"
         "d = pathlib.Path(os.environ['SLURMPRE_CHECKPOINT_DIR'])\n"
         "if os.environ['SLURM_NODEID'] == '0':\n"
         "    with writing(d, 2) as p: (p / 'w').write_text('2')\n"

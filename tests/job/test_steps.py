@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import SlurmError, UsageError
+from slurmpre.folder.ledger import Ledger
 from slurmpre.job.env import read_job_env
 from slurmpre.job.inplace import Request, request_path, write_request
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.steps import Steps, parse_args, resized_env, step_argv
 
 from tests.fakes import FakeSlurm

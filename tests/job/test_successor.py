@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import JobEnvironmentError
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Checkpoint, Successor, Waiting
 from slurmpre.job.env import JobEnv
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.options import WatchConfig
-from slurmpre.job.records import Checkpoint, Successor, Waiting
 from slurmpre.job.successor import record, recorded, submit_env, wait_for_predecessor
 from slurmpre.slurm.parse import parse_jobs
 

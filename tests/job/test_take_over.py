@@ -12,10 +12,10 @@ import pytest
 import slurmpre
 from slurmpre import api
 from slurmpre.errors import CheckpointError
-from slurmpre.job.layout import FolderLayout
-from slurmpre.job.ledger import Choice, Ledger
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Choice, Ledger
+from slurmpre.folder.records import Start, Waiting
 from slurmpre.job.notice import Notice, NoticeGate, write_notice
-from slurmpre.job.records import Start, Waiting
 
 from tests.conftest import as_a_job, wait_for
 

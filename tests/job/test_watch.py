@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from slurmpre.errors import SlurmError
-from slurmpre.job.checkpoints import writing
+from slurmpre.folder.checkpoints import writing
+from slurmpre.folder.ledger import Ledger
 from slurmpre.job.env import JobEnv
 from slurmpre.job.inplace import read_request, request_path
-from slurmpre.job.ledger import Ledger
 from slurmpre.job.notice import (
     DrainSource,
     SignalSource,

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from stat import S_ISLNK, S_ISREG
 
-from slurmpre.job.checkpoints.names import (
+from slurmpre.folder.checkpoints.names import (
     ACCELERATE_RNG,
     CHECKPOINT_NAME,
     DCP_METADATA,
@@ -28,8 +28,8 @@ from slurmpre.job.checkpoints.names import (
     Format,
     step_of,
 )
-from slurmpre.job.checkpoints.scan import Beside, _real_dir
-from slurmpre.job.layout import MARKER
+from slurmpre.folder.checkpoints.scan import Beside, _real_dir
+from slurmpre.folder.layout import MARKER
 from slurmpre.reading import (
     LARGE,
     MEDIUM,

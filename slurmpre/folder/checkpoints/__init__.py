@@ -28,15 +28,15 @@ ones in slurmpre's layout 10,000 lookups more. The name says the layout
 - torchtitan's ``checkpoint/step-N`` folders (DCP, as above).
 """
 
-from slurmpre.job.checkpoints.commit import (
+from slurmpre.folder.checkpoints.commit import (
     commit,
     fresh_incoming,
     incoming_path,
     sync_path,
     writing,
 )
-from slurmpre.job.checkpoints.leftovers import Cleaned, clean_leftovers
-from slurmpre.job.checkpoints.names import (
+from slurmpre.folder.checkpoints.leftovers import Cleaned, clean_leftovers
+from slurmpre.folder.checkpoints.names import (
     MAX_STEP,
     STEP_DIGITS,
     Checkpoint,
@@ -44,7 +44,7 @@ from slurmpre.job.checkpoints.names import (
     check_step,
     step_of,
 )
-from slurmpre.job.checkpoints.resolve import (
+from slurmpre.folder.checkpoints.resolve import (
     SHOWN,
     Resolution,
     findable,
@@ -54,8 +54,8 @@ from slurmpre.job.checkpoints.resolve import (
     list_all,
     summarize,
 )
-from slurmpre.job.checkpoints.scan import Ignored
-from slurmpre.job.layout import LEFTOVER, MARKER, step_dir_name
+from slurmpre.folder.checkpoints.scan import Ignored
+from slurmpre.folder.layout import LEFTOVER, MARKER, step_dir_name
 
 __all__ = [
     "LEFTOVER",

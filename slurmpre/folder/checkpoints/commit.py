@@ -11,12 +11,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from slurmpre.access import OWNER, Access, make_dir, make_dirs, set_mode
 from slurmpre.atomic import fsync_path, write_atomic
 from slurmpre.errors import CheckpointError
-from slurmpre.job.checkpoints.layouts import _check_marker
-from slurmpre.job.checkpoints.names import check_step
-from slurmpre.job.layout import MARKER, FolderLayout
+from slurmpre.folder.access import OWNER, Access, make_dir, make_dirs, set_mode
+from slurmpre.folder.checkpoints.layouts import _check_marker
+from slurmpre.folder.checkpoints.names import check_step
+from slurmpre.folder.layout import MARKER, FolderLayout
 
 
 def incoming_path(folder: Path, step: int, attempt_tag: str) -> Path:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from slurmpre.access import set_mode
 from slurmpre.folder import trust
+from slurmpre.folder.access import set_mode
 
 
 class LockTimeout(TimeoutError):

@@ -14,7 +14,7 @@ from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import NamedTuple, TypeVar
 
 from slurmpre.errors import CheckpointError
-from slurmpre.job.checkpoints.names import (
+from slurmpre.folder.checkpoints.names import (
     _ANY_NAME,
     _DIR_GROUPS,
     _MAYBE,

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpre.job.checkpoints.commit import _publish
-from slurmpre.job.checkpoints.layouts import _check_marker
-from slurmpre.job.layout import LEFTOVER, MARKER, STALE, file_tag, step_dir_name
+from slurmpre.folder.checkpoints.commit import _publish
+from slurmpre.folder.checkpoints.layouts import _check_marker
+from slurmpre.folder.layout import LEFTOVER, MARKER, STALE, file_tag, step_dir_name
 
 
 @dataclass(frozen=True)

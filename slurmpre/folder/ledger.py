@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmpre.access import CONTROL_MODE, OWNER, Access, make_dirs, set_mode
 from slurmpre.errors import CheckpointError, JobEnvironmentError
 from slurmpre.folder import trust
-from slurmpre.job.layout import FolderLayout, attempt_key
-from slurmpre.job.records import AttemptId, Record, ShapeError, Start
-from slurmpre.locks import FolderLock, LockTimeout
+from slurmpre.folder.access import CONTROL_MODE, OWNER, Access, make_dirs, set_mode
+from slurmpre.folder.layout import FolderLayout, attempt_key
+from slurmpre.folder.locks import FolderLock, LockTimeout
+from slurmpre.folder.records import AttemptId, Record, ShapeError, Start
 from slurmpre.reading import LARGE, SMALL, real_inside, skip_line
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from slurmpre.job.layout import attempt_key
+from slurmpre.folder.layout import attempt_key
 
 _R = TypeVar("_R", bound="Record")
 

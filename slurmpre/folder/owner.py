@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from slurmpre.errors import JobNotFound, SlurmpreError
-from slurmpre.job.ledger import Ledger
-from slurmpre.job.records import Start, Submitted, Successor
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Start, Submitted, Successor
 from slurmpre.slurm.client import SlurmClient
 
 RECENT = 10  # how many of the folder's latest jobs are asked about

@@ -11,9 +11,8 @@ from itertools import compress, count
 from pathlib import Path
 
 from slurmpre.errors import CheckpointError
-from slurmpre.folder.trust import owner_name
-from slurmpre.job.checkpoints.layouts import _MARKS, _check_dir, _zip_complete
-from slurmpre.job.checkpoints.names import (
+from slurmpre.folder.checkpoints.layouts import _MARKS, _check_dir, _zip_complete
+from slurmpre.folder.checkpoints.names import (
     _ANY_NAME,
     _OWN_LIMIT,
     DEEPSPEED_NAME,
@@ -26,7 +25,7 @@ from slurmpre.job.checkpoints.names import (
     Format,
     step_of,
 )
-from slurmpre.job.checkpoints.scan import (
+from slurmpre.folder.checkpoints.scan import (
     _TITAN_STEP,
     LIGHTNING_LOGS,
     Beside,
@@ -43,7 +42,8 @@ from slurmpre.job.checkpoints.scan import (
     _real_dir,
     _scan,
 )
-from slurmpre.job.layout import step_dir_name
+from slurmpre.folder.layout import step_dir_name
+from slurmpre.folder.trust import owner_name
 
 
 @dataclass(frozen=True)
