@@ -6,6 +6,8 @@ wrapper's own defaults (for a hand-run ``slurmpre run``) are these too.
 
 from __future__ import annotations
 
+import math
+
 POLL_INTERVAL = 5.0  # seconds between the watcher's Slurm queries
 PREEMPT_WINDOW = 300  # seconds from drain to node removal: the provider's five minutes
 SAFETY_MARGIN = 30  # requeue anyway this long before the window closes
@@ -49,3 +51,11 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 
 PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes
+
+
+def in_range(key: str, value: float) -> str | None:
+    """Why ``value`` is outside the key's range (`RANGES`); None when it is inside."""
+    low, high = RANGES[key]
+    if math.isfinite(value) and low <= value <= high:
+        return None
+    return f"must be from {low:g} to {high:g}"

@@ -110,3 +110,18 @@ def terminating_held(on_signal: Callable[[int], None]) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def notice_signal(text: str) -> signal.Signals:
+    """The signal named by ``text`` (``USR1``, ``SIGTERM``: a name, since numbers differ
+    between architectures); ValueError saying why it cannot carry a notice."""
+    sig = None if text.strip().isdigit() else signal_named(text)
+    if sig is None:
+        raise ValueError("is not a signal name such as USR1 or TERM")
+    if sig in (signal.SIGKILL, signal.SIGSTOP):
+        raise ValueError(
+            "cannot be caught: the training could not checkpoint on it, only die or stop"
+        )
+    if sig in RESERVED_SIGNALS:
+        raise ValueError(f"is reserved ({WARN_SIGNAL.name} carries Slurm's time-limit warning)")
+    return sig

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from slurmpre import defaults, launchers
+from slurmpre import defaults, keys, signals
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.job import options
@@ -44,7 +44,7 @@ class RunOptions:
 
 def _in_range(flag: str, key: str, value: float) -> float:
     """The spec's range for the key: the wrapper can be run by hand."""
-    why = options.in_range(key, value)
+    why = defaults.in_range(key, value)
     if why is not None:
         raise UsageError(f"{flag} {why}, got {value:g}")
     return value
@@ -85,24 +85,19 @@ def _parser() -> options.Parser:
         "warning: tell the training, wait for its checkpoint, requeue the job. The sbatch "
         "script slurmpre renders writes every option from the spec.",
     )
-    choices = {
-        "--launcher": (launchers.NAMES, launchers.DEFAULT.value),
-        "--file-access": (tuple(access.NAMES), access.OWNER.name),
-        "--restart": (defaults.RESTARTS, defaults.RESTART),
-    }
-    for o in options.OPTIONS:
-        if o.kind == "switch":
-            parser.add_argument(o.flag, action="store_true", help=o.help)
-        elif o.kind == "choice":
-            names, default = choices[o.flag]
-            parser.add_argument(o.flag, choices=names, default=default, help=o.help)
+    for k in keys.wrapper_options():
+        flag = str(k.flag)
+        if k.kind == "switch":
+            parser.add_argument(flag, action="store_true", help=k.help)
+        elif k.kind == "choice":
+            parser.add_argument(flag, choices=k.choices, default=k.wrapper_default, help=k.help)
         else:
             parser.add_argument(
-                o.flag,
-                type={"seconds": float, "count": int, "text": str}[o.kind],
-                default=o.default,
-                required=o.flag == "--checkpoint-dir",
-                help=o.help,
+                flag,
+                type={"seconds": float, "count": int, "text": str}[k.kind],
+                default=k.wrapper_default,
+                required=k.flag == "--checkpoint-dir",
+                help=k.help,
             )
     return parser
 
@@ -120,10 +115,10 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     if not command:
         raise UsageError("no command after --")
     numbers = {}
-    for o in options.OPTIONS:
-        value = getattr(ns, o.flag[2:].replace("-", "_"))
-        if o.kind in ("seconds", "count") and value is not None:
-            numbers[o.key] = _in_range(o.flag, o.key, value)
+    for k in keys.wrapper_options():
+        value = getattr(ns, str(k.flag)[2:].replace("-", "_"))
+        if k.kind in ("seconds", "count") and value is not None:
+            numbers[k.name] = _in_range(str(k.flag), k.name, value)
     watch = WatchConfig(
         interval=numbers["poll_interval"],
         window=numbers["preempt_window"],
@@ -133,8 +128,8 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         restart=ns.restart,
         min_nodes=ns.min_nodes,
     )
-    reason = _checked("--drain-reason", ns.drain_reason, options.pattern)
-    notice_signal = _checked("--notice-signal", ns.notice_signal, options.notice_signal)
+    reason = _checked("--drain-reason", ns.drain_reason, keys.pattern)
+    notice_signal = _checked("--notice-signal", ns.notice_signal, signals.notice_signal)
     config = _checked("--accelerate-config", ns.accelerate_config, _config_file)
     if config is not None and ns.launcher != "accelerate":
         raise UsageError(f"--accelerate-config is for --launcher accelerate, not {ns.launcher}")

@@ -22,14 +22,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound, SlurmError
-from slurmpre.folder import trust
-from slurmpre.folder.access import CONTROL_MODE
+from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound
+from slurmpre.folder import script as script_file
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Successor
 from slurmpre.job.env import EARLIER_RESTARTS_ENV, PREDECESSOR_ENV, JobEnv
-from slurmpre.reading import MEDIUM
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 POLL = 1.0  # seconds between looks at the predecessor
@@ -59,22 +57,6 @@ def _once_each(value: str) -> str:
     return ":".join(dict.fromkeys(value.split(":")))
 
 
-def record(layout: FolderLayout, script: str) -> None:
-    """Keep the script of a submit, for the successors: the user's own, owner-only."""
-    trust.write(layout.script, script, mode=CONTROL_MODE)
-
-
-def recorded(layout: FolderLayout) -> str:
-    """The script of the last submit; a SlurmError when it is missing (a job submitted by
-    a slurmpre before successors, or with a bare sbatch) or not the user's own."""
-    try:
-        return trust.read_text(layout.script, MEDIUM)
-    except trust.Untrusted as exc:
-        raise SlurmError(f"no successor from {layout.script}: {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise SlurmError(f"no recorded submit to repeat in {layout.meta}: {exc}") from None
-
-
 def submit_successor(
     layout: FolderLayout,
     job: JobEnv,
@@ -86,7 +68,7 @@ def submit_successor(
     """Submit the recorded script, with ``env`` (this job's own, `submit_env`), as the job
     that takes over from ``job``; its id. Only this array task again, for an array task.
     A SlurmError when sbatch refuses it."""
-    script = recorded(layout)
+    script = script_file.recorded(layout)
     given = submit_env(env)
     given[PREDECESSOR_ENV] = job.tag
     given[EARLIER_RESTARTS_ENV] = str(job.run_restarts + 1)  # this hand-over is one more

@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, defaults, reading
+from slurmpre import __version__, keys, reading
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.folder.layout import LogLayout
@@ -117,42 +117,9 @@ def launch_argv(spec: JobSpec) -> list[str]:
 
     Values go as ``--flag=value``, so one that starts with ``-`` reaches the wrapper intact.
     """
-    argv = [spec.python, "-m", "slurmpre.job", "run", "--launcher", spec.launcher.value]
-    argv.append(f"--checkpoint-dir={spec.checkpoint_dir}")
-    if spec.nproc_per_node is not None:
-        argv += ["--nproc-per-node", str(spec.nproc_per_node)]
-    if spec.resume_arg:
-        argv.append(f"--resume-arg={spec.resume_arg}")
-    if spec.accelerate_config:
-        argv.append(f"--accelerate-config={spec.accelerate_config}")
-    argv += [
-        "--poll-interval",
-        f"{spec.poll_interval:g}",
-        "--window",
-        str(spec.preempt_window),
-        "--safety-margin",
-        str(spec.safety_margin),
-    ]
-    if spec.warn_before_end:
-        argv += ["--time-warning", str(spec.warn_before_end)]
-    if spec.drain_reason:
-        argv.append(f"--drain-reason={spec.drain_reason}")
-    if spec.notice_signal:
-        argv.append(f"--notice-signal={spec.notice_signal}")
-    if not spec.watch:
-        argv.append("--no-watch")
-    if spec.nodes.elastic and spec.nodes.min > 1:
-        argv += ["--min-nodes", str(spec.nodes.min)]
-    if spec.restart != defaults.RESTART:
-        argv.append(f"--restart={spec.restart}")
-    if not spec.in_place:
-        argv.append("--no-in-place")
-    if spec.file_access != access.OWNER.name:
-        argv.append(f"--file-access={spec.file_access}")
-    if spec.max_restarts != defaults.MAX_RESTARTS:
-        argv += ["--max-restarts", str(spec.max_restarts)]
-    if spec.max_stalled_restarts != defaults.MAX_STALLED_RESTARTS:
-        argv += ["--max-stalled-restarts", str(spec.max_stalled_restarts)]
+    argv = [spec.python, "-m", "slurmpre.job", "run"]
+    for name in keys.WRITTEN:  # the table says how each is written, and when
+        argv += keys.BY_NAME[name].written(getattr(spec, name))
     return [*argv, "--", *spec.command]
 
 
@@ -163,8 +130,7 @@ def steps_argv(spec: JobSpec) -> list[str]:
     if not spec.nodes.elastic or not spec.in_place or not spec.watch:
         return []
     argv = [spec.python, "-m", "slurmpre.job", "steps", f"--checkpoint-dir={spec.checkpoint_dir}"]
-    if spec.file_access != access.OWNER.name:
-        argv.append(f"--file-access={spec.file_access}")
+    argv += keys.BY_NAME["file_access"].written(spec.file_access)
     return [*argv, "--"]
 
 

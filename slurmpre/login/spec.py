@@ -15,13 +15,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre import defaults, launchers, reading
+from slurmpre import keys, launchers, reading
 from slurmpre.errors import SpecError
-from slurmpre.folder import access
 from slurmpre.launchers import Launcher
+from slurmpre.login import parsers
 from slurmpre.login import values as v
-from slurmpre.login import variables
-from slurmpre.login.values import NodeRange
+from slurmpre.noderange import NodeRange
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,48 +28,56 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 
+def _default(key: str) -> Any:
+    """A key's default, from the one table (`slurmpre.keys`)."""
+    return keys.BY_NAME[key].default
+
+
 @dataclass(frozen=True)
 class JobSpec:
+    """A checked spec: its fields are the table's keys (`slurmpre.keys`), in its order,
+    with its defaults; a test holds them to it."""
+
     name: str
     command: tuple[str, ...]
-    nodes: NodeRange = NodeRange(1, 1)  # noqa: RUF009 - frozen, so one shared default is safe
-    gpus_per_node: int = 0
-    gpu_type: str | None = None  # e.g. h100: --gpus-per-node=h100:8
-    gpus: int = 0  # for the whole job, which Slurm spreads over the nodes: --gpus=h100:16
-    cpus_per_task: int | None = None
-    mem: str | None = None
-    time: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = "preemptible"
-    requeue: bool = True
-    array: str | None = None
-    checkpoint_dir: str = ""
-    log_dir: str = ""
-    launcher: Launcher = launchers.DEFAULT
-    nproc_per_node: int | None = None  # None: one process per GPU Slurm gave the node
-    env: Mapping[str, str] = field(default_factory=dict)
-    setup: tuple[str, ...] = ()
-    extra_sbatch: tuple[str, ...] = ()
-    warn_before_end: int = defaults.WARN_BEFORE_END  # --signal warning before the time limit
-    poll_interval: float = defaults.POLL_INTERVAL  # seconds between the watcher's Slurm queries
-    preempt_window: int = defaults.PREEMPT_WINDOW  # drain -> node removal, in seconds
-    safety_margin: int = defaults.SAFETY_MARGIN  # requeue anyway this long before the window closes
-    drain_reason: str | None = None  # only drains whose reason matches this pattern are notices
-    notice_signal: str | None = None  # also send this signal to the training processes
-    watch: bool = True  # run the preemption watcher (off: resume and rendezvous only)
-    in_place: bool = True  # a drained node other than the batch host: restart in the allocation
-    restart: str = defaults.RESTART  # otherwise: "requeue", or "successor" (a new job)
-    max_restarts: int = defaults.MAX_RESTARTS  # the run gives up at a restart past this
-    max_stalled_restarts: int = defaults.MAX_STALLED_RESTARTS  # or after N attempts saving nothing
-    resume_arg: str | None = None  # e.g. "--resume-from": the command gets the resume path
-    accelerate_config: str | None = None  # `accelerate launch --config_file`, on every attempt
-    snapshot: str = "none"  # "git": every attempt runs from a copy made at submit
-    snapshot_max_mb: int = defaults.SNAPSHOT_MAX_MB
-    file_access: str = "owner"  # who may read what slurmpre creates: "owner" or "group"
-    python: str = ""  # the interpreter that has slurmpre on the nodes
-    template: str | None = None
+    nodes: NodeRange = _default("nodes")  # noqa: RUF009 - immutable: one shared default is safe
+    gpus_per_node: int = _default("gpus_per_node")
+    gpu_type: str | None = _default("gpu_type")
+    gpus: int = _default("gpus")
+    cpus_per_task: int | None = _default("cpus_per_task")
+    mem: str | None = _default("mem")
+    time: str | None = _default("time")
+    partition: str | None = _default("partition")
+    account: str | None = _default("account")
+    qos: str | None = _default("qos")
+    constraint: str | None = _default("constraint")
+    requeue: bool = _default("requeue")
+    array: str | None = _default("array")
+    checkpoint_dir: str = _default("checkpoint_dir")
+    log_dir: str = _default("log_dir")
+    launcher: Launcher = _default("launcher")  # noqa: RUF009 - immutable: one shared default is safe
+    nproc_per_node: int | None = _default("nproc_per_node")
+    env: Mapping[str, str] = field(default_factory=dict)  # the table's {}, one each
+    setup: tuple[str, ...] = _default("setup")
+    extra_sbatch: tuple[str, ...] = _default("extra_sbatch")
+    warn_before_end: int = _default("warn_before_end")
+    poll_interval: float = _default("poll_interval")
+    preempt_window: int = _default("preempt_window")
+    safety_margin: int = _default("safety_margin")
+    drain_reason: str | None = _default("drain_reason")
+    notice_signal: str | None = _default("notice_signal")
+    watch: bool = _default("watch")
+    in_place: bool = _default("in_place")
+    restart: str = _default("restart")
+    max_restarts: int = _default("max_restarts")
+    max_stalled_restarts: int = _default("max_stalled_restarts")
+    resume_arg: str | None = _default("resume_arg")
+    accelerate_config: str | None = _default("accelerate_config")
+    snapshot: str = _default("snapshot")
+    snapshot_max_mb: int = _default("snapshot_max_mb")
+    file_access: str = _default("file_access")
+    python: str = _default("python")
+    template: str | None = _default("template")
 
     @property
     def is_array(self) -> bool:
@@ -90,6 +97,28 @@ def validate(
     """A raw mapping (from TOML and ``--set``) -> a checked JobSpec. Path keys expand
     ``~`` and ``$VAR`` from ``environ`` (this process's environment; with ``user``, that
     user's ``$HOME`` and ``$USER``)."""
+    _known(raw)
+    environ = dict(os.environ if environ is None else environ)
+    if user:
+        environ.update(HOME=f"/home/{user}", USER=user)
+    kw = {key: parsers.parse(key, value, environ) for key, value in raw.items()}
+    parsers.gpu_types(raw, kw)
+    spec = JobSpec(**kw)
+    _together(spec)
+    if not spec.checkpoint_dir:
+        # $HOME is on the shared volume (/home on the provider's clusters); a user given
+        # explicitly (tests, another account) gets /home/<user>.
+        home = f"/home/{user}" if user else str(Path.home())
+        spec = replace(spec, checkpoint_dir=f"{home}/checkpoints/{spec.name}")
+    if not spec.log_dir:
+        spec = replace(spec, log_dir=f"{spec.checkpoint_dir}/logs")
+    if not spec.python:
+        spec = replace(spec, python=python or sys.executable)
+    return spec
+
+
+def _known(raw: Mapping[str, Any]) -> None:
+    """Every key is one of the table's, and the two without a default are there."""
     unknown = [k for k in raw if k not in KEYS]
     if unknown:
         key = unknown[0]
@@ -101,138 +130,35 @@ def validate(
         raise SpecError("name: missing (every job needs a name)")
     if "command" not in raw:
         raise SpecError("command: missing (what should the job run?)")
-    name = v.parse_name(raw["name"])
-    explicit_user = user
-    environ = dict(os.environ if environ is None else environ)
-    if explicit_user:
-        environ.update(HOME=f"/home/{explicit_user}", USER=explicit_user)
-    kw: dict[str, Any] = {"name": name, "command": v.parse_command(raw["command"])}
-    for key, value in raw.items():
-        if key in ("name", "command"):
-            continue
-        if key == "nodes":
-            kw[key] = v.parse_nodes(value)
-        elif key in ("gpus_per_node", "gpus"):
-            _, kw[key] = v.parse_gpus(value, key)  # its type: after the loop
-        elif key in ("warn_before_end", "safety_margin", "preempt_window", "max_restarts",
-                     "max_stalled_restarts", "snapshot_max_mb"):  # fmt: skip
-            kw[key] = v.whole(key, value)
-        elif key in ("cpus_per_task", "nproc_per_node"):
-            kw[key] = None if value in (None, "", "auto") else v.whole(key, value)
-        elif key == "poll_interval":
-            kw[key] = v.seconds(key, value)
-        elif key == "drain_reason":
-            kw[key] = v.pattern(key, value)
-        elif key == "notice_signal":
-            kw[key] = v.signal_name(key, value)
-        elif key == "mem":
-            kw[key] = v.optional_word(key, value, v.MEM, "must be a size such as 64G or 512M")
-        elif key == "time":
-            kw[key] = v.time_limit(key, value)
-        elif key in ("partition", "account", "qos"):
-            kw[key] = v.optional_word(
-                key, value, v.WORD, "must be one word of letters, digits, . _ -"
-            )
-        elif key == "constraint":
-            kw[key] = v.optional_word(
-                key, value, v.CONSTRAINT, "must be a Slurm feature expression such as preemptible"
-            )
-        elif key == "array":
-            kw[key] = v.array(key, value)
-        elif key in ("requeue", "watch", "in_place"):
-            kw[key] = v.boolean(key, value)
-        elif key in ("checkpoint_dir", "log_dir"):
-            kw[key] = v.path(key, value, environ)
-        elif key == "launcher":
-            try:
-                kw[key] = Launcher(value)
-            except ValueError:
-                raise v.bad(key, value, "must be 'torchrun', 'accelerate' or 'plain'") from None
-        elif key == "gpu_type":
-            if value in (None, ""):
-                continue
-            if not isinstance(value, str) or not v.GPU_TYPE.match(value):
-                raise v.bad(key, value, "must be a GPU type such as h100 (letters, digits, _.-)")
-            kw[key] = value
-        elif key == "restart":
-            if value not in defaults.RESTARTS:
-                raise v.bad(key, value, "must be 'requeue' or 'successor'")
-            kw[key] = value
-        elif key == "snapshot":
-            if value not in defaults.SNAPSHOTS:
-                raise v.bad(key, value, "must be 'none' or 'git'")
-            kw[key] = value
-        elif key == "file_access":
-            if not isinstance(value, str) or value not in access.NAMES:
-                raise v.bad(key, value, "must be 'owner' or 'group'")
-            kw[key] = value
-        elif key == "env":
-            kw[key] = v.parse_env(value)
-        elif key == "setup":
-            kw[key] = v.parse_setup(value)
-        elif key == "extra_sbatch":
-            kw[key] = v.parse_extra_sbatch(value)
-        elif key == "resume_arg":
-            kw[key] = None if value in (None, "") else v.parse_resume_arg(value)
-        elif key == "python":
-            kw[key] = v.path(key, value, environ)
-        elif key == "accelerate_config":
-            kw[key] = None if value in (None, "") else v.accelerate_config(key, value, environ)
-        elif key == "template":  # a path key too: relative ones are to the spec's folder
-            text = None if value in (None, "") else v.one_line(key, value)
-            kw[key] = None if text is None else variables.expand_path(key, text, environ)
-    for key in ("gpus_per_node", "gpus"):
-        typed = v.parse_gpus(raw[key], key)[0] if key in raw else None
-        if typed is None:
-            continue
-        if kw.get("gpu_type") not in (None, typed):
-            raise v.bad("gpu_type", kw["gpu_type"], f"but {key} names {typed!r}")
-        kw["gpu_type"] = typed
-    spec = JobSpec(**kw)
-    if spec.gpus and spec.gpus_per_node:
-        raise v.bad(
-            "gpus", spec.gpus, "asks for GPUs per job, and gpus_per_node per node: give one"
-        )
-    if spec.gpu_type is not None and not (spec.gpus_per_node or spec.gpus):
-        raise v.bad("gpu_type", spec.gpu_type, "needs gpus_per_node or gpus of 1 or more")
-    if spec.accelerate_config and spec.launcher != Launcher.ACCELERATE:
-        raise v.bad(
-            "accelerate_config",
-            spec.accelerate_config,
-            f"is read by accelerate launch: set launcher = 'accelerate' "
-            f"(launcher is {spec.launcher.value!r})",
-        )
+
+
+def _together(spec: JobSpec) -> None:
+    """What keys must be together: each refusal names the key to change."""
+    margin, window = spec.safety_margin, spec.preempt_window
     chdir = next((d for d in spec.extra_sbatch if d.startswith("--chdir")), None)
-    if spec.snapshot != "none" and chdir is not None:
-        raise v.bad(
-            "extra_sbatch", chdir, "snapshot = 'git' runs the job from its copy of the code"
-        )
     nested = launchers.own(spec.command)
-    if nested is not None:
-        raise v.bad("command", " ".join(spec.command[:3]), launchers.NESTED[nested])
-    if spec.safety_margin >= spec.preempt_window:
-        raise v.bad(
-            "safety_margin",
-            spec.safety_margin,
-            f"must be smaller than preempt_window ({spec.preempt_window})",
-        )
-    if spec.poll_interval >= spec.preempt_window - spec.safety_margin:
-        raise v.bad(
-            "poll_interval",
-            spec.poll_interval,
-            f"must be shorter than preempt_window - safety_margin "
-            f"({spec.preempt_window - spec.safety_margin} s), or a drain is seen too late",
-        )
-    if not spec.checkpoint_dir:
-        # $HOME is on the shared volume (/home on the provider's clusters); a user given
-        # explicitly (tests, another account) gets /home/<user>.
-        home = f"/home/{explicit_user}" if explicit_user else str(Path.home())
-        spec = replace(spec, checkpoint_dir=f"{home}/checkpoints/{name}")
-    if not spec.log_dir:
-        spec = replace(spec, log_dir=f"{spec.checkpoint_dir}/logs")
-    if not spec.python:
-        spec = replace(spec, python=python or sys.executable)
-    return spec
+    refusals = [
+        ("gpus", spec.gpus, spec.gpus and spec.gpus_per_node,
+         "asks for GPUs per job, and gpus_per_node per node: give one"),
+        ("gpu_type", spec.gpu_type, spec.gpu_type is not None and not (spec.gpus_per_node or
+         spec.gpus), "needs gpus_per_node or gpus of 1 or more"),
+        ("accelerate_config", spec.accelerate_config,
+         spec.accelerate_config and spec.launcher != Launcher.ACCELERATE,
+         f"is read by accelerate launch: set launcher = 'accelerate' (launcher is "
+         f"{spec.launcher.value!r})"),
+        ("extra_sbatch", chdir, spec.snapshot != "none" and chdir is not None,
+         "snapshot = 'git' runs the job from its copy of the code"),
+        ("command", " ".join(spec.command[:3]), nested is not None,
+         launchers.NESTED[nested] if nested is not None else ""),
+        ("safety_margin", margin, margin >= window,
+         f"must be smaller than preempt_window ({window})"),
+        ("poll_interval", spec.poll_interval, spec.poll_interval >= window - margin,
+         f"must be shorter than preempt_window - safety_margin ({window - margin} s), or a "
+         "drain is seen too late"),
+    ]  # fmt: skip
+    for key, value, wrong, why in refusals:
+        if wrong:
+            raise v.bad(key, value, why)
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:

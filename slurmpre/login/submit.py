@@ -15,12 +15,12 @@ from slurmpre import cmd
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import access, records
+from slurmpre.folder import script as script_file
 from slurmpre.folder.access import Access, make_dirs
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.locks import FolderLock, LockTimeout
 from slurmpre.folder.owner import describe, live_holders
-from slurmpre.job import successor
 from slurmpre.login import code, jobs, progress, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec
@@ -175,7 +175,7 @@ def _submit(
     labels = tuple(t.label for t in tasks) or None
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
-    successor.record(FolderLayout(Path(spec.checkpoint_dir)), script)
+    script_file.record(FolderLayout(Path(spec.checkpoint_dir)), script)
     job_id = client.submit(script)
     ledger.append(
         records.Submitted(

@@ -5,27 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from slurmpre import defaults
+from slurmpre import defaults, keys, signals
 from slurmpre.errors import SpecError
-from slurmpre.job import options
 from slurmpre.login import sbatch_options, variables
+from slurmpre.noderange import NodeRange
 from slurmpre.reading import MEDIUM, read_text
-
-
-@dataclass(frozen=True)
-class NodeRange:
-    min: int
-    max: int
-
-    def __str__(self) -> str:
-        return str(self.min) if self.min == self.max else f"{self.min}-{self.max}"
-
-    @property
-    def elastic(self) -> bool:
-        return self.min != self.max
-
 
 _TIME = re.compile(
     r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
@@ -235,7 +220,7 @@ def seconds(key: str, value: object) -> float:
         number = float(value)
     except ValueError:
         raise bad(key, value, "must be a number of seconds") from None
-    why = options.in_range(key, number)
+    why = defaults.in_range(key, number)
     if why is not None:
         raise bad(key, value, f"{why} seconds")
     return number
@@ -243,7 +228,7 @@ def seconds(key: str, value: object) -> float:
 
 def parse_resume_arg(value: object) -> str:
     text = one_line("resume_arg", value).strip()
-    if text in ("", "--") or text in options.FLAGS:  # the wrapper's own: only a mistake
+    if text in ("", "--") or text in keys.FLAGS:  # the wrapper's own: only a mistake
         raise bad("resume_arg", value, "cannot be right: give the flag your script reads")
     return text
 
@@ -253,7 +238,7 @@ def pattern(key: str, value: object) -> str | None:
         return None
     text = one_line(key, value)
     try:
-        options.pattern(text)
+        keys.pattern(text)
     except ValueError as exc:
         raise bad(key, value, str(exc)) from None
     return text
@@ -314,7 +299,7 @@ def signal_name(key: str, value: object) -> str | None:
     if value in (None, ""):
         return None
     try:
-        return options.notice_signal(one_line(key, value)).name
+        return signals.notice_signal(one_line(key, value)).name
     except ValueError as exc:
         raise bad(key, value, str(exc)) from None
 

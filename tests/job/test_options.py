@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from slurmpre import defaults
+from slurmpre import defaults, keys
 from slurmpre.errors import UsageError
-from slurmpre.job import options
 from slurmpre.job.args import parse_args
 from slurmpre.login.render import launch_argv
 from slurmpre.login.spec import SpecError, validate
@@ -31,7 +30,7 @@ def test_every_option_the_template_writes_is_one_the_wrapper_takes() -> None:
     argv = launch_argv(full)
     wrapper = argv[argv.index("run") + 1 : argv.index("--")]
     flags = {a.split("=", 1)[0] for a in wrapper if a.startswith("--")}
-    assert flags <= options.FLAGS
+    assert flags <= keys.FLAGS
     # ... and the wrapper parses that argv back to the spec's values.
     parsed = parse_args(argv[argv.index("run") :])
     assert parsed.watch.min_nodes == 2
@@ -39,7 +38,7 @@ def test_every_option_the_template_writes_is_one_the_wrapper_takes() -> None:
     assert parsed.watching is False and parsed.watch.in_place is False
 
 
-@pytest.mark.parametrize("flag", sorted(options.FLAGS))
+@pytest.mark.parametrize("flag", sorted(keys.FLAGS))
 def test_no_wrapper_option_is_taken_as_the_resume_argument(flag: str) -> None:
     with pytest.raises(SpecError, match="resume_arg"):
         spec(resume_arg=flag)

@@ -17,9 +17,10 @@ from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Successor, Waiting
+from slurmpre.folder.script import record, recorded
 from slurmpre.job.env import JobEnv
 from slurmpre.job.options import WatchConfig
-from slurmpre.job.successor import record, recorded, submit_env, wait_for_predecessor
+from slurmpre.job.successor import submit_env, wait_for_predecessor
 from slurmpre.slurm.parse import parse_jobs
 
 from tests.conftest import DATA

@@ -1,0 +1,93 @@
+"""The parsers the table of spec keys names (`slurmpre.keys`), all of one shape:
+``(key, value, environ) -> the typed value``, a `SpecError` naming the key otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurmpre import keys
+from slurmpre.launchers import Launcher
+from slurmpre.login import values as v
+from slurmpre.login import variables
+
+Parser = Callable[[str, Any, Mapping[str, str]], Any]
+
+
+def _unset(value: object) -> bool:
+    return value is None or value == ""
+
+
+def _choice(key: str, value: Any, environ: Mapping[str, str]) -> str:
+    names = [repr(n) for n in keys.BY_NAME[key].choices or ()]
+    if not isinstance(value, str) or repr(value) not in names:
+        either = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+        raise v.bad(key, value, f"must be {either}")
+    return value
+
+
+def _launcher(key: str, value: Any, environ: Mapping[str, str]) -> Launcher:
+    return Launcher(_choice(key, value, environ))
+
+
+def _gpu_type(key: str, value: Any, environ: Mapping[str, str]) -> str | None:
+    if _unset(value):
+        return None
+    if not isinstance(value, str) or not v.GPU_TYPE.match(value):
+        raise v.bad(key, value, "must be a GPU type such as h100 (letters, digits, _.-)")
+    return value
+
+
+def _template(key: str, value: Any, environ: Mapping[str, str]) -> str | None:
+    """A path key too; a relative one is to the spec's folder (`spec.from_raw`)."""
+    return None if _unset(value) else variables.expand_path(key, v.one_line(key, value), environ)
+
+
+WORD = "must be one word of letters, digits, . _ -"
+FEATURES = "must be a Slurm feature expression such as preemptible"
+
+PARSERS: dict[str, Parser] = {
+    "name": lambda k, x, e: v.parse_name(x),
+    "command": lambda k, x, e: v.parse_command(x),
+    "nodes": lambda k, x, e: v.parse_nodes(x),
+    "gpus": lambda k, x, e: v.parse_gpus(x, k)[1],  # the type: `gpu_types`
+    "gpu_type": _gpu_type,
+    "whole": lambda k, x, e: v.whole(k, x),
+    "whole_or_auto": lambda k, x, e: None if _unset(x) or x == "auto" else v.whole(k, x),
+    "seconds": lambda k, x, e: v.seconds(k, x),
+    "pattern": lambda k, x, e: v.pattern(k, x),
+    "signal_name": lambda k, x, e: v.signal_name(k, x),
+    "mem": lambda k, x, e: v.optional_word(k, x, v.MEM, "must be a size such as 64G or 512M"),
+    "time_limit": lambda k, x, e: v.time_limit(k, x),
+    "word": lambda k, x, e: v.optional_word(k, x, v.WORD, WORD),
+    "constraint": lambda k, x, e: v.optional_word(k, x, v.CONSTRAINT, FEATURES),
+    "array": lambda k, x, e: v.array(k, x),
+    "boolean": lambda k, x, e: v.boolean(k, x),
+    "path": lambda k, x, e: v.path(k, x, e),
+    "launcher": _launcher,
+    "restart": _choice,
+    "snapshot": _choice,
+    "file_access": _choice,
+    "env": lambda k, x, e: v.parse_env(x),
+    "setup": lambda k, x, e: v.parse_setup(x),
+    "extra_sbatch": lambda k, x, e: v.parse_extra_sbatch(x),
+    "resume_arg": lambda k, x, e: None if _unset(x) else v.parse_resume_arg(x),
+    "accelerate_config": lambda k, x, e: None if _unset(x) else v.accelerate_config(k, x, e),
+    "template": _template,
+}
+
+
+def parse(key: str, value: Any, environ: Mapping[str, str]) -> Any:
+    """``value`` of the spec key ``key``, by the parser its row names."""
+    return PARSERS[keys.BY_NAME[key].parse](key, value, environ)
+
+
+def gpu_types(raw: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """The GPU type a count names (``"h100:8"``), set as ``gpu_type`` (one type per job)."""
+    for key in ("gpus_per_node", "gpus"):
+        typed = v.parse_gpus(raw[key], key)[0] if key in raw else None
+        if typed is None:
+            continue
+        if kw.get("gpu_type") not in (None, typed):
+            raise v.bad("gpu_type", kw["gpu_type"], f"but {key} names {typed!r}")
+        kw["gpu_type"] = typed
