@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmpre import arguments
+from slurmpre import arguments, environment
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.folder import checkpoints, trust
@@ -32,7 +32,6 @@ from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.locks import LockTimeout
 from slurmpre.folder.records import Checkpoint, Waiting
-from slurmpre.job.env import IN_PLACE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV
 from slurmpre.job.meeting import Alone, FolderMeeting, Meeting, TorchMeeting, device
 from slurmpre.job.notice import CHECKPOINT, STOP, Agree, NoticeGate
 
@@ -59,10 +58,10 @@ def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
     """
     e = _env(env)
     _meets_at_resume(e)
-    if e.get(RESUME_PENDING_ENV):
+    if e.get(environment.RESUME_PENDING):
         choice = _taken_over(e)
         return Path(choice.resume_from) if choice.resume_from else None
-    raw = e.get("SLURMPRE_RESUME_FROM", "")
+    raw = e.get(environment.RESUME_FROM, "")
     return Path(raw) if raw else None
 
 
@@ -70,9 +69,9 @@ def resume_step(env: Mapping[str, str] | None = None) -> int | None:
     """The step of `resume_path`'s checkpoint (None for a fresh start); blocks as it does."""
     e = _env(env)
     _meets_at_resume(e)
-    if e.get(RESUME_PENDING_ENV):
+    if e.get(environment.RESUME_PENDING):
         return _taken_over(e).step
-    return _int(e, "SLURMPRE_RESUME_STEP")
+    return _int(e, environment.RESUME_STEP)
 
 
 _marked_resume: set[str] = set()
@@ -81,9 +80,9 @@ _marked_resume: set[str] = set()
 def _meets_at_resume(env: Mapping[str, str]) -> None:
     """Mark (once) that this job's script asks for its checkpoint here: its successor may
     then start early and wait in this call (make before break)."""
-    path = env.get("SLURMPRE_MEETS_AT_RESUME_FILE", "")
+    path = env.get(environment.MEETS_AT_RESUME_FILE, "")
     if path and path not in _marked_resume:
-        _mark(env, "SLURMPRE_MEETS_AT_RESUME_FILE")
+        _mark(env, environment.MEETS_AT_RESUME_FILE)
         _marked_resume.add(path)
 
 
@@ -94,12 +93,12 @@ def _taken_over(env: Mapping[str, str]) -> Choice:
     """A successor's checkpoint, once its predecessor has ended; the first call on rank 0
     records that this training is ready (the predecessor then stops at once)."""
     folder = checkpoint_dir(env)
-    tag = env.get("SLURMPRE_JOB_TAG", "")
+    tag = env.get(environment.JOB_TAG, "")
     attempt, in_place = _attempt(env), _in_place(env)
     key = (str(folder), tag, attempt_key(attempt, in_place))
     if key in _taken:
         return _taken[key]
-    predecessor = env[RESUME_PENDING_ENV]
+    predecessor = env[environment.RESUME_PENDING]
     ledger = Ledger(folder, access=_access(env))
     if ranks(env)[0] == 0:
         try:
@@ -114,7 +113,7 @@ def _taken_over(env: Mapping[str, str]) -> Choice:
             )
         except CheckpointError as exc:  # the predecessor then stops by its deadline
             print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
-    timeout = float(env.get(RESUME_TIMEOUT_ENV) or 600)
+    timeout = float(env.get(environment.RESUME_TIMEOUT) or 600)
     try:
         choice = ledger.wait_choice(tag, key[2], timeout, resume=True)
     except SlurmpreError as exc:
@@ -130,37 +129,37 @@ def restart_count(env: Mapping[str, str] | None = None) -> int:
     """0 on the first run, then 1, 2, ... after each restart of the run: Slurm's requeues
     and the hand-overs to successor jobs (an in-place restart is not one)."""
     e = _env(env)
-    run = _int(e, "SLURMPRE_RESTARTS")
+    run = _int(e, environment.RESTARTS)
     return run if run is not None else _attempt(e)
 
 
 def _attempt(env: Mapping[str, str]) -> int:
     """This job's own restart count (Slurm's SLURM_RESTART_COUNT): its records' attempt."""
-    return _int(env, "SLURMPRE_RESTART_COUNT") or _int(env, "SLURM_RESTART_COUNT") or 0
+    return _int(env, environment.RESTART_COUNT) or _int(env, "SLURM_RESTART_COUNT") or 0
 
 
 def _in_place(env: Mapping[str, str]) -> int:
     """In-place restarts of this attempt so far (set by the batch script's supervisor)."""
-    return _int(env, IN_PLACE_ENV) or 0
+    return _int(env, environment.IN_PLACE) or 0
 
 
 def world_size(env: Mapping[str, str] | None = None) -> int | None:
     """Processes in this attempt (nodes x processes per node)."""
-    return _int(_env(env), "SLURMPRE_WORLD_SIZE")
+    return _int(_env(env), environment.WORLD_SIZE)
 
 
 def previous_world_size(env: Mapping[str, str] | None = None) -> int | None:
     """Processes in the previous attempt, for resharding and keeping the global batch."""
     e = _env(env)
-    if e.get(RESUME_PENDING_ENV):
+    if e.get(environment.RESUME_PENDING):
         return _taken_over(e).previous_world_size
-    return _int(e, "SLURMPRE_PREVIOUS_WORLD_SIZE")
+    return _int(e, environment.PREVIOUS_WORLD_SIZE)
 
 
 def checkpoint_dir(env: Mapping[str, str] | None = None) -> Path:
-    raw = _env(env).get("SLURMPRE_CHECKPOINT_DIR", "")
+    raw = _env(env).get(environment.CHECKPOINT_DIR, "")
     if not raw:
-        raise CheckpointError("SLURMPRE_CHECKPOINT_DIR is not set: run under `slurmpre run`")
+        raise CheckpointError(f"{environment.CHECKPOINT_DIR} is not set: run under `slurmpre run`")
     return Path(raw)
 
 
@@ -209,7 +208,7 @@ def _attempt_tag(env: Mapping[str, str], folder: Path) -> str:
     key = str(folder)
     _sequence[key] = _sequence.get(key, 0) + 1
     parts = [
-        env.get("SLURMPRE_JOB_TAG") or "local",
+        env.get(environment.JOB_TAG) or "local",
         attempt_key(_attempt(env), _in_place(env)),
     ]
     for short, name in (("s", "SLURM_STEP_ID"), ("r", "TORCHELASTIC_RESTART_COUNT")):
@@ -242,7 +241,7 @@ def checkpoint(
         raise CheckpointError(f"checkpoint timeout must be more than 0 seconds, got {timeout!r}")
     target = Path(folder) if folder is not None else checkpoint_dir()
     env = os.environ
-    if env.get(RESUME_PENDING_ENV):
+    if env.get(environment.RESUME_PENDING):
         _taken_over(env)  # never write beside a predecessor that still trains
     dist = _distributed()
     rank, world = ranks(env)
@@ -333,13 +332,13 @@ def _record_commit(
     access: Access,
     seconds: float | None,
 ) -> None:
-    if not env.get("SLURMPRE_JOB_TAG"):
+    if not env.get(environment.JOB_TAG):
         return
     # The watcher requeues once it sees this: a checkpoint newer than the notice.
     try:
         Ledger(target, access=access).append(
             Checkpoint(
-                job=env["SLURMPRE_JOB_TAG"],
+                job=env[environment.JOB_TAG],
                 attempt=_attempt(env),
                 in_place=_in_place(env),
                 step=step,
@@ -371,7 +370,7 @@ def committed(
     arguments.count("step", step, optional=True)
     e = _env(env)
     target = checkpoint_dir(e)
-    if e.get(RESUME_PENDING_ENV):
+    if e.get(environment.RESUME_PENDING):
         _taken_over(e)
     judged = checkpoints.judge(path, target)  # a CheckpointError if it does not exist
     where = Path(judged.where)
@@ -392,7 +391,7 @@ def committed(
     return where
 
 
-_gate = NoticeGate(lambda: os.environ.get("SLURMPRE_NOTICE_FILE", ""))
+_gate = NoticeGate(lambda: os.environ.get(environment.NOTICE_FILE, ""))
 
 
 @functools.cache
@@ -411,7 +410,7 @@ def _torch_agree(dist: Any) -> Agree:
 
 
 def _gate_for(env: Mapping[str, str] | None) -> NoticeGate:
-    return _gate if env is None else NoticeGate(lambda: env.get("SLURMPRE_NOTICE_FILE", ""))
+    return _gate if env is None else NoticeGate(lambda: env.get(environment.NOTICE_FILE, ""))
 
 
 def _level(gate: NoticeGate, env: Mapping[str, str] | None, mark: str) -> tuple[int, bool]:
@@ -446,13 +445,13 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     job that takes over is ready, or as the draining node's deadline nears.
     """
     gate = _gate_for(env)
-    level, first_rank = _level(gate, env, "SLURMPRE_LISTENING_FILE")
+    level, first_rank = _level(gate, env, environment.LISTENING_FILE)
     gate.stop_asked = True
     answer = level >= (STOP if gate.goes_on else CHECKPOINT)
-    if answer and first_rank and "SLURMPRE_TAKEN_FILE" not in gate.marked:
+    if answer and first_rank and environment.TAKEN_FILE not in gate.marked:
         # The script stops on this notice: its exit is not the end of its work.
-        _mark(_env(env), "SLURMPRE_TAKEN_FILE")
-        gate.marked.add("SLURMPRE_TAKEN_FILE")
+        _mark(_env(env), environment.TAKEN_FILE)
+        gate.marked.add(environment.TAKEN_FILE)
     return answer
 
 
@@ -477,7 +476,7 @@ def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
     """
     gate = _gate_for(env)
     gate.goes_on = True
-    level, _ = _level(gate, env, "SLURMPRE_GOES_ON_FILE")
+    level, _ = _level(gate, env, environment.GOES_ON_FILE)
     if gate.checkpoint_answered or level < CHECKPOINT:
         return False
     if level >= STOP and gate.stop_asked:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import slurmpre
+from slurmpre import environment
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder import access
 from slurmpre.folder.checkpoints import writing
@@ -71,7 +72,7 @@ def everything(folder: Path, mode: access.Access, monkeypatch: pytest.MonkeyPatc
     ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
     ledger.publish(choice(folder))
     write_notice(folder / ".slurmpre" / "notice-7-0.json", Notice("drain", "n1", None, 1.0))
-    monkeypatch.setenv(access.ENV, mode.name)
+    monkeypatch.setenv(environment.FILE_ACCESS, mode.name)
     monkeypatch.setenv("SLURMPRE_JOB_TAG", "7")
     monkeypatch.setenv("SLURMPRE_LISTENING_FILE", str(folder / ".slurmpre" / "listening-7-0"))
     monkeypatch.setenv("SLURMPRE_NOTICE_FILE", str(folder / ".slurmpre" / "notice-7-0.json"))
@@ -165,7 +166,7 @@ def test_the_wrapper_refuses_a_bad_file_access() -> None:
 def test_a_bad_access_in_the_environment_fails_the_checkpoint_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(access.ENV, "everyone")
+    monkeypatch.setenv(environment.FILE_ACCESS, "everyone")
     with pytest.raises(CheckpointError, match="SLURMPRE_FILE_ACCESS = 'everyone'"):  # noqa: SIM117
         with slurmpre.checkpoint(1, tmp_path):
             pass

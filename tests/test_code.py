@@ -221,10 +221,11 @@ def test_an_attempt_refuses_a_snapshot_changed_since_submit(
 def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from slurmpre import environment
     from slurmpre.errors import JobEnvironmentError
     from slurmpre.folder.ledger import Ledger
     from slurmpre.job.args import parse_args
-    from slurmpre.job.env import CODE_DIR_ENV, JobEnv
+    from slurmpre.job.env import JobEnv
     from slurmpre.job.resume import AttemptContext, agree
 
     from tests.fakes import Jobs
@@ -233,7 +234,7 @@ def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
     root = Path(code.snapshot(repo, ck, 10, access.OWNER).root or "")
     (root / "train.py").chmod(0o600)
     (root / "train.py").write_text("print('not what was submitted')\n")
-    monkeypatch.setenv(CODE_DIR_ENV, str(root))
+    monkeypatch.setenv(environment.CODE_DIR, str(root))
     ledger = Ledger(ck)
     opts = parse_args(["--checkpoint-dir", str(ck), "--", "python", "train.py"])
     job = JobEnv("42", 0, 0, ("n1",), "n1", 0)

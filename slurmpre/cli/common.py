@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from slurmpre import defaults
+from slurmpre import defaults, environment
 from slurmpre.errors import UsageError
 
 
@@ -82,7 +82,7 @@ def sandbox_here() -> Any:
     """The sandbox of this machine ($SLURMPRE_SANDBOX_DIR, else the default state folder)."""
     from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 
-    return Sandbox(Path(os.environ.get("SLURMPRE_SANDBOX_DIR", DEFAULT_STATE_DIR)))
+    return Sandbox(Path(os.environ.get(environment.SANDBOX_DIR, DEFAULT_STATE_DIR)))
 
 
 def prices(command: Callable[..., Any]) -> Callable[..., Any]:

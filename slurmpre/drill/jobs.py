@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slurmpre import environment
 from slurmpre.drill.options import DrillOptions
 from slurmpre.errors import UsageError
 from slurmpre.login.spec import JobSpec, read, validate
@@ -24,7 +25,7 @@ SEEDS_SCRIPT = """#!/bin/bash
 # The provider's recipe (the seeds' docs): --requeue, periodic checkpoints, and
 # after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1.
 export GLOO_SOCKET_IFNAME=lo
-export SLURMPRE_CHECKPOINT_DIR={ckpt}
+export {checkpoint_dir}={ckpt}
 srun --ntasks-per-node=1 {python} {launch}-m slurmpre.drill.train {args} --mode seeds
 """
 TORCHRUN = (
@@ -49,6 +50,7 @@ def seeds_script(
     (folder / "logs").mkdir(parents=True)
     return SEEDS_SCRIPT.format(
         log=shlex.quote(str(folder / "logs" / log)),
+        checkpoint_dir=environment.CHECKPOINT_DIR,
         ckpt=shlex.quote(str(folder)),
         python=shlex.quote(python),
         launch="" if plain else TORCHRUN,

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from slurmpre import environment
+
 DIM = 16
 BATCH = 32
 LOG = "drill-steps.jsonl"
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         out = slurmpre.checkpoint_dir()
         resume = slurmpre.resume_path()
     else:
-        out = Path(args.checkpoint_dir or os.environ["SLURMPRE_CHECKPOINT_DIR"])
+        out = Path(args.checkpoint_dir or os.environ[environment.CHECKPOINT_DIR])
         # The seeds' recipe: the highest-numbered folder, complete or not.
         folders = sorted(out.glob("step-*"))
         resume = folders[-1] if restarts and folders else None

@@ -22,10 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmpre import environment
 from slurmpre.errors import UsageError
-
-ENV = "SLURMPRE_FILE_ACCESS"
-"""How the wrapper tells the training process (and ``slurmpre.checkpoint``) the access."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +54,8 @@ def named(value: object, where: str) -> Access:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Access:
-    value = (os.environ if env is None else env).get(ENV) or OWNER.name
-    return named(value, ENV)
+    value = (os.environ if env is None else env).get(environment.FILE_ACCESS) or OWNER.name
+    return named(value, environment.FILE_ACCESS)
 
 
 def make_dir(path: Path, access: Access, *, exist_ok: bool = False) -> bool:

@@ -2,7 +2,7 @@
 
     from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
 
-    args = TrainingArguments(output_dir=os.environ["SLURMPRE_CHECKPOINT_DIR"], ...)
+    args = TrainingArguments(output_dir=os.environ[environment.CHECKPOINT_DIR], ...)
     trainer = Trainer(model, args, ..., callbacks=[SlurmpreCallback()])
     trainer.train(resume_from_checkpoint=resume_from_checkpoint())
 
@@ -25,6 +25,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 import slurmpre
+from slurmpre import environment
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.integrations import resume_from_checkpoint
 
@@ -39,12 +40,12 @@ class SlurmpreCallback(TrainerCallback):  # type: ignore[misc]  # the framework 
         self.stop_step: int | None = None  # where it saved and stopped
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        folder = os.environ.get("SLURMPRE_CHECKPOINT_DIR")
+        folder = os.environ.get(environment.CHECKPOINT_DIR)
         if folder and Path(args.output_dir).resolve() != Path(folder).resolve():
             raise UsageError(
                 f"TrainingArguments.output_dir = {args.output_dir!r} is not the job's checkpoint "
                 f"folder {folder!r}: the next attempt would not find the Trainer's checkpoints "
-                "(set output_dir=os.environ['SLURMPRE_CHECKPOINT_DIR'])"
+                f"(set output_dir=os.environ[{environment.CHECKPOINT_DIR!r}])"
             )
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -62,7 +63,7 @@ class SlurmpreCallback(TrainerCallback):  # type: ignore[misc]  # the framework 
             control.should_training_stop = True
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not os.environ.get("SLURMPRE_CHECKPOINT_DIR"):
+        if not os.environ.get(environment.CHECKPOINT_DIR):
             return  # not under slurmpre: nothing to report
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not (state.is_world_process_zero and path.is_dir()):

@@ -2,7 +2,7 @@
 
     from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
 
-    trainer = L.Trainer(default_root_dir=os.environ["SLURMPRE_CHECKPOINT_DIR"],
+    trainer = L.Trainer(default_root_dir=os.environ[environment.CHECKPOINT_DIR],
                         callbacks=[SlurmpreCallback()], ...)
     trainer.fit(model, data, ckpt_path=resume_from_checkpoint())
 
@@ -24,6 +24,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 import slurmpre
+from slurmpre import environment
 from slurmpre.errors import SlurmpreError
 from slurmpre.integrations import resume_from_checkpoint
 
@@ -49,7 +50,7 @@ class SlurmpreCallback(Callback):  # type: ignore[misc]  # the framework is not 
         step = int(trainer.global_step)
         if save and self.notice_step is None:
             self.notice_step = step
-        folder = os.environ.get("SLURMPRE_CHECKPOINT_DIR")
+        folder = os.environ.get(environment.CHECKPOINT_DIR)
         if folder:
             path = Path(folder) / f"step={step}.ckpt"
             trainer.save_checkpoint(path)  # every rank takes part; rank 0 writes

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from slurmpre import environment
 from slurmpre.atomic import write_atomic
 from slurmpre.folder.access import OWNER, make_dirs
 from slurmpre.folder.locks import FolderLock, LockTimeout
@@ -63,9 +64,9 @@ def _number(value: object) -> TypeGuard[int | float]:
 
 def folder(env: Mapping[str, str]) -> Path | None:
     """Where this user's jobs on this cluster share their board; None: sharing is off."""
-    if env.get("SLURMPRE_SHARED_WATCH", "1").strip().lower() in ("0", "false", "no", "off"):
+    if env.get(environment.SHARED_WATCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    given = env.get("SLURMPRE_SHARED_DIR")
+    given = env.get(environment.SHARED_DIR)
     if given:
         return Path(given)
     home = env.get("HOME") or str(Path.home())

@@ -5,25 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slurmpre import environment
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder.layout import attempt_key
 from slurmpre.slurm.hostlist import expand
-
-# Set by the batch script's supervisor (`slurmpre.job.steps`) for each step it starts.
-IN_PLACE_ENV = "SLURMPRE_IN_PLACE"
-BATCH_HOST_ENV = "SLURMPRE_BATCH_HOST"
-# Set in a successor's environment by the job it takes over from (`job.successor`).
-PREDECESSOR_ENV = "SLURMPRE_PREDECESSOR"
-# In a successor's training: the job it takes over from, while the checkpoint is not yet
-# chosen (`slurmpre.resume_path()` waits for it, at most RESUME_TIMEOUT_ENV seconds).
-RESUME_PENDING_ENV = "SLURMPRE_RESUME_PENDING"
-# The code the job runs, as `slurmpre submit` found it (slurmpre.login.code).
-CODE_ENV = "SLURMPRE_CODE"
-CODE_DIR_ENV = "SLURMPRE_CODE_DIR"  # set when every attempt runs from a snapshot
-RESUME_TIMEOUT_ENV = "SLURMPRE_RESUME_TIMEOUT"
-# In a successor's environment: the restarts of the run before this job (its
-# predecessors' requeues and hand-overs), so that the run's count goes on across jobs.
-EARLIER_RESTARTS_ENV = "SLURMPRE_EARLIER_RESTARTS"
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
@@ -117,8 +102,8 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         gpus_on_node=_gpus(env),
         array_job_id=env.get("SLURM_ARRAY_JOB_ID") or None,
         array_task_id=env.get("SLURM_ARRAY_TASK_ID") or None,
-        in_place=_int(env, IN_PLACE_ENV, default=0),
-        batch_host=env.get(BATCH_HOST_ENV) or None,
-        predecessor=env.get(PREDECESSOR_ENV) or None,
-        earlier_restarts=_int(env, EARLIER_RESTARTS_ENV, default=0),
+        in_place=_int(env, environment.IN_PLACE, default=0),
+        batch_host=env.get(environment.BATCH_HOST) or None,
+        predecessor=env.get(environment.PREDECESSOR) or None,
+        earlier_restarts=_int(env, environment.EARLIER_RESTARTS, default=0),
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from slurmpre import environment
 from slurmpre.errors import (
     CheckpointError,
     HandedOver,
@@ -26,7 +27,6 @@ from slurmpre.errors import (
 )
 from slurmpre.folder import checkpoints, trust
 from slurmpre.folder import snapshot as snapshots
-from slurmpre.folder.access import ENV as ACCESS_ENV
 from slurmpre.folder.access import OWNER, Access, make_dir
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
@@ -35,7 +35,7 @@ from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.gitstate import git_state
 from slurmpre.job import limits
 from slurmpre.job.args import RunOptions
-from slurmpre.job.env import CODE_DIR_ENV, CODE_ENV, RESUME_PENDING_ENV, RESUME_TIMEOUT_ENV, JobEnv
+from slurmpre.job.env import JobEnv
 from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.job.successor import wait_for_predecessor
@@ -196,7 +196,7 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     opts, job, folder, ledger, client, say = (
         at.opts, at.job, at.folder, at.ledger, at.client, at.say
     )  # fmt: skip
-    snapshot = os.environ.get(CODE_DIR_ENV)
+    snapshot = os.environ.get(environment.CODE_DIR)
     if snapshot:  # before anything runs from it: the user's alone, and what was submitted
         snapshots.verify(Path(snapshot))
     holders = live_holders(ledger, client, besides=job.tag, say=say)
@@ -270,8 +270,8 @@ def code_run(env: Mapping[str, str]) -> str | None:
     without one, the submit folder's git commit as it is now, since a restart runs what
     the folder holds by then (the submit's identity when it is no work tree any more,
     or git cannot say within GIT_TIMEOUT)."""
-    submitted = env.get(CODE_ENV) or None
-    if submitted is None or env.get(CODE_DIR_ENV):
+    submitted = env.get(environment.CODE) or None
+    if submitted is None or env.get(environment.CODE_DIR):
         return submitted
     state = git_state(Path.cwd(), timeout=GIT_TIMEOUT)
     return submitted if state is None else state.describe()
@@ -309,28 +309,28 @@ def child_env(
     tag, attempt = job.tag, job.attempt
     out.update(
         {
-            "SLURMPRE_CHECKPOINT_DIR": str(folder),
-            "SLURMPRE_RESUME_FROM": choice.resume_from or "",
-            "SLURMPRE_RESUME_STEP": "" if choice.step is None else str(choice.step),
-            "SLURMPRE_RESTART_COUNT": str(job.restart_count),
-            "SLURMPRE_RESTARTS": str(job.run_restarts),
-            "SLURMPRE_JOB_TAG": tag,
-            "SLURMPRE_WORLD_SIZE": str(choice.world_size),
-            "SLURMPRE_PREVIOUS_WORLD_SIZE": ""
+            environment.CHECKPOINT_DIR: str(folder),
+            environment.RESUME_FROM: choice.resume_from or "",
+            environment.RESUME_STEP: "" if choice.step is None else str(choice.step),
+            environment.RESTART_COUNT: str(job.restart_count),
+            environment.RESTARTS: str(job.run_restarts),
+            environment.JOB_TAG: tag,
+            environment.WORLD_SIZE: str(choice.world_size),
+            environment.PREVIOUS_WORLD_SIZE: ""
             if choice.previous_world_size is None
             else str(choice.previous_world_size),
-            "SLURMPRE_NOTICE_FILE": str(notice_path(folder, tag, attempt)),
-            "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
-            "SLURMPRE_TAKEN_FILE": str(taken_path(folder, tag, attempt)),
-            "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
-            "SLURMPRE_MEETS_AT_RESUME_FILE": str(FolderLayout(folder).meets_at_resume(tag)),
-            ACCESS_ENV: opts.file_access.name,
+            environment.NOTICE_FILE: str(notice_path(folder, tag, attempt)),
+            environment.LISTENING_FILE: str(listening_path(folder, tag, attempt)),
+            environment.TAKEN_FILE: str(taken_path(folder, tag, attempt)),
+            environment.GOES_ON_FILE: str(FolderLayout(folder).goes_on(tag, attempt)),
+            environment.MEETS_AT_RESUME_FILE: str(FolderLayout(folder).meets_at_resume(tag)),
+            environment.FILE_ACCESS: opts.file_access.name,
         }
     )
-    out.pop(RESUME_PENDING_ENV, None)
+    out.pop(environment.RESUME_PENDING, None)
     if takes_over_early(opts, job, folder) and job.predecessor:
-        out[RESUME_PENDING_ENV] = job.predecessor
-        out[RESUME_TIMEOUT_ENV] = str(predecessor_timeout(opts) + opts.agree_timeout)
+        out[environment.RESUME_PENDING] = job.predecessor
+        out[environment.RESUME_TIMEOUT] = str(predecessor_timeout(opts) + opts.agree_timeout)
     if opts.launcher == Launcher.ACCELERATE and job.gpus_on_node == 0:
         # Slurm gave this node no GPU: Accelerate must be told, or each process counts
         # itself alone (DistributedType.NO) inside a torch.distributed world of many.

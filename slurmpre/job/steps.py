@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmpre import environment
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import access, records, trust
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Ledger
 from slurmpre.job import options
-from slurmpre.job.env import BATCH_HOST_ENV, IN_PLACE_ENV, JobEnv, read_job_env
+from slurmpre.job.env import JobEnv, read_job_env
 from slurmpre.job.inplace import Request, read_request, request_path
 from slurmpre.job.resume import task_checkpoint_dir
 from slurmpre.job.supervise import exit_code
@@ -160,9 +161,9 @@ class Steps:
         keep: tuple[str, ...] | None = None
         env = dict(self.env)
         if self.can_restart:
-            env[BATCH_HOST_ENV] = self.job.node_name
+            env[environment.BATCH_HOST] = self.job.node_name
         while True:
-            env[IN_PLACE_ENV] = str(in_place)
+            env[environment.IN_PLACE] = str(in_place)
             path = request_path(
                 self.folder, self.job.tag, attempt_key(self.job.restart_count, in_place)
             )

@@ -22,12 +22,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from slurmpre import environment
 from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound
 from slurmpre.folder import script as script_file
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Successor
-from slurmpre.job.env import EARLIER_RESTARTS_ENV, PREDECESSOR_ENV, JobEnv
+from slurmpre.job.env import JobEnv
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 POLL = 1.0  # seconds between looks at the predecessor
@@ -46,7 +47,11 @@ def submit_env(env: Mapping[str, str]) -> dict[str, str]:
     list once per entry (the script puts its python first again, at every hand-over)."""
     out = {}
     for k, v in env.items():
-        if k.startswith(SLURM_SET) or k in GRES_SET or k in (PREDECESSOR_ENV, EARLIER_RESTARTS_ENV):
+        if (
+            k.startswith(SLURM_SET)
+            or k in GRES_SET
+            or k in (environment.PREDECESSOR, environment.EARLIER_RESTARTS)
+        ):
             continue
         out[k] = _once_each(v) if k.endswith("PATH") else v
     return out
@@ -70,8 +75,8 @@ def submit_successor(
     A SlurmError when sbatch refuses it."""
     script = script_file.recorded(layout)
     given = submit_env(env)
-    given[PREDECESSOR_ENV] = job.tag
-    given[EARLIER_RESTARTS_ENV] = str(job.run_restarts + 1)  # this hand-over is one more
+    given[environment.PREDECESSOR] = job.tag
+    given[environment.EARLIER_RESTARTS] = str(job.run_restarts + 1)  # this hand-over is one more
     args = []
     if exclude:
         args.append(f"--exclude={','.join(exclude)}")
@@ -122,8 +127,8 @@ def wait_for_predecessor(
         # job that the ledger names as handing over to this one is waited for.
         if not _handed_over(ledger, predecessor, job.tag) and clock() >= named_by:
             say(
-                f"{PREDECESSOR_ENV}={predecessor}, but the ledger records no hand-over from "
-                "that job to this one: not waiting for it"
+                f"{environment.PREDECESSOR}={predecessor}, but the ledger records no hand-over "
+                "from that job to this one: not waiting for it"
             )
             return
         if clock() >= deadline:

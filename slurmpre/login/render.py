@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, keys, reading
+from slurmpre import __version__, environment, keys, reading
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.folder.layout import LogLayout
@@ -47,7 +47,7 @@ class _Loader(jinja2.BaseLoader):
         self.dirs = dirs
 
     def get_source(
-        self, environment: jinja2.Environment, template: str
+        self, env: jinja2.Environment, template: str
     ) -> tuple[str, str, Callable[[], bool]]:
         parts = jinja2.loaders.split_template_path(template)
         for folder in self.dirs:
@@ -72,7 +72,7 @@ class _Loader(jinja2.BaseLoader):
         raise jinja2.TemplateNotFound(template)
 
 
-def environment(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
+def jinja(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=_Loader([*map(str, extra_dirs), str(templates_dir())]),
         undefined=jinja2.StrictUndefined,
@@ -108,7 +108,7 @@ def log_path(spec: JobSpec, job_id: str) -> Path:
 
 # Each attempt's own log, as the batch script names it from its variables.
 ATTEMPT_LOG = LogLayout.ATTEMPT.format(
-    name="$SLURMPRE_JOB_NAME", job="$slurmpre_job_tag", attempt="$slurmpre_attempt"
+    name=f"${environment.JOB_NAME}", job="$slurmpre_job_tag", attempt="$slurmpre_attempt"
 )
 
 
@@ -205,10 +205,10 @@ def render(spec: JobSpec, code: Code | None = None, tasks: Sequence[Task] = ()) 
         path = Path(spec.template)
         if not path.is_file():
             raise UsageError(f"template = {spec.template!r}: no such file")
-        env = environment((path.parent,))
+        env = jinja((path.parent,))
         name = path.name
     else:
-        env = environment()
+        env = jinja()
         name = DEFAULT_TEMPLATE
     try:
         script = env.get_template(name).render(context(spec, code, tasks))

@@ -25,11 +25,12 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 import slurmpre
+from slurmpre import environment
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
 
-ROOTS_DIR = Path(os.environ.get("SLURMPRE_ROOTS_DIR", "/var/cache/slurmpre/roots"))
-MIRROR = os.environ.get("SLURMPRE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+ROOTS_DIR = Path(os.environ.get(environment.ROOTS_DIR, "/var/cache/slurmpre/roots"))
+MIRROR = os.environ.get(environment.DEBIAN_MIRROR, "http://deb.debian.org/debian")
 # Slurm release -> the Debian suite that ships it.
 SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
 PACKAGES = (

@@ -1,0 +1,102 @@
+"""Every ``SLURMPRE_*`` variable, spelled once: what the batch script, the wrapper and the
+training process tell one another, and the few a user sets to change slurmpre.
+
+The wrapper writes what the training process sees with `Training.to_env`; the training
+API (`slurmpre.api`) and the wrapper read them with `text` and `number`. No other module
+spells a name (submitit keeps its job environment in one class the same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# The batch script's exports (templates/default.sbatch.j2 writes these names).
+JOB_NAME = "SLURMPRE_JOB_NAME"
+CHECKPOINT_DIR = "SLURMPRE_CHECKPOINT_DIR"
+LOG_DIR = "SLURMPRE_LOG_DIR"
+CODE = "SLURMPRE_CODE"  # the code the job runs, as `slurmpre submit` found it
+CODE_DIR = "SLURMPRE_CODE_DIR"  # set when every attempt runs from a snapshot
+# Set by the batch script's supervisor of steps (`slurmpre.job.steps`) for each step.
+IN_PLACE = "SLURMPRE_IN_PLACE"
+BATCH_HOST = "SLURMPRE_BATCH_HOST"
+# In a successor's environment, set by the job it takes over from: that job, and the
+# run's restarts before this job (so the run's count goes on across jobs).
+PREDECESSOR = "SLURMPRE_PREDECESSOR"
+EARLIER_RESTARTS = "SLURMPRE_EARLIER_RESTARTS"
+# What the wrapper tells the training process (`Training`).
+RESUME_FROM = "SLURMPRE_RESUME_FROM"
+RESUME_STEP = "SLURMPRE_RESUME_STEP"
+RESTART_COUNT = "SLURMPRE_RESTART_COUNT"
+RESTARTS = "SLURMPRE_RESTARTS"
+JOB_TAG = "SLURMPRE_JOB_TAG"
+WORLD_SIZE = "SLURMPRE_WORLD_SIZE"
+PREVIOUS_WORLD_SIZE = "SLURMPRE_PREVIOUS_WORLD_SIZE"
+NOTICE_FILE = "SLURMPRE_NOTICE_FILE"
+LISTENING_FILE = "SLURMPRE_LISTENING_FILE"
+TAKEN_FILE = "SLURMPRE_TAKEN_FILE"
+GOES_ON_FILE = "SLURMPRE_GOES_ON_FILE"
+MEETS_AT_RESUME_FILE = "SLURMPRE_MEETS_AT_RESUME_FILE"
+FILE_ACCESS = "SLURMPRE_FILE_ACCESS"
+# In a successor's training: the job it takes over from, while the checkpoint is not yet
+# chosen (`slurmpre.resume_path()` waits for it, at most RESUME_TIMEOUT seconds).
+RESUME_PENDING = "SLURMPRE_RESUME_PENDING"
+RESUME_TIMEOUT = "SLURMPRE_RESUME_TIMEOUT"
+# What a user may set.
+SHARED_WATCH = "SLURMPRE_SHARED_WATCH"  # "0": every job polls Slurm for itself
+SHARED_DIR = "SLURMPRE_SHARED_DIR"  # the user's drain board folder
+SANDBOX_DIR = "SLURMPRE_SANDBOX_DIR"  # where the sandbox keeps its state
+ROOTS_DIR = "SLURMPRE_ROOTS_DIR"  # where the sandbox's Debian roots are cached
+DEBIAN_MIRROR = "SLURMPRE_DEBIAN_MIRROR"  # the mirror those roots come from
+
+
+def text(env: Mapping[str, str], name: str) -> str:
+    """The variable's value ("" when unset)."""
+    return env.get(name, "")
+
+
+def number(env: Mapping[str, str], name: str) -> int | None:
+    """The variable as a whole number (None when unset or not one)."""
+    raw = env.get(name, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Training:
+    """What the training process sees on top of the job's own environment."""
+
+    checkpoint_dir: str
+    resume_from: str | None
+    resume_step: int | None
+    restart_count: int  # Slurm's, in this job
+    restarts: int  # the run's, across the jobs that took over from one another
+    job_tag: str
+    world_size: int
+    previous_world_size: int | None
+    notice_file: str
+    listening_file: str
+    taken_file: str
+    goes_on_file: str
+    meets_at_resume_file: str
+    file_access: str
+
+    def to_env(self) -> dict[str, str]:
+        def shown(value: int | None) -> str:
+            return "" if value is None else str(value)
+
+        return {
+            CHECKPOINT_DIR: self.checkpoint_dir,
+            RESUME_FROM: self.resume_from or "",
+            RESUME_STEP: shown(self.resume_step),
+            RESTART_COUNT: str(self.restart_count),
+            RESTARTS: str(self.restarts),
+            JOB_TAG: self.job_tag,
+            WORLD_SIZE: str(self.world_size),
+            PREVIOUS_WORLD_SIZE: shown(self.previous_world_size),
+            NOTICE_FILE: self.notice_file,
+            LISTENING_FILE: self.listening_file,
+            TAKEN_FILE: self.taken_file,
+            GOES_ON_FILE: self.goes_on_file,
+            MEETS_AT_RESUME_FILE: self.meets_at_resume_file,
+            FILE_ACCESS: self.file_access,
+        }
