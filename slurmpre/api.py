@@ -41,11 +41,6 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
-def _int(env: Mapping[str, str], key: str) -> int | None:
-    raw = env.get(key, "").strip()
-    return int(raw) if raw.isdigit() else None
-
-
 def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
     """The complete checkpoint this attempt resumes from, or None for a fresh start.
 
@@ -71,7 +66,7 @@ def resume_step(env: Mapping[str, str] | None = None) -> int | None:
     _meets_at_resume(e)
     if e.get(environment.RESUME_PENDING):
         return _taken_over(e).step
-    return _int(e, environment.RESUME_STEP)
+    return environment.number(e, environment.RESUME_STEP)
 
 
 _marked_resume: set[str] = set()
@@ -129,23 +124,27 @@ def restart_count(env: Mapping[str, str] | None = None) -> int:
     """0 on the first run, then 1, 2, ... after each restart of the run: Slurm's requeues
     and the hand-overs to successor jobs (an in-place restart is not one)."""
     e = _env(env)
-    run = _int(e, environment.RESTARTS)
+    run = environment.number(e, environment.RESTARTS)
     return run if run is not None else _attempt(e)
 
 
 def _attempt(env: Mapping[str, str]) -> int:
     """This job's own restart count (Slurm's SLURM_RESTART_COUNT): its records' attempt."""
-    return _int(env, environment.RESTART_COUNT) or _int(env, "SLURM_RESTART_COUNT") or 0
+    return (
+        environment.number(env, environment.RESTART_COUNT)
+        or environment.number(env, "SLURM_RESTART_COUNT")
+        or 0
+    )
 
 
 def _in_place(env: Mapping[str, str]) -> int:
     """In-place restarts of this attempt so far (set by the batch script's supervisor)."""
-    return _int(env, environment.IN_PLACE) or 0
+    return environment.number(env, environment.IN_PLACE) or 0
 
 
 def world_size(env: Mapping[str, str] | None = None) -> int | None:
     """Processes in this attempt (nodes x processes per node)."""
-    return _int(_env(env), environment.WORLD_SIZE)
+    return environment.number(_env(env), environment.WORLD_SIZE)
 
 
 def previous_world_size(env: Mapping[str, str] | None = None) -> int | None:
@@ -153,7 +152,7 @@ def previous_world_size(env: Mapping[str, str] | None = None) -> int | None:
     e = _env(env)
     if e.get(environment.RESUME_PENDING):
         return _taken_over(e).previous_world_size
-    return _int(e, environment.PREVIOUS_WORLD_SIZE)
+    return environment.number(e, environment.PREVIOUS_WORLD_SIZE)
 
 
 def checkpoint_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -187,7 +186,7 @@ def ranks(env: Mapping[str, str] | None = None) -> tuple[int, int]:
         return int(dist.get_rank()), int(dist.get_world_size())
     e = _env(env)
     for rank_key, world_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        rank, world = _int(e, rank_key), _int(e, world_key)
+        rank, world = environment.number(e, rank_key), environment.number(e, world_key)
         if rank is not None and world is not None:
             if not 0 <= rank < world:
                 raise CheckpointError(f"{rank_key}={rank} is not below {world_key}={world}")

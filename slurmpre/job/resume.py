@@ -36,7 +36,6 @@ from slurmpre.gitstate import git_state
 from slurmpre.job import limits
 from slurmpre.job.args import RunOptions
 from slurmpre.job.env import JobEnv
-from slurmpre.job.notice import listening_path, notice_path, taken_path
 from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.job.successor import wait_for_predecessor
 from slurmpre.launchers import Launcher
@@ -305,28 +304,25 @@ def child_env(
     env: Mapping[str, str], opts: RunOptions, job: JobEnv, folder: Path, choice: Choice
 ) -> dict[str, str]:
     """What the training process sees, on top of the job's own environment."""
-    out = dict(env)
     tag, attempt = job.tag, job.attempt
-    out.update(
-        {
-            environment.CHECKPOINT_DIR: str(folder),
-            environment.RESUME_FROM: choice.resume_from or "",
-            environment.RESUME_STEP: "" if choice.step is None else str(choice.step),
-            environment.RESTART_COUNT: str(job.restart_count),
-            environment.RESTARTS: str(job.run_restarts),
-            environment.JOB_TAG: tag,
-            environment.WORLD_SIZE: str(choice.world_size),
-            environment.PREVIOUS_WORLD_SIZE: ""
-            if choice.previous_world_size is None
-            else str(choice.previous_world_size),
-            environment.NOTICE_FILE: str(notice_path(folder, tag, attempt)),
-            environment.LISTENING_FILE: str(listening_path(folder, tag, attempt)),
-            environment.TAKEN_FILE: str(taken_path(folder, tag, attempt)),
-            environment.GOES_ON_FILE: str(FolderLayout(folder).goes_on(tag, attempt)),
-            environment.MEETS_AT_RESUME_FILE: str(FolderLayout(folder).meets_at_resume(tag)),
-            environment.FILE_ACCESS: opts.file_access.name,
-        }
+    layout = FolderLayout(folder)
+    training = environment.Training(
+        checkpoint_dir=str(folder),
+        resume_from=choice.resume_from,
+        resume_step=choice.step,
+        restart_count=job.restart_count,
+        restarts=job.run_restarts,
+        job_tag=tag,
+        world_size=choice.world_size,
+        previous_world_size=choice.previous_world_size,
+        notice_file=str(layout.notice(tag, attempt)),
+        listening_file=str(layout.listening(tag, attempt)),
+        taken_file=str(layout.taken(tag, attempt)),
+        goes_on_file=str(layout.goes_on(tag, attempt)),
+        meets_at_resume_file=str(layout.meets_at_resume(tag)),
+        file_access=opts.file_access.name,
     )
+    out = {**env, **training.to_env()}
     out.pop(environment.RESUME_PENDING, None)
     if takes_over_early(opts, job, folder) and job.predecessor:
         out[environment.RESUME_PENDING] = job.predecessor
