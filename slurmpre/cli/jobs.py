@@ -9,6 +9,7 @@ import click
 
 from slurmpre.cli.common import complete_jobs, json_document, prices, say_err, shown
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
+from slurmpre.slurm import states
 
 _checkpoint_dir = click.option(
     "--checkpoint-dir", default=None, help="Find the job in this folder's ledger."
@@ -34,7 +35,7 @@ def status(
     from slurmpre.login.handle import Job
     from slurmpre.login.status import Prices, lines
     from slurmpre.slurm.client import default_client
-    from slurmpre.slurm.parse import FINISHED, UNKNOWN_TO_SLURM
+    from slurmpre.slurm.states import FINISHED, UNKNOWN_TO_SLURM
 
     if not (math.isfinite(price) and price >= 0 and 0 <= discount < 1):
         raise UsageError(
@@ -160,7 +161,7 @@ def wait(job: str, checkpoint_dir: str | None, timeout: float | None, as_json: b
         last = found.id if found.array is not None else found.run()[-1]
         click.echo(json_document("wait", {"job": found.id, "last": last, "state": state,
                                           "why": why}))  # fmt: skip
-        if state != "COMPLETED":
+        if state != states.COMPLETED:
             raise SystemExit(1)
         return
     state = found.wait(timeout)

@@ -10,6 +10,7 @@ from typing import Any
 from slurmpre.drill import report, timeline, verdict
 from slurmpre.drill.plan import Moment
 from slurmpre.errors import UsageError
+from slurmpre.slurm import states
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class DrillResult:
         out = []
         run = self.runs["slurmpre"]
         summary = report.summarize(run, self.runs.get("reference"), prices=self.options.prices)
-        if run.state != "COMPLETED":
+        if run.state != states.COMPLETED:
             out.append(f"the slurmpre job ended {run.state}")
         if not self.identical.get("slurmpre"):
             out.append("its final weights differ from the uninterrupted run's")

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from slurmpre import defaults
 from slurmpre.drill.timeline import Hit, Observed
 from slurmpre.folder import records
+from slurmpre.slurm import states
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
 
@@ -101,11 +102,13 @@ def _events(log: list[dict[str, Any]], attempt: int, event: str) -> list[dict[st
 
 
 def attempts(run: Observed) -> list[Attempt]:
-    seen = sorted({s.restarts for s in run.samples if s.state == "RUNNING"} | _log_attempts(run))
+    seen = sorted(
+        {s.restarts for s in run.samples if s.state == states.RUNNING} | _log_attempts(run)
+    )
     hit_attempts = {h.attempt for h in run.hits}
     out = []
     for k in seen:
-        running = [s for s in run.samples if s.restarts == k and s.state == "RUNNING"]
+        running = [s for s in run.samples if s.restarts == k and s.state == states.RUNNING]
         steps = _events(run.log, k, "step")
         begin = _events(run.log, k, "begin")
         done = _events(run.log, k, "done")

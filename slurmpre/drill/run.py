@@ -29,6 +29,7 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_node
+from slurmpre.slurm import states
 
 POLL = 0.25
 
@@ -97,7 +98,7 @@ class Driver:
                 continue
             job = self.client.job(job_id)
             attempt = before + job.restarts
-            if job.state == "RUNNING":
+            if job.state == states.RUNNING:
                 self.attempt_ids.setdefault(attempt, (job_id, job.restarts))
             self.samples.append(timeline.Sample(now, job.state, attempt, job.nodes, job_id))
             successor = self._successor(job_id)
@@ -111,7 +112,7 @@ class Driver:
         if newest is None:
             return False
         _, attempt, job = newest
-        if self.pending and job.state == "RUNNING" and attempt not in self.preempted:
+        if self.pending and job.state == states.RUNNING and attempt not in self.preempted:
             moment = self.pending[0]
             if self._due(moment, attempt, log):
                 self._preempt(moment, attempt, job.nodes)

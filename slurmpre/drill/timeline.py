@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import UsageError
-from slurmpre.slurm.parse import HOLDING_NODES
+from slurmpre.slurm.states import HOLDING_NODES
 
 FILE = "timelines.json"
 SCHEMA = 1

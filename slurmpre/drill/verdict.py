@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from slurmpre.drill import report
+from slurmpre.slurm import states
 
 # (label, field, digits, which way is better: "lower", "higher", or None for no ratio)
 SUMMARY_ROWS: tuple[tuple[str, str, int | None, str | None], ...] = (
@@ -55,7 +56,7 @@ def times_better(seeds: float, ours: float, better: str) -> float:
 
 def missing(summary: report.Summary) -> list[str]:
     """The figures a completed run's summary lacks: each one a bug in the report."""
-    if summary.state != "COMPLETED":
+    if summary.state != states.COMPLETED:
         return []
     exempt = set(NEEDS_REFERENCE) if summary.uninterrupted_wall_s is None else set()
     if summary.preemptions == 0:

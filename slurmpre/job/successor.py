@@ -29,6 +29,7 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Successor
 from slurmpre.job.env import JobEnv
+from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 POLL = 1.0  # seconds between looks at the predecessor
@@ -118,7 +119,7 @@ def wait_for_predecessor(
         if info is not None and info.finished:
             say(f"job {predecessor} has ended ({info.state}): taking over")
             return
-        if info is not None and info.state == "PENDING":
+        if info is not None and info.state == states.PENDING:
             # Requeued by hand after the hand-over: the attempt that trained has ended,
             # and the next one will not train (it finds its hand-over in the ledger).
             say(f"job {predecessor} was requeued after its hand-over: taking over")

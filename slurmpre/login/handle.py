@@ -29,8 +29,10 @@ from slurmpre.login.logs import (
     show,
 )
 from slurmpre.login.status import JobStatus, Prices, chain, gpus_of, job_status
+from slurmpre.slurm import states
 from slurmpre.slurm.client import SlurmClient, default_client
-from slurmpre.slurm.parse import FINISHED, UNKNOWN_TO_SLURM, JobInfo
+from slurmpre.slurm.parse import JobInfo
+from slurmpre.slurm.states import FINISHED, UNKNOWN_TO_SLURM
 
 WAIT_POLL = 5.0  # seconds between looks at a job being waited for
 
@@ -204,7 +206,7 @@ class Job:
             except JobFailed as exc:
                 failed.append(exc)
         if not failed:
-            return "COMPLETED"
+            return states.COMPLETED
         n = len(self.tasks())
         raise JobFailed(
             f"{len(failed)} of {n} tasks of array job {self.id} did not complete: "
@@ -218,16 +220,18 @@ class Job:
         ended = rows[-1].ended if rows else "never started"
         if info is None:
             if ended == "completed":
-                return "COMPLETED"
+                return states.COMPLETED
             raise JobFailed(
                 f"job {last} ended ({ended}); Slurm no longer knows its final state",
                 UNKNOWN_TO_SLURM,
             )
-        if info.state == "COMPLETED" and ended in ("completed", "never started"):
-            return "COMPLETED"
+        if info.state == states.COMPLETED and ended in ("completed", "never started"):
+            return states.COMPLETED
         why = f": {rows[-1].gave_up}" if rows and rows[-1].gave_up else f" ({ended})"
-        if info.state == "COMPLETED":
-            raise JobFailed(f"job {last} ended COMPLETED but its training {ended}", "COMPLETED")
+        if info.state == states.COMPLETED:
+            raise JobFailed(
+                f"job {last} ended COMPLETED but its training {ended}", states.COMPLETED
+            )
         raise JobFailed(f"job {last} ended {info.state}{why}", info.state)
 
     def cancel(self, after_checkpoint: bool = False, wait: float = 1800.0) -> str:

@@ -27,7 +27,8 @@ from slurmpre.folder.records import Start
 from slurmpre.login import arrays
 from slurmpre.login.status import chain
 from slurmpre.reading import LARGE, read_regular, skip_line
-from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo
+from slurmpre.slurm.parse import JobInfo
+from slurmpre.slurm.states import UNKNOWN_TO_SLURM
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ from slurmpre.folder.records import (
     Successor,
     Waiting,
 )
-from slurmpre.slurm.parse import UNKNOWN_TO_SLURM, JobInfo, tres
+from slurmpre.slurm import states
+from slurmpre.slurm.parse import JobInfo, tres
+from slurmpre.slurm.states import UNKNOWN_TO_SLURM
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,9 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
         return "killed" if slurm is None else slurm.state.lower()
     if end.exit_code == 0:
         return "completed"
-    if slurm is not None and slurm.state == "TIMEOUT" and not has_next:
+    if slurm is not None and slurm.state == states.TIMEOUT and not has_next:
         return "time limit"
-    if slurm is not None and slurm.state == "CANCELLED" and not has_next:
+    if slurm is not None and slurm.state == states.CANCELLED and not has_next:
         return f"cancelled (exit {end.exit_code})"
     return f"failed (exit {end.exit_code})"
 

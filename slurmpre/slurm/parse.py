@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from slurmpre.errors import SlurmError
 from slurmpre.slurm.hostlist import expand
+from slurmpre.slurm.states import FINISHED, HOLDING_NODES
 
 # A key of `scontrol show ... -o` output: a word at the start or after a space,
 # followed by '='. Keys carry letters, digits, '_', ':', '/' (``Socks/Node``).
@@ -37,16 +38,6 @@ def _null(value: str | None) -> str | None:
     if value is None or value in ("(null)", "None", "N/A", ""):
         return None
     return value
-
-
-# Job states (JobState= in scontrol's output). A finished job holds nothing and
-# will not run again; one holding nodes is billed for them.
-FINISHED = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-    "BOOT_FAIL", "DEADLINE", "PREEMPTED",
-})  # fmt: skip
-HOLDING_NODES = frozenset({"RUNNING", "COMPLETING"})
-UNKNOWN_TO_SLURM = "UNKNOWN TO SLURM"  # what slurmpre calls the state of a job Slurm forgot
 
 
 @dataclass(frozen=True)
