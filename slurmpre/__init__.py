@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from slurmpre._version import __version__
 
 # The login side's Python API (slurmpre.login.handle): imported on first use too.
 _LOGIN = ("submit", "sweep", "Job", "JobFailed")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import click
 
-from slurmpre import __version__
+from slurmpre._version import __version__
 from slurmpre.cli import capacity, ckpt, drill, generate, jobs, sandbox
 from slurmpre.cli.common import err
 from slurmpre.errors import SlurmpreError, UsageError

@@ -14,7 +14,8 @@ from typing import Any
 
 import jinja2
 
-from slurmpre import __version__, environment, keys, reading
+from slurmpre import environment, keys, reading
+from slurmpre._version import __version__
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.folder.layout import LogLayout
