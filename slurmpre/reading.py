@@ -19,17 +19,22 @@ import stat
 from collections.abc import Callable
 from typing import BinaryIO
 
+from slurmpre.errors import SlurmpreError
+
 # Bounds for what slurmpre reads whole, by what the file is.
 SMALL = 1 << 16  # a tag, a choice, a notice: a line or a few
 MEDIUM = 1 << 24  # a spec, a template, an index of shards (16 MiB)
 LARGE = 1 << 26  # a marker's manifest, a DCP .metadata, a trainer_state.json (64 MiB)
 
 
-class UnsafeFile(OSError):
-    """Not something slurmpre reads: not a regular file, too large, or outside its folder."""
+class UnsafeFile(SlurmpreError, OSError):
+    """Not something slurmpre reads: not a regular file, too large, or outside its folder.
+    An OSError too, with a ``strerror`` that says why, for callers that handle unreadable
+    files."""
 
     def __init__(self, path: str | os.PathLike[str], why: str) -> None:
-        super().__init__(errno.EINVAL, why, str(path))
+        OSError.__init__(self, errno.EINVAL, why, str(path))
+        self.message = OSError.__str__(self)
 
 
 def real_inside(path: str | os.PathLike[str], root: str) -> bool:

@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from slurmpre.errors import SlurmpreError
 from slurmpre.folder import trust
 from slurmpre.folder.access import set_mode
 
 
-class LockTimeout(TimeoutError):
+class LockTimeout(SlurmpreError, TimeoutError):
     """The lock was held by another for the whole timeout."""
 
     def __init__(self, path: Path, timeout: float) -> None:

@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from slurmpre.errors import SlurmpreError
 from slurmpre.folder.layout import attempt_key
 
 _R = TypeVar("_R", bound="Record")
 
 
-class ShapeError(ValueError):
+class ShapeError(SlurmpreError, ValueError):
     """A JSON object that is not a ledger record; the message says which key is wrong."""
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from slurmpre.errors import SlurmpreError
 from slurmpre.login.sbatch_releases import ALIASES, RELEASES, SHORT
 
 
@@ -69,7 +70,7 @@ MANAGED: dict[str, str] = {
 NOT_FOR_A_SCRIPT = frozenset({"wrap", "parsable", "test-only", "wait", "help", "usage", "version"})
 
 
-class OptionError(ValueError):
+class OptionError(SlurmpreError, ValueError):
     """An entry sbatch would read differently than it looks, or that slurmpre must refuse."""
 
 
