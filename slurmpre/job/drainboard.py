@@ -43,6 +43,7 @@ from slurmpre.atomic import write_atomic
 from slurmpre.folder.access import OWNER, make_dirs
 from slurmpre.folder.locks import FolderLock, LockTimeout
 from slurmpre.reading import SMALL, read_regular
+from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import NodeInfo
 
 VERSION = 1
@@ -123,7 +124,7 @@ class DrainBoard:
         self,
         where: Path,
         me: str,
-        client: Any,
+        client: SlurmClient,
         interval: float,
         *,
         jitter: float = 0.1,

@@ -16,14 +16,15 @@ from slurmpre.folder.locks import LockTimeout
 from slurmpre.login import progress
 from slurmpre.login.jobs import Submitted, check_mine, slurm_job
 from slurmpre.login.status import chain
+from slurmpre.slurm.client import SlurmClient
 
 
-def _live(client: Any, jobs: list[str]) -> list[str]:
+def _live(client: SlurmClient, jobs: list[str]) -> list[str]:
     return [j for j in jobs if (info := slurm_job(client, j)) is not None and not info.finished]
 
 
 def _cancel_run(
-    client: Any, ledger: Ledger | None, first: str, *, settle: float, sleep: Any
+    client: SlurmClient, ledger: Ledger | None, first: str, *, settle: float, sleep: Any
 ) -> list[str]:
     """Cancel every live job of the run ``first`` began (it, and the successors that took
     over from it, a pending one included); then look again, since a watcher may have
@@ -44,7 +45,7 @@ def _cancel_run(
 
 
 def cancel(
-    client: Any,
+    client: SlurmClient,
     entry: Submitted,
     *,
     after_checkpoint: bool,
@@ -96,7 +97,7 @@ def cancel(
 
 
 def cancel_tasks(
-    client: Any,
+    client: SlurmClient,
     entry: Submitted,
     *,
     after_checkpoint: bool,

@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from slurmpre.errors import CommandError, JobNotFound, SlurmpreError, UsageError
 from slurmpre.folder import trust
@@ -27,6 +26,7 @@ from slurmpre.folder.records import Start
 from slurmpre.login import arrays
 from slurmpre.login.status import chain
 from slurmpre.reading import LARGE, read_regular, skip_line
+from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import JobInfo
 from slurmpre.slurm.states import UNKNOWN_TO_SLURM
 
@@ -223,15 +223,15 @@ def _in_ledger(which: str, folder: Path) -> Submitted:
 
 
 # -- what Slurm says of a job -------------------------------------------------------
-def slurm_job(client: Any, job: str) -> JobInfo | None:
+def slurm_job(client: SlurmClient, job: str) -> JobInfo | None:
     """Slurm's view of ``job``, or None when Slurm has forgotten it."""
     try:
-        return client.job(job)  # type: ignore[no-any-return]
+        return client.job(job)
     except JobNotFound:
         return None
 
 
-def slurm_view(client: Any, job: str, warn: Callable[[str], None]) -> JobInfo | None:
+def slurm_view(client: SlurmClient, job: str, warn: Callable[[str], None]) -> JobInfo | None:
     """Slurm's view of ``job`` for a command that only shows it: None when Slurm has
     forgotten it, or does not answer (said in one line: the ledger is shown instead)."""
     try:
@@ -266,7 +266,7 @@ def by_tag(infos: list[JobInfo]) -> dict[str, JobInfo]:
 
 
 def rows(
-    client: Any, last: int = 50, warn: Callable[[str], None] = lambda _: None
+    client: SlurmClient, last: int = 50, warn: Callable[[str], None] = lambda _: None
 ) -> list[dict[str, object]]:
     """One row per job you submitted (the last ``last`` submissions; an array's tasks one
     by one), with Slurm's state where it still knows the job, else what its ledger

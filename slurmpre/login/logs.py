@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from slurmpre import arguments
 from slurmpre.errors import CommandError, SlurmpreError, UsageError
@@ -16,6 +15,7 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.login.jobs import Submitted, slurm_job
 from slurmpre.login.status import chain
 from slurmpre.reading import open_regular
+from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import JobInfo
 
 CHUNK = 1 << 20  # a MiB at a time: a log of any size streams, never loads whole
@@ -50,7 +50,7 @@ def log_path(entry: Submitted, attempt: int | None, info: JobInfo | None) -> Pat
 
 
 def follow_successors(
-    entry: Submitted, client: Any, write: Callable[[str], None], *, limit: int = 1000
+    entry: Submitted, client: SlurmClient, write: Callable[[str], None], *, limit: int = 1000
 ) -> None:
     """After a followed job ends: if it handed over to a successor (restart = "successor"),
     follow that job's log too, and so on to the end of the run."""
@@ -115,7 +115,7 @@ def show(
     write: Callable[[str], None],
     *,
     follow: bool = False,
-    client: Any = None,
+    client: SlurmClient | None = None,
     job: str = "",
     sleep: Callable[[float], None] = time.sleep,
     tail: int | None = None,
@@ -137,7 +137,7 @@ def show(
                 raise SlurmpreError(f"no log at {path} (has the job started?)") from None
         except OSError as exc:
             raise SlurmpreError(f"cannot read the log {path}: {exc.strerror or exc}") from None
-        if not follow:
+        if not follow or client is None:
             return
         try:
             info = slurm_job(client, job)
@@ -184,7 +184,7 @@ class NodeLines:
 
 def follow_tasks(
     tasks: list[tuple[str, Path]],
-    client: Any,
+    client: SlurmClient,
     write: Callable[[str], None],
     *,
     tail: int | None = None,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import SpecError
+from slurmpre.slurm.client import SlurmClient
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -274,7 +275,7 @@ class Queued:
 
 
 def submit_groups(
-    groups: Sequence[Group], client: Any, *, submit_one: Any, check_one: Any, **options: Any
+    groups: Sequence[Group], client: SlurmClient, *, submit_one: Any, check_one: Any, **options: Any
 ) -> list[Queued]:
     """Submit every group or none: each is checked first (``check_one``: every refusal
     `submit` can make, and Slurm's verdict with ``--test-only``), then each is submitted
@@ -298,7 +299,7 @@ def submit_groups(
     return out
 
 
-def _cancel_all(client: Any, job_ids: list[str]) -> str:
+def _cancel_all(client: SlurmClient, job_ids: list[str]) -> str:
     """Cancel what this sweep queued; what was done, in words for the error."""
     from slurmpre.errors import SlurmpreError
 
