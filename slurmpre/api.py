@@ -33,7 +33,7 @@ from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.locks import LockTimeout
 from slurmpre.folder.records import Checkpoint, Waiting
 from slurmpre.job.meeting import Alone, FolderMeeting, Meeting, TorchMeeting, device
-from slurmpre.job.notice import CHECKPOINT, STOP, Agree, NoticeGate
+from slurmpre.job.watch.notice import CHECKPOINT, STOP, Agree, NoticeGate
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -433,7 +433,7 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     all ranks agree through one small all_reduce, so they all see True at the
     same step and a collective checkpoint cannot deadlock or mix steps; the
     all_reduce runs about once a second of steps, not every step, so it costs
-    next to nothing (see slurmpre.job.notice.NoticeGate):
+    next to nothing (see slurmpre.job.watch.notice.NoticeGate):
 
         if slurmpre.preemption_requested():
             with slurmpre.checkpoint(step) as path:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
-        from slurmpre.job.entry import main as job
+        from slurmpre.job.start.entry import main as job
 
         return job(args)
     from slurmpre.cli import main as cli

@@ -56,7 +56,7 @@ class JobEnvironmentError(SlurmpreError):
 
 class RestartLimit(SlurmpreError):
     """The run stops restarting: too many restarts, or attempts that commit nothing
-    (`slurmpre.job.limits`). Exit code 1; the job is not requeued again."""
+    (`slurmpre.job.start.limits`). Exit code 1; the job is not requeued again."""
 
 
 class JobFailed(SlurmpreError):

@@ -1,6 +1,6 @@
 """Every key of a job spec, in one table: its default, the parser that checks it
 (`slurmpre.login.parsers`), the wrapper's option it becomes when the job side needs it
-(`slurmpre.job.args`, and `slurmpre.login.render.launch_argv` writes it), and its
+(`slurmpre.job.start.args`, and `slurmpre.login.render.launch_argv` writes it), and its
 documentation (docs/spec.md's reference table is `markdown()`). `JobSpec` holds to it (a
 test fails when they differ). Both sides import it: it imports nothing of either.
 """

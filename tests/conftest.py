@@ -88,7 +88,7 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
     file, which the watcher writes on a drain."""
     from slurmpre import api
     from slurmpre.folder.layout import FolderLayout
-    from slurmpre.job.notice import NoticeGate, listening_path, notice_path
+    from slurmpre.job.watch.notice import NoticeGate, listening_path, notice_path
 
     notice = notice_path(folder, tag, attempt)
     for key, value in {

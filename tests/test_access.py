@@ -14,8 +14,8 @@ from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder import access
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.ledger import Choice, Ledger
-from slurmpre.job.args import parse_args
-from slurmpre.job.notice import Notice, write_notice
+from slurmpre.job.start.args import parse_args
+from slurmpre.job.watch.notice import Notice, write_notice
 from slurmpre.login.render import launch_argv, render
 from slurmpre.login.spec import SpecError, validate
 

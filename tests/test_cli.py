@@ -104,7 +104,7 @@ def test_a_symlink_loop_in_a_checkpoint_folder_is_passed_over(tmp_path: Path) ->
 
 
 def test_run_help_describes_every_option() -> None:
-    from slurmpre.job.args import parse_args
+    from slurmpre.job.start.args import parse_args
 
     proc = slurmpre_cli("run", "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("usage: slurmpre run [options] --")

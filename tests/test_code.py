@@ -224,9 +224,9 @@ def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
     from slurmpre import environment
     from slurmpre.errors import JobEnvironmentError
     from slurmpre.folder.ledger import Ledger
-    from slurmpre.job.args import parse_args
-    from slurmpre.job.env import JobEnv
-    from slurmpre.job.resume import AttemptContext, agree
+    from slurmpre.job.start.args import parse_args
+    from slurmpre.job.start.env import JobEnv
+    from slurmpre.job.start.resume import AttemptContext, agree
 
     from tests.fakes import Jobs
 

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from slurmpre import keys
-from slurmpre.job.args import parse_args
+from slurmpre.job.start.args import parse_args
 from slurmpre.login.parsers import PARSERS
 from slurmpre.login.spec import JobSpec
 

@@ -15,7 +15,7 @@ from slurmpre.login.prune import prune
 
 from tests.conftest import slurmpre_cli
 from tests.fakes import Jobs
-from tests.job.test_owner import DONE, RUNNING
+from tests.folder.test_owner import DONE, RUNNING
 from tests.records import record
 
 
@@ -194,7 +194,7 @@ def test_lightnings_requeue_saves_are_ordered_by_their_number_not_their_files_ti
     hpc_ckpt_10, the one resume needs (#35)."""
     import os
 
-    from tests.job.test_checkpoints import lightning
+    from tests.folder.test_checkpoints import lightning
 
     folder = tmp_path / "ckpt"
     folder.mkdir()

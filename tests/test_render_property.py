@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from slurmpre.errors import UsageError
-from slurmpre.job.args import parse_args
+from slurmpre.job.start.args import parse_args
 from slurmpre.login import sbatch_options
 from slurmpre.login.render import launch_argv, python_bin, render
 from slurmpre.login.spec import SpecError, validate

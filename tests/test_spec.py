@@ -245,7 +245,7 @@ def test_extra_sbatch_is_one_normalized_option_per_line() -> None:
 
 
 def test_a_value_that_starts_with_a_dash_reaches_the_wrapper_intact() -> None:
-    from slurmpre.job.args import parse_args
+    from slurmpre.job.start.args import parse_args
     from slurmpre.login.render import launch_argv
 
     s = spec(resume_arg="-r", drain_reason="-preempt")
@@ -441,7 +441,7 @@ def test_env_values_with_other_shell_syntax_are_refused(value: str) -> None:
 def test_accelerate_config_is_checked_at_submit_and_reaches_the_wrapper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from slurmpre.job.args import parse_args
+    from slurmpre.job.start.args import parse_args
     from slurmpre.login.render import launch_argv
 
     config = tmp_path / "fsdp.yaml"

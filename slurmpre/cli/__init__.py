@@ -69,7 +69,7 @@ for command in (
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
-        from slurmpre.job.entry import main as job
+        from slurmpre.job.start.entry import main as job
 
         return job(args)
     # --debug is the group's, but may come after the subcommand too (up to a "--").

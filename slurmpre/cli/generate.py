@@ -94,7 +94,7 @@ def run_cmd(args: tuple[str, ...]) -> None:
     (which would eat the `--`); the sbatch template calls the same wrapper as
     `python -m slurmpre.job run`, which starts without importing click.
     """
-    from slurmpre.job.entry import main as job
+    from slurmpre.job.start.entry import main as job
 
     raise SystemExit(job(["run", *args]))
 

@@ -352,7 +352,7 @@ class InPlaceFailed(AttemptRecord):
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class GaveUp(AttemptRecord):
-    """The run stops restarting (`slurmpre.job.limits`): this attempt did not train."""
+    """The run stops restarting (`slurmpre.job.start.limits`): this attempt did not train."""
 
     EVENT: ClassVar[str] = "gave_up"
     why: str

@@ -29,5 +29,5 @@ def split(which: str) -> tuple[str, str | None]:
 
 
 def task_folder(checkpoint_dir: str, task: str) -> str:
-    """Where an array task keeps its checkpoints (as `slurmpre.job.resume` places them)."""
+    """Where an array task keeps its checkpoints (as `slurmpre.job.start.resume` places them)."""
     return f"{checkpoint_dir.rstrip('/')}/task-{task}"

@@ -125,7 +125,7 @@ def launch_argv(spec: JobSpec) -> list[str]:
 
 
 def steps_argv(spec: JobSpec) -> list[str]:
-    """The batch script's supervisor of steps (`slurmpre.job.steps`), which runs srun
+    """The batch script's supervisor of steps (`slurmpre.job.handover.steps`), which runs srun
     and restarts in place after a drain; nothing when the job cannot go on with fewer
     nodes than it has (a fixed node count: MIN of them must remain)."""
     if not spec.nodes.elastic or not spec.in_place or not spec.watch:

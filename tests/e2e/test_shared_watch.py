@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from slurmpre.drill.run import read_jsonl
 from slurmpre.folder.layout import FolderLayout
-from slurmpre.job.drainboard import GRACE, READ_EVERY
+from slurmpre.job.watch.drainboard import GRACE, READ_EVERY
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox

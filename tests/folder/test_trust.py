@@ -20,9 +20,16 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.locks import FolderLock
 from slurmpre.folder.script import record, recorded
-from slurmpre.job.inplace import Request, read_request, write_request
+from slurmpre.job.handover.inplace import Request, read_request, write_request
 from slurmpre.job.meeting import FolderMeeting
-from slurmpre.job.notice import CHECKPOINT, NO_NOTICE, STOP, Notice, notice_level, write_notice
+from slurmpre.job.watch.notice import (
+    CHECKPOINT,
+    NO_NOTICE,
+    STOP,
+    Notice,
+    notice_level,
+    write_notice,
+)
 
 from tests.records import record as ledger_record
 

@@ -15,7 +15,7 @@ from slurmpre import api
 from slurmpre.folder import checkpoints
 from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job.notice import NoticeGate, listening_path
+from slurmpre.job.watch.notice import NoticeGate, listening_path
 
 from tests.conftest import as_a_job
 from tests.records import dicts

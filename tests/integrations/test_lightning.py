@@ -16,7 +16,7 @@ from slurmpre.folder import checkpoints
 from slurmpre.folder.checkpoints import Format
 from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job.notice import NoticeGate
+from slurmpre.job.watch.notice import NoticeGate
 
 from tests.conftest import as_a_job
 from tests.records import dicts

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: find tests/
 
-from slurmpre.job.args import parse_args
-from slurmpre.job.run import run_attempt
+from slurmpre.job.start.args import parse_args
+from slurmpre.job.start.run import run_attempt
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import JobInfo, NodeInfo, parse_jobs
 

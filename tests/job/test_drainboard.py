@@ -8,9 +8,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmpre.job import drainboard
-from slurmpre.job.drainboard import GRACE, READ_EVERY, DrainBoard
-from slurmpre.job.notice import DrainSource
+from slurmpre.job.watch import drainboard
+from slurmpre.job.watch.drainboard import GRACE, READ_EVERY, DrainBoard
+from slurmpre.job.watch.notice import DrainSource
 from slurmpre.slurm.parse import NodeInfo
 
 from tests.fakes import FakeSlurm

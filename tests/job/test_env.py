@@ -1,6 +1,6 @@
 import pytest
 from slurmpre.errors import JobEnvironmentError
-from slurmpre.job.env import read_job_env
+from slurmpre.job.start.env import read_job_env
 
 # As srun sets it on the second node of a 2-node job (captured on the sandbox, trimmed).
 STEP_ENV = {
@@ -56,8 +56,8 @@ def _child_env(
     from pathlib import Path
 
     from slurmpre.folder.ledger import Choice
-    from slurmpre.job.args import parse_args
-    from slurmpre.job.resume import child_env
+    from slurmpre.job.start.args import parse_args
+    from slurmpre.job.start.resume import child_env
 
     opts = parse_args(["--launcher", launcher, "--checkpoint-dir", "/c", "--", "python", "t.py"])
     choice = Choice("42", 1, None, None, ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2"),
@@ -94,7 +94,7 @@ def test_the_runs_restart_count_goes_on_across_its_jobs() -> None:
     """A successor's training counts the restarts of the jobs before it (its own
     SLURM_RESTART_COUNT names its records, and starts again at 0)."""
     from slurmpre import api
-    from slurmpre.job.env import read_job_env
+    from slurmpre.job.start.env import read_job_env
 
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1", "SLURM_NODEID": "0",
            "SLURM_RESTART_COUNT": "1", "SLURMPRE_EARLIER_RESTARTS": "2"}  # fmt: skip

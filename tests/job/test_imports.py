@@ -14,7 +14,7 @@ HEAVY = ("click", "jinja2", "slurmpre.cli", "slurmpre.login")
 @pytest.mark.parametrize(
     "entry",
     [
-        "import slurmpre.job.entry, slurmpre.job.run, slurmpre.job.steps",
+        "import slurmpre.job.start.entry, slurmpre.job.start.run, slurmpre.job.handover.steps",
         "import slurmpre.console",
         "import slurmpre, slurmpre.api",  # what a training script imports
     ],

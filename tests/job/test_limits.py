@@ -1,4 +1,4 @@
-"""The restart cap and the crash-loop guard (`slurmpre.job.limits`), and node 0 giving up
+"""The restart cap and the crash-loop guard (`slurmpre.job.start.limits`), and node 0 giving up
 before it chooses: recorded, made non-requeueable, exit 1."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from slurmpre.errors import RestartLimit
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import AttemptId
-from slurmpre.job.args import parse_args
-from slurmpre.job.env import JobEnv
-from slurmpre.job.limits import give_up_why, stalled
-from slurmpre.job.resume import AttemptContext, agree
+from slurmpre.job.start.args import parse_args
+from slurmpre.job.start.env import JobEnv
+from slurmpre.job.start.limits import give_up_why, stalled
+from slurmpre.job.start.resume import AttemptContext, agree
 
 from tests.fakes import FakeSlurm
 from tests.records import record

@@ -5,7 +5,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from slurmpre.job.notice import Notice, NoticeGate, notice_path, read_notice, write_notice
+from slurmpre.job.watch.notice import (
+    Notice,
+    NoticeGate,
+    notice_path,
+    read_notice,
+    write_notice,
+)
 
 
 class FakeClock:

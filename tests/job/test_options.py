@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from slurmpre import defaults, keys
 from slurmpre.errors import UsageError
-from slurmpre.job.args import parse_args
+from slurmpre.job.start.args import parse_args
 from slurmpre.login.render import launch_argv
 from slurmpre.login.spec import SpecError, validate
 

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from slurmpre import procs
-from slurmpre.job.notice import Notice, write_notice
-from slurmpre.job.supervise import relay_notice
+from slurmpre.job.start.supervise import relay_notice
+from slurmpre.job.watch.notice import Notice, write_notice
 
 from tests.conftest import wait_for
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.job.rendezvous import (
+from slurmpre.job.start.rendezvous import (
     PORT_BASE,
     PORT_SPAN,
     Rendezvous,

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from slurmpre.job.requeue import AFTER_CHECKPOINT, STILL_STARTING, Action, Facts, decide
+from slurmpre.job.watch.decide import (
+    AFTER_CHECKPOINT,
+    STILL_STARTING,
+    Action,
+    Facts,
+    decide,
+)
 
 
 def facts(**kw: object) -> Facts:

@@ -155,7 +155,7 @@ def test_signals_reach_the_whole_child_tree(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     code = (
         "import sys\n"
-        "from slurmpre.job.supervise import supervise\n"
+        "from slurmpre.job.start.supervise import supervise\n"
         f"sys.exit(supervise(['bash', '-c', 'sleep 600 & echo $$ $! > {pids}; wait'], {{}}))\n"
     )
     env = {**os.environ, "PATH": os.environ["PATH"]}
@@ -192,7 +192,7 @@ def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> N
     record = tmp_path / "guard-knows"
     tee = (
         "import os, sys\n"
-        "from slurmpre.job import guard\n"
+        "from slurmpre.job.start import guard\n"
         "def lines():\n"
         "    pids = []\n"
         "    for line in sys.stdin:\n"
@@ -207,7 +207,7 @@ def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> N
     )
     code = (
         "import subprocess, sys\n"
-        "from slurmpre.job import supervise as s\n"
+        "from slurmpre.job.start import supervise as s\n"
         "def start_guard():\n"
         "    with s.warning_blocked():\n"
         f"        return subprocess.Popen([sys.executable, '-c', {tee!r}],\n"
@@ -246,7 +246,7 @@ def test_the_warning_is_kept_never_reaches_the_training_and_other_signals_do(
         "from slurmpre.signals import WARN_SIGNAL, Latch\n"
         "latch = Latch()\n"
         "signal.signal(WARN_SIGNAL, latch)\n"
-        "from slurmpre.job.supervise import supervise\n"
+        "from slurmpre.job.start.supervise import supervise\n"
         f"status = supervise([sys.executable, '-c', {child!r}], {{}})\n"
         "print('warned' if latch.at else 'not warned', flush=True)\n"
         "sys.exit(status)\n"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from slurmpre.errors import SlurmError, UsageError
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.env import read_job_env
-from slurmpre.job.inplace import Request, request_path, write_request
-from slurmpre.job.steps import Steps, parse_args, resized_env, step_argv
+from slurmpre.job.handover.inplace import Request, request_path, write_request
+from slurmpre.job.handover.steps import Steps, parse_args, resized_env, step_argv
+from slurmpre.job.start.env import read_job_env
 
 from tests.fakes import FakeSlurm
 from tests.records import dicts

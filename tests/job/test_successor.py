@@ -18,9 +18,9 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Successor, Waiting
 from slurmpre.folder.script import record, recorded
-from slurmpre.job.env import JobEnv
-from slurmpre.job.options import WatchConfig
-from slurmpre.job.successor import submit_env, wait_for_predecessor
+from slurmpre.job.handover.successor import submit_env, wait_for_predecessor
+from slurmpre.job.start.env import JobEnv
+from slurmpre.job.start.options import WatchConfig
 from slurmpre.slurm.parse import parse_jobs
 
 from tests.conftest import DATA
@@ -370,8 +370,8 @@ def test_a_predecessor_requeued_by_hand_after_its_hand_over_does_not_train_again
     successor does not wait for the requeued job, and that job's next attempt finds its
     hand-over in the ledger and ends at once, exit 0, without training."""
     from slurmpre.errors import HandedOver
-    from slurmpre.job.args import parse_args
-    from slurmpre.job.resume import AttemptContext, agree
+    from slurmpre.job.start.args import parse_args
+    from slurmpre.job.start.resume import AttemptContext, agree
 
     ledger, said = handed_over(tmp_path), []
     requeued = dataclasses.replace(RUNNING, state="PENDING", restarts=1)

@@ -15,7 +15,7 @@ from slurmpre.errors import CheckpointError
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import Start, Waiting
-from slurmpre.job.notice import Notice, NoticeGate, write_notice
+from slurmpre.job.watch.notice import Notice, NoticeGate, write_notice
 
 from tests.conftest import as_a_job, wait_for
 
@@ -172,9 +172,9 @@ def test_only_a_script_that_meets_at_resume_path_is_started_before_its_predecess
     """A successor of a script that picks its checkpoint by itself would load one, and
     train, while its predecessor still trains on the same folder: its launch waits. The
     predecessor's resume_path() (or resume_step()) is what says the script meets there."""
-    from slurmpre.job.args import parse_args
-    from slurmpre.job.env import JobEnv
-    from slurmpre.job.resume import takes_over_early
+    from slurmpre.job.start.args import parse_args
+    from slurmpre.job.start.env import JobEnv
+    from slurmpre.job.start.resume import takes_over_early
 
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
     successor = JobEnv("77", 0, 0, ("n2",), "n2", 0, predecessor="42")

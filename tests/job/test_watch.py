@@ -22,9 +22,11 @@ import pytest
 from slurmpre.errors import SlurmError
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.env import JobEnv
-from slurmpre.job.inplace import read_request, request_path
-from slurmpre.job.notice import (
+from slurmpre.job.handover.inplace import read_request, request_path
+from slurmpre.job.start.env import JobEnv
+from slurmpre.job.start.options import WatchConfig
+from slurmpre.job.watch.decide import STILL_STARTING
+from slurmpre.job.watch.notice import (
     DrainSource,
     SignalSource,
     listening_path,
@@ -32,9 +34,7 @@ from slurmpre.job.notice import (
     read_notice,
     taken_path,
 )
-from slurmpre.job.options import WatchConfig
-from slurmpre.job.requeue import STILL_STARTING
-from slurmpre.job.watch import Watcher
+from slurmpre.job.watch.watcher import Watcher
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
 

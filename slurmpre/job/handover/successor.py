@@ -28,7 +28,7 @@ from slurmpre.folder import script as script_file
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Successor
-from slurmpre.job.env import JobEnv
+from slurmpre.job.start.env import JobEnv
 from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 

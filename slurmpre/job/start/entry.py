@@ -22,10 +22,10 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(WARN_SIGNAL, warning)
     try:
         if list(argv[:1]) == ["steps"]:
-            from slurmpre.job.steps import main as steps
+            from slurmpre.job.handover.steps import main as steps
 
             return steps(list(argv))
-        from slurmpre.job.run import main as run  # after the handler, on purpose
+        from slurmpre.job.start.run import main as run  # after the handler, on purpose
 
         return run(list(argv), warning=warning)
     finally:

@@ -21,10 +21,9 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import End
-from slurmpre.job.args import RunOptions, parse_args
-from slurmpre.job.env import JobEnv, read_job_env
-from slurmpre.job.notice import DrainSource, SignalSource, notice_path, taken_path
-from slurmpre.job.resume import (
+from slurmpre.job.start.args import RunOptions, parse_args
+from slurmpre.job.start.env import JobEnv, read_job_env
+from slurmpre.job.start.resume import (
     AttemptContext,
     agree,
     check_checkpoint_dir,
@@ -34,13 +33,14 @@ from slurmpre.job.resume import (
     take_over,
     takes_over_early,
 )
-from slurmpre.job.supervise import Supervisor, relay_notice
+from slurmpre.job.start.supervise import Supervisor, relay_notice
+from slurmpre.job.watch.notice import DrainSource, SignalSource, notice_path, taken_path
 from slurmpre.launchers import Launcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 if TYPE_CHECKING:
-    from slurmpre.job.watch import Watcher
+    from slurmpre.job.watch.watcher import Watcher
 
 
 def requeue_allowed(client: SlurmClient, job: JobEnv, say: Callable[[str], None]) -> bool:
@@ -96,8 +96,8 @@ class Watching:
 def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> DrainSource:
     """The drain notice's source: through the user's shared drain board (one Slurm
     query per interval for all the user's jobs on the cluster), unless sharing is off
-    (`slurmpre.job.drainboard`)."""
-    from slurmpre.job import drainboard
+    (`slurmpre.job.watch.drainboard`)."""
+    from slurmpre.job.watch import drainboard
 
     where = drainboard.folder(os.environ if env is None else env)
     board = None
@@ -124,7 +124,7 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
 
 def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
     def build() -> Watcher:
-        from slurmpre.job.watch import Watcher  # here: in the watcher's own thread
+        from slurmpre.job.watch.watcher import Watcher  # here: in the watcher's own thread
 
         return Watcher(
             [drain_source(at), SignalSource(warning)],

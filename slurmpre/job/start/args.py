@@ -18,8 +18,8 @@ from typing import TypeVar
 from slurmpre import defaults, keys, signals
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
-from slurmpre.job import options
-from slurmpre.job.options import WatchConfig
+from slurmpre.job.start import options
+from slurmpre.job.start.options import WatchConfig
 
 _T = TypeVar("_T")
 

@@ -70,7 +70,7 @@ class NoticeSource(Protocol):
 
 class NodeView(Protocol):
     """What answers for nodes' states: Slurm itself, or the user's shared drain board
-    (`slurmpre.job.drainboard`)."""
+    (`slurmpre.job.watch.drainboard`)."""
 
     def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]: ...
 

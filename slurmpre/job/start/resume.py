@@ -33,11 +33,11 @@ from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.gitstate import git_state
-from slurmpre.job import limits
-from slurmpre.job.args import RunOptions
-from slurmpre.job.env import JobEnv
-from slurmpre.job.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
-from slurmpre.job.successor import wait_for_predecessor
+from slurmpre.job.handover.successor import wait_for_predecessor
+from slurmpre.job.start import limits
+from slurmpre.job.start.args import RunOptions
+from slurmpre.job.start.env import JobEnv
+from slurmpre.job.start.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
 from slurmpre.launchers import Launcher
 from slurmpre.slurm.client import SlurmClient
 

@@ -3,7 +3,7 @@
 The batch script runs ``python -m slurmpre.job steps [options] -- srun … slurmpre.job
 run …`` on the batch host. It runs that srun as the job's step. On a drain the
 step's watcher decides between a requeue, which it does itself, and an
-in-place restart, which it asks of this supervisor (`slurmpre.job.inplace`).
+in-place restart, which it asks of this supervisor (`slurmpre.job.handover.inplace`).
 When asked:
 
 1. the step ends as a requeue would end it: the request comes once the notice
@@ -39,11 +39,11 @@ from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import access, records, trust
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job import options
-from slurmpre.job.env import JobEnv, read_job_env
-from slurmpre.job.inplace import Request, read_request, request_path
-from slurmpre.job.resume import task_checkpoint_dir
-from slurmpre.job.supervise import exit_code
+from slurmpre.job.handover.inplace import Request, read_request, request_path
+from slurmpre.job.start import options
+from slurmpre.job.start.env import JobEnv, read_job_env
+from slurmpre.job.start.resume import task_checkpoint_dir
+from slurmpre.job.start.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 GRACE = 0.0  # after the request, seconds the training gets to exit by itself

@@ -32,8 +32,11 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder import checkpoints, records, trust
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.env import JobEnv
-from slurmpre.job.notice import (
+from slurmpre.job.handover.restart import Restarts
+from slurmpre.job.start.env import JobEnv
+from slurmpre.job.start.options import WatchConfig
+from slurmpre.job.watch.decide import Action, Facts, decide
+from slurmpre.job.watch.notice import (
     Notice,
     NoticeSource,
     listening_path,
@@ -41,9 +44,6 @@ from slurmpre.job.notice import (
     taken_path,
     write_notice,
 )
-from slurmpre.job.options import WatchConfig
-from slurmpre.job.requeue import Action, Facts, decide
-from slurmpre.job.restart import Restarts
 from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
 

@@ -32,7 +32,7 @@ from slurmpre.login.prune import prune
 
 from tests.conftest import slurmpre_cli
 from tests.fakes import Jobs
-from tests.job.test_checkpoints import dcp, torch_zip
+from tests.folder.test_checkpoints import dcp, torch_zip
 
 TRACKER = "latest_checkpointed_iteration.txt"
 

@@ -233,8 +233,8 @@ def test_an_in_place_step_names_its_checkpoints_after_its_own_attempt(tmp_path: 
     """Step 0.1's in-flight names start with the prefix the wrapper keeps as live, and the
     leftovers of step 0 do not (so the next step clears them)."""
     from slurmpre import api
-    from slurmpre.job.env import JobEnv
-    from slurmpre.job.resume import attempt_prefix
+    from slurmpre.job.start.env import JobEnv
+    from slurmpre.job.start.resume import attempt_prefix
 
     job = JobEnv("7", 0, 0, ("n1",), "n1", 0, in_place=1)
     env = {"SLURMPRE_JOB_TAG": "7", "SLURMPRE_RESTART_COUNT": "0", "SLURMPRE_IN_PLACE": "1"}

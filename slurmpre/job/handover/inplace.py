@@ -3,7 +3,7 @@
 A requeue costs at least Slurm's floor (``cred_expire + 1``, 121 s on a stock
 Slurm) plus the wait for nodes. A multi-node job that loses a node other than
 the batch host does not need one: the batch script's supervisor
-(`slurmpre.job.steps`) can release the drained node from the job and start the
+(`slurmpre.job.handover.steps`) can release the drained node from the job and start the
 next step on the nodes that remain.
 
 The watcher (on the step's node 0) decides by `plan`, and asks the supervisor

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from slurmpre import procs
 from slurmpre.errors import UsageError
-from slurmpre.job.notice import read_notice
+from slurmpre.job.watch.notice import read_notice
 from slurmpre.signals import FORWARDED, WARN_SIGNAL, quiet_thread, warning_blocked
 
 TRACK_SECONDS = 2.0
@@ -113,13 +113,13 @@ class Supervisor:
 
 
 def _start_guard() -> subprocess.Popen[str] | None:
-    """The guard (slurmpre.job.guard): if this wrapper dies, its stdin closes and it ends
+    """The guard (slurmpre.job.start.guard): if this wrapper dies, its stdin closes and it ends
     the tree it was last told of, including processes in sessions of their own that
     Slurm's process-group tracking would leave behind."""
     try:
         with warning_blocked():  # Slurm's warning reaches every process of the step
             return subprocess.Popen(
-                [sys.executable, "-m", "slurmpre.job.guard"],
+                [sys.executable, "-m", "slurmpre.job.start.guard"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
