@@ -224,3 +224,21 @@ def test_wait_with_a_negative_timeout_is_bad_input_with_json_too(
     jobs.remember(jobs.Submitted("7", "n", str(folder), str(folder / "logs"), 1.0))
     for extra in ([], ["--json"]):
         assert main(["wait", "7", "--timeout=-1", *extra]) == 2
+
+
+def test_a_teammates_job_is_shown_but_never_acted_on(tmp_path: Path) -> None:
+    """Under group access a teammate reads the owner's status and logs; waiting on it or
+    cancelling it (what acts, or follows as if one's own) stays refused."""
+    folder = folder_with(tmp_path, {"event": "start", "job": "7", "attempt": 0})
+
+    class Theirs(Timeline):
+        def job(self, job_id: str) -> JobInfo:
+            got = super().job(job_id)
+            return JobInfo(**{**got.__dict__, "raw": {"UserId": "someone-else(4242)"}})
+
+    job = job_in(folder, Theirs({"7": ["RUNNING"]}))
+    assert job.status().job == "7"
+    with pytest.raises(UsageError, match="belongs to someone-else, not to you"):
+        job.state()
+    with pytest.raises(UsageError, match="belongs to someone-else, not to you"):
+        job.cancel()

@@ -127,14 +127,16 @@ class Job:
         return chain(Ledger(self.checkpoint_dir, view=True).records(), self.id)
 
     def _slurm(self, job: str, *, showing: bool = False) -> JobInfo | None:
-        """Slurm's view of ``job`` (None once it forgot it); refused for another user's.
-        ``showing``: only to show it, so with `warn` a Slurm that does not answer is
-        said there and the ledger alone is shown."""
+        """Slurm's view of ``job`` (None once it forgot it). ``showing``: only to show it
+        (a teammate's job too, as Slurm's own squeue shows it), so with `warn` a Slurm that
+        does not answer is said there and the ledger alone is shown; otherwise another
+        user's job is refused."""
         if showing and self.warn is not None:
             info = jobs.slurm_view(self.client, job, self.warn)
         else:
             info = jobs.slurm_job(self.client, job)
-        jobs.check_mine(info, job)
+        if not showing:
+            jobs.check_mine(info, job)
         return info
 
     def status(self, prices: Prices | None = None) -> JobStatus:

@@ -110,6 +110,7 @@ def as_user(team: dict[str, Any], user: str, argv: Sequence[str], **kw: Any) -> 
         'cd "$0" && exec "$@"',
         cwd,
         "env",
+        "-i",  # only these: not the test session's own (its XDG_STATE_HOME is root's)
         *[f"{k}={v}" for k, v in env.items()],
         *argv,
     ]
