@@ -88,7 +88,7 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
     file, which the watcher writes on a drain."""
     from slurmpre import api
     from slurmpre.folder.layout import FolderLayout
-    from slurmpre.job.watch.notice import NoticeGate, listening_path, notice_path
+    from slurmpre.job.watch.notice import listening_path, notice_path
 
     notice = notice_path(folder, tag, attempt)
     for key, value in {
@@ -102,7 +102,7 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
         "SLURMPRE_MEETS_AT_RESUME_FILE": str(FolderLayout(folder).meets_at_resume(tag)),
     }.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: str(notice), check_every=0.0))
+    api.watch_notices(str(notice), check_every=0.0)
     return notice
 
 

@@ -238,6 +238,6 @@ def test_an_in_place_step_names_its_checkpoints_after_its_own_attempt(tmp_path: 
 
     job = JobEnv("7", 0, 0, ("n1",), "n1", 0, in_place=1)
     env = {"SLURMPRE_JOB_TAG": "7", "SLURMPRE_RESTART_COUNT": "0", "SLURMPRE_IN_PLACE": "1"}
-    assert api._attempt_tag(env, tmp_path).startswith(attempt_prefix(job))
+    assert api.saving._attempt_tag(env, tmp_path).startswith(attempt_prefix(job))
     before = {**env, "SLURMPRE_IN_PLACE": "0"}
-    assert not api._attempt_tag(before, tmp_path).startswith(attempt_prefix(job))
+    assert not api.saving._attempt_tag(before, tmp_path).startswith(attempt_prefix(job))

@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from slurmpre.api.meeting import FolderMeeting
 from slurmpre.atomic import write_atomic
 from slurmpre.errors import CheckpointError, SlurmError
 from slurmpre.folder import access
@@ -21,7 +22,6 @@ from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.locks import FolderLock
 from slurmpre.folder.script import record, recorded
 from slurmpre.job.handover.inplace import Request, read_request, write_request
-from slurmpre.job.meeting import FolderMeeting
 from slurmpre.job.watch.notice import (
     CHECKPOINT,
     NO_NOTICE,

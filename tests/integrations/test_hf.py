@@ -15,7 +15,7 @@ from slurmpre import api
 from slurmpre.folder import checkpoints
 from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job.watch.notice import NoticeGate, listening_path
+from slurmpre.job.watch.notice import listening_path
 
 from tests.conftest import as_a_job
 from tests.records import dicts
@@ -94,7 +94,8 @@ def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
     assert chosen is not None and chosen.where == str(folder / "checkpoint-13")
     monkeypatch.setenv("SLURMPRE_RESUME_FROM", chosen.where)
     monkeypatch.setenv("SLURMPRE_RESTART_COUNT", "1")
-    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
+    api.watch_notices("", check_every=0)
     assert resume_from_checkpoint() == chosen.where
     steps, resumed = train(folder, [SlurmpreCallback()], resume=resume_from_checkpoint())
     assert steps == STEPS
@@ -125,7 +126,8 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     chosen = checkpoints.latest(folder).checkpoint
     assert chosen is not None and chosen.where == str(folder / "checkpoint-17")
     monkeypatch.setenv("SLURMPRE_RESTART_COUNT", "1")
-    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
+    api.watch_notices("", check_every=0)
     steps, resumed = train(folder, [SlurmpreCallback()], resume=chosen.where)
     assert steps == STEPS
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)

@@ -16,7 +16,6 @@ from slurmpre.folder import checkpoints
 from slurmpre.folder.checkpoints import Format
 from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job.watch.notice import NoticeGate
 
 from tests.conftest import as_a_job
 from tests.records import dicts
@@ -91,7 +90,8 @@ def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
     assert (chosen.format, chosen.complete) == (Format.LIGHTNING, True)
 
     monkeypatch.setenv("SLURMPRE_RESUME_FROM", chosen.where)
-    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
+    api.watch_notices("", check_every=0)
     steps, _ = fit(folder, [SlurmpreCallback()], ckpt_path=resume_from_checkpoint())
     assert steps == STEPS
 
@@ -113,7 +113,8 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     assert saves == [(6, True), (16, True)]
     chosen = checkpoints.latest(folder).checkpoint
     assert chosen is not None and chosen.where == str(folder / "step=16.ckpt")
-    monkeypatch.setattr(api, "_gate", NoticeGate(lambda: "", check_every=0))
+    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
+    api.watch_notices("", check_every=0)
     steps, resumed = fit(folder, [SlurmpreCallback()], ckpt_path=chosen.where)
     assert steps == STEPS
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)

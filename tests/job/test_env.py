@@ -101,5 +101,5 @@ def test_the_runs_restart_count_goes_on_across_its_jobs() -> None:
     job = read_job_env(env)
     assert (job.restart_count, job.run_restarts) == (1, 3)
     child = {"SLURMPRE_RESTART_COUNT": "1", "SLURMPRE_RESTARTS": "3"}
-    assert api.restart_count(child) == 3 and api._attempt(child) == 1
+    assert api.restart_count(child) == 3 and api.attempt.own_attempt(child) == 1
     assert api.restart_count({"SLURM_RESTART_COUNT": "2"}) == 2  # outside a chain, as before

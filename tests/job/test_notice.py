@@ -107,3 +107,19 @@ def test_ranks_agree_on_the_same_call_and_sync_about_once_a_second() -> None:
     assert all(results[0][first[0] :]) and all(results[1][first[1] :])
     # Amortised: far fewer collectives than calls before the notice.
     assert reduce.calls[0] == reduce.calls[1] < first[0] // 5
+
+
+def test_a_script_that_passes_env_keeps_one_gate_and_is_asked_to_save_once(
+    tmp_path: Path,
+) -> None:
+    """Given env= at every call, each call made a gate of its own: checkpoint_requested()
+    answered True at every step of a notice, not once."""
+    import slurmpre
+
+    notice = tmp_path / "notice-9-0.json"
+    env = {"SLURMPRE_NOTICE_FILE": str(notice), "SLURMPRE_CHECKPOINT_DIR": str(tmp_path)}
+    assert not slurmpre.checkpoint_requested(env=env)
+    slurmpre.api.watch_notices(str(notice), check_every=0.0)
+    write_notice(notice, Notice("drain", "n1", "preempted", 1.0, stop=False))
+    answers = [slurmpre.checkpoint_requested(env=env) for _ in range(5)]
+    assert answers == [True, False, False, False, False]

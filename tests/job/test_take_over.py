@@ -95,7 +95,7 @@ def as_a_successor(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Ledger:
     as_a_job(monkeypatch, folder, "77")
     monkeypatch.setenv("SLURMPRE_RESUME_PENDING", "42")
     monkeypatch.setenv("SLURMPRE_RESUME_TIMEOUT", "30")
-    monkeypatch.setattr(api, "_taken", {})
+    monkeypatch.setattr(api.attempt, "_taken", {})
     ledger = Ledger(folder)
     ledger.ensure()
     return ledger
@@ -182,7 +182,7 @@ def test_only_a_script_that_meets_at_resume_path_is_started_before_its_predecess
     assert not takes_over_early(opts, successor, tmp_path)  # job 42's script never asked
 
     as_a_job(monkeypatch, tmp_path, "42")
-    monkeypatch.setattr(api, "_marked_resume", set())
+    monkeypatch.setattr(api.attempt, "_marked_resume", set())
     assert slurmpre.resume_step() is None  # job 42's script asks: a fresh start
     assert FolderLayout(tmp_path).meets_at_resume("42").exists()
     assert takes_over_early(opts, successor, tmp_path)
