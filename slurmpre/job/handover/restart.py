@@ -18,11 +18,11 @@ from pathlib import Path
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout
-from slurmpre.folder.ledger import Ledger
 from slurmpre.job.handover.inplace import Plan, Request, plan, request_path, write_request
 from slurmpre.job.handover.successor import submit_successor
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
+from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.decide import Action
 from slurmpre.job.watch.drainboard import submit_slot
 from slurmpre.slurm.client import SlurmClient
@@ -45,19 +45,18 @@ class Restarts:
         self,
         job: JobEnv,
         folder: Path,
-        ledger: Ledger,
+        log: AttemptLog,
         client: SlurmClient,
         config: WatchConfig,
         requeue_allowed: bool,
         say: Callable[[str], None],
         wall: Callable[[], float],
-        record: Callable[..., None],
         env: Mapping[str, str],
     ) -> None:
         self.env = env  # this job's own: a successor is submitted with it
-        self.job, self.folder, self.ledger, self.client = job, folder, ledger, client
+        self.job, self.folder, self.log, self.client = job, folder, log, client
         self.config, self.requeue_allowed = config, requeue_allowed
-        self.say, self.wall, self.record = say, wall, record
+        self.say, self.wall = say, wall
         self.successor_refused = False  # then requeue, as without successors
         self.successor: str | None = None  # the job this one handed over to
 
@@ -97,7 +96,7 @@ class Restarts:
             f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)} "
             f"({why}): the next step starts when this one ends"
         )
-        self.record(
+        self.log.add(
             records.InPlaceRequested,
             keep=tuple(restart.keep),
             release=tuple(release),
@@ -113,7 +112,7 @@ class Restarts:
                 "the job was submitted without --requeue: not requeuing it "
                 "(the checkpoint is taken; resubmit to resume)"
             )
-            self.record(records.RequeueSkipped, why="job has no --requeue")
+            self.log.add(records.RequeueSkipped, why="job has no --requeue")
             return Done(Action.SKIP, why="job has no --requeue")
         if self.config.restart == "successor":
             done = self.hand_over(why, sorted(drained))
@@ -126,7 +125,7 @@ class Restarts:
             self.say(f"requeue failed, retrying: {_first(exc)}")
             return None
         self.say(f"requeued job {self.job.job_id} ({why})")
-        self.record(records.Requeued, why=why, requeued_at=self.wall())
+        self.log.add(records.Requeued, why=why, requeued_at=self.wall())
         return Done(Action.REQUEUE, requeued=True)
 
     def _submitted_in(self) -> Path:
@@ -178,7 +177,7 @@ class Restarts:
         self.successor = successor
         where = f", not on {', '.join(exclude)}" if exclude else ""
         self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
-        self.record(
+        self.log.add(
             records.Successor,
             successor=successor,
             excluded=tuple(exclude),

@@ -1,0 +1,304 @@
+"""What the watcher does from the first notice on: ask every rank to checkpoint, hand
+over or plan the restart, tell a script that goes on when to stop, and decide (by
+`decide.decide`) when the job goes on elsewhere.
+
+Owned by the watcher's thread alone; the deadline counts from the drain's own time as
+Slurm stamped it, not from when the watcher saw it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpre.errors import SlurmpreError
+from slurmpre.folder import checkpoints, records, trust
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.job.handover.restart import Restarts
+from slurmpre.job.start.env import JobEnv
+from slurmpre.job.start.options import WatchConfig
+from slurmpre.job.watch.attempt_log import AttemptLog
+from slurmpre.job.watch.decide import Action, Facts, decide
+from slurmpre.job.watch.notice import (
+    Notice,
+    listening_path,
+    notice_path,
+    taken_path,
+    write_notice,
+)
+
+
+@dataclass
+class Outcome:
+    """What the watcher did; read by the main thread once the watcher has finished."""
+
+    notice: Notice | None = None
+    action: Action | None = None  # REQUEUE or SKIP; None without a notice
+    why: str = ""
+    requeued: bool = False
+    in_place: tuple[str, ...] | None = None  # the nodes kept, when restarting in place
+    successor: str | None = None  # the job that takes over, instead of a requeue
+
+
+@dataclass
+class _State:
+    notice: Notice | None = None
+    deadline: float | None = None  # on the monotonic clock
+    step_at_notice: int | None = None
+    committed: tuple[int | None, str] | None = None
+    committed_at: float | None = None  # monotonic
+    exit_code: int | None = None
+    drained: set[str] = field(default_factory=set)
+    listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
+    stop_sent: bool = False  # the notice file says stop (a script that goes on stops)
+    stop_at: float | None = None  # monotonic: when a script that goes on must stop
+    notice_written: float | None = None  # wall clock: the notice file first written
+    committed_wall: float | None = None  # wall clock: its checkpoint seen committed
+
+
+class AfterNotice:
+    def __init__(
+        self,
+        job: JobEnv,
+        folder: Path,
+        config: WatchConfig,
+        restarts: Restarts,
+        log: AttemptLog,
+        say: Callable[[str], None],
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self.job, self.folder, self.config = job, folder, config
+        self.restarts, self.log, self.say = restarts, log, say
+        self.clock, self.wall = clock, wall
+        self._state = _State()
+
+    @property
+    def notice(self) -> Notice | None:
+        """The first notice, once there is one."""
+        return self._state.notice
+
+    def exited(self, code: int) -> None:
+        self._state.exit_code = code
+
+    def also_drained(self, notice: Notice) -> None:
+        """Another notice after the first: a further node of the job drained."""
+        state = self._state
+        if notice.node is None or notice.node in state.drained:
+            return
+        state.drained.add(notice.node)
+        self.say(f"another node drained: {notice.describe()}")
+        self.log.add(records.Notice, **_notice_fields(notice, first=False))
+
+    def begin(self, notice: Notice) -> None:
+        """The first notice: every rank is asked to checkpoint, the restart planned."""
+        state = self._state
+        state.notice = notice
+        if notice.node:
+            state.drained.add(notice.node)
+        window = self.config.window if notice.kind == "drain" else self.config.time_warning
+        budget = max(window - self.config.margin, 0.0)
+        # The window began when Slurm drained the node, not when this watcher saw it.
+        left = notice.since + budget - self.wall()
+        state.deadline = self.clock() + max(left, 0.0)
+        restart = self.restarts.plan(notice.kind, state.drained)
+        successor = (
+            self.config.restart == "successor"
+            and restart.keep is None
+            and self.restarts.requeue_allowed  # a job without --requeue is not restarted
+        )
+        # Make before break: with a successor on its way, a script that can checkpoint
+        # and go on keeps training after its notice checkpoint, until told to stop.
+        self._publish(stop=not successor)
+        current = _latest(self.folder)
+        state.step_at_notice = current.step if current else None
+        own = listening_path(self.folder, self.job.tag, self.job.attempt)
+        state.listened_before = any(
+            p != own and trust.marked(p) for p in FolderLayout(self.folder).listening_files()
+        )
+        late = self.wall() - notice.since
+        floor = self.restarts.floor()
+        how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
+        self.say(
+            f"preemption notice: {notice.describe()}, {late:.0f} s ago "
+            f"(time from {notice.anchored_on}); asking every rank to checkpoint, "
+            f"then {how} ({restart.why}) within {max(left, 0.0):.0f} s"
+        )
+        # What Slurm itself adds before the next step can start, beyond the job's own
+        # start-up: a requeue waits for cred_expire + 1 (and then for nodes); an
+        # in-place restart only for the release of the drained node; a successor for
+        # a free node and its predecessor's end.
+        expected: dict[str, int | None] = {"requeue": floor}
+        if restart.keep:
+            expected["in_place"] = 0
+        elif successor:
+            expected["successor"] = 0
+        self.log.add(
+            records.Notice,
+            **_notice_fields(notice, first=True),
+            step_at_notice=state.step_at_notice,
+            drained_at=notice.since,
+            deadline_from=notice.anchored_on,
+            deadline_at=notice.since + budget,
+            restart="in_place" if restart.keep else "successor" if successor else "requeue",
+            restart_why=restart.why,
+            requeue_floor_s=floor,
+            expected_wait_s=expected,
+        )
+        if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
+            self._publish(stop=True)  # no successor: stop at the checkpoint
+
+    def step(self) -> Outcome | None:
+        """Act on the pending notice: the outcome once the job goes on (or will not)."""
+        state = self._state
+        if state.notice is None:
+            return None
+        decision = decide(self._facts())
+        if decision.action is Action.WAIT:
+            return None
+        if decision.action is Action.SKIP:
+            self.say(f"not requeuing: {decision.why}")
+            self.log.add(records.RequeueSkipped, why=decision.why)
+            self.restarts.call_off()
+            return Outcome(state.notice, Action.SKIP, decision.why)
+        done = self.restarts.in_place(decision.why, state.notice.kind, state.drained)
+        if done is None:
+            done = self.restarts.go_on(decision.why, state.drained)
+        if done is None:
+            return None  # the requeue failed: the next round tries again
+        if not state.stop_sent:
+            # A script still going on (the deadline came first) must stop now: the job that
+            # takes over waits for it to end.
+            self._publish(stop=True)
+        return Outcome(
+            state.notice,
+            done.action,
+            done.why or decision.why,
+            done.requeued,
+            done.in_place,
+            done.successor,
+        )
+
+    def _publish(self, *, stop: bool) -> None:
+        """Write the notice file every rank reads (again, when it turns to stop)."""
+        state = self._state
+        if state.notice is None:
+            return
+        state.stop_sent = stop
+        if state.notice_written is None:
+            state.notice_written = self.wall()
+        try:
+            write_notice(
+                notice_path(self.folder, self.job.tag, self.job.attempt),
+                dataclasses.replace(state.notice, stop=stop),
+            )
+        except (OSError, trust.Untrusted) as exc:
+            self.say(f"could not write the notice file: {exc}")
+
+    def _tell_to_stop(self, goes_on: bool) -> None:
+        """A script that went on training after its notice checkpoint stops (with a last
+        checkpoint) once its successor waits for it, or as the deadline nears: the window
+        less the margin, less what its notice checkpoint took (and a poll)."""
+        state = self._state
+        if state.notice is None or state.stop_sent or not goes_on or state.committed is None:
+            return
+        if state.deadline is None:
+            return
+        if state.stop_at is None:
+            took = self._checkpoint_seconds()
+            state.stop_at = state.deadline - took - 2 * self.config.commit_poll
+        why = None
+        if self.restarts.successor is not None and self._successor_waiting():
+            why = f"job {self.restarts.successor} is ready to take over"
+        elif self.clock() >= state.stop_at:
+            why = "the deadline nears"
+        if why is None:
+            return
+        self._publish(stop=True)
+        self.say(f"asking the training to checkpoint and stop: {why}")
+        self.log.add(records.Stopping, why=why, asked_at=self.wall())
+
+    def _checkpoint_seconds(self) -> float:
+        """How long the notice checkpoint took, as the watcher saw it: from the notice
+        file to the commit, which holds the ranks' agreeing, the step they were in, and
+        the save itself (a final checkpoint takes as long)."""
+        state = self._state
+        if state.committed_wall is None or state.notice_written is None:
+            return 0.0
+        return max(0.0, state.committed_wall - state.notice_written)
+
+    def _successor_waiting(self) -> bool:
+        successor = self.restarts.successor
+        return any(
+            isinstance(r, records.Waiting) and r.job == successor and r.predecessor == self.job.tag
+            for r in self.log.records()
+        )
+
+    def _facts(self) -> Facts:
+        state = self._state
+        tag, attempt = self.job.tag, self.job.attempt
+        if state.committed is None:
+            state.committed = self._committed_since_notice()
+            if state.committed is not None:
+                step, path = state.committed
+                state.committed_at = self.clock()
+                state.committed_wall = self.wall()
+                self.say(f"checkpoint of step {step} committed after the notice: {path}")
+                self.log.add(records.Committed, step=step, path=path, committed_seen_at=self.wall())
+        goes_on = trust.marked(FolderLayout(self.folder).goes_on(tag, attempt))
+        self._tell_to_stop(goes_on)
+        now = self.clock()
+        return Facts(
+            goes_on=goes_on and not state.stop_sent,
+            listening=trust.marked(listening_path(self.folder, tag, attempt)),
+            taken=trust.marked(taken_path(self.folder, tag, attempt)),
+            committed=state.committed is not None,
+            since_commit=None if state.committed_at is None else now - state.committed_at,
+            exit_code=state.exit_code,
+            past_deadline=state.deadline is not None and now >= state.deadline,
+            exit_grace=self.config.exit_grace,
+            listened_before=state.listened_before,
+            handed_over=self.restarts.successor is not None,
+        )
+
+    def _committed_since_notice(self) -> tuple[int | None, str] | None:
+        # A script that asks preemption_requested() checkpoints on the notice itself:
+        # wait for that one, not for a periodic save that lands first, or the steps
+        # it trains between the two would be lost.
+        listening = trust.marked(listening_path(self.folder, self.job.tag, self.job.attempt))
+        this = records.AttemptId(self.job.restart_count, self.job.in_place)
+        for record in reversed(self.log.records()):
+            if (
+                isinstance(record, records.Checkpoint)
+                and record.job == self.job.tag  # every successor's first attempt is 0
+                and record.attempt_id == this
+                and record.after_notice
+            ):
+                return record.step, record.path
+        if listening:
+            return None
+        found = _latest(self.folder)
+        before = self._state.step_at_notice
+        if found is not None and found.step is not None and (before is None or found.step > before):
+            return found.step, str(found.path)
+        return None
+
+
+def _latest(folder: Path) -> checkpoints.Checkpoint | None:
+    try:
+        return checkpoints.latest(folder).checkpoint
+    except SlurmpreError:
+        return None
+
+
+def _notice_fields(notice: Notice, *, first: bool) -> dict[str, Any]:
+    return {
+        "kind": notice.kind,
+        "node": notice.node,
+        "reason": notice.reason,
+        "seen_at": notice.seen_at,
+        "first": first,
+    }
