@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from slurmpre import defaults
 from slurmpre.drill.timeline import Hit, Observed
-from slurmpre.folder import records
+from slurmpre.folder import record_shape, records
 from slurmpre.slurm import states
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
@@ -151,7 +151,7 @@ def _ledger_for(run: Observed, attempt: int, kind: type[_A]) -> list[_A]:
     for raw in run.ledger:
         try:
             r = records.Record.from_json(raw)
-        except records.ShapeError:
+        except record_shape.ShapeError:
             continue
         if isinstance(r, kind) and (r.job, r.attempt) == where:
             out.append(r)

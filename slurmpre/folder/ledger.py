@@ -26,7 +26,8 @@ from slurmpre.folder import trust
 from slurmpre.folder.access import CONTROL_MODE, OWNER, Access, make_dirs, set_mode
 from slurmpre.folder.layout import FolderLayout, attempt_key
 from slurmpre.folder.locks import FolderLock, LockTimeout
-from slurmpre.folder.records import AttemptId, Record, ShapeError, Start
+from slurmpre.folder.record_shape import ShapeError
+from slurmpre.folder.records import AttemptId, Record, Start
 from slurmpre.reading import LARGE, SMALL, real_inside, skip_line
 
 

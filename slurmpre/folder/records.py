@@ -14,19 +14,14 @@ The job side imports this module: it imports nothing but the standard library.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from slurmpre.errors import SlurmpreError
 from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.record_shape import ShapeError, field_checks, short
 
 _R = TypeVar("_R", bound="Record")
-
-
-class ShapeError(SlurmpreError, ValueError):
-    """A JSON object that is not a ledger record; the message says which key is wrong."""
 
 
 @dataclass(frozen=True)
@@ -97,14 +92,14 @@ class Record:
             raise ShapeError("not a JSON object")
         event = data.get("event")
         if not isinstance(event, str):
-            raise ShapeError(f"event = {_short(event)} is not an event name")
+            raise ShapeError(f"event = {short(event)} is not an event name")
         cls = EVENTS.get(event, Other)
         return cls._read(data)
 
     @classmethod
     def _read(cls: type[_R], data: Mapping[str, Any]) -> _R:
         known: dict[str, Any] = {}
-        checks = _checks(cls)
+        checks = field_checks(cls)
         for name, (check, required) in checks.items():
             if name not in data:
                 if required:
@@ -112,7 +107,7 @@ class Record:
                 continue
             value = data[name]
             if not check(value):
-                raise ShapeError(f"{name} = {_short(value)} has the wrong type")
+                raise ShapeError(f"{name} = {short(value)} has the wrong type")
             known[name] = tuple(value) if isinstance(value, list) else value
         extra = {k: v for k, v in data.items() if k not in checks and k != "event"}
         if cls is Other:
@@ -387,64 +382,3 @@ EVENTS: dict[str, type[Record]] = {
         End,
     )
 }
-
-
-# -- what each annotation accepts -------------------------------------------------
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: object) -> bool:
-    return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def _is_names(v: object) -> bool:
-    return isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
-
-
-_BASE: dict[str, Callable[[object], bool]] = {
-    "str": lambda v: isinstance(v, str),
-    "int": _is_int,
-    "float": _is_number,
-    "bool": lambda v: isinstance(v, bool),
-    "tuple[str, ...]": _is_names,
-    "dict[str, Any]": lambda v: isinstance(v, dict),
-}
-
-
-def _check_for(annotation: str) -> tuple[Callable[[object], bool], bool]:
-    """(the check of a value, whether the key is required) for a field's annotation."""
-    optional = annotation.endswith(" | None")
-    base = _BASE[annotation.removesuffix(" | None")]
-    if optional:
-        return (lambda v: v is None or base(v)), False
-    return base, True
-
-
-_CHECKS: dict[type[Record], dict[str, tuple[Callable[[object], bool], bool]]] = {}
-
-
-def _checks(cls: type[Record]) -> dict[str, tuple[Callable[[object], bool], bool]]:
-    """Each field's check, from its annotation; made once per class."""
-    found = _CHECKS.get(cls)
-    if found is None:
-        found = {}
-        for f in dataclasses.fields(cls):
-            if f.name in ("extra", "read_keys"):
-                continue
-            check, required = _check_for(str(f.type))
-            # A field with a default may be absent (in_place, the first notice's plan).
-            has_default = f.default is not dataclasses.MISSING
-            found[f.name] = (check, required and not has_default)
-        _CHECKS[cls] = found
-    return found
-
-
-def _short(value: object) -> str:
-    import json
-
-    try:
-        text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from slurmpre.folder import records
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import AttemptId, Record, ShapeError
+from slurmpre.folder.record_shape import ShapeError
+from slurmpre.folder.records import AttemptId, Record
 
 from tests.conftest import DATA
 
