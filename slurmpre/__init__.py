@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurmpre._version import __version__
 
-# The login side's Python API (slurmpre.login.handle): imported on first use too.
+# The login side's Python API (slurmpre.login.launch, .handle): imported on first use too.
 _LOGIN = ("submit", "sweep", "Job", "JobFailed")
 
 __all__ = [
@@ -50,14 +50,17 @@ if TYPE_CHECKING:
         world_size,
     )
     from slurmpre.errors import JobFailed
-    from slurmpre.login.handle import Job, submit, sweep
+    from slurmpre.login.handle import Job
+    from slurmpre.login.launch import submit, sweep
 
 
 def __getattr__(name: str) -> Any:
     if name == "JobFailed":
         return importlib.import_module("slurmpre.errors").JobFailed
+    if name == "Job":
+        return importlib.import_module("slurmpre.login.handle").Job
     if name in _LOGIN:
-        return getattr(importlib.import_module("slurmpre.login.handle"), name)
+        return getattr(importlib.import_module("slurmpre.login.launch"), name)
     if name in __all__:
         return getattr(importlib.import_module("slurmpre.api"), name)
     raise AttributeError(f"module 'slurmpre' has no attribute {name!r}")

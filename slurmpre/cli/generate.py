@@ -133,7 +133,7 @@ def sweep_cmd(
     one array (task i in <checkpoint_dir>/task-i); the rest are jobs of their own.
     Prints each job's id (an array's stands for its tasks: 123 all, 123_0 one)."""
     from slurmpre.login import sweep as sweeps
-    from slurmpre.login.handle import plan_sweep
+    from slurmpre.login.launch import plan_sweep
     from slurmpre.login.render import render
     from slurmpre.login.spec import parse_sets
     from slurmpre.login.submit import check, submit
