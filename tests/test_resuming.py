@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
+from slurmpre.folder import trust
 from slurmpre.folder.ledger import Ledger
 from slurmpre.login import resuming
 from slurmpre.login.spec import load
@@ -239,7 +240,7 @@ def test_fresh_never_moves_home_or_a_folder_above_it(
     monkeypatch.setenv("HOME", str(home))
     folder = {"home": home, "above home": home.parent, "root": Path("/")}[where]
     with pytest.raises(UsageError, match="never moved"):
-        resuming.move_aside(folder, "exp")
+        resuming.move_aside(folder)
     assert home.is_dir() and (home / ".slurmpre").is_dir()
 
 
@@ -254,7 +255,7 @@ def test_fresh_never_moves_a_parent_of_other_jobs_folders(
     finished_run(parent / "other-run", name="other")
     finished_run(parent)  # a ledger of its own too: still not one job's folder
     with pytest.raises(UsageError, match="holds another job's checkpoint folder"):
-        resuming.move_aside(parent, "exp")
+        resuming.move_aside(parent)
     assert (parent / "other-run" / ".slurmpre").is_dir()
 
 
@@ -266,15 +267,22 @@ def test_fresh_never_moves_a_folder_that_is_not_this_jobs(
     (plain / "sub").mkdir(parents=True)
     (plain / "sub" / "file").write_text("x")
     with pytest.raises(UsageError, match="holds no ledger"):
-        resuming.move_aside(plain, "exp")
-    other = tmp_path / "theirs"
-    finished_run(other, name="another")
-    with pytest.raises(UsageError, match="jobs named another, not 'exp'"):
-        resuming.move_aside(other, "exp")
+        resuming.move_aside(plain)
+    theirs = tmp_path / "theirs"
+    finished_run(theirs)
+    monkeypatch.setattr(trust, "trusted_uids", lambda: frozenset({os.getuid() + 4242}))
+    with pytest.raises(UsageError, match="not this job's own folder"):
+        resuming.move_aside(theirs)  # a ledger someone else wrote
+    monkeypatch.undo()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert (theirs / ".slurmpre").is_dir()
+    renamed = tmp_path / "renamed"
+    finished_run(renamed, name="exp-v1")  # the spec was renamed since: still the user's
+    assert resuming.move_aside(renamed).name.startswith("renamed.")
     tasks = tmp_path / "sweep"
     finished_run(tasks)
     finished_run(tasks / "task-0")  # an array's tasks keep their folders below it
-    assert resuming.move_aside(tasks, "exp").name.startswith("sweep.")
+    assert resuming.move_aside(tasks).name.startswith("sweep.")
 
 
 def test_an_empty_folder_is_not_moved_aside(tmp_path: Path) -> None:

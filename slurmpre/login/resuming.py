@@ -37,7 +37,6 @@ from slurmpre.folder.records import (
     Requeued,
     RequeueSkipped,
     Start,
-    Submitted,
     Successor,
 )
 
@@ -198,7 +197,7 @@ def aside_name(folder: Path, now: float) -> Path:
     return candidate
 
 
-def move_aside(folder: Path, name: str | None = None, *, now: float | None = None) -> Path:
+def move_aside(folder: Path, *, now: float | None = None) -> Path:
     """Rename ``folder`` to a dated name beside it, once it is provably the job's own
     (`job_own`); refuse a link (it leads elsewhere: renaming it would not move the work
     it points at, and nothing there is touched)."""
@@ -210,7 +209,7 @@ def move_aside(folder: Path, name: str | None = None, *, now: float | None = Non
         )
     if not folder.is_dir():
         raise UsageError(f"--fresh: checkpoint_dir = {str(folder)!r} is not a folder")
-    job_own(folder, name)
+    job_own(folder)
     target = aside_name(folder, time.time() if now is None else now)
     try:
         folder.rename(target)
@@ -221,11 +220,12 @@ def move_aside(folder: Path, name: str | None = None, *, now: float | None = Non
     return target
 
 
-def job_own(folder: Path, name: str | None) -> None:
+def job_own(folder: Path) -> None:
     """Refuse (UsageError) to move a folder that is not one job's own checkpoint folder:
     ``$HOME``, ``/`` or a folder above ``$HOME``; a folder without a ledger of the user's;
-    a folder whose ledger names jobs of another name; a folder that holds another job's
-    folder (a ledger below it, other than its array tasks')."""
+    a folder that holds another job's folder (a ledger below it, other than its array
+    tasks'). The jobs its ledger names may have had another name: starting over in a
+    folder under a renamed spec is what ``--fresh`` is for."""
     real = os.path.realpath(folder)
     home = os.path.realpath(Path.home())
     where = f"--fresh: checkpoint_dir = {str(folder)!r}"
@@ -240,12 +240,8 @@ def job_own(folder: Path, name: str | None) -> None:
             f"{where} holds no ledger of slurmpre's (.slurmpre/attempts.jsonl): it is not a "
             "job's checkpoint folder; move it yourself, or set another checkpoint_dir"
         )
-    names = {r.name for r in records if isinstance(r, Submitted)}
-    if name is not None and names - {name}:
-        others = ", ".join(sorted(names - {name}))
-        raise UsageError(
-            f"{where} holds the checkpoints of jobs named {others}, not {name!r}: not moved"
-        )
+    if not records:
+        raise UsageError(f"{where}: its ledger is empty; not moved (move it yourself)")
     for sub, dirs, _ in os.walk(folder):
         here = Path(sub)
         if here != folder and (here / ".slurmpre").is_dir() and not _task_of(here, folder):

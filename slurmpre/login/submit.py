@@ -157,7 +157,7 @@ def _submit(
     folder = Path(spec.checkpoint_dir)
     plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
     if plan.move_aside:
-        aside = resuming.move_aside(folder, spec.name)
+        aside = resuming.move_aside(folder)
         say(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
     for line in plan.lines:
         say(line)
@@ -212,7 +212,7 @@ def _refusals(
         )
     plan = resuming.check(folder, is_array=spec.is_array, resume=resume, fresh=fresh)
     if plan.move_aside:
-        resuming.job_own(folder, spec.name)
+        resuming.job_own(folder)
     return plan
 
 
