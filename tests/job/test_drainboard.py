@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurmpre.job.handover import slots
 from slurmpre.job.watch import drainboard
 from slurmpre.job.watch.drainboard import GRACE, READ_EVERY, DrainBoard
 from slurmpre.job.watch.notice import DrainSource
@@ -188,8 +189,8 @@ def test_restarts_take_one_of_a_few_slots_and_go_anyway_after_the_wait(tmp_path:
     env = {"SLURMPRE_SHARED_DIR": str(tmp_path / "watch")}
     slept: list[float] = []
     with contextlib.ExitStack() as held:
-        for _ in range(drainboard.SUBMIT_SLOTS):  # the slots all taken by other restarts
-            held.enter_context(drainboard.submit_slot(env, sleep=slept.append))
+        for _ in range(slots.SUBMIT_SLOTS):  # the slots all taken by other restarts
+            held.enter_context(slots.submit_slot(env, sleep=slept.append))
         assert slept == []  # a free slot costs nothing
         now = [0.0]
 
@@ -197,11 +198,11 @@ def test_restarts_take_one_of_a_few_slots_and_go_anyway_after_the_wait(tmp_path:
             slept.append(s)
             now[0] += s
 
-        with drainboard.submit_slot(env, sleep=sleep, clock=lambda: now[0]):
+        with slots.submit_slot(env, sleep=sleep, clock=lambda: now[0]):
             pass  # it went anyway
-        assert drainboard.SLOT_WAIT <= sum(slept) <= drainboard.SLOT_WAIT + 1.0
+        assert slots.SLOT_WAIT <= sum(slept) <= slots.SLOT_WAIT + 1.0
         assert all(0.1 <= s <= 1.0 for s in slept)  # jittered steps
-    with drainboard.submit_slot({"SLURMPRE_SHARED_WATCH": "0"}):
+    with slots.submit_slot({"SLURMPRE_SHARED_WATCH": "0"}):
         pass  # sharing off: no slot, no wait
 
 

@@ -19,12 +19,12 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.handover.inplace import Plan, Request, plan, request_path, write_request
+from slurmpre.job.handover.slots import submit_slot
 from slurmpre.job.handover.successor import submit_successor
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.decide import Action
-from slurmpre.job.watch.drainboard import submit_slot
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import requeue_floor
 

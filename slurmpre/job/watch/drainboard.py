@@ -33,7 +33,7 @@ import os
 import random
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -371,47 +371,3 @@ class DrainBoard:
             self.queries += 1
             self._own_due = self._next(now)
         return self._own
-
-
-SUBMIT_SLOTS = 4  # a user's jobs submit or requeue at most this many at once
-SLOT_WAIT = 10.0  # seconds a job waits for a slot at most; then it goes anyway
-
-
-@contextlib.contextmanager
-def submit_slot(
-    env: Mapping[str, str],
-    *,
-    rng: random.Random | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> Iterator[None]:
-    """One of SUBMIT_SLOTS slots for a successor's sbatch or a requeue, so a wave of
-    preemptions does not send slurmctld all of a user's jobs' restarts at once. Free at
-    once, it costs nothing; taken, the job waits in jittered steps (up to a second)
-    and, after SLOT_WAIT, goes anyway: a restart is never lost to a slow volume."""
-    where = folder(env)
-    if where is None:
-        yield
-        return
-    rng = rng or random.Random()
-    held: FolderLock | None = None
-    deadline = clock() + SLOT_WAIT
-    try:
-        make_dirs(where, OWNER)
-        while held is None and clock() < deadline:
-            for i in rng.sample(range(SUBMIT_SLOTS), SUBMIT_SLOTS):
-                lock = FolderLock(where / f"submit-{i}.lock", timeout=0, mode=OWNER.file_mode)
-                try:
-                    held = lock.acquire(0)
-                    break
-                except LockTimeout:
-                    continue
-            if held is None:
-                sleep(rng.uniform(0.1, 1.0))
-    except OSError:
-        held = None  # the shared folder is not usable: go on without a slot
-    try:
-        yield
-    finally:
-        if held is not None:
-            held.release()
