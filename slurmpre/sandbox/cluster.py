@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -26,7 +24,6 @@ from slurmpre.cmd import run
 from slurmpre.errors import CommandError, SandboxError, UsageError
 from slurmpre.sandbox.config import (
     CTLD_PORT,
-    MARKER,
     STOCK,
     TUNED,
     NodeSpec,
@@ -35,18 +32,15 @@ from slurmpre.sandbox.config import (
     node_specs,
     parse_topology,
     rate_limit_parameters,
-    render_cgroup_conf,
-    render_gres_conf,
-    render_slurm_conf,
 )
-from slurmpre.sandbox.daemons import log_excerpt, spawn_detached, start_munge
+from slurmpre.sandbox.daemons import log_excerpt, running, spawn_detached, start_munge
+from slurmpre.sandbox.files import lay_out, refuse_foreign_config
 from slurmpre.sandbox.host import (
+    SLURM_ETC,
     ensure_installed,
     host_suite,
     port_in_use,
-    remove_managed,
     require_root,
-    write_managed,
 )
 from slurmpre.sandbox.roots import ROOTS_DIR, Root, slurm_path, suite_of
 from slurmpre.sandbox.tracking import choose_tracking, clean_cgroups, slurm_plugins
@@ -54,7 +48,6 @@ from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
 
 DEFAULT_STATE_DIR = Path("/var/lib/slurmpre/sandbox")
-SLURM_ETC = Path("/etc/slurm")
 
 
 class Sandbox:
@@ -194,21 +187,7 @@ class Sandbox:
         say: Callable[[str], None],
         rate_limit: str | None = None,
     ) -> State:
-        root = None
-        if suite is None:
-            ensure_installed(say)
-        else:
-            root = Root(suite, ROOTS_DIR / suite)
-            root.ensure(say)
-        self._enter(root)
-        self._refuse_foreign_config()
-        if port_in_use(CTLD_PORT):
-            raise SandboxError(
-                f"port {CTLD_PORT} is in use: another slurmctld runs here that the sandbox did not "
-                "start; stop it first"
-            )
-        if root is not None:
-            root.mount(self.state_dir)
+        root = self._install(suite, say)
         version = parse_version(run(self._argv(["slurmd", "-V"]), error=SandboxError).stdout)
         cfg = SandboxConfig(
             hostname=self.hostname,
@@ -220,7 +199,7 @@ class Sandbox:
             topology=parse_topology(run(self._argv(["slurmd", "-C"]), error=SandboxError).stdout),
             rate_limit=None if rate_limit is None else rate_limit_parameters(rate_limit, version),
         )
-        self._lay_out(cfg)
+        lay_out(cfg, self.state_dir, self.etc)
         state = State(
             version=list(version),
             timings=cfg.timings.name,
@@ -231,20 +210,7 @@ class Sandbox:
             rate_limit=rate_limit,
         )
         self.save(state)
-        state.munged = start_munge(cfg.log_dir, root)
-        self.save(state)
-        state.slurmctld = self._spawn(
-            ["slurmctld", "-D", "-i", "-f", self.conf_arg],
-            cfg.log_dir / "slurmctld.out",
-        )
-        self.save(state)
-        self._wait_ctld(cfg, timeout)
-        if len(specs) > 1:
-            self._require_multiple_slurmd()
-        for node in state.nodes:
-            node["pid"] = self.start_slurmd(cfg, node["name"])
-        self.save(state)
-        self._wait_nodes_up(state, timeout)
+        self._start_daemons(cfg, state, root, timeout)
         say(
             f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
             f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings, "
@@ -253,38 +219,44 @@ class Sandbox:
         )
         return state
 
-    def _refuse_foreign_config(self) -> None:
-        conf = self.etc / "slurm.conf"
-        if conf.exists() and MARKER not in conf.read_text(errors="replace"):
-            raise SandboxError(
-                f"{conf} exists and was not written by the sandbox; "
-                "refusing to replace a real cluster's configuration"
-            )
-
-    def _lay_out(self, cfg: SandboxConfig) -> None:
-        """A clean cluster: fresh state, spool and logs, then the config files."""
-        # Job ids start again at 1 on a fresh state: a job's cgroups left by a killed
-        # slurmstepd would make the new job of that id fail to start (cpuset busy).
-        clean_cgroups([n.name for n in cfg.nodes])
-        for sub in ("state", "spool", "run", "dev"):
-            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
-            (self.state_dir / sub).mkdir(parents=True)
-        cfg.log_dir.mkdir(parents=True, exist_ok=True)
-        for old in cfg.log_dir.iterdir():
-            old.unlink()
-        for node in cfg.nodes:
-            cfg.spool_dir(node.name).mkdir(parents=True)
-            for dev in cfg.gpu_files(node.name):
-                # Stand-in GPUs: the device numbers of /dev/null (1, 3).
-                os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-        self.etc.mkdir(parents=True, exist_ok=True)
-        write_managed(self.etc / "slurm.conf", render_slurm_conf(cfg))
-        write_managed(self.etc / "gres.conf", render_gres_conf(cfg))
-        cgroup = render_cgroup_conf(cfg)
-        if cgroup is not None:
-            write_managed(self.etc / "cgroup.conf", cgroup)
+    def _install(self, suite: str | None, say: Callable[[str], None]) -> Root | None:
+        """The host's Slurm, or a Debian root of ``suite`` mounted: ready to run, on a
+        host where no other slurmctld runs and no real cluster's config would be replaced."""
+        root = None
+        if suite is None:
+            ensure_installed(say)
         else:
-            remove_managed(self.etc / "cgroup.conf")
+            root = Root(suite, ROOTS_DIR / suite)
+            root.ensure(say)
+        self._enter(root)
+        refuse_foreign_config(self.etc)
+        if port_in_use(CTLD_PORT):
+            raise SandboxError(
+                f"port {CTLD_PORT} is in use: another slurmctld runs here that the sandbox did not "
+                "start; stop it first"
+            )
+        if root is not None:
+            root.mount(self.state_dir)
+        return root
+
+    def _start_daemons(
+        self, cfg: SandboxConfig, state: State, root: Root | None, timeout: float
+    ) -> None:
+        """munged, slurmctld, then one slurmd per node; each recorded as it starts."""
+        state.munged = start_munge(cfg.log_dir, root)
+        self.save(state)
+        state.slurmctld = self._spawn(
+            ["slurmctld", "-D", "-i", "-f", self.conf_arg],
+            cfg.log_dir / "slurmctld.out",
+        )
+        self.save(state)
+        self._wait_ctld(cfg, timeout)
+        if len(state.nodes) > 1:
+            self._require_multiple_slurmd()
+        for node in state.nodes:
+            node["pid"] = self.start_slurmd(cfg, node["name"])
+        self.save(state)
+        self._wait_nodes_up(state, timeout)
 
     def _spawn(self, argv: list[str], log: Path) -> int:
         return spawn_detached(self._argv(argv), log)
@@ -357,32 +329,8 @@ class Sandbox:
             say("sandbox down")
             return True
 
-    def daemons(self) -> set[int]:
-        """The sandbox's daemons running (with no state, strays): a slurmd or slurmctld
-        started as the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf;
-        a slurmd with ``-N``, one of several on the host), on the host or in one of the
-        sandbox's Debian roots. A killed drill's or test run's helper can leave one
-        behind, holding a port the next sandbox needs. A system's own daemons (systemd
-        runs them without ``-f``) are not among them."""
-        conf = str(SLURM_ETC / "slurm.conf")
-        roots = str(ROOTS_DIR).rstrip("/") + "/"
-        found = set()
-        for pid in procs.pids():
-            argv = procs.cmdline(pid)
-            if not argv or Path(argv[0]).name not in ("slurmd", "slurmctld"):
-                continue
-            flags = set(argv[1:])
-            if "-D" not in flags or "-f" not in argv[:-1] or argv[argv.index("-f") + 1] != conf:
-                continue
-            if Path(argv[0]).name == "slurmd" and "-N" not in flags:
-                continue
-            root = procs.root_of(pid)
-            if root == "/" or (root is not None and root.startswith(roots)):
-                found.add(pid)
-        return found
-
     def _stop_strays(self, say: Callable[[str], None]) -> bool:
-        stray = self.daemons()
+        stray = running()
         if not stray:
             return False
         jobs = procs.descendants(stray)

@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurmpre import procs
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError
-from slurmpre.sandbox.host import EXECUTABLES
-from slurmpre.sandbox.roots import Root
+from slurmpre.sandbox.host import EXECUTABLES, SLURM_ETC
+from slurmpre.sandbox.roots import ROOTS_DIR, Root
 
 
 def spawn_detached(argv: list[str], log: Path) -> int:
@@ -102,3 +103,28 @@ def log_excerpt(log_dir: Path, lines: int = 12) -> str:
     if not picked:
         return ""
     return "\nlog lines that matter:\n" + "\n".join(picked[-lines:])
+
+
+def running() -> set[int]:
+    """The sandbox's daemons running (with no state, strays): a slurmd or slurmctld
+    started as the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf;
+    a slurmd with ``-N``, one of several on the host), on the host or in one of the
+    sandbox's Debian roots. A killed drill's or test run's helper can leave one
+    behind, holding a port the next sandbox needs. A system's own daemons (systemd
+    runs them without ``-f``) are not among them."""
+    conf = str(SLURM_ETC / "slurm.conf")
+    roots = str(ROOTS_DIR).rstrip("/") + "/"
+    found = set()
+    for pid in procs.pids():
+        argv = procs.cmdline(pid)
+        if not argv or Path(argv[0]).name not in ("slurmd", "slurmctld"):
+            continue
+        flags = set(argv[1:])
+        if "-D" not in flags or "-f" not in argv[:-1] or argv[argv.index("-f") + 1] != conf:
+            continue
+        if Path(argv[0]).name == "slurmd" and "-N" not in flags:
+            continue
+        root = procs.root_of(pid)
+        if root == "/" or (root is not None and root.startswith(roots)):
+            found.add(pid)
+    return found

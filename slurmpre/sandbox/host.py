@@ -15,6 +15,7 @@ from slurmpre.errors import SandboxError
 from slurmpre.sandbox.config import MARKER
 from slurmpre.sandbox.roots import SUITES
 
+SLURM_ETC = Path("/etc/slurm")  # where Slurm reads its configuration, on the host and in a root
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
 EXECUTABLES = {
     "munged": "/usr/sbin/munged",

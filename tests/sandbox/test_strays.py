@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre import procs
-from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox import daemons
 
 CONF = "/etc/slurm/slurm.conf"
 
@@ -42,13 +42,12 @@ def named(spawn: list[subprocess.Popen[bytes]], argv0: str, *args: str) -> int:
 def test_the_sandboxs_daemons_are_found_by_how_it_starts_them_and_only_those(
     tmp_path: Path, spawn: list[subprocess.Popen[bytes]]
 ) -> None:
-    box = Sandbox(tmp_path / "state")
     node = named(spawn, "slurmd", "-D", "-N", "gpu-preemptible-dp-1", "-f", CONF)
     ctld = named(spawn, "/usr/sbin/slurmctld", "-D", "-i", "-f", CONF)
     system_d = named(spawn, "slurmd", "-D", "-s")  # systemd's: no -f, no -N
     single = named(spawn, "slurmd", "-D", "-f", CONF)  # one slurmd per host: not ours
     other_conf = named(spawn, "slurmctld", "-D", "-f", "/opt/slurm/etc/slurm.conf")
     not_slurm = named(spawn, "python3", "-D", "-N", "x", "-f", CONF)
-    found = box.daemons()
+    found = daemons.running()
     assert {node, ctld} <= found
     assert not {system_d, single, other_conf, not_slurm} & found
