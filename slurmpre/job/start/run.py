@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
-from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
@@ -176,42 +176,10 @@ def run_attempt(
     if job.is_first_node and opts.watching:
         # Watching starts before the choice: a drain or a warning during start-up counts.
         watching = Watching(watcher_for(at, warning), say)
-    watcher: Watcher | None = None
     stop_relay = threading.Event()
     started_at = time.time()
     try:
-        choice = agree(at)
-        with Supervisor() as supervisor:
-            child = supervisor.start(
-                child_command(opts, job, choice, env), child_env(env, opts, job, folder, choice)
-            )
-            if child is None:
-                code = 128 + (supervisor.stopped or 15)
-                say(f"stopped by signal {supervisor.stopped} before the training started")
-            else:
-                if job.is_first_node and takes_over_early(opts, job, folder):
-                    quiet_thread(
-                        _take_over,
-                        args=(at, supervisor),
-                        name="slurmpre-take-over",
-                    )
-                if opts.notice_signal is not None:
-                    taken = taken_path(folder, job.tag, job.attempt)
-                    quiet_thread(
-                        functools.partial(
-                            relay_notice,
-                            workers=opts.launcher != Launcher.PLAIN,
-                            taken=lambda: touch(taken, opts.file_access),
-                        ),
-                        args=(
-                            notice_path(folder, job.tag, job.attempt),
-                            child,
-                            opts.notice_signal,
-                            stop_relay,
-                        ),
-                        name="slurmpre-relay",
-                    )
-                code = supervisor.wait()
+        code = _train(at, agree(at), env, stop_relay)
 
         # The child is gone. A signal now (Slurm ending the step on the requeue the
         # watcher just asked for) must not cut its records short: it stops the watcher,
@@ -221,18 +189,7 @@ def run_attempt(
                 watching.stop()
 
         with terminating_held(stop_watching):
-            watcher = watching.get() if watching is not None else None
-            if watcher is not None:
-                # The watcher alone decides: requeue (it stopped on the notice), or not
-                # (it finished its work); the job must not end COMPLETED before that.
-                watcher.post_exit(code)
-                outcome = watcher.result(timeout=watcher.longest_wait())
-                if outcome.successor is not None:
-                    say(f"the training exited after the notice; job {outcome.successor} takes over")
-                elif outcome.notice is not None and outcome.requeued:
-                    say("the training exited after the notice; the job is requeued")
-                elif outcome.in_place is not None:
-                    say("the training exited after the notice; the next step restarts in place")
+            _see_through(at, watching, code)
             if job.is_first_node:
                 try:
                     ledger.append(
@@ -251,6 +208,57 @@ def run_attempt(
         if watching is not None:
             watching.stop()
     return code
+
+
+def _train(
+    at: AttemptContext, choice: Choice, env: Mapping[str, str], stop_relay: threading.Event
+) -> int:
+    """Run the training from ``choice`` to its end; its exit code (128 + the signal, when
+    one stopped it before it started). Node 0 also takes over early when it may, and
+    every node relays the notice to a script that asked for a signal."""
+    opts, job, folder = at.opts, at.job, at.folder
+    with Supervisor() as supervisor:
+        child = supervisor.start(
+            child_command(opts, job, choice, env), child_env(env, opts, job, folder, choice)
+        )
+        if child is None:
+            at.say(f"stopped by signal {supervisor.stopped} before the training started")
+            return 128 + (supervisor.stopped or 15)
+        if job.is_first_node and takes_over_early(opts, job, folder):
+            quiet_thread(_take_over, args=(at, supervisor), name="slurmpre-take-over")
+        if opts.notice_signal is not None:
+            taken = taken_path(folder, job.tag, job.attempt)
+            quiet_thread(
+                functools.partial(
+                    relay_notice,
+                    workers=opts.launcher != Launcher.PLAIN,
+                    taken=lambda: touch(taken, opts.file_access),
+                ),
+                args=(
+                    notice_path(folder, job.tag, job.attempt),
+                    child,
+                    opts.notice_signal,
+                    stop_relay,
+                ),
+                name="slurmpre-relay",
+            )
+        return supervisor.wait()
+
+
+def _see_through(at: AttemptContext, watching: Watching | None, code: int) -> None:
+    """The watcher alone decides: requeue (it stopped on the notice), or not (it finished
+    its work); the job must not end COMPLETED before that."""
+    watcher = watching.get() if watching is not None else None
+    if watcher is None:
+        return
+    watcher.post_exit(code)
+    outcome = watcher.result(timeout=watcher.longest_wait())
+    if outcome.successor is not None:
+        at.say(f"the training exited after the notice; job {outcome.successor} takes over")
+    elif outcome.notice is not None and outcome.requeued:
+        at.say("the training exited after the notice; the job is requeued")
+    elif outcome.in_place is not None:
+        at.say("the training exited after the notice; the next step restarts in place")
 
 
 def main(
