@@ -22,6 +22,7 @@ from typing import Any
 from slurmpre import defaults
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.records import (
+    AttemptId,
     AttemptRecord,
     Checkpoint,
     End,
@@ -138,6 +139,74 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
     return f"failed (exit {end.exit_code})"
 
 
+def _row(
+    k: tuple[str, AttemptId],
+    recs: list[AttemptRecord],
+    start: Start | None,
+    nxt: Start | None,
+    slurm: JobInfo | None,
+    now: float,
+) -> tuple[AttemptRow, float]:
+    """One attempt's row, from its records and the next attempt's start; and the node
+    seconds it held (a successor holds its nodes from its start-up on, while it waits:
+    make before break)."""
+    end = next((r for r in recs if isinstance(r, End)), None)
+    notice = next((r for r in recs if isinstance(r, Notice)), None)
+    committed = [r for r in recs if isinstance(r, Checkpoint)]
+    on_notice = [r for r in committed if r.after_notice]
+    started = start.time if start else None
+    ended_at = end.time if end else (nxt.time if nxt else None)
+    running = slurm is not None and slurm.holds_nodes
+    held_until = now if ended_at is None and running else ended_at
+    waiting = [r for r in recs if isinstance(r, Waiting)]
+    waited = [r.waiting_at for r in waiting]
+    held_from = min([started, *waited]) if started is not None else None
+    stopping = next((r for r in recs if isinstance(r, Stopping)), None)
+    held = 0.0
+    if held_from is not None and held_until is not None and start is not None:
+        held = max(held_until - held_from, 0.0) * len(start.nodes)
+    checkpoint_step = on_notice[-1].step if on_notice else None
+    newest = committed[-1].step if committed else (start.step if start else None)
+    row = AttemptRow(
+        attempt=k[1].restart,
+        in_place=k[1].in_place,
+        job=k[0],
+        nodes=start.nodes if start else (),
+        started_at=started,
+        ended_at=ended_at,
+        ended=_ended(recs, nxt is not None, slurm if nxt is None else None),
+        resumed_from=start.resume_from if start else None,
+        resume_step=start.step if start else None,
+        notice=notice.describe() if notice else None,
+        step_at_notice=notice.step_at_notice if notice else None,
+        checkpoint_step=checkpoint_step,
+        steps_lost=_steps_lost(checkpoint_step, newest, nxt),
+        gap_s=(nxt.time - ended_at if nxt and nxt.time is not None and ended_at else None),
+        up_at=min(waited) if waited else None,
+        waited_for=waiting[0].predecessor if waiting else None,
+        stop_asked_at=stopping.asked_at if stopping else None,
+        stop_why=stopping.why if stopping else None,
+        gave_up=next((r.why for r in recs if isinstance(r, GaveUp)), None),
+        code=start.code if start else None,
+    )
+    return row, held
+
+
+def _steps_lost(checkpoint_step: int | None, newest: int | None, nxt: Start | None) -> int | None:
+    """Steps the next attempt trains again: none when it resumed from the notice's
+    checkpoint; else from the newest checkpoint seen (at least: later steps are unseen)."""
+    next_step = nxt.step if nxt else None
+    if nxt is None:
+        return None
+    if checkpoint_step is not None and next_step == checkpoint_step:
+        return 0
+    if newest is not None and next_step is not None and checkpoint_step:
+        return max(newest - next_step, 0)
+    if newest is not None and next_step is not None and newest > next_step:
+        return newest - next_step
+    return None
+
+
 def job_status(
     job: str,
     name: str,
@@ -165,59 +234,11 @@ def job_status(
     rows: list[AttemptRow] = []
     node_seconds = 0.0
     for i, k in enumerate(attempts):
-        recs = [r for r in mine if (r.job, r.attempt_id) == k]
-        start = starts.get(k)
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
-        end = next((r for r in recs if isinstance(r, End)), None)
-        notice = next((r for r in recs if isinstance(r, Notice)), None)
-        committed = [r for r in recs if isinstance(r, Checkpoint)]
-        on_notice = [r for r in committed if r.after_notice]
-        started = start.time if start else None
-        ended_at = end.time if end else (nxt.time if nxt else None)
-        running = slurm is not None and slurm.holds_nodes
-        held_until = now if ended_at is None and running else ended_at
-        # A successor held its nodes from its start-up on, while it waited (make before break).
-        waiting = [r for r in recs if isinstance(r, Waiting)]
-        waited = [r.waiting_at for r in waiting]
-        held_from = min([started, *waited]) if started is not None else None
-        stopping = next((r for r in recs if isinstance(r, Stopping)), None)
-        if held_from is not None and held_until is not None and start is not None:
-            node_seconds += max(held_until - held_from, 0.0) * len(start.nodes)
-        checkpoint_step = on_notice[-1].step if on_notice else None
-        newest = committed[-1].step if committed else (start.step if start else None)
-        next_step = nxt.step if nxt else None
-        lost: int | None = None
-        if nxt is not None:
-            if checkpoint_step is not None and next_step == checkpoint_step:
-                lost = 0
-            elif newest is not None and next_step is not None and checkpoint_step:
-                lost = max(newest - next_step, 0)
-            elif newest is not None and next_step is not None and newest > next_step:
-                lost = newest - next_step  # at least: steps after `newest` are not seen
-        rows.append(
-            AttemptRow(
-                attempt=k[1].restart,
-                in_place=k[1].in_place,
-                job=k[0],
-                nodes=start.nodes if start else (),
-                started_at=started,
-                ended_at=ended_at,
-                ended=_ended(recs, nxt is not None, slurm if nxt is None else None),
-                resumed_from=start.resume_from if start else None,
-                resume_step=start.step if start else None,
-                notice=notice.describe() if notice else None,
-                step_at_notice=notice.step_at_notice if notice else None,
-                checkpoint_step=checkpoint_step,
-                steps_lost=lost,
-                gap_s=(nxt.time - ended_at if nxt and nxt.time is not None and ended_at else None),
-                up_at=min(waited) if waited else None,
-                waited_for=waiting[0].predecessor if waiting else None,
-                stop_asked_at=stopping.asked_at if stopping else None,
-                stop_why=stopping.why if stopping else None,
-                gave_up=next((r.why for r in recs if isinstance(r, GaveUp)), None),
-                code=start.code if start else None,
-            )
-        )
+        recs = [r for r in mine if (r.job, r.attempt_id) == k]
+        row, held = _row(k, recs, starts.get(k), nxt, slurm, now)
+        rows.append(row)
+        node_seconds += held
     restarts = max(len({(a.job, a.attempt) for a in rows}) - 1, 0)
     node_hours = node_seconds / 3600
     gpu_hours = node_hours * gpus_per_node
