@@ -192,39 +192,9 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     """Clear what dead attempts left, pick the newest complete checkpoint, publish it;
     or give up (`limits`), once every attempt before this one has ended (in a successor,
     after its predecessor: its last attempt may still commit)."""
-    opts, job, folder, ledger, client, say = (
-        at.opts, at.job, at.folder, at.ledger, at.client, at.say
-    )  # fmt: skip
-    snapshot = os.environ.get(environment.CODE_DIR)
-    if snapshot:  # before anything runs from it: the user's alone, and what was submitted
-        snapshots.verify(Path(snapshot))
-    holders = live_holders(ledger, client, besides=job.tag, say=say)
-    if holders:
-        raise JobEnvironmentError(
-            f"checkpoint folder {str(folder)!r} is in use by {describe(holders)}: refusing to "
-            "train over its checkpoints (cancel one of the jobs; a finished job does not block)"
-        )
-    cleaned = checkpoints.clean_leftovers(folder, live=attempt_prefix(job))
-    for name in cleaned.published:
-        say(f"published {name}: its commit was sealed when a kill stopped it")
-    if cleaned.removed:
-        names = ", ".join(cleaned.removed)
-        say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
-    found = checkpoints.latest(folder, owners=trust.trusted_uids())
-    for line in checkpoints.summarize(found):
-        say(line)
-    ckpt = found.checkpoint
-    why = limits.give_up_why(
-        ledger.records(),
-        job.tag,
-        AttemptId(job.restart_count, job.in_place),
-        ckpt.step if ckpt else None,
-        job.run_restarts,
-        opts.max_restarts,
-        opts.max_stalled_restarts,
-    )
-    if why is not None:
-        give_up(at, why)
+    opts, job, ledger, client, say = at.opts, at.job, at.ledger, at.client, at.say
+    _clear_the_way(at)
+    ckpt = _newest(at)
     previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
     world = job.num_nodes * nproc_for(opts, job)
     choice = Choice(
@@ -259,6 +229,47 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
     else:
         say(f"resuming from {ckpt.path} (step {ckpt.step}, {ckpt.reason})")
     return choice
+
+
+def _clear_the_way(at: AttemptContext) -> None:
+    """Before anything runs: the snapshot is the user's and as submitted, no other job
+    trains in the folder, and what dead attempts left is published or removed."""
+    snapshot = os.environ.get(environment.CODE_DIR)
+    if snapshot:
+        snapshots.verify(Path(snapshot))
+    holders = live_holders(at.ledger, at.client, besides=at.job.tag, say=at.say)
+    if holders:
+        raise JobEnvironmentError(
+            f"checkpoint folder {str(at.folder)!r} is in use by {describe(holders)}: refusing "
+            "to train over its checkpoints (cancel one of the jobs; a finished job does not block)"
+        )
+    cleaned = checkpoints.clean_leftovers(at.folder, live=attempt_prefix(at.job))
+    for name in cleaned.published:
+        at.say(f"published {name}: its commit was sealed when a kill stopped it")
+    if cleaned.removed:
+        names = ", ".join(cleaned.removed)
+        at.say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
+
+
+def _newest(at: AttemptContext) -> checkpoints.Checkpoint | None:
+    """The newest complete checkpoint the user's own jobs committed; gives up (`limits`)
+    when the run has restarted too often, or too often without progress."""
+    found = checkpoints.latest(at.folder, owners=trust.trusted_uids())
+    for line in checkpoints.summarize(found):
+        at.say(line)
+    ckpt = found.checkpoint
+    why = limits.give_up_why(
+        at.ledger.records(),
+        at.job.tag,
+        AttemptId(at.job.restart_count, at.job.in_place),
+        ckpt.step if ckpt else None,
+        at.job.run_restarts,
+        at.opts.max_restarts,
+        at.opts.max_stalled_restarts,
+    )
+    if why is not None:
+        give_up(at, why)
+    return ckpt
 
 
 GIT_TIMEOUT = 10.0  # seconds a git command may take at an attempt's start (node 0 only)
