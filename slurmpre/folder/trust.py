@@ -26,6 +26,7 @@ import stat
 import sys
 from pathlib import Path
 
+from slurmpre.atomic import temp_name, write_new
 from slurmpre.errors import CheckpointError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -214,18 +215,9 @@ def write(path: Path, data: str | bytes, *, mode: int = 0o600) -> None:
     raw = data.encode() if isinstance(data, str) else data
     dfd = open_dir(path.parent)
     try:
-        tmp = f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     mode, dir_fd=dfd)  # fmt: skip
+        tmp = temp_name(path.name)
+        write_new(tmp, raw, mode, dir_fd=dfd)
         try:
-            try:
-                os.fchmod(fd, mode)
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
             os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -25,3 +25,17 @@ def test_the_job_side_imports_neither_click_nor_jinja2(entry: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_package_offers_the_whole_training_api_and_each_name_resolves() -> None:
+    """``slurmpre.X`` is ``slurmpre.api.X`` for every name of the training API: the two
+    lists are literal (for static tools), this holds them to each other."""
+    import slurmpre
+    import slurmpre.api
+
+    hooks = {"watch_notices"}  # a test hook, not the API
+    assert set(slurmpre.api.__all__) - hooks <= set(slurmpre.__all__)
+    for name in set(slurmpre.api.__all__) - hooks:
+        assert getattr(slurmpre, name) is getattr(slurmpre.api, name)
+    for name in set(slurmpre.__all__) - set(slurmpre.api.__all__):
+        assert getattr(slurmpre, name) is not None  # the login side's, on first use
