@@ -16,10 +16,8 @@ from slurmpre._version import __version__
 # The login side's Python API (slurmpre.login.launch, .handle): imported on first use too.
 _LOGIN = ("submit", "sweep", "Job", "JobFailed")
 
-__all__ = [
-    "Job",
-    "JobFailed",
-    "__version__",
+# The training API (slurmpre.api, which exports these names): loaded on first use.
+TRAINING_API = (
     "checkpoint",
     "checkpoint_dir",
     "checkpoint_requested",
@@ -30,25 +28,13 @@ __all__ = [
     "restart_count",
     "resume_path",
     "resume_step",
-    "submit",
-    "sweep",
     "world_size",
-]
+)
+
+__all__ = ["Job", "JobFailed", "__version__", "submit", "sweep", *TRAINING_API]
 
 if TYPE_CHECKING:
-    from slurmpre.api import (
-        checkpoint,
-        checkpoint_dir,
-        checkpoint_requested,
-        committed,
-        preemption_requested,
-        previous_world_size,
-        ranks,
-        restart_count,
-        resume_path,
-        resume_step,
-        world_size,
-    )
+    from slurmpre.api import *  # noqa: F403 - the training API, as slurmpre.api names it
     from slurmpre.errors import JobFailed
     from slurmpre.login.handle import Job
     from slurmpre.login.launch import submit, sweep
@@ -61,6 +47,6 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module("slurmpre.login.handle").Job
     if name in _LOGIN:
         return getattr(importlib.import_module("slurmpre.login.launch"), name)
-    if name in __all__:
+    if name in TRAINING_API:
         return getattr(importlib.import_module("slurmpre.api"), name)
     raise AttributeError(f"module 'slurmpre' has no attribute {name!r}")

@@ -11,29 +11,19 @@ Light on purpose (no click, no jinja2, no torch at import): every rank imports i
     slurmpre.committed(path_the_framework_saved)  # or: a framework saved by itself
 """
 
-from slurmpre.api.attempt import (
-    checkpoint_dir,
-    previous_world_size,
-    ranks,
-    restart_count,
-    resume_path,
-    resume_step,
-    world_size,
-)
-from slurmpre.api.notices import checkpoint_requested, preemption_requested, watch_notices
-from slurmpre.api.saving import checkpoint, committed
+from slurmpre import TRAINING_API
+from slurmpre.api.attempt import checkpoint_dir as checkpoint_dir
+from slurmpre.api.attempt import previous_world_size as previous_world_size
+from slurmpre.api.attempt import ranks as ranks
+from slurmpre.api.attempt import restart_count as restart_count
+from slurmpre.api.attempt import resume_path as resume_path
+from slurmpre.api.attempt import resume_step as resume_step
+from slurmpre.api.attempt import world_size as world_size
+from slurmpre.api.notices import checkpoint_requested as checkpoint_requested
+from slurmpre.api.notices import preemption_requested as preemption_requested
+from slurmpre.api.notices import watch_notices as watch_notices
+from slurmpre.api.saving import checkpoint as checkpoint
+from slurmpre.api.saving import committed as committed
 
-__all__ = [
-    "checkpoint",
-    "checkpoint_dir",
-    "checkpoint_requested",
-    "committed",
-    "preemption_requested",
-    "previous_world_size",
-    "ranks",
-    "restart_count",
-    "resume_path",
-    "resume_step",
-    "watch_notices",
-    "world_size",
-]
+# The API, as the package names it (`slurmpre.TRAINING_API`), and a test hook.
+__all__ = [*TRAINING_API, "watch_notices"]
