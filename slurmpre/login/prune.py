@@ -193,26 +193,7 @@ def prune(
     wait: float = 60.0,
     say: Callable[[str], None] = lambda _: None,
 ) -> Pruned:
-    if keep < 1:
-        raise UsageError(f"--keep {keep}: keep 1 or more (the newest complete one always stays)")
-    if not wait >= 0:
-        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
-    if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist")
-    ledger = Ledger(folder)
-    if ledger.dir.is_symlink():
-        # Its lock and its records would be somewhere else: prune takes a lock there.
-        raise CheckpointError(
-            f"{str(ledger.dir)!r} is a link: slurmpre keeps its records only in a folder "
-            "of the checkpoint folder itself, so it prunes nothing"
-        )
-    if not ledger.dir.is_dir():
-        # Nothing of slurmpre's here, so no rank 0 takes the writing lock: refuse
-        # rather than guess whether something writes into the folder right now.
-        raise CheckpointError(
-            f"{str(folder)!r} has no {ledger.dir.name}/ folder: slurmpre does not know "
-            "what writes here, so it prunes nothing"
-        )
+    ledger = _checked(folder, keep, wait)
     live = live_jobs(ledger, client, say)
     root = os.path.realpath(folder)
     try:
@@ -251,6 +232,31 @@ def prune(
         dry_run,
         tuple(failed),
     )
+
+
+def _checked(folder: Path, keep: int, wait: float) -> Ledger:
+    """The folder's ledger, once the arguments and the folder are fit to prune."""
+    if keep < 1:
+        raise UsageError(f"--keep {keep}: keep 1 or more (the newest complete one always stays)")
+    if not wait >= 0:
+        raise UsageError(f"--wait {wait:g}: give 0 seconds or more")
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder {str(folder)!r} does not exist")
+    ledger = Ledger(folder)
+    if ledger.dir.is_symlink():
+        # Its lock and its records would be somewhere else: prune takes a lock there.
+        raise CheckpointError(
+            f"{str(ledger.dir)!r} is a link: slurmpre keeps its records only in a folder "
+            "of the checkpoint folder itself, so it prunes nothing"
+        )
+    if not ledger.dir.is_dir():
+        # Nothing of slurmpre's here, so no rank 0 takes the writing lock: refuse
+        # rather than guess whether something writes into the folder right now.
+        raise CheckpointError(
+            f"{str(folder)!r} has no {ledger.dir.name}/ folder: slurmpre does not know "
+            "what writes here, so it prunes nothing"
+        )
+    return ledger
 
 
 def _own_entry(path: Path, folder: Path, root: str) -> None:
