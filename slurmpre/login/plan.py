@@ -234,30 +234,10 @@ def inputs_from(
         sources.append(f"{what} {measured:.4g} s")
         return measured
 
-    def elsewhere() -> tuple[float, str] | None:
-        """A restart measured by the user's other jobs, else Slurm's requeue floor: what a
-        restart waits at most, when no successor can start at once."""
-        if given.restart_s is not None or seen.restart_s is not None:
-            return None
-        if history is not None:
-            mine = set(folders)
-            others = _records([f for f in history() if f not in mine])
-            if (theirs := measure(others)).restart_s is not None:
-                return theirs.restart_s, (
-                    f"restart {theirs.restart_s:.4g} s: the median of {theirs.restarts} "
-                    "restart(s) your other jobs measured (none in the ledger(s) given)"
-                )
-        if requeue_floor is not None and (found := requeue_floor()) is not None:
-            return float(found), (
-                f"restart {found} s: the running Slurm's requeue floor (cred_expire + 1), "
-                "the longest a restart waits for a node (none measured)"
-            )
-        return None
-
     def default(value: float | None, fallback: float) -> float:
         return fallback if value is None else value
 
-    if (other := elsewhere()) is not None:
+    if (other := _restart_elsewhere(given, seen, folders, history, requeue_floor)) is not None:
         restart, said = other
         sources.append(said)
     else:
@@ -275,6 +255,33 @@ def inputs_from(
         discount=given.discount,
         sources=tuple(sources),
     )
+
+
+def _restart_elsewhere(
+    given: Given,
+    seen: Measured,
+    folders: list[Path],
+    history: Callable[[], list[Path]] | None,
+    requeue_floor: Callable[[], int | None] | None,
+) -> tuple[float, str] | None:
+    """A restart measured by the user's other jobs, else Slurm's requeue floor: what a
+    restart waits at most, when no successor can start at once."""
+    if given.restart_s is not None or seen.restart_s is not None:
+        return None
+    if history is not None:
+        mine = set(folders)
+        others = _records([f for f in history() if f not in mine])
+        if (theirs := measure(others)).restart_s is not None:
+            return theirs.restart_s, (
+                f"restart {theirs.restart_s:.4g} s: the median of {theirs.restarts} "
+                "restart(s) your other jobs measured (none in the ledger(s) given)"
+            )
+    if requeue_floor is not None and (found := requeue_floor()) is not None:
+        return float(found), (
+            f"restart {found} s: the running Slurm's requeue floor (cred_expire + 1), "
+            "the longest a restart waits for a node (none measured)"
+        )
+    return None
 
 
 def _records(folders: list[Path]) -> list[Record]:
