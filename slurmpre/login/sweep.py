@@ -205,29 +205,10 @@ def group(
             buckets.append((shared, [i]))
         else:
             found.append(i)
-    out: list[Group] = []
-    for _, members in buckets:
-        if len(members) == 1:
-            out.append(Group(specs[members[0]]))
-            continue
-        first = specs[members[0]]
-        names = [specs[i].name for i in members]
-        limit = f"%{max_running}" if max_running else ""
-        # The environment every task shares stays the spec's; each task sets the rest.
-        common = {
-            k: v for k, v in first.env.items() if all(specs[i].env.get(k) == v for i in members)
-        }
-        array_spec = replace(first, env=common, array=f"0-{len(members) - 1}{limit}")
-        array_spec = _renamed(array_spec, _array_name(name, names))
-        tasks = tuple(
-            Task(
-                labels[i],
-                specs[i].command,
-                {k: v for k, v in specs[i].env.items() if common.get(k) != v},
-            )
-            for i in members
-        )
-        out.append(Group(array_spec, tasks))
+    out = [
+        _array([specs[i] for i in members], [labels[i] for i in members], name, max_running)
+        for _, members in buckets
+    ]
     # Two jobs of one name would share a checkpoint folder: the later ones get -2, -3...
     taken: set[str] = set()
     for n, g in enumerate(out):
@@ -239,6 +220,26 @@ def group(
         if title != g.spec.name:
             out[n] = replace(g, spec=_renamed(g.spec, title))
     return out
+
+
+def _array(
+    members: Sequence[Any], labels: Sequence[str], name: str | None, max_running: int | None
+) -> Group:
+    """The job of specs that share all but command, env and name: one spec alone, else
+    an array whose tasks each set their command and what of their env is their own."""
+    if len(members) == 1:
+        return Group(members[0])
+    first = members[0]
+    limit = f"%{max_running}" if max_running else ""
+    # The environment every task shares stays the spec's; each task sets the rest.
+    common = {k: v for k, v in first.env.items() if all(m.env.get(k) == v for m in members)}
+    array_spec = replace(first, env=common, array=f"0-{len(members) - 1}{limit}")
+    array_spec = _renamed(array_spec, _array_name(name, [m.name for m in members]))
+    tasks = tuple(
+        Task(label, m.command, {k: v for k, v in m.env.items() if common.get(k) != v})
+        for m, label in zip(members, labels, strict=True)
+    )
+    return Group(array_spec, tasks)
 
 
 def _renamed(spec: Any, title: str) -> Any:
