@@ -33,7 +33,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--tuned-timings", action="store_true")
     parser.add_argument("--workdir", type=Path, default=Path("/var/lib/slurmpre/bench-drill"))
+    parser.add_argument(
+        "--quick", action="store_true", help="CI's smoke test: one preemption, tuned timings"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.preemptions, args.tuned_timings = 1, True
     opts = DrillOptions(
         preemptions=args.preemptions,
         window=args.window,

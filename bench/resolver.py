@@ -68,7 +68,10 @@ def issue_case(
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    # --quick: 300 folders, the target reported but not enforced (CI's smoke test).
+    quick = "--quick" in sys.argv[1:]
+    given = [a for a in sys.argv[1:] if a != "--quick"]
+    n = int(given[0]) if given else 300 if quick else 10_000
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         folder = Path(tmp)
         # n-2 complete checkpoints (empty folders with a marker are enough for the
@@ -150,7 +153,7 @@ def main() -> int:
     verdict = "meets" if beyond <= TARGET_MS else "MISSES"
     print(f"{verdict} the {TARGET_MS:g} ms target beyond os.listdir (junk + partial, median)")
     other_layouts(n)
-    return 0 if beyond <= TARGET_MS else 1
+    return 0 if beyond <= TARGET_MS or quick else 1
 
 
 def other_layouts(n: int) -> None:

@@ -7,7 +7,10 @@ spawned until their child (``date``) prints the time:
   one-node job (reads the Slurm environment, resolves the newest complete
   checkpoint among 100, appends to the ledger under its lock, publishes the
   choice), then spawns the child.
-The difference is slurmpre's own overhead. Usage: python bench/startup.py
+The difference is slurmpre's own overhead. Usage: python bench/startup.py [--quick]
+(--quick: 3 runs, the target reported but not enforced; CI's smoke test). Every run is
+an attempt of the same job that trains nothing, so the wrapper runs with
+``--max-stalled-restarts 0`` (else it gives up at the fourth, as a real job would).
 
 Python's compiled bytecode matters here: an installed package has it (pip
 compiles on install; a checkout caches it on first import), but this sandbox
@@ -18,6 +21,7 @@ one untimed run), as users have it; the run without the cache is reported beside
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -40,6 +44,10 @@ def spawn_to_child(argv: list[str], env: dict[str, str]) -> float:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="3 runs; the target not enforced")
+    args = parser.parse_args()
+    runs = 3 if args.quick else RUNS
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for step in range(100):
@@ -62,6 +70,8 @@ def main() -> int:
             "plain",
             "--checkpoint-dir",
             str(folder),
+            "--max-stalled-restarts",
+            "0",
             "--",
             *CHILD,
         ]
@@ -71,7 +81,7 @@ def main() -> int:
         spawn_to_child(ref_argv, cached)  # untimed: fills the bytecode cache
         spawn_to_child(wrap_argv, cached)
         times: dict[str, list[float]] = {"ref": [], "wrap": [], "ref0": [], "wrap0": []}
-        for attempt in range(RUNS):
+        for attempt in range(runs):
             for e in (cached, uncached):
                 e["SLURM_RESTART_COUNT"] = str(attempt)
             times["ref"].append(spawn_to_child(ref_argv, cached))
@@ -80,7 +90,7 @@ def main() -> int:
             times["wrap0"].append(spawn_to_child(wrap_argv, uncached))
     med = {k: statistics.median(v) for k, v in times.items()}
     r, w = med["ref"], med["wrap"]
-    print(f"runs: {RUNS} each, interleaved; checkpoints in the folder: 100")
+    print(f"runs: {runs} each, interleaved; checkpoints in the folder: 100")
     print("with bytecode cached (as installed):")
     print(f"  reference python -c spawn: median {r:7.1f} ms  best {min(times['ref']):7.1f} ms")
     print(f"  slurmpre.job run (plain):  median {w:7.1f} ms  best {min(times['wrap']):7.1f} ms")
@@ -91,7 +101,7 @@ def main() -> int:
     print(f"  ratio slurmpre / reference: {med['wrap0'] / med['ref0']:.2f}")
     verdict = "meets" if w <= TARGET_MS else "MISSES"
     print(f"{verdict} the {TARGET_MS:g} ms target (median start-up to the launcher's exec)")
-    return 0 if w <= TARGET_MS else 1
+    return 0 if w <= TARGET_MS or args.quick else 1
 
 
 if __name__ == "__main__":

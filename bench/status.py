@@ -74,8 +74,11 @@ def timed(argv: list[str], repeat: int, env: dict[str, str]) -> tuple[float, flo
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    repeat = int(sys.argv[2]) if len(sys.argv) > 2 else 7
+    # --quick: 20 held jobs, 2 runs each, the target not enforced (CI's smoke test).
+    quick = "--quick" in sys.argv[1:]
+    given = [a for a in sys.argv[1:] if a != "--quick"]
+    n = int(given[0]) if given else 20 if quick else 1000
+    repeat = int(given[1]) if len(given) > 1 else 2 if quick else 7
     box = Sandbox(DEFAULT_STATE_DIR)
     state = box.current()
     work = Path(tempfile.mkdtemp(prefix="bench-status-"))
@@ -124,7 +127,7 @@ def main() -> int:
             subprocess.run(["scancel", *ids[start : start + 200]], check=False)
     verdict = "meets" if worst < TARGET_S else "MISSES"
     print(f"{verdict} the {TARGET_S:g} s target (slowest status median {worst:.2f} s)")
-    return 0 if worst < TARGET_S else 1
+    return 0 if worst < TARGET_S or quick else 1
 
 
 if __name__ == "__main__":

@@ -201,7 +201,12 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--only", choices=sorted(SCENARIOS), default=None)
     parser.add_argument("--slurm", choices=sorted(SUITES), default=None)
+    parser.add_argument(
+        "--quick", action="store_true", help="CI's smoke test: one node, tuned timings"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.tuned_timings, args.only = True, args.only or "1 node"
     # Checkpoints every 500 steps of 0.15 s: 75 s, longer than the window, as the
     # provider's recipe has them; long enough to drain after step 60 and end after.
     opts = DrillOptions(window=args.window, steps=900, step_seconds=0.15, every=EVERY)

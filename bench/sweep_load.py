@@ -236,7 +236,10 @@ def main() -> int:
     parser.add_argument(
         "--as-user", default=None, help="Run the jobs as this ordinary user (made if missing)."
     )
+    parser.add_argument("--quick", action="store_true", help="CI's smoke test: 2 jobs, 4 nodes")
     args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.seconds, args.settle, args.nodes, args.wave = "2", 10.0, 2.0, 4, 1
     counts = [int(x) for x in args.jobs.split(",")]
     box = Sandbox()
     box.down()

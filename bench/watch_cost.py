@@ -125,7 +125,10 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--work-ms", type=float, default=100.0)
+    parser.add_argument("--quick", action="store_true", help="CI's smoke test: a short run")
     args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.pairs, args.steps, args.work_ms = 0.25, 1, 20, 10.0
     box = Sandbox()
     if box.load() is None:  # any running shape will do
         box.up()
