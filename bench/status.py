@@ -101,7 +101,7 @@ def main() -> int:
             jobs.remember(entry, index)
         queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True)
         print(
-            f"queue: {len(queued.stdout.splitlines())} jobs ({n} held), 50 of them in the job "
+            f"queue: {len(queued.stdout.splitlines())} jobs ({n} held), {min(n, 50)} of them in the job "
             f"index with a ledger; sandbox: Slurm {format_version(state.version)}, "
             f"{state.timings} timings (not used: nothing runs)"
         )
