@@ -11,25 +11,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from slurmpre._api_names import TRAINING_API
 from slurmpre._version import __version__
 
 # The login side's Python API (slurmpre.login.launch, .handle): imported on first use too.
 _LOGIN = ("submit", "sweep", "Job", "JobFailed")
 
-# The training API (slurmpre.api, which exports these names): loaded on first use.
-TRAINING_API = (
-    "checkpoint",
-    "checkpoint_dir",
-    "checkpoint_requested",
-    "committed",
-    "preemption_requested",
-    "previous_world_size",
-    "ranks",
-    "restart_count",
-    "resume_path",
-    "resume_step",
-    "world_size",
-)
 
 __all__ = ["Job", "JobFailed", "__version__", "submit", "sweep", *TRAINING_API]
 

@@ -20,3 +20,28 @@ def test_the_readmes_training_loop_is_the_tested_example() -> None:
     assert (
         "import slurmpre\n" in example and "import torch.distributed.checkpoint as dcp\n" in example
     )
+
+
+def test_the_first_screen_holds_the_two_commands_and_the_quickstart() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 100
+    screen = "\n".join(lines[:40])
+    assert "```sh\n./bin/drill\n```" in screen
+    assert "<!-- test-command -->\n```sh\n./bin/test\n```" in screen  # what CI runs
+    for shown in ("```toml", "slurmpre submit my-job.toml", "slurmpre status"):
+        assert shown in screen, shown
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_leads_to_a_file() -> None:
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if "://" in target or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken

@@ -11,7 +11,7 @@ Light on purpose (no click, no jinja2, no torch at import): every rank imports i
     slurmpre.committed(path_the_framework_saved)  # or: a framework saved by itself
 """
 
-from slurmpre import TRAINING_API
+from slurmpre._api_names import TRAINING_API
 from slurmpre.api.attempt import checkpoint_dir as checkpoint_dir
 from slurmpre.api.attempt import previous_world_size as previous_world_size
 from slurmpre.api.attempt import ranks as ranks

@@ -10,12 +10,9 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from slurmpre.errors import SlurmpreError
-
-if TYPE_CHECKING:
-    from slurmpre.folder.records import Record
 
 
 class ShapeError(SlurmpreError, ValueError):
@@ -53,10 +50,10 @@ def _check_for(annotation: str) -> tuple[Callable[[object], bool], bool]:
     return base, True
 
 
-_CHECKS: dict[type[Record], dict[str, tuple[Callable[[object], bool], bool]]] = {}
+_CHECKS: dict[type[Any], dict[str, tuple[Callable[[object], bool], bool]]] = {}
 
 
-def field_checks(cls: type[Record]) -> dict[str, tuple[Callable[[object], bool], bool]]:
+def field_checks(cls: type[Any]) -> dict[str, tuple[Callable[[object], bool], bool]]:
     """Each field's check, from its annotation; made once per class."""
     found = _CHECKS.get(cls)
     if found is None:

@@ -105,7 +105,7 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     Ledger(folder).ensure()
     notice = as_a_job(monkeypatch, folder, "7")
     # Told to stop at an epoch's end (16 batches): a plain DataLoader resumes exactly only
-    # there (Lightning restarts a mid-epoch one's data; the README says so).
+    # there (Lightning restarts a mid-epoch one's data; docs/how-it-works.md says so).
     stopped_at, _ = fit(folder, [NoticeAt(notice, {6: GO_ON, 16: STOP}), SlurmpreCallback()])
     assert stopped_at == 16  # it trained on after its notice checkpoint
     saves = [(r["step"], r["after_notice"]) for r in dicts(Ledger(folder))
