@@ -83,7 +83,9 @@ def one(box: Sandbox, work: Path, in_place: bool, window: float) -> dict[str, An
     typed = Ledger(folder).records()
     notice = next(r for r in typed if isinstance(r, Notice))
     events = jsonl(log)
-    saved = next(e for e in events if e["event"] == "save-end" and e["why"] == "notice")
+    # The checkpoint the notice asked for: "notice" when the script may go on after it, "stop"
+    # when it is told to stop at once (as with an in-place restart or a requeue).
+    saved = next(e for e in events if e["event"] == "save-end" and e["why"] in ("notice", "stop"))
     began = [e for e in events if e["event"] == "begin"]
     first_after = next(e for e in events if e["event"] == "step" and e["t"] > began[-1]["t"])
     checkpoint = next(r.seconds for r in typed if isinstance(r, Checkpoint) and r.after_notice)
