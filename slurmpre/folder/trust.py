@@ -69,16 +69,22 @@ def check(
         )
 
 
+def _real_dir(folder: Path, doing: str) -> int:
+    """A descriptor of ``folder``, opened without following a link; Untrusted when it is a
+    link or not a folder ("not ``doing`` ...")."""
+    try:
+        return os.open(folder, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Untrusted(f"not {doing} {folder}: it is a link or not a folder") from None
+        raise
+
+
 def open_dir(folder: Path, *, view: bool = False) -> int:
     """A descriptor of ``folder`` once it is a real folder (not a link), the user's, and
     writable by no one else; FileNotFoundError when it is missing. ``view``: anyone's
     folder (it is only read and shown), as long as only its owner writes it."""
-    try:
-        fd = os.open(folder, _DIR_FLAGS)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Untrusted(f"not acting on {folder}: it is a link or not a folder") from None
-        raise
+    fd = _real_dir(folder, "acting on")
     try:
         st = os.fstat(fd)
         check(st, folder, frozenset({st.st_uid}) if view else None)
@@ -264,12 +270,7 @@ def make_own_dir(folder: Path, mode: int) -> None:
         created = True
     except FileExistsError:
         created = False
-    try:
-        fd = os.open(folder, _DIR_FLAGS)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Untrusted(f"not using {folder}: it is a link or not a folder") from None
-        raise
+    fd = _real_dir(folder, "using")
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
