@@ -69,9 +69,6 @@ class Watcher:
         """``env``: this job's environment (a successor is submitted with it)."""
         self.schedules = [_Schedule(s) for s in sources]
         self.job = job
-        self.folder = folder
-        self.ledger = ledger
-        self.client = client
         self.config = config
         self.say = say
         self.clock = clock
