@@ -121,6 +121,8 @@ def sandbox() -> Iterator[Sandbox]:
         pytest.fail("the integration tests need root to run the Slurm sandbox")
     slurmpre_cli("sandbox", "up", check=True)
     box = Sandbox(DEFAULT_STATE_DIR)
+    box.current()
+    box.use()  # its Slurm commands (a root's, on the default 26.05) first on PATH
     # Every timeout in the integration tests assumes the tuned timings (a requeued job
     # can start about 6 s after its requeue); on stock timings each requeue costs
     # at least 121 s (cred_expire=120), which bench/drill.py --stock-timings measures.

@@ -36,8 +36,9 @@ def sandbox() -> None:
     "--slurm",
     metavar="RELEASE",
     default=None,
-    help="Slurm release: 22.05, 24.11 or 26.05 (default: the host's packages). Another "
-    "release than the host's runs from a Debian root made with debootstrap, cached.",
+    help="Slurm release: 22.05, 24.11 or 26.05 (default: the release up, else 26.05, the "
+    "provider's). A release other than the host's runs from a Debian root made with "
+    "debootstrap, cached.",
 )
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the nodes.")
 @click.option(

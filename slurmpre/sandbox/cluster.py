@@ -42,7 +42,7 @@ from slurmpre.sandbox.host import (
     port_in_use,
     require_root,
 )
-from slurmpre.sandbox.roots import ROOTS_DIR, Root, slurm_path, suite_of
+from slurmpre.sandbox.roots import DEFAULT_RELEASE, ROOTS_DIR, Root, slurm_path, suite_of
 from slurmpre.sandbox.tracking import choose_tracking, clean_cgroups, slurm_plugins
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
@@ -145,8 +145,9 @@ class Sandbox:
         specs = node_specs(nodes, preemptible)
         if rate_limit is not None:
             rate_limit_parameters(rate_limit, (99, 0, 0))  # its form, before anything starts
-        suite = None if slurm is None else suite_of(slurm)
-        if suite is not None and suite == host_suite():
+        # No release asked: the one up, else the default (the provider's).
+        suite: str | None = suite_of(DEFAULT_RELEASE if slurm is None else slurm)
+        if suite == host_suite():
             suite = None  # the host's own packages are that release
         require_root()
         with self.lock():

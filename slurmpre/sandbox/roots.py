@@ -8,9 +8,12 @@ their own paths (``/tmp``, ``/home``, ``/var/lib/slurmpre``, slurmpre's source),
 a path means the same inside and outside; the host reaches the root's Slurm through
 small shims (``scontrol`` = chroot + the root's ``scontrol``) on ``PATH``.
 
-slurmpre is "installed" in the root's own Python by a ``.pth`` file naming its
-source folder, with Debian's jinja2, click and filelock: a spec's ``python`` is then
-``/usr/bin/python3`` (the root's), and the job's wrapper runs the same code as the host.
+The interpreter that starts the sandbox (its venv and the Python it was made from) is
+bound into the root too, read-only at its own path: a spec written on the host, with
+the host venv's ``python`` and its torch, runs unchanged on the root's Slurm, and the
+training is the same program on every release. slurmpre is also "installed" in the
+root's own Python by a ``.pth`` file naming its source folder, with Debian's jinja2,
+click and filelock (``Root.python``), for a host whose interpreter lives in ``/usr``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +37,9 @@ ROOTS_DIR = Path(os.environ.get(environment.ROOTS_DIR, "/var/cache/slurmpre/root
 MIRROR = os.environ.get(environment.DEBIAN_MIRROR, "http://deb.debian.org/debian")
 # Slurm release -> the Debian suite that ships it.
 SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
+# The provider's release (Slinky needs 25.11 or later): what the sandbox, the drill and
+# the end-to-end tests run unless told otherwise.
+DEFAULT_RELEASE = "26.05"
 PACKAGES = (
     "slurmd",
     "slurmctld",
@@ -211,7 +218,7 @@ class Root:
     # -- mounts ---------------------------------------------------------------
     def binds(self, state_dir: Path) -> list[Path]:
         """Host folders bound into the root at their own paths, in mount order."""
-        shared = [Path("/tmp"), Path("/home"), state_dir.parent, source_dir()]
+        shared = [Path("/tmp"), Path("/home"), state_dir.parent, source_dir(), *interpreter()]
         out: list[Path] = []
         for p in shared:
             if p not in out and not any(p.is_relative_to(q) for q in out):
@@ -226,7 +233,7 @@ class Root:
                 self._bind(src, rbind=rbind)
             for src in self.binds(state_dir):
                 src.mkdir(parents=True, exist_ok=True)
-                self._bind(src, rbind=False)
+                self._bind(src, rbind=False, read_only=src in interpreter())
         except SandboxError:
             self.unmount()
             raise
@@ -237,7 +244,7 @@ class Root:
             if with_host.exists():
                 shutil.copyfile(with_host, self.path / "etc" / name)
 
-    def _bind(self, src: Path, *, rbind: bool) -> None:
+    def _bind(self, src: Path, *, rbind: bool, read_only: bool = False) -> None:
         target = self.path / src.relative_to("/")
         target.mkdir(parents=True, exist_ok=True)
         run(
@@ -247,6 +254,8 @@ class Root:
         )
         if rbind:  # a later unmount of the root's copy must not reach the host's
             run(["mount", "--make-rslave", str(target)], timeout=30, error=SandboxError)
+        if read_only:  # a job in the root can run the host's Python, not change it
+            run(["mount", "-o", "remount,bind,ro", str(target)], timeout=30, error=SandboxError)
 
     def unmount(self) -> None:
         self._unmount_under(self.path)
@@ -257,6 +266,20 @@ class Root:
         prefix = str(path).rstrip("/") + "/"
         for point in sorted(mounts_under(prefix), key=len, reverse=True):
             run(["umount", "-l", point], check=False)
+
+
+def interpreter(prefixes: tuple[str, ...] | None = None) -> list[Path]:
+    """The folders of the Python running this (its venv, and the installation the venv
+    was made from) that a root must see to run it at the same path: none under ``/usr``
+    or at ``/``, which are the root's own (a system Python is not carried over)."""
+    found = prefixes if prefixes is not None else (sys.prefix, sys.base_prefix)
+    out: list[Path] = []
+    for raw in found:
+        p = Path(raw).resolve()
+        if p == Path("/") or p.is_relative_to("/usr") or p in out:
+            continue
+        out.append(p)
+    return out
 
 
 def slurm_path(path: str, root: Root | None) -> str:

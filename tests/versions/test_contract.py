@@ -1,10 +1,10 @@
-"""The contract on every supported Slurm release other than the host's (on Debian 12:
-24.11 from a Debian 13 root and 26.05 from a sid root, `sandbox up --slurm`); the
-host's release runs the whole suite.
+"""The contract on every supported Slurm release other than the default (26.05, the
+provider's, which runs the whole suite): 22.05 (the host's packages on Debian 12) and
+24.11 (a Debian 13 root), `sandbox up --slurm`.
 
 On each: the client reads the cluster, a spec renders and submits, the wrapper
 starts, and a drained node makes the job checkpoint just in time, requeue itself
-and resume on the other node with zero steps lost. The host's sandbox is put
+and resume on the other node with zero steps lost. The default sandbox is put
 back after the last release, for the tests that follow.
 """
 
@@ -19,18 +19,28 @@ from pathlib import Path
 import pytest
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 from slurmpre.sandbox.host import host_suite
-from slurmpre.sandbox.roots import SUITES, Root, mounts_under
+from slurmpre.sandbox.preempt import PreemptPlan
+from slurmpre.sandbox.roots import DEFAULT_RELEASE, SUITES, Root, mounts_under
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import JobInfo, format_version
 
 from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.e2e.helpers import (
+    final_weights,
+    preempt_until_done,
+    progress,
+    same_weights,
+    step_reached,
+    wait_done,
+)
+from tests.e2e.helpers import submit as submit_tiny
 from tests.slurm.test_sbatch_table import check_table
 
 pytestmark = pytest.mark.sandbox
 
-# The host's own release runs the whole suite (tests/e2e, tests/test_submit.py, ...):
-# these run the contract on every other supported release, each from a Debian root.
-RELEASES = [release for release, suite in SUITES.items() if suite != host_suite()]
+# The default release runs the whole suite (tests/e2e, tests/test_submit.py, ...):
+# these run the contract on every other supported release.
+RELEASES = [release for release in SUITES if release != DEFAULT_RELEASE]
 STEPS = 40
 
 # The training: a step every 0.3 s, a checkpoint on the notice (state: the next step).
@@ -65,11 +75,11 @@ with open(folder / "steps.jsonl", "a") as log:
 
 @pytest.fixture(scope="module")
 def host_back() -> Iterator[None]:
-    """After every release here: the host's sandbox, up again, for the tests that follow
+    """After every release here: the default sandbox, up again, for the tests that follow
     (once, not between releases)."""
     path = os.environ["PATH"]
     yield
-    os.environ["PATH"] = path  # the host's Slurm commands again
+    os.environ["PATH"] = path  # the default sandbox's Slurm commands again
     slurmpre_cli("sandbox", "down", check=True)
     slurmpre_cli("sandbox", "up", check=True)
 
@@ -106,7 +116,7 @@ def python_for(box: Sandbox) -> str:
 def test_the_sandbox_runs_that_release(release: str, box: Sandbox) -> None:
     slurm = CommandLineSlurm()
     assert format_version(slurm.version()).startswith(release)
-    assert box.root is not None and box.root.suite == SUITES[release]
+    assert (box.root.suite if box.root is not None else host_suite()) == SUITES[release]
     nodes = {n.name: n for n in slurm.nodes()}
     assert set(nodes) == {*PREEMPTIBLE, "gpu-dp-1"}
     assert all(nodes[n].features == ("preemptible",) for n in PREEMPTIBLE)
@@ -278,6 +288,27 @@ def test_a_drained_one_node_job_hands_over_to_a_successor(
                 slurm.cancel(job)
     done = [json.loads(line) for line in (ckpt / "steps.jsonl").read_text().splitlines()]
     assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
+
+
+@pytest.mark.e2e
+def test_torchrun_preempted_on_that_release_matches_an_uninterrupted_run(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    """The end-to-end smoke of each release: the tiny torchrun job on two nodes (the
+    host's interpreter and torch, bound into a root at its own path), drained the
+    provider's way, resumes and ends with the weights of an uninterrupted run."""
+    pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not installed")
+    slurm = CommandLineSlurm()
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir()
+    cut.mkdir()
+    wait_done(slurm, submit_tiny(whole, nodes="2"), whole)
+    job_id = submit_tiny(cut, nodes="2")
+    wait_for("step 12", lambda: step_reached(cut) >= 12, timeout=120)
+    victim = slurm.job(job_id).nodes[1]
+    preempt_until_done(box, slurm, job_id, cut, PreemptPlan(victim, window=2, return_after=1))
+    assert [r["attempt"] for r in progress(cut)] == [0, 1]
+    assert same_weights(final_weights(cut), final_weights(whole))
 
 
 def test_down_unmounts_what_up_mounted_and_leaves_no_process(release: str, box: Sandbox) -> None:
