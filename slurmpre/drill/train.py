@@ -28,10 +28,12 @@ Imports torch unless ``--plain``: never imported by slurmpre itself.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -222,7 +224,7 @@ class _Log:
             fh.write(line + "\n")
 
 
-def main(argv: list[str] | None = None) -> None:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m slurmpre.drill.train")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--every", type=int, default=40, help="periodic checkpoint every N steps")
@@ -234,46 +236,47 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=("slurmpre", "seeds"), default="slurmpre")
     parser.add_argument("--checkpoint-dir", default=None, help="(seeds mode) where to save")
     parser.add_argument("--plain", action="store_true", help="pure Python, one process")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def _where(args: argparse.Namespace) -> tuple[Path, Path | None, int]:
+    """The checkpoint folder, the checkpoint to resume from, and the restart count."""
     import slurmpre
 
-    trainer: _Trainer = _Plain() if args.plain else _Torch()
-    rank, world = trainer.rank, trainer.world
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     if args.mode == "slurmpre":
-        restarts = slurmpre.restart_count()  # across the jobs of the run, successors too
-        out = slurmpre.checkpoint_dir()
-        resume = slurmpre.resume_path()
-    else:
-        out = Path(args.checkpoint_dir or os.environ[environment.CHECKPOINT_DIR])
-        # The seeds' recipe: the highest-numbered folder, complete or not.
-        folders = sorted(out.glob("step-*"))
-        resume = folders[-1] if restarts and folders else None
-    log = _Log(out, rank, restarts)
-    if resume is not None:
-        trainer.load(resume)
-    start = trainer.step()
-    log(
-        "begin",
-        resumed_step=start,
-        resume_path=None if resume is None else str(resume),
-        world=world,
-    )
+        # The restart count across the jobs of the run, successors too.
+        return slurmpre.checkpoint_dir(), slurmpre.resume_path(), slurmpre.restart_count()
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    out = Path(args.checkpoint_dir or os.environ[environment.CHECKPOINT_DIR])
+    # The seeds' recipe: the highest-numbered folder, complete or not.
+    folders = sorted(out.glob("step-*"))
+    return out, (folders[-1] if restarts and folders else None), restarts
 
-    def save(step: int, why: str) -> None:
-        log("save-start", step=step, why=why)
-        if args.mode == "slurmpre":
-            with slurmpre.checkpoint(step) as path:
-                trainer.save(path)
-                time.sleep(args.save_seconds)
-        else:
-            trainer.save(out / f"step-{step:08d}")
+
+def _save(
+    args: argparse.Namespace, trainer: _Trainer, out: Path, log: _Log, step: int, why: str
+) -> None:
+    import slurmpre
+
+    log("save-start", step=step, why=why)
+    if args.mode == "slurmpre":
+        with slurmpre.checkpoint(step) as path:
+            trainer.save(path)
             time.sleep(args.save_seconds)
-            trainer.barrier()
-        log("save-end", step=step, why=why)
+    else:
+        trainer.save(out / f"step-{step:08d}")
+        time.sleep(args.save_seconds)
+        trainer.barrier()
+    log("save-end", step=step, why=why)
 
-    for step in range(start, args.steps):
+
+def _train(
+    args: argparse.Namespace, trainer: _Trainer, log: _Log, save: Callable[[int, str], None]
+) -> bool:
+    """Train to the last step (True), or until slurmpre says stop (False)."""
+    import slurmpre
+
+    for step in range(trainer.step(), args.steps):
         saved = False
         if args.mode == "slurmpre" and slurmpre.checkpoint_requested():
             # The notice: every rank agrees on this step; save it, and train on while
@@ -285,14 +288,13 @@ def main(argv: list[str] | None = None) -> None:
             if not saved:
                 save(step, "stop")
             log("stop", step=step)
-            trainer.end()
-            return
+            return False
         trainer.train(step)
         log("step", step=step + 1)
         # A fixed global batch, split over the ranks: a step takes a node step_seconds,
         # and two nodes half as long, so the node-seconds (the cost) of a step are the
         # same on any number of nodes, as in data-parallel training.
-        time.sleep(args.step_seconds / world)
+        time.sleep(args.step_seconds / trainer.world)
         if args.work_ms:
             busy_until = time.perf_counter() + args.work_ms / 1000
             while time.perf_counter() < busy_until:
@@ -300,9 +302,25 @@ def main(argv: list[str] | None = None) -> None:
         done = step + 1
         if done % args.every == 0 and done < args.steps:
             save(done, "periodic")
+    return True
 
-    trainer.final(out)
-    log("done", step=trainer.step())
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
+    trainer: _Trainer = _Plain() if args.plain else _Torch()
+    out, resume, restarts = _where(args)
+    log = _Log(out, trainer.rank, restarts)
+    if resume is not None:
+        trainer.load(resume)
+    log(
+        "begin",
+        resumed_step=trainer.step(),
+        resume_path=None if resume is None else str(resume),
+        world=trainer.world,
+    )
+    if _train(args, trainer, log, functools.partial(_save, args, trainer, out, log)):
+        trainer.final(out)
+        log("done", step=trainer.step())
     trainer.end()
 
 

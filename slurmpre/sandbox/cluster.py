@@ -145,8 +145,7 @@ class Sandbox:
         specs = node_specs(nodes, preemptible)
         if rate_limit is not None:
             rate_limit_parameters(rate_limit, (99, 0, 0))  # its form, before anything starts
-        # No release asked: the one up, else the default (the provider's).
-        suite: str | None = suite_of(DEFAULT_RELEASE if slurm is None else slurm)
+        suite: str | None = suite_of(slurm or DEFAULT_RELEASE)  # none asked: the one up
         if suite == host_suite():
             suite = None  # the host's own packages are that release
         require_root()
