@@ -491,12 +491,12 @@ def test_accelerates_own_reader_refuses_what_it_would_refuse_on_every_node(
     pytest.importorskip("accelerate")
     import sys
 
-    from slurmpre.login.submit import check_accelerate_config
+    from slurmpre.login.submit import check_python
 
     good = tmp_path / "good.yaml"
     good.write_text("distributed_type: MULTI_GPU\nmixed_precision: bf16\n")
-    check_accelerate_config(sys.executable, str(good))
+    check_python(sys.executable, accelerate_config=str(good))
     bad = tmp_path / "bad.yaml"
     bad.write_text("distributed_type: MULTI_GPU\ngradient_accumulation_steps: 3\n")
     with pytest.raises(UsageError, match=r"accelerate cannot read it \(ValueError: .*unknown keys"):
-        check_accelerate_config(sys.executable, str(bad))
+        check_python(sys.executable, accelerate_config=str(bad))

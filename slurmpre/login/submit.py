@@ -35,57 +35,69 @@ class Submitted:
     log: Path
 
 
-def _make_dir(key: str, path: str, mode: Access) -> None:
-    try:
-        make_dirs(Path(path), mode)
-    except OSError as exc:
-        raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
+def _make_dirs(spec: JobSpec, mode: Access) -> Ledger:
+    """The checkpoint and log folders, made with the spec's access, and the ledger."""
+    for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
+        try:
+            make_dirs(Path(path), mode)
+        except OSError as exc:
+            raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
+    ledger = Ledger(Path(spec.checkpoint_dir), access=mode)
+    ledger.ensure()
+    return ledger
 
 
-def check_python(python: str, cwd: Path | None = None) -> None:
+# Run by the nodes' python: exit 10 when slurmpre does not import; then Accelerate reads
+# the config named (as strictly as on every node: an unknown key is an error).
+_CHECK = """\
+import sys
+try:
+    import slurmpre
+except BaseException as exc:
+    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(10)
+if len(sys.argv) > 1:
+    from accelerate.commands.config.config_args import load_config_from_file
+    load_config_from_file(sys.argv[1])
+"""
+NO_SLURMPRE = 10
+
+
+def check_python(
+    python: str, cwd: Path | None = None, *, accelerate_config: str | None = None
+) -> None:
     """The nodes run the wrapper with ``python``: it must import slurmpre, or every node
-    fails at once after the job has waited for its allocation. Checked here, on the
-    login node, which sees the same shared volume, from the folder the job will run in
-    (sbatch's default: this one); up to a minute on a slow volume, shown as a wait."""
+    fails at once after the job has waited for its allocation; and Accelerate must read
+    ``accelerate_config``. Checked here, in one run, on the login node, which sees the
+    same shared volume, from the folder the job will run in (sbatch's default: this
+    one); up to a minute on a slow volume, shown as a wait."""
+    argv = [python, "-c", _CHECK, *([accelerate_config] if accelerate_config else [])]
     try:
         with progress.waiting(f"checking that {python} imports slurmpre"):
             proc = cmd.run(
-                [python, "-c", "import slurmpre"],
-                timeout=60,
+                argv,
+                timeout=120 if accelerate_config else 60,
                 check=False,
                 cwd=None if cwd is None else str(cwd),
                 error=UsageError,
             )
     except UsageError as exc:
         raise UsageError(f"python = {python!r} cannot run: {exc}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode == NO_SLURMPRE or (proc.returncode and not accelerate_config):
         raise UsageError(
             f"python = {python!r} cannot import slurmpre ({last}): install slurmpre into it, "
             "or set python to the interpreter that has it"
         )
+    if proc.returncode:
+        raise UsageError(
+            f"accelerate_config = {accelerate_config!r}: accelerate cannot read it ({last})"
+        )
 
 
-_READ_ACCELERATE_CONFIG = (
-    "import sys\n"
-    "from accelerate.commands.config.config_args import load_config_from_file\n"
-    "load_config_from_file(sys.argv[1])\n"
-)
-
-
-def check_accelerate_config(python: str, config: str) -> None:
-    """Accelerate reads its config file strictly (an unknown key is an error): read it
-    here, with the nodes' interpreter and Accelerate, so a bad file fails the submit and
-    not every attempt after it has waited for its nodes."""
-    proc = cmd.run(
-        [python, "-c", _READ_ACCELERATE_CONFIG, config],
-        timeout=120,
-        check=False,
-        error=UsageError,
-    )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"accelerate_config = {config!r}: accelerate cannot read it ({last})")
+def check_interpreter(spec: JobSpec) -> None:
+    """What the nodes' python must do before a job waits for its nodes."""
+    check_python(spec.python, accelerate_config=spec.accelerate_config or None)
 
 
 def submit(
@@ -107,9 +119,7 @@ def submit(
     (`slurmpre.login.resuming`). ``tasks``: a sweep's, one per array task
     (`slurmpre.login.sweep`).
     """
-    check_python(spec.python)
-    if spec.accelerate_config:
-        check_accelerate_config(spec.python, spec.accelerate_config)
+    check_interpreter(spec)
     with one_at_a_time(Path(spec.checkpoint_dir)):
         return _submit(spec, client, force, resume, fresh, say, tasks)
 
@@ -161,10 +171,7 @@ def _submit(
         say(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
     for line in plan.lines:
         say(line)
-    _make_dir("checkpoint_dir", spec.checkpoint_dir, mode)
-    _make_dir("log_dir", spec.log_dir, mode)
-    ledger = Ledger(folder, access=mode)
-    ledger.ensure()
+    ledger = _make_dirs(spec, mode)
     here = Path.cwd()
     if spec.snapshot == "git":
         found = code.snapshot(here, folder, spec.snapshot_max_mb, mode, log_dir=Path(spec.log_dir))
@@ -230,9 +237,7 @@ def check(
     python, the folder's state, and Slurm's own verdict on the script (``--test-only``).
     A sweep checks every job before it queues the first."""
     del say
-    check_python(spec.python)
-    if spec.accelerate_config:
-        check_accelerate_config(spec.python, spec.accelerate_config)
+    check_interpreter(spec)
     _refusals(spec, client, force=force, resume=resume, fresh=fresh)
     client.submit(render(spec, code.Code(), tasks), test_only=True)
 
