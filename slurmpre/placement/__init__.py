@@ -1,0 +1,1 @@
+"""Where a run trains: preemptible or standard nodes, by its deadline and its budgets."""

@@ -1,0 +1,69 @@
+"""A run's deadline, as the spec gives it: a moment, or a duration from the first submit.
+
+``deadline = "2026-12-10T18:00"`` is ISO 8601, in the login node's local time unless it
+carries an offset (``"2026-12-10T18:00+01:00"``, ``"...Z"``); ``deadline = "90m"``,
+``"8h"``, ``"2d"`` (or ``"1d12h"``) counts from the first submission of the run's name
+into its checkpoint folder (the ledger's first ``Submitted``), so a successor, a requeue
+and a resubmit all mean the same moment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+
+from slurmpre.errors import UsageError
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+LONGEST = 366 * 86400.0  # a deadline further than a year away is a typo
+
+
+def duration(text: str) -> float | None:
+    """Seconds in ``"90m"``, ``"8h"``, ``"1d12h"``; None when ``text`` is not one."""
+    text = text.strip().lower()
+    if not text or _PART.sub("", text):
+        return None
+    return sum(float(n) * _UNIT[u] for n, u in _PART.findall(text))
+
+
+def is_duration(text: str) -> bool:
+    return duration(text) is not None
+
+
+def parse(text: str, *, first_submit: float | None, key: str = "deadline") -> float:
+    """The deadline as a Unix time. A duration needs ``first_submit`` (the run's first
+    submission; None: now is the first)."""
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError(f"{key} = {text!r}: give a time (2026-12-10T18:00) or a duration (8h)")
+    seconds = duration(text)
+    if seconds is not None:
+        if not 0 < seconds <= LONGEST:
+            raise UsageError(f"{key} = {text!r}: a duration from 1 s to 366 days")
+        origin = first_submit if first_submit is not None else dt.datetime.now().timestamp()
+        return origin + seconds
+    try:
+        moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{key} = {text!r}: not an ISO 8601 time (2026-12-10T18:00, with an offset "
+            "if not local) nor a duration (90m, 8h, 2d)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # the login node's local time
+    value = moment.timestamp()
+    if not math.isfinite(value):
+        raise UsageError(f"{key} = {text!r}: not a time")
+    return value
+
+
+def check(text: str, *, now: float, key: str = "deadline") -> None:
+    """A spec's deadline, refused at submit when it cannot mean anything: unreadable,
+    already past (a moment), or too far."""
+    when = parse(text, first_submit=now, key=key)
+    if when <= now:
+        stamp = dt.datetime.fromtimestamp(when).astimezone().isoformat(timespec="minutes")
+        raise UsageError(f"{key} = {text!r}: {stamp} is already past")
+    if when - now > LONGEST:
+        raise UsageError(f"{key} = {text!r}: more than 366 days away")

@@ -1,0 +1,125 @@
+"""Preemptible or standard: where a run's next attempt trains, decided from facts alone.
+
+The same function answers the job (at each hand-over, while a successor or a requeue
+waits for nodes, and at each checkpoint on standard nodes), `slurmpre plan --deadline`
+and the trace replay in ``bench/deadline.py``: what is measured there is what runs.
+
+The policy is Uniform Progress with a safety net ("Can't Be Late", NSDI'24), adapted to
+a run that checkpoints just in time (a preemption loses no step, only the time to
+restart) and whose two kinds of node train at the same speed:
+
+- **The line.** A run with ``total`` steps and a deadline should have done
+  ``total * (now - start) / (deadline - start)`` steps by now. Ahead of it, the run can
+  afford to wait for preemptible nodes; behind it, waiting costs the deadline.
+- **Training on preemptible nodes** goes on there (standard nodes would train no
+  faster), unless the slack (time left, minus the work left, minus one restart) is no
+  longer enough to survive one more preemption: then it moves before one comes.
+- **Waiting for preemptible nodes** (after a preemption, or at a restart) moves to
+  standard nodes as soon as the run is behind the line, or the slack runs out.
+- **Training on standard nodes** goes back to preemptible ones only when they are idle,
+  the run is ahead of the line by a margin (no flapping), and the slack pays for the
+  move and one more preemption.
+- Without a deadline, `fallback_after` preemptions or a wait longer than `max_wait`
+  moves the run to standard nodes, and it stays there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREEMPTIBLE = "preemptible"
+STANDARD = "standard"
+KINDS = (PREEMPTIBLE, STANDARD)
+# What the run is doing when the question is asked.
+TRAINING = "training"
+WAITING = "waiting"  # for nodes: a pending successor or requeue, or a restart
+# Back to preemptible only this far ahead of the line, in restarts' worth of steps: a
+# move pays for itself before the run can fall behind again (no moving back and forth).
+HYSTERESIS = 1.0
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the run knows at ``now`` (Unix seconds)."""
+
+    now: float
+    on: str  # PREEMPTIBLE or STANDARD: where it trains, or last asked to
+    doing: str  # TRAINING or WAITING
+    waiting_s: float = 0.0  # how long it has waited for preemptible nodes, this time
+    preemptions: int = 0  # preemptions of the run so far
+    # The deadline, and what progress means.
+    start: float | None = None  # the run's first submission
+    deadline: float | None = None
+    steps_done: int = 0
+    total_steps: int | None = None
+    rate: float | None = None  # steps per second while training, measured
+    restart_s: float = 120.0  # from the decision to training again (start, load)
+    idle_preemptible: bool = False  # enough idle preemptible nodes for the run now
+    # Without a deadline (both also apply with one).
+    fallback_after: int | None = None
+    max_wait_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    where: str  # PREEMPTIBLE or STANDARD
+    why: str  # one line, for the ledger and status
+    slack_s: float | None = None  # time left minus work left minus one restart
+    line_step: float | None = None  # where Uniform Progress says the run should be
+
+
+def moving(s: Situation, d: Decision) -> bool:
+    """Whether following ``d`` changes the kind of node the run trains on."""
+    return d.where != s.on
+
+
+def slack(s: Situation) -> float | None:
+    """Seconds the run can still lose and finish by its deadline on standard nodes
+    (one restart to get there counted); None without a deadline, a total or a rate."""
+    if s.deadline is None or s.total_steps is None or not s.rate or s.rate <= 0:
+        return None
+    left = max(0, s.total_steps - s.steps_done) / s.rate
+    return s.deadline - s.now - left - s.restart_s
+
+
+def line(s: Situation) -> float | None:
+    """The step Uniform Progress expects at ``now``; None without what it needs."""
+    if s.deadline is None or s.total_steps is None or s.start is None:
+        return None
+    span = s.deadline - s.start
+    if span <= 0:
+        return float(s.total_steps)
+    share = min(1.0, max(0.0, (s.now - s.start) / span))
+    return s.total_steps * share
+
+
+def decide(s: Situation) -> Decision:
+    """Where the run should train from now on, and why (see the module's text)."""
+    room, expected = slack(s), line(s)
+
+    def say(where: str, why: str) -> Decision:
+        return Decision(where, why, room, expected)
+
+    if s.fallback_after is not None and s.preemptions >= s.fallback_after:
+        return say(STANDARD, f"{s.preemptions} preemptions: fallback_after = {s.fallback_after}")
+    if s.on == STANDARD and (room is None or expected is None):
+        # Moved without a deadline (fallback_after or max_wait): it stays.
+        return say(STANDARD, "on standard nodes, with no deadline that would move it back")
+    waited_too_long = s.max_wait_s is not None and s.waiting_s >= s.max_wait_s
+    if s.doing == WAITING and s.on == PREEMPTIBLE and waited_too_long:
+        return say(STANDARD, f"waited {s.waiting_s:.0f} s for preemptible nodes (max_wait)")
+    if room is None or expected is None:
+        return say(s.on, "no deadline: the nodes it asked for")
+    # Enough to survive one more preemption: its restart, and a wait as long as that.
+    guard = s.restart_s
+    behind = s.steps_done < expected
+    if s.on == PREEMPTIBLE:
+        if room <= guard:
+            return say(STANDARD, f"slack {room:.0f} s: one more preemption would miss the deadline")
+        if s.doing == WAITING and behind:
+            return say(STANDARD, f"behind the line ({s.steps_done} < {expected:.0f}) while waiting")
+        return say(PREEMPTIBLE, f"slack {room:.0f} s, at or ahead of the line ({expected:.0f})")
+    ahead = s.steps_done >= expected + HYSTERESIS * s.restart_s * s.rate
+    if s.idle_preemptible and ahead and room > 2 * guard + s.restart_s:
+        return say(PREEMPTIBLE, f"preemptible nodes idle, ahead of the line, slack {room:.0f} s")
+    return say(STANDARD, f"on standard nodes: slack {room:.0f} s, line {expected:.0f}")
