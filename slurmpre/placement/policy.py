@@ -119,7 +119,7 @@ def decide(s: Situation) -> Decision:
         if s.doing == WAITING and behind:
             return say(STANDARD, f"behind the line ({s.steps_done} < {expected:.0f}) while waiting")
         return say(PREEMPTIBLE, f"slack {room:.0f} s, at or ahead of the line ({expected:.0f})")
-    ahead = s.steps_done >= expected + HYSTERESIS * s.restart_s * s.rate
+    ahead = s.steps_done >= expected + HYSTERESIS * s.restart_s * (s.rate or 0.0)
     if s.idle_preemptible and ahead and room > 2 * guard + s.restart_s:
         return say(PREEMPTIBLE, f"preemptible nodes idle, ahead of the line, slack {room:.0f} s")
     return say(STANDARD, f"on standard nodes: slack {room:.0f} s, line {expected:.0f}")

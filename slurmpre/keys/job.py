@@ -1,0 +1,188 @@
+"""The spec keys of the job itself: its name and command, its nodes and GPUs, its Slurm
+options, its folders, its launcher, and how it watches for a notice."""
+
+from __future__ import annotations
+
+from slurmpre import defaults, launchers
+from slurmpre.keys.key import REQUIRED, Key
+from slurmpre.noderange import NodeRange
+
+JOB: tuple[Key, ...] = (
+    Key('name', REQUIRED, 'name', "the file's stem",
+        'job name; one line, no `/` (it names the checkpoint folder)'),
+    Key('command', REQUIRED, 'command', 'required',
+        'argv list, or a string split like a shell would (no shell runs it)'),
+    Key(
+        'nodes', NodeRange(1, 1), 'nodes', '`1`',
+        'a count, or an elastic range `"2-4"` (the job starts on MIN free nodes, uses up to '
+        'MAX)',
+        flag='--min-nodes', kind='count', writes='elastic_min',
+        help=(
+            "fewest nodes the job trains on (the spec's MIN): an in-place restart needs at "
+            'least this many left'
+        ),
+    ),
+    Key('gpus_per_node', 0, 'gpus', '`0` (0 to 1024)',
+        '`--gpus-per-node`; also the default processes per node for torchrun. A GPU type as '
+        'Slurm writes it: `"h100:8"` (or `gpu_type = "h100"` beside a count) renders '
+        '`--gpus-per-node=h100:8`',
+    ),
+    Key('gpu_type', None, 'gpu_type', 'unset',
+        'the GPU type Slurm knows (`h100`: letters, digits, `_.-`), beside a count in '
+        '`gpus_per_node` or `gpus`; the same as writing it in their value (`"h100:8"`). It '
+        'needs one of them',
+    ),
+    Key('gpus', 0, 'gpus', '`0` (0 to 1048576)',
+        '`--gpus`: GPUs for the whole job, which Slurm spreads over the nodes it gives; with a '
+        'type as Slurm writes it (`"h100:16"`, or `gpu_type` beside a count). Give `gpus` or '
+        "`gpus_per_node`, not both; `--gpus`/`-G` in `extra_sbatch` is refused with this key's "
+        "name. torchrun's processes per node are the GPUs Slurm gave each node",
+    ),
+    Key('cpus_per_task', None, 'whole_or_auto', 'unset',
+        '`--cpus-per-task`',
+    ),
+    Key('mem', None, 'mem', 'unset',
+        '`--mem`',
+    ),
+    Key('time', None, 'time_limit', 'unset',
+        "`--time`, in Slurm's forms (`90`, `4:00:00`, `2-12:00:00`, `UNLIMITED`; `0` is no "
+        'limit, as in Slurm) and no longer than Slurm holds (2^31-1 seconds, about 68 years)',
+    ),
+    Key('partition', None, 'word', 'unset',
+        '`--partition`',
+    ),
+    Key('account', None, 'word', 'unset',
+        '`--account`',
+    ),
+    Key('qos', None, 'word', 'unset',
+        '`--qos`',
+    ),
+    Key('constraint', "preemptible", 'constraint', '`"preemptible"`',
+        'a Slurm feature expression; `"standard"` (or your cluster\'s feature) for coordinators',
+    ),
+    Key('requeue', True, 'boolean', '`true`',
+        '`--requeue`; without it a notice still checkpoints but nothing requeues',
+    ),
+    Key('array', None, 'array', 'unset',
+        '`--array`, e.g. `"0-99%16"`; each task keeps its checkpoints in '
+        '`<checkpoint_dir>/task-<id>`. Indexes 0 to 4000000 (the most `MaxArraySize` allows), '
+        'ranges that run forwards, steps and `%` limits of 1 or more',
+    ),
+    Key(
+        'checkpoint_dir', "", 'path', '`/home/<user>/checkpoints/<name>`',
+        'on the shared volume; created by `submit`. A path key: `~` and `$VAR` expand at submit '
+        '(see "Variables" below)',
+        flag='--checkpoint-dir', kind='text', writes='always', joined=True,
+        help="the job's checkpoint folder (shared volume)",
+    ),
+    Key('log_dir', "", 'path', '`<checkpoint_dir>/logs`',
+        'the appended job log `<name>-<jobid>.out` and one log per attempt; a path key',
+    ),
+    Key(
+        'launcher', launchers.DEFAULT, 'launcher', '`"torchrun"`',
+        "Which launcher slurmpre starts on every node, given this allocation's machines, node "
+        'rank, processes and a c10d rendezvous on node 0. `"torchrun"`: plain scripts, DDP, '
+        "FSDP, and DeepSpeed scripts (`deepspeed.initialize()` reads torchrun's environment). "
+        '`"accelerate"`: `accelerate launch` (scripts built on `Accelerator`, the Hugging Face '
+        'Trainer with an Accelerate config): `--num_machines`, `--machine_rank`, '
+        '`--num_processes`, `--main_process_ip/port` and the rendezvous come from the '
+        'allocation; FSDP, DeepSpeed and precision from `accelerate_config`, else your default '
+        '`accelerate config` (without either, more than one process is DDP). `"plain"`: the '
+        "command runs once per node, with `MASTER_ADDR` (node 0's address as Slurm knows it), "
+        '`MASTER_PORT`, `NODE_RANK`, `RANK`, `WORLD_SIZE` (nodes), `LOCAL_RANK=0` and '
+        '`LOCAL_WORLD_SIZE=1` set unless the job sets them, so a script that calls '
+        '`init_process_group()` itself meets the other nodes. A command that starts a launcher '
+        'of its own (`torchrun`, `python -m torch.distributed.run`, `accelerate launch`, '
+        '`deepspeed`) is refused, naming the key to use: it would run a launcher inside a '
+        "launcher, or (DeepSpeed's) reach nodes over ssh instead of through Slurm",
+        flag='--launcher', kind='choice', writes='always', choices=launchers.NAMES,
+        help=(
+            'torchrun: one torchrun per node, c10d rendezvous on node 0 (default); '
+            'accelerate: one `accelerate launch` per node, the same rendezvous; plain: '
+            'COMMAND once per node'
+        ),
+    ),
+    Key(
+        'nproc_per_node', None, 'whole_or_auto', 'GPUs on the node, else 1',
+        'torchrun processes per node',
+        flag='--nproc-per-node', kind='count', writes='set',
+        help='torchrun processes per node (default: the GPUs Slurm gave the node, else 1)',
+    ),
+    Key('env', {}, 'env', '`{}`',
+        'variables exported in the script; `$VAR` and `${VAR}` in a value expand on the node as '
+        'the job starts, `$$` is a `$` (see "Variables" below)',
+    ),
+    Key('setup', (), 'setup', '`[]`',
+        'shell lines run before the launch (module loads, venv activation); a failing line '
+        'fails the job. They must be whole commands: `submit` and `render` give them to `bash '
+        '-n` and refuse an unterminated heredoc (`cat > cfg.yaml <<EOF` without its `EOF`), '
+        'quote or block, which would swallow the launch line below them and end the job '
+        'COMPLETED without training; the script also fails a job that ends inside the block (an '
+        '`exit` there)',
+    ),
+    Key('extra_sbatch', (), 'extra_sbatch', '`[]`',
+        'more sbatch options, read as sbatch reads an `#SBATCH` line (see "How extra_sbatch is '
+        'read" below) and rendered one per line as `--long=value`; an option slurmpre sets '
+        'itself is refused however it is spelled, naming the key to use, and so are `--wrap`, '
+        '`--parsable`, `--test-only`, `--wait`, and `--container` and every `--container-*` '
+        "option (pyxis's `--container-image` among them): they run the batch script itself "
+        'inside a container, where `srun` and `scontrol` are missing',
+    ),
+    Key(
+        'warn_before_end', defaults.WARN_BEFORE_END, 'whole', "`300` (0 to 65535, Slurm's limit)",
+        'seconds: `--signal=USR2@N`, the time-limit warning (0: none)',
+        flag='--time-warning', kind='seconds', writes='truthy',
+        help="seconds before the time limit that sbatch's --signal warning comes",
+    ),
+    Key(
+        'poll_interval', defaults.POLL_INTERVAL, 'seconds',
+        '`5` (0.1 to 3600, and shorter than `preempt_window - safety_margin`)',
+        "seconds between the watcher's Slurm queries",
+        flag='--poll-interval', kind='seconds', writes='always',
+        help="seconds between the watcher's Slurm queries",
+    ),
+    Key(
+        'preempt_window', defaults.PREEMPT_WINDOW, 'whole', '`300` (1 to 86400)',
+        'seconds from drain to removal on your provider',
+        flag='--window', kind='seconds', writes='always',
+        help='seconds from drain to node removal on this provider',
+    ),
+    Key(
+        'safety_margin', defaults.SAFETY_MARGIN, 'whole',
+        '`30` (0 to 86400, below `preempt_window`)',
+        'requeue anyway this long before the window closes',
+        flag='--safety-margin', kind='seconds', writes='always',
+        help='requeue anyway this long before the window closes',
+    ),
+    Key(
+        'drain_reason', None, 'pattern', 'any',
+        'only drains whose reason matches this regular expression are notices',
+        flag='--drain-reason', kind='text', writes='truthy', joined=True,
+        help='only drains whose reason matches this regular expression are notices',
+    ),
+    Key(
+        'notice_signal', None, 'signal_name', 'none',
+        'also send this signal (e.g. `USR1`) to the training processes on a notice, on every '
+        'node: the command itself (`launcher = "plain"`) or the launcher\'s workers, never the '
+        "launcher nor a whole process group; once sent, the script's exit is its stop on the "
+        'notice (the job restarts). With it, frameworks that save on a signal need no slurmpre '
+        "line: see [docs/recipes.md](recipes.md) (the HF Trainer's `enable_jit_checkpoint`, "
+        "Lightning's `requeue_signal`, NeMo's `PreemptionCallback`, Megatron's "
+        '`--exit-signal-handler`, and what each cannot promise). A name, not a number. `KILL` '
+        'and `STOP` are refused (they cannot be caught, so nothing could checkpoint on them), '
+        "and so is `USR2`, which carries Slurm's time-limit warning",
+        flag='--notice-signal', kind='text', writes='truthy', joined=True,
+        help='also send this signal (e.g. USR1) to the training processes on a notice',
+    ),
+    Key('watch', True, 'boolean', '`true`', 'run the watcher',
+        flag='--no-watch', kind='switch', writes='off',
+        help='no watcher: resume and rendezvous only',
+    ),
+    Key('in_place', True, 'boolean', '`true`',
+        'when a drained node is not the batch host and at least MIN of `nodes` remain, release '
+        'it and restart inside the allocation instead of requeuing (see the README\'s "Fast '
+        'restart")',
+        flag='--no-in-place', kind='switch', writes='off',
+        help='always requeue on a drain, never restart inside the allocation',
+    ),
+)  # fmt: skip
