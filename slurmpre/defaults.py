@@ -48,6 +48,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_restarts": (0, 100_000),
     "max_stalled_restarts": (0, 1_000),
     "snapshot_max_mb": (1, 100_000),
+    "total_steps": (1, 10**15),
+    "fallback_after": (1, 100_000),
+    "max_preemptions": (0, 100_000),
+    "max_wait": (1, 366 * 86_400),
+    "max_cost": (0.01, 1e12),
 }
 
 PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes

@@ -354,6 +354,24 @@ class GaveUp(AttemptRecord):
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Placed(AttemptRecord):
+    """Where the run's next job trains (`slurmpre.placement.policy`): preemptible or
+    standard nodes, why, and the facts the decision was made on."""
+
+    EVENT: ClassVar[str] = "placed"
+    where: str  # "preemptible" or "standard"
+    why: str
+    decided_at: float
+    steps_done: int | None = None
+    total_steps: int | None = None
+    deadline_at: float | None = None
+    slack_s: float | None = None
+    line_step: float | None = None
+    rate: float | None = None  # steps per second, measured from the ledger
+    preemptions: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class End(AttemptRecord):
     """The training of the attempt (or step) exited."""
 
@@ -379,6 +397,7 @@ EVENTS: dict[str, type[Record]] = {
         InPlace,
         InPlaceFailed,
         GaveUp,
+        Placed,
         End,
     )
 }

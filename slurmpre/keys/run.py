@@ -51,4 +51,58 @@ RUN: tuple[Key, ...] = (
         flag='--max-stalled-restarts', kind='count', writes='changed',
         help='give up when this many attempts in a row committed no checkpoint (0: never)',
     ),
+    Key(
+        'max_preemptions', None, 'optional_whole', 'unset: no limit (0 to 100000)',
+        'the preemption budget, counted apart from `max_restarts`: the run gives up (as '
+        '`max_restarts` says) at a restart past this many preemptions (drains the watcher saw, '
+        'and nodes removed under it). A crash never counts here and a preemption never counts '
+        'in `max_restarts`. With a deadline or `fallback_after`, the run moves to standard nodes '
+        'instead of giving up. E.g. `max_preemptions = 50`',
+        flag='--max-preemptions', kind='count', writes='set',
+        help='give up (or move to standard nodes) at a restart past this many preemptions',
+    ),
+    Key(
+        'deadline', None, 'deadline', 'unset',
+        'when the run must be done: an ISO 8601 time (`"2026-12-10T18:00"`, the login '
+        "node's local time unless it has an offset: `\"...+01:00\"`, `\"...Z\"`) or a duration "
+        'from the first submission of the name into its checkpoint folder (`"90m"`, `"8h"`, '
+        '`"2d"`, `"1d12h"`). A run with a deadline may use standard nodes when it must: at each '
+        'hand-over slurmpre decides (Uniform Progress with a safety net: '
+        '[docs/deadlines.md](deadlines.md)) whether the next job waits for preemptible nodes '
+        'or runs on standard ones, and goes back when they return and the slack allows; the '
+        'decision and its inputs are in the ledger and `slurmpre status`. It needs '
+        '`total_steps` (or an integration that knows the run\'s length) and `restart = '
+        '"successor"`; a time already past is refused at submit',
+        flag='--deadline', kind='text', writes='set', joined=True,
+        help='when the run must be done (ISO 8601 time, or a duration from the first submit)',
+    ),
+    Key(
+        'total_steps', None, 'optional_whole', 'unset (1 to 10^15)',
+        "the step the run must reach: with `deadline`, progress is the ledger's steps against "
+        'it, at the rate the ledger measured. E.g. `total_steps = 100000`',
+        flag='--total-steps', kind='count', writes='set',
+        help='the step the run must reach (for the deadline)',
+    ),
+    Key(
+        'fallback_after', None, 'optional_whole', 'unset (1 to 100000)',
+        'move to standard nodes after this many preemptions, with or without a deadline; the '
+        'run stays there (without a deadline) or goes back when the deadline allows',
+        flag='--fallback-after', kind='count', writes='set',
+        help='move to standard nodes after this many preemptions',
+    ),
+    Key(
+        'max_wait', None, 'duration', 'unset (1 s to 366 days)',
+        'move to standard nodes when the run has waited this long for preemptible ones: '
+        'seconds or a duration (`"30m"`, `"2h"`)',
+        flag='--max-wait', kind='seconds', writes='set',
+        help='move to standard nodes after waiting this many seconds for preemptible ones',
+    ),
+    Key(
+        'max_cost', None, 'money', 'unset (0.01 to 10^12)',
+        "the run's budget in the prices' currency (`slurmpre status --price`: node-hours held "
+        'times the price of their kind): the run stops before an attempt would start past it, '
+        'recording why, as `max_restarts` does. E.g. `max_cost = 5000`',
+        flag='--max-cost', kind='seconds', writes='set',
+        help="stop before the run's cost passes this (the prices' currency)",
+    ),
 )  # fmt: skip

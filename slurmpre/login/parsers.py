@@ -74,6 +74,10 @@ PARSERS: dict[str, Parser] = {
     "resume_arg": lambda k, x, e: None if _unset(x) else v.parse_resume_arg(x),
     "accelerate_config": lambda k, x, e: None if _unset(x) else v.accelerate_config(k, x, e),
     "template": _template,
+    "deadline": lambda k, x, e: None if _unset(x) else v.deadline(k, x),
+    "optional_whole": lambda k, x, e: None if _unset(x) else v.whole(k, x),
+    "duration": lambda k, x, e: None if _unset(x) else v.duration(k, x),
+    "money": lambda k, x, e: None if _unset(x) else v.money(k, x),
 }
 
 

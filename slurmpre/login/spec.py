@@ -71,6 +71,12 @@ class JobSpec:
     restart: str = _default("restart")
     max_restarts: int = _default("max_restarts")
     max_stalled_restarts: int = _default("max_stalled_restarts")
+    max_preemptions: int | None = _default("max_preemptions")
+    deadline: str | None = _default("deadline")
+    total_steps: int | None = _default("total_steps")
+    fallback_after: int | None = _default("fallback_after")
+    max_wait: float | None = _default("max_wait")
+    max_cost: float | None = _default("max_cost")
     resume_arg: str | None = _default("resume_arg")
     accelerate_config: str | None = _default("accelerate_config")
     snapshot: str = _default("snapshot")
@@ -155,6 +161,12 @@ def _together(spec: JobSpec) -> None:
         ("poll_interval", spec.poll_interval, spec.poll_interval >= window - margin,
          f"must be shorter than preempt_window - safety_margin ({window - margin} s), or a "
          "drain is seen too late"),
+        ("deadline", spec.deadline, spec.deadline and spec.total_steps is None,
+         "needs total_steps: progress toward the deadline is steps against it"),
+        *[(key, getattr(spec, key), getattr(spec, key) is not None and spec.restart != "successor",
+           "moves the run to standard nodes at a hand-over: it needs restart = 'successor' "
+           f"(restart is {spec.restart!r})")
+          for key in ("deadline", "fallback_after", "max_wait")],
     ]  # fmt: skip
     for key, value, wrong, why in refusals:
         if wrong:

@@ -25,6 +25,7 @@ from slurmpre.login import code, jobs, progress, resuming
 from slurmpre.login.render import log_path, render
 from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
+from slurmpre.placement import deadline
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -220,7 +221,23 @@ def _refusals(
     plan = resuming.check(folder, is_array=spec.is_array, resume=resume, fresh=fresh)
     if plan.move_aside:
         resuming.job_own(folder)
+    if spec.deadline:
+        _deadline_ahead(spec.deadline, None if plan.move_aside else folder)
     return plan
+
+
+def _deadline_ahead(text: str, folder: Path | None) -> None:
+    """Refuse a deadline already past: a moment, or a duration from the run's first
+    submission into ``folder`` (None, or a folder with none: from now)."""
+    now = time.time()
+    first = None
+    if folder is not None and folder.is_dir():
+        submits = [r.time for r in Ledger(folder).records() if isinstance(r, records.Submitted)]
+        first = min((t for t in submits if t is not None), default=None)
+    when = deadline.parse(text, first_submit=first if first is not None else now)
+    if when <= now:
+        since = "" if first is None else ", counted from the run's first submission"
+        raise UsageError(f"deadline = {text!r}: already past{since} (use --fresh to start over)")
 
 
 def check(

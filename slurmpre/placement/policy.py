@@ -39,6 +39,23 @@ HYSTERESIS = 1.0
 
 
 @dataclass(frozen=True)
+class Goals:
+    """What the spec asks of the run's placement (all unset: it stays where it asked)."""
+
+    deadline: str | None = None  # as the spec gives it (`placement.deadline`)
+    total_steps: int | None = None
+    fallback_after: int | None = None
+    max_wait_s: float | None = None
+    max_preemptions: int | None = None
+    max_cost: float | None = None
+
+    @property
+    def may_move(self) -> bool:
+        """Whether anything here may move the run to standard nodes."""
+        return bool(self.deadline or self.fallback_after or self.max_wait_s)
+
+
+@dataclass(frozen=True)
 class Situation:
     """What the run knows at ``now`` (Unix seconds)."""
 
@@ -116,8 +133,9 @@ def decide(s: Situation) -> Decision:
     if s.on == PREEMPTIBLE:
         if room <= guard:
             return say(STANDARD, f"slack {room:.0f} s: one more preemption would miss the deadline")
-        if s.doing == WAITING and behind:
-            return say(STANDARD, f"behind the line ({s.steps_done} < {expected:.0f}) while waiting")
+        if s.doing == WAITING and behind and not s.idle_preemptible:
+            why = f"behind the line ({s.steps_done} < {expected:.0f}), no preemptible node idle"
+            return say(STANDARD, why)
         return say(PREEMPTIBLE, f"slack {room:.0f} s, at or ahead of the line ({expected:.0f})")
     ahead = s.steps_done >= expected + HYSTERESIS * s.restart_s * (s.rate or 0.0)
     if s.idle_preemptible and ahead and room > 2 * guard + s.restart_s:

@@ -44,6 +44,8 @@ def test_training_on_preemptible_moves_when_one_more_preemption_would_miss_the_d
 def test_waiting_for_preemptible_nodes_moves_once_behind_the_line() -> None:
     waiting = replace(BASE, doing=WAITING, waiting_s=600)
     assert decide(replace(waiting, steps_done=int(2.6 * H))).where == PREEMPTIBLE  # ahead
+    idle = replace(waiting, steps_done=0, idle_preemptible=True)
+    assert decide(idle).where == PREEMPTIBLE  # behind, but nodes are there: no wait
     behind = decide(replace(waiting, steps_done=int(2.4 * H)))
     assert behind.where == STANDARD and "behind the line" in behind.why
 

@@ -19,6 +19,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.handover.inplace import Plan, Request, plan, request_path, write_request
+from slurmpre.job.handover.placing import Placement, place
 from slurmpre.job.handover.slots import submit_slot
 from slurmpre.job.handover.successor import submit_successor
 from slurmpre.job.start.env import JobEnv
@@ -158,10 +159,12 @@ class Restarts:
             self.say(f"cannot make this job non-requeueable ({_first(exc)}): requeuing it")
             self.successor_refused = True
             return None
+        placed = self.place(exclude)
         try:
             with submit_slot(self.env):
                 layout = FolderLayout(self._submitted_in())
-                submitted = submit_successor(layout, self.job, exclude, env=self.env)
+                extra = placed.args if placed is not None else ()
+                submitted = submit_successor(layout, self.job, exclude, env=self.env, extra=extra)
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True
@@ -176,6 +179,9 @@ class Restarts:
         successor = f"{submitted}_{task}" if task else submitted
         self.successor = successor
         where = f", not on {', '.join(exclude)}" if exclude else ""
+        if placed is not None:
+            where += f", on {placed.decision.where} nodes: {placed.decision.why}"
+            self._record_placement(placed)
         self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
         self.log.add(
             records.Successor,
@@ -185,6 +191,46 @@ class Restarts:
             submitted_at=self.wall(),
         )
         return Done(Action.REQUEUE, successor=successor)
+
+    def place(self, exclude: list[str]) -> Placement | None:
+        """Where the successor trains, when the spec's goals may move it (else None: the
+        recorded script's own constraint). Slurm not answering keeps it there too."""
+        goals = self.config.goals
+        if not goals.may_move:
+            return None
+        try:
+            nodes = self.client.nodes()
+        except SlurmpreError as exc:
+            self.say(f"cannot list the nodes ({_first(exc)}): the successor keeps its constraint")
+            return None
+        try:
+            return place(
+                goals,
+                self.log.records(),
+                nodes,
+                exclude,
+                now=self.wall(),
+                needed=self.config.min_nodes,
+            )
+        except SlurmpreError as exc:
+            self.say(f"cannot decide where to go on ({_first(exc)}): keeping the constraint")
+            return None
+
+    def _record_placement(self, placed: Placement) -> None:
+        d, s = placed.decision, placed.situation
+        self.log.add(
+            records.Placed,
+            where=d.where,
+            why=d.why,
+            decided_at=s.now,
+            steps_done=s.steps_done,
+            total_steps=s.total_steps,
+            deadline_at=s.deadline,
+            slack_s=d.slack_s,
+            line_step=d.line_step,
+            rate=s.rate,
+            preemptions=s.preemptions,
+        )
 
 
 def _first(exc: BaseException) -> str:

@@ -70,6 +70,7 @@ def submit_successor(
     *,
     env: Mapping[str, str],
     timeout: float = 30.0,
+    extra: Sequence[str] = (),
 ) -> str:
     """Submit the recorded script, with ``env`` (this job's own, `submit_env`), as the job
     that takes over from ``job``; its id. Only this array task again, for an array task.
@@ -83,6 +84,7 @@ def submit_successor(
         args.append(f"--exclude={','.join(exclude)}")
     if job.array_task_id:
         args.append(f"--array={job.array_task_id}")
+    args.extend(extra)  # where it trains (`placing`): after --exclude, which it widens
     client = CommandLineSlurm(timeout=timeout, env=given)
     return client.submit(script, args=args)
 

@@ -6,6 +6,7 @@ same `slurmpre.defaults`, for a wrapper run by hand.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -20,6 +21,8 @@ from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.job.start import options
 from slurmpre.job.start.options import WatchConfig
+from slurmpre.placement import deadline
+from slurmpre.placement.policy import Goals
 
 _T = TypeVar("_T")
 
@@ -72,6 +75,23 @@ def _config_file(text: str) -> str:
     except OSError as exc:
         raise ValueError(f"cannot be read on this node ({exc.strerror or exc})") from None
     return text
+
+
+def _goals(ns: argparse.Namespace) -> Goals:
+    """The spec's deadline and budgets (checked as at submit: the wrapper can be run by hand)."""
+    if ns.deadline:
+        try:
+            deadline.parse(ns.deadline, first_submit=0.0, key="--deadline")
+        except UsageError as exc:
+            raise UsageError(str(exc).replace("--deadline = ", "--deadline ")) from None
+    return Goals(
+        deadline=ns.deadline or None,
+        total_steps=ns.total_steps,
+        fallback_after=ns.fallback_after,
+        max_wait_s=ns.max_wait,
+        max_preemptions=ns.max_preemptions,
+        max_cost=ns.max_cost,
+    )
 
 
 def _parser() -> options.Parser:
@@ -127,6 +147,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         in_place=not ns.no_in_place,
         restart=ns.restart,
         min_nodes=ns.min_nodes,
+        goals=_goals(ns),
     )
     reason = _checked("--drain-reason", ns.drain_reason, keys.pattern)
     notice_signal = _checked("--notice-signal", ns.notice_signal, signals.notice_signal)

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from slurmpre import defaults
 from slurmpre.errors import UsageError
+from slurmpre.placement.policy import Goals
 
 
 class Parser(argparse.ArgumentParser):
@@ -37,3 +38,4 @@ class WatchConfig:
     in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
     restart: str = defaults.RESTART  # else: "requeue", or "successor" (a new job takes over)
     min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
+    goals: Goals = Goals()  # noqa: RUF009 - frozen: one shared default is safe

@@ -1,0 +1,124 @@
+"""What a run's ledger says that a placement decision needs: when the run was first
+submitted, how far it got, how fast it trains, how long a restart takes, how often it
+was preempted, and where it trains now. Read, never guessed: a fact the ledger does not
+hold is None (the policy then keeps the run where it is)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurmpre.folder.records import (
+    Checkpoint,
+    Notice,
+    Placed,
+    Record,
+    Start,
+    Submitted,
+    Successor,
+)
+from slurmpre.placement import deadline
+from slurmpre.placement.policy import PREEMPTIBLE, Goals, Situation
+
+RESTART_S = 120.0  # a restart's cost until the ledger has measured one
+
+
+@dataclass(frozen=True)
+class Facts:
+    first_submit: float | None  # the run's first submission
+    steps_done: int  # the newest step a checkpoint or a notice recorded
+    rate: float | None  # steps per second of training, over every attempt that trained
+    restart_s: float  # hand-over (successor submitted) to the next attempt's start, mean
+    preemptions: int  # drains seen, one per attempt
+    on: str  # where the run trains: the last decision's, else preemptible
+
+
+def read(records: Sequence[Record], *, start_kind: str = PREEMPTIBLE) -> Facts:
+    """The facts of the run whose ledger holds ``records`` (one folder: one run)."""
+    submits = [r.time for r in records if isinstance(r, Submitted) and r.time is not None]
+    return Facts(
+        first_submit=min(submits) if submits else None,
+        steps_done=_steps_done(records),
+        rate=_rate(records),
+        restart_s=_restart_s(records),
+        preemptions=len(
+            {(r.job, r.attempt_id) for r in records if isinstance(r, Notice) and r.kind == "drain"}
+        ),
+        on=next((r.where for r in reversed(records) if isinstance(r, Placed)), start_kind),
+    )
+
+
+def _steps_done(records: Sequence[Record]) -> int:
+    steps = [r.step for r in records if isinstance(r, Checkpoint)]
+    steps += [r.step_at_notice for r in records if isinstance(r, Notice) and r.step_at_notice]
+    return max(steps, default=0)
+
+
+def _rate(records: Sequence[Record]) -> float | None:
+    """Steps per second: each attempt's steps from its start to its last checkpoint (or
+    notice), over the seconds between, summed over the attempts."""
+    starts: dict[tuple[str, object], tuple[int, float]] = {
+        (r.job, r.attempt_id): (r.step or 0, r.time)
+        for r in records
+        if isinstance(r, Start) and r.time is not None
+    }
+    last: dict[tuple[str, object], tuple[int, float]] = {}
+    for r in records:
+        key = (r.job, getattr(r, "attempt_id", None))
+        if isinstance(r, Checkpoint) and r.time is not None:
+            last[key] = (r.step, r.time)
+        elif isinstance(r, Notice) and r.step_at_notice is not None:
+            last[key] = (r.step_at_notice, r.seen_at)
+    steps = seconds = 0.0
+    for key, (step, at) in last.items():
+        if key in starts:
+            begun, since = starts[key]
+            if step > begun and at > since:
+                steps += step - begun
+                seconds += at - since
+    return steps / seconds if seconds > 0 else None
+
+
+def _restart_s(records: Sequence[Record]) -> float:
+    started: dict[str, float] = {}
+    for r in records:
+        if isinstance(r, Start) and r.time is not None:
+            started.setdefault(r.job, r.time)  # the job's first start
+    gaps = [
+        started[r.successor] - r.submitted_at
+        for r in records
+        if isinstance(r, Successor) and r.successor in started
+    ]
+    gaps = [g for g in gaps if g >= 0]
+    return sum(gaps) / len(gaps) if gaps else RESTART_S
+
+
+def situation(
+    goals: Goals,
+    facts: Facts,
+    *,
+    now: float,
+    doing: str,
+    idle_preemptible: bool,
+    waiting_s: float = 0.0,
+) -> Situation:
+    """The policy's question, from the spec's goals and the ledger's facts."""
+    when = None
+    if goals.deadline:
+        when = deadline.parse(goals.deadline, first_submit=facts.first_submit)
+    return Situation(
+        now=now,
+        on=facts.on,
+        doing=doing,
+        waiting_s=waiting_s,
+        preemptions=facts.preemptions,
+        start=facts.first_submit if facts.first_submit is not None else now,
+        deadline=when,
+        steps_done=facts.steps_done,
+        total_steps=goals.total_steps,
+        rate=facts.rate,
+        restart_s=facts.restart_s,
+        idle_preemptible=idle_preemptible,
+        fallback_after=goals.fallback_after,
+        max_wait_s=goals.max_wait_s,
+    )

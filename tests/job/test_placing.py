@@ -1,0 +1,102 @@
+"""Where a successor trains: the placement policy at the hand-over, from the ledger's facts
+and the nodes Slurm lists, and the sbatch options that keep it off preemptible nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from slurmpre.folder.records import Checkpoint, Notice, Start, Submitted
+from slurmpre.job.handover.placing import place, standard_args
+from slurmpre.job.start.options import WatchConfig
+from slurmpre.placement.policy import PREEMPTIBLE, STANDARD, Goals
+from slurmpre.slurm.parse import NodeInfo
+
+from tests.job.test_successor import harness
+
+T0 = 1_800_000_000.0
+H = 3600.0
+
+
+def node(name: str, state: str = "IDLE", *, drain: bool = False, feature: str = "preemptible"):
+    flags = frozenset({"DRAIN"}) if drain else frozenset()
+    return NodeInfo(name, state, flags, "preempted" if drain else None, (feature,))
+
+
+CLUSTER = [
+    node("gpu-dp-1", feature="standard"),
+    node("gpu-preemptible-dp-1", "MIXED", drain=True),
+    node("gpu-preemptible-dp-2"),
+]
+
+
+def run_so_far(steps: int, hours: float) -> list:
+    """A run first submitted at T0 that trained ``steps`` steps in ``hours`` and was drained."""
+    return [
+        Submitted(job="1", name="tiny", time=T0),
+        Start(job="1", attempt=0, nodes=("gpu-preemptible-dp-1",), step=0, time=T0 + 60),
+        Checkpoint(job="1", attempt=0, step=steps, path="p", after_notice=True,
+                   time=T0 + 60 + hours * H),
+        Notice(job="1", attempt=0, kind="drain", node="gpu-preemptible-dp-1", reason="x",
+               seen_at=T0 + 60 + hours * H, first=True, step_at_notice=steps),
+    ]  # fmt: skip
+
+
+def test_standard_args_clear_the_constraint_and_exclude_every_preemptible_node() -> None:
+    assert standard_args(CLUSTER, ["gpu-preemptible-dp-1"]) == (
+        "--constraint=",
+        "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2",
+    )
+
+
+def test_no_goal_no_decision() -> None:
+    assert place(Goals(), run_so_far(100, 1), CLUSTER, [], now=T0 + 2 * H, needed=1) is None
+
+
+def test_a_run_ahead_of_its_deadline_waits_for_preemptible_nodes() -> None:
+    goals = Goals(deadline="10h", total_steps=1000)
+    got = place(goals, run_so_far(100, 0.5), CLUSTER, ["gpu-preemptible-dp-1"],
+                now=T0 + 0.6 * H, needed=1)  # fmt: skip
+    assert got is not None and got.decision.where == PREEMPTIBLE and got.args == ()
+    assert got.situation.rate == 100 / (0.5 * H)  # measured from the ledger
+    assert got.situation.deadline == T0 + 10 * H  # from the first submission
+
+
+def test_a_run_behind_with_no_idle_preemptible_node_moves_to_standard() -> None:
+    goals = Goals(deadline="10h", total_steps=1000)
+    busy = [*CLUSTER[:2], node("gpu-preemptible-dp-2", "ALLOCATED")]
+    got = place(goals, run_so_far(100, 0.5), busy, ["gpu-preemptible-dp-1"],
+                now=T0 + 5 * H, needed=1)  # fmt: skip
+    assert got is not None and got.decision.where == STANDARD
+    assert got.args == ("--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2")
+
+
+def test_a_run_whose_slack_is_spent_moves_even_with_preemptible_nodes_idle() -> None:
+    goals = Goals(deadline="10h", total_steps=1000)
+    got = place(goals, run_so_far(500, 5), CLUSTER, ["gpu-preemptible-dp-1"],
+                now=T0 + 4.95 * H + 60, needed=1)  # fmt: skip
+    assert got is not None and got.decision.where == STANDARD
+    assert "one more preemption" in got.decision.why
+
+
+def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
+    tmp_path: Path,
+) -> None:
+    h, seen = harness(tmp_path)
+    config = WatchConfig(restart="successor", goals=Goals(fallback_after=1))
+    h.watcher.restarts.config = config  # type: ignore[attr-defined]
+    h.slurm.nodes = lambda names=(): (  # type: ignore[method-assign]
+        [dataclasses.replace(n, flags=frozenset()) for n in CLUSTER] if not names else
+        [node(n, "MIXED", drain=True) for n in names]
+    )  # fmt: skip
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))
+    h.run()
+    got = json.loads(seen.read_text())
+    assert got["argv"][-2:] == [
+        "--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2"
+    ]  # fmt: skip
+    placed = h.record("placed")
+    assert placed["where"] == "standard" and "fallback_after = 1" in placed["why"]
+    assert any("on standard nodes" in s for s in h.said)
