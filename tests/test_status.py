@@ -221,3 +221,34 @@ def test_an_attempt_scancel_ended_is_cancelled_not_failed() -> None:
     assert st.attempts[-1].ended == "cancelled (exit 143)"
     st = job_status("6", "drill", "/c", typed(recs), replace(cancelled, state="FAILED"), now=end)
     assert st.attempts[-1].ended == "failed (exit 143)"
+
+
+def test_a_run_moved_to_standard_nodes_shows_where_each_job_trained_and_its_price() -> None:
+    """Job 10 hands over to 11 on standard nodes (its `placed` record): 11's hour costs
+    the full price, 10's the preemptible one, and the hand-over line says why."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = [
+        {"event": "start", "job": "10", "attempt": 0, "nodes": ["p1"], "num_nodes": 1,
+         "world_size": 1, "resume_from": None, "step": None, "time": t},
+        {"event": "notice", "job": "10", "attempt": 0, "kind": "drain", "node": "p1",
+         "reason": "preempted", "seen_at": t + 3590, "first": True, "time": t + 3590},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "11", "excluded": ["p1"],
+         "why": "x", "submitted_at": t + 3591, "time": t + 3591},
+        {"event": "placed", "job": "10", "attempt": 0, "where": "standard",
+         "why": "1 preemptions: fallback_after = 1", "decided_at": t + 3591, "preemptions": 1,
+         "time": t + 3591},
+        {"event": "end", "job": "10", "attempt": 0, "exit_code": 0, "seconds": 3600.0,
+         "time": t + 3600},
+        {"event": "start", "job": "11", "attempt": 0, "nodes": ["s1"], "num_nodes": 1,
+         "world_size": 1, "resume_from": "/c/x", "step": 10, "time": t + 3600},
+        {"event": "end", "job": "11", "attempt": 0, "exit_code": 0, "seconds": 3600.0,
+         "time": t + 7200},
+    ]  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, prices=Prices(2.0, 0.5), now=t + 7200)
+    assert [a.on for a in st.attempts] == ["preemptible", "standard"]
+    assert st.attempts[0].placed == "standard: 1 preemptions: fallback_after = 1"
+    assert st.node_hours == pytest.approx(2.0) and st.standard_node_hours == pytest.approx(1.0)
+    assert st.cost == pytest.approx(1.0 + 2.0)  # an hour at half price, one at full
+    text = "\n".join(lines(st))
+    assert "next job on standard: 1 preemptions: fallback_after = 1" in text
+    assert "(1.000 on standard nodes)" in text and "$3.00 against $4.00 on demand" in text

@@ -37,6 +37,31 @@ def nodes(as_json: bool) -> None:
 @click.option("--window", type=float, default=None, help="Drain to removal (default 300).")
 @click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
 @click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
+@click.option(
+    "--deadline",
+    default=None,
+    metavar="WHEN",
+    help="Forecast a deadline instead (ISO 8601 time, or a duration from the first submit): "
+    "the chance to make it and the cost of each placement policy.",
+)
+@click.option("--total-steps", type=int, default=None, help="(--deadline) The step to reach.")
+@click.option("--steps-done", type=int, default=None, help="(--deadline) Steps done so far.")
+@click.option("--rate", type=float, default=None, help="(--deadline) Steps per second.")
+@click.option(
+    "--wait-seconds",
+    type=float,
+    default=None,
+    help="(--deadline) Mean wait for preemptible capacity after a preemption.",
+)
+@click.option("--nodes", "node_count", type=int, default=None, help="(--deadline) Nodes.")
+@click.option(
+    "--traces",
+    type=click.IntRange(1, 100_000),
+    default=200,
+    show_default=True,
+    help="(--deadline) Capacity traces replayed.",
+)
+@click.option("--seed", type=int, default=None, help="(--deadline) The traces' seed.")
 @prices
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plan(
@@ -47,6 +72,14 @@ def plan(
     window: float | None,
     margin: float | None,
     notice_seconds: float | None,
+    deadline: str | None,
+    total_steps: int | None,
+    steps_done: int | None,
+    rate: float | None,
+    wait_seconds: float | None,
+    node_count: int | None,
+    traces: int,
+    seed: int | None,
     price: float,
     discount: float,
     as_json: bool,
@@ -57,7 +90,31 @@ def plan(
     write time, running time per preemption, restart: a requeue or a successor to its
     start); options override. With no restart measured there: your other jobs' restarts,
     else the running Slurm's requeue floor.
+
+    With --deadline: the chance to finish by then, and the expected cost, of always
+    preemptible, always standard, and the fallback policy a job with that deadline runs,
+    replayed over capacity traces drawn from the measured (or given) preemptions and waits.
     """
+    if deadline is not None:
+        import random
+
+        from slurmpre.login import forecast
+
+        chosen = seed if seed is not None else random.SystemRandom().randrange(2**32)
+        asked = forecast.Asked(
+            deadline=deadline, total_steps=total_steps, steps_done=steps_done, rate=rate,
+            mtbf_s=mtbf, wait_s=wait_seconds, restart_s=restart_seconds,
+            checkpoint_s=checkpoint_seconds, nodes=node_count, price=price, discount=discount,
+            traces=traces, seed=chosen,
+        )  # fmt: skip
+        found = forecast.forecast([folder_arg(f) for f in folders], asked)
+        if as_json:
+            click.echo(json_document("plan-deadline", {"seed": chosen, **found.as_dict()}))
+            return
+        click.echo(f"seed {chosen} (the same traces again: --seed {chosen})")
+        for line in forecast.lines(found):
+            click.echo(line)
+        return
     from slurmpre.login.plan import Given, inputs_from, lines, make_plan
 
     given = Given(

@@ -29,8 +29,11 @@ RUN: tuple[Key, ...] = (
     ),
     Key(
         'max_restarts', defaults.MAX_RESTARTS, 'whole', '`100` (0 to 100000)',
-        'the run gives up at a restart past this many, counted across its jobs (successors '
-        'included; in-place restarts are not counted): the attempt does not train, the ledger '
+        'the crash budget: the run gives up at a restart past this many after a failure (the '
+        'training exited with an error), counted across its jobs (successors included; '
+        'in-place restarts are not counted; preemptions are counted apart, in '
+        '`max_preemptions`, and restarts the ledger cannot explain count here): the attempt '
+        'does not train, the ledger '
         'records why (`gave_up`), the job is made non-requeueable and ends with exit 1 '
         '(FAILED). A preemptible node lost a day is about 60 restarts in a two-month run. E.g. '
         '`max_restarts = 20`',

@@ -29,6 +29,7 @@ from slurmpre.folder.records import (
     GaveUp,
     InPlace,
     Notice,
+    Placed,
     Record,
     Requeued,
     Start,
@@ -36,6 +37,7 @@ from slurmpre.folder.records import (
     Successor,
     Waiting,
 )
+from slurmpre.placement.policy import PREEMPTIBLE, STANDARD
 from slurmpre.slurm import states
 from slurmpre.slurm.parse import JobInfo, tres
 from slurmpre.slurm.states import UNKNOWN_TO_SLURM
@@ -69,6 +71,10 @@ class AttemptRow:
     # The code it ran, as its submit found it: "git 1a2b3c4d5e6f (dirty)", or
     # "snapshot 3f2a... of git ..." (`slurmpre.login.code`); None when not known.
     code: str | None = None
+    # Where it trained (preemptible or standard nodes), and where it sent the next job at
+    # its hand-over, with why (`slurmpre.placement`): "standard: 3 preemptions: ...".
+    on: str = PREEMPTIBLE
+    placed: str | None = None
 
     @property
     def label(self) -> str:
@@ -95,6 +101,10 @@ class JobStatus:
     cost_on_demand: float = 0.0
     # The jobs of the run, first to last: one, or more after hand-overs to successors.
     chain: list[str] = field(default_factory=list)
+    # What the run cost, each node-hour at the price of its kind, and the hours on
+    # standard nodes among node_hours (a deadline or a fallback moved it there).
+    cost: float = 0.0
+    standard_node_hours: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +156,7 @@ def _row(
     nxt: Start | None,
     slurm: JobInfo | None,
     now: float,
+    on: str = PREEMPTIBLE,
 ) -> tuple[AttemptRow, float]:
     """One attempt's row, from its records and the next attempt's start; and the node
     seconds it held (a successor holds its nodes from its start-up on, while it waits:
@@ -188,6 +199,8 @@ def _row(
         stop_why=stopping.why if stopping else None,
         gave_up=next((r.why for r in recs if isinstance(r, GaveUp)), None),
         code=start.code if start else None,
+        on=on,
+        placed=next((f"{r.where}: {r.why}" for r in recs if isinstance(r, Placed)), None),
     )
     return row, held
 
@@ -232,17 +245,21 @@ def job_status(
     )
     starts = {(r.job, r.attempt_id): r for r in mine if isinstance(r, Start)}
     rows: list[AttemptRow] = []
-    node_seconds = 0.0
+    node_seconds = standard_seconds = 0.0
+    kind = _kinds(mine)
     for i, k in enumerate(attempts):
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
         recs = [r for r in mine if (r.job, r.attempt_id) == k]
-        row, held = _row(k, recs, starts.get(k), nxt, slurm, now)
+        row, held = _row(k, recs, starts.get(k), nxt, slurm, now, kind.get(k[0], PREEMPTIBLE))
         rows.append(row)
         node_seconds += held
+        standard_seconds += held if row.on == STANDARD else 0.0
     restarts = max(len({(a.job, a.attempt) for a in rows}) - 1, 0)
     node_hours = node_seconds / 3600
     gpu_hours = node_hours * gpus_per_node
     billed = gpu_hours if gpus_per_node else node_hours
+    standard = standard_seconds / 3600
+    on_standard = standard * gpus_per_node if gpus_per_node else standard
     if slurm is not None and len(jobs) == 1:
         restarts = max(restarts, slurm.restarts)  # Slurm's count holds attempts unrecorded
     return JobStatus(
@@ -257,7 +274,21 @@ def job_status(
         gpu_hours=gpu_hours,
         cost_preemptible=billed * prices.price * (1 - prices.discount),
         cost_on_demand=billed * prices.price,
+        cost=(billed - on_standard) * prices.price * (1 - prices.discount)
+        + on_standard * prices.price,
+        standard_node_hours=standard,
     )
+
+
+def _kinds(records: list[AttemptRecord]) -> dict[str, str]:
+    """Where each job of the run trained, by the decision its predecessor recorded when it
+    handed over (`Placed`); a job with none trained where it asked (preemptible nodes)."""
+    successor = {(r.job, r.attempt_id): r.successor for r in records if isinstance(r, Successor)}
+    return {
+        successor[(r.job, r.attempt_id)]: r.where
+        for r in records
+        if isinstance(r, Placed) and (r.job, r.attempt_id) in successor
+    }
 
 
 def gpus_of(info: JobInfo | None) -> int:
@@ -313,9 +344,18 @@ def lines(st: JobStatus) -> list[str]:
             out.append(f"     notice: {a.notice}")
         if a.gave_up is not None:
             out.append(f"     gave up: {a.gave_up}")
+        if a.placed is not None:
+            out.append(f"     next job on {a.placed}")
         if a.stop_asked_at is not None:
             out.append(f"     trained on after the notice; told to stop at "
                        f"{_clock(a.stop_asked_at, t0)}: {a.stop_why}")  # fmt: skip
+    if st.standard_node_hours:
+        out.append(
+            f"  used {st.node_hours:.3f} node-hours ({st.standard_node_hours:.3f} on standard "
+            f"nodes), {st.gpu_hours:.3f} GPU-hours: ${st.cost:.2f} against "
+            f"${st.cost_on_demand:.2f} on demand"
+        )
+        return out
     out.append(
         f"  used {st.node_hours:.3f} node-hours, {st.gpu_hours:.3f} GPU-hours: "
         f"${st.cost_preemptible:.2f} preemptible against ${st.cost_on_demand:.2f} on demand"

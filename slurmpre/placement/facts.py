@@ -119,6 +119,13 @@ def situation(
         rate=facts.rate,
         restart_s=facts.restart_s,
         idle_preemptible=idle_preemptible,
-        fallback_after=goals.fallback_after,
+        fallback_after=_fallback_after(goals),
         max_wait_s=goals.max_wait_s,
     )
+
+
+def _fallback_after(goals: Goals) -> int | None:
+    """Preemptions before standard nodes: ``fallback_after``, or ``max_preemptions`` for a
+    run that may move (it moves rather than give up)."""
+    found = [n for n in (goals.fallback_after, goals.max_preemptions) if n is not None]
+    return min(found) if found and goals.may_move else goals.fallback_after

@@ -4,7 +4,10 @@ Every restart, whatever started it (the watcher's requeue, a successor, Slurm's 
 after a node failure, an in-place restart), begins an attempt, and node 0 asks here
 before it chooses a checkpoint. The run gives up when
 
-- it has restarted more than ``max_restarts`` times (across its jobs), or
+- it has restarted after a failure more than ``max_restarts`` times (across its jobs),
+- it has been preempted more than ``max_preemptions`` times: the two budgets count apart
+  (`causes`), so a crash never spends the preemption budget nor a preemption the crash
+  budget, or
 - its last ``max_stalled`` attempts committed no checkpoint: it cannot progress (a bad
   node image, a checkpoint that fails to load, a data error that shows only after a
   resume); restarting again would spend money on the same failure.
@@ -16,8 +19,17 @@ non-requeueable, and the attempt ends with exit 1, so Slurm does not start it ag
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from slurmpre.folder.records import AttemptId, AttemptRecord, Record, Start, Successor
+from slurmpre.folder.records import (
+    AttemptId,
+    AttemptRecord,
+    End,
+    Notice,
+    Record,
+    Start,
+    Successor,
+)
 
 
 def run_jobs(records: Sequence[Record], job: str) -> list[str]:
@@ -53,6 +65,49 @@ def stalled(records: Sequence[Record], job: str, current: AttemptId, newest: int
     return count
 
 
+@dataclass(frozen=True)
+class Causes:
+    """Why the run's earlier attempts ended, each counted once."""
+
+    preemptions: int = 0  # a drain seen, or the attempt killed with its node (no end)
+    failures: int = 0  # the training exited with an error, no notice before it
+    other: int = 0  # the time limit, or a clean end that was restarted anyway
+
+
+def causes(records: Sequence[Record], job: str, current: AttemptId) -> Causes:
+    """How each attempt of ``job``'s run before ``current`` ended (in-place restarts
+    are not restarts of the run). A drain notice is a preemption; an attempt that left no
+    `End` was killed with its node, which on this provider is a preemption too (the
+    training's own crash ends with an exit code, which the wrapper records)."""
+    jobs = set(run_jobs(records, job))
+    ended: dict[tuple[str, int], int | None] = {}
+    noticed: dict[tuple[str, int], str] = {}
+    begun: set[tuple[str, int]] = set()
+    for r in records:
+        if not isinstance(r, AttemptRecord) or r.job not in jobs:
+            continue
+        key = (r.job, r.attempt)
+        if (r.job, r.attempt_id) == (job, current) or (
+            r.job == job and r.attempt >= current.restart
+        ):
+            continue
+        if isinstance(r, Start):
+            begun.add(key)
+        elif isinstance(r, Notice):
+            noticed.setdefault(key, r.kind)
+        elif isinstance(r, End):
+            ended[key] = r.exit_code
+    pre = fail = other = 0
+    for key in begun | set(noticed) | set(ended):
+        if noticed.get(key) == "drain" or (key not in ended and key not in noticed):
+            pre += 1
+        elif key not in noticed and ended.get(key) not in (0, None):
+            fail += 1
+        else:
+            other += 1
+    return Causes(pre, fail, other)
+
+
 def give_up_why(
     records: Sequence[Record],
     job: str,
@@ -61,14 +116,25 @@ def give_up_why(
     run_restarts: int,
     max_restarts: int,
     max_stalled: int,
+    max_preemptions: int | None = None,
 ) -> str | None:
     """Why this attempt, about to resume from step ``newest``, must not train (one
-    line), or None."""
-    if run_restarts > max_restarts:
-        return (
-            f"restart {run_restarts} of the run is past max_restarts = {max_restarts}: "
-            "not restarting again"
-        )
+    line), or None. ``run_restarts`` is how many restarts came before it, whatever
+    their cause (when the ledger holds none of them, they count as failures)."""
+    if run_restarts:
+        found = causes(records, job, current)
+        counted = found.preemptions + found.failures + found.other
+        failures = found.failures + max(0, run_restarts - counted)
+        if failures > max_restarts:
+            return (
+                f"{failures} restarts of the run after a failure is past max_restarts = "
+                f"{max_restarts} (preemptions are counted apart): not restarting again"
+            )
+        if max_preemptions is not None and found.preemptions > max_preemptions:
+            return (
+                f"{found.preemptions} preemptions of the run is past max_preemptions = "
+                f"{max_preemptions}: not restarting again"
+            )
     if max_stalled and (n := stalled(records, job, current, newest)) >= max_stalled:
         return (
             f"the last {n} attempts committed no checkpoint (max_stalled_restarts = "

@@ -266,6 +266,7 @@ def _newest(at: AttemptContext) -> checkpoints.Checkpoint | None:
         at.job.run_restarts,
         at.opts.max_restarts,
         at.opts.max_stalled_restarts,
+        at.opts.watch.goals.max_preemptions,
     )
     if why is not None:
         give_up(at, why)

@@ -1,0 +1,161 @@
+"""``slurmpre plan --deadline``: the chance to make a deadline, and what each placement
+policy costs, by replaying the run's remaining work over capacity traces drawn from the
+measured preemption and wait distributions (`slurmpre.placement.replay`, the decision
+code a job runs).
+
+Inputs come from the run's ledger (its first submission, the steps done, the rate, the
+restarts and the running time per preemption) where one is given, and from options
+otherwise; an option always wins. A figure that is neither measured nor given is a
+one-line error naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmpre import defaults
+from slurmpre.errors import UsageError
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Record, Start
+from slurmpre.login.plan import measure
+from slurmpre.placement import deadline as deadlines
+from slurmpre.placement import facts as run_facts
+from slurmpre.placement.replay import POLICIES, Scene, replay_all
+
+GPUS_PER_NODE = 8  # the provider's nodes (the seeds' `--gres=gpu:8`)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the user gave (None: measure it from the ledger)."""
+
+    deadline: str
+    total_steps: int | None = None
+    steps_done: int | None = None
+    rate: float | None = None  # steps per second
+    mtbf_s: float | None = None
+    wait_s: float | None = None  # mean time capacity stays away after a preemption
+    restart_s: float | None = None
+    checkpoint_s: float | None = None
+    nodes: int | None = None
+    price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour on demand
+    discount: float = defaults.PREEMPTIBLE_DISCOUNT
+    traces: int = 200
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Forecast:
+    scene: Scene
+    nodes: int
+    price_node_s: float  # standard price of one node-second
+    sources: tuple[str, ...]
+    results: dict[str, dict[str, float]]
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.scene
+        return {
+            "work_s": s.work_s,
+            "deadline_in_s": s.deadline_s,
+            "mtbf_s": s.up_s,
+            "wait_s": s.down_s,
+            "restart_s": s.restart_s,
+            "checkpoint_s": s.checkpoint_s,
+            "nodes": self.nodes,
+            "sources": list(self.sources),
+            "policies": self.results,
+        }
+
+
+def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> Forecast:
+    now = time.time() if now is None else now
+    records = _records(folders)
+    facts = run_facts.read(records)
+    when = deadlines.parse(asked.deadline, first_submit=facts.first_submit or now, key="--deadline")
+    if when <= now:
+        raise UsageError(f"--deadline {asked.deadline!r}: already past")
+    seen = measure(records)
+    sources: list[str] = []
+
+    def pick(value: float | None, measured: float | None, flag: str, what: str) -> float:
+        if value is not None:
+            return value
+        if measured is None:
+            where = "in the ledger(s)" if folders else "(no checkpoint folder given)"
+            raise UsageError(f"no {what} measured {where}: give {flag}")
+        sources.append(f"{what} {measured:.4g}")
+        return measured
+
+    total = pick(asked.total_steps, None, "--total-steps", "total steps")
+    done = asked.steps_done if asked.steps_done is not None else facts.steps_done
+    rate = pick(asked.rate, facts.rate, "--rate", "steps per second")
+    mtbf = pick(asked.mtbf_s, seen.mtbf_s, "--mtbf", "running time per preemption (s)")
+    restart = pick(asked.restart_s, seen.restart_s, "--restart-seconds", "restart (s)")
+    wait = pick(asked.wait_s, seen.restart_s, "--wait-seconds", "wait for capacity (s)")
+    ckpt = pick(asked.checkpoint_s, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint (s)")
+    for flag, value in (("--rate", rate), ("--mtbf", mtbf), ("--wait-seconds", wait)):
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{flag} {value:g}: must be a finite number, more than 0")
+    nodes = asked.nodes or _nodes(records) or 1
+    scene = Scene(
+        work_s=max(0, int(total) - done) / rate,
+        deadline_s=when - now,
+        up_s=mtbf,
+        down_s=wait,
+        restart_s=restart,
+        checkpoint_s=ckpt,
+        discount=asked.discount,
+    )
+    runs = replay_all(scene, asked.traces, asked.seed)
+    price_node_s = asked.price * GPUS_PER_NODE / 3600
+    results = {}
+    for policy in POLICIES:
+        outs = runs[policy]
+        finished = [o.finished_s for o in outs if o.finished_s is not None]
+        median = statistics.median(finished) if finished else math.inf
+        results[policy] = {
+            "chance": sum(o.met for o in outs) / len(outs),
+            "cost": statistics.mean(o.cost for o in outs) * nodes * price_node_s,
+            "finish_s": median,
+            "moves": statistics.mean(o.moves for o in outs),
+        }
+    return Forecast(scene, nodes, price_node_s, tuple(sources), results)
+
+
+def lines(f: Forecast) -> list[str]:
+    s = f.scene
+    out = [
+        f"deadline in {(s.deadline_s or 0) / 3600:.1f} h; work left {s.work_s / 3600:.1f} h on "
+        f"{f.nodes} node(s); preemptible capacity stays {s.up_s / 3600:.2g} h and is gone "
+        f"{s.down_s / 60:.3g} min at a time (mean, {s.availability:.0%} there)",
+        *(f"  measured: {x}" for x in f.sources),
+        f"{'policy':<20} {'makes it':>9} {'expected cost':>14} {'finish (median)':>16}",
+    ]
+    for policy, r in f.results.items():
+        finish = "never" if math.isinf(r["finish_s"]) else f"{r['finish_s'] / 3600:.1f} h"
+        out.append(f"{policy:<20} {r['chance']:>9.0%} {r['cost']:>14,.2f} {finish:>16}")
+    out.append(
+        "fallback is what a job with this deadline does (docs/deadlines.md); cost at "
+        f"{f.price_node_s * 3600:.2f} a standard node-hour"
+    )
+    return out
+
+
+def _records(folders: list[Path]) -> list[Record]:
+    out: list[Record] = []
+    for folder in folders:
+        ledger = Ledger(folder, view=True)
+        if not ledger.path.is_file():
+            raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
+        out += ledger.records()
+    return out
+
+
+def _nodes(records: list[Record]) -> int | None:
+    counts = [r.num_nodes or len(r.nodes) for r in records if isinstance(r, Start)]
+    return counts[-1] if counts else None
