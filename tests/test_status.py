@@ -252,3 +252,25 @@ def test_a_run_moved_to_standard_nodes_shows_where_each_job_trained_and_its_pric
     text = "\n".join(lines(st))
     assert "next job on standard: 1 preemptions: fallback_after = 1" in text
     assert "(1.000 on standard nodes)" in text and "$3.00 against $4.00 on demand" in text
+
+
+def test_a_twin_that_took_over_is_the_runs_next_job_and_ran_on_standard_nodes() -> None:
+    """Job 10 handed over to 11 (preemptible, never started) and queued 12, its twin on
+    standard nodes; 12 claimed the hand-over and trained: the chain is 10 -> 12."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = [
+        {"event": "start", "job": "10", "attempt": 0, "nodes": ["p1"], "step": None, "time": t},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "11", "excluded": ["p1"],
+         "why": "x", "submitted_at": t + 50, "time": t + 50},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "12", "excluded": ["p1"],
+         "why": "the twin", "submitted_at": t + 51, "time": t + 51},
+        {"event": "placed", "job": "10", "attempt": 0, "where": "preemptible", "why": "ahead",
+         "decided_at": t + 50, "twin": "12", "twin_from": t + 600, "time": t + 51},
+        {"event": "end", "job": "10", "attempt": 0, "exit_code": 0, "seconds": 60.0,
+         "time": t + 60},
+        {"event": "claimed", "job": "12", "attempt": 0, "predecessor": "10", "time": t + 600},
+        {"event": "start", "job": "12", "attempt": 0, "nodes": ["s1"], "step": 5, "time": t + 601},
+    ]  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, now=t + 700)
+    assert st.chain == ["10", "12"]
+    assert [(a.job, a.on) for a in st.attempts] == [("10", "preemptible"), ("12", "standard")]

@@ -95,18 +95,32 @@ class Ledger:
     def append(self, record: Record, *, timeout: float = 60.0) -> None:
         """Add one record, stamped with the time unless it has one; a CheckpointError naming
         the file when it cannot be written."""
+        self.append_unless(record, lambda _: False, timeout=timeout)
+
+    def append_unless(
+        self, record: Record, taken: Callable[[Record], bool], *, timeout: float = 60.0
+    ) -> Record | None:
+        """Add ``record`` unless a record already there is ``taken`` (that one is returned,
+        and nothing is written): the look and the write under one lock, so of two jobs
+        claiming one thing at once, exactly one gets it."""
         if record.time is None:
             record = record.stamped(self.clock())
         line = json.dumps(record.to_json(), sort_keys=True) + "\n"
         try:
-            with self._lock(timeout), self._open_for_append() as fh:
-                # A kill mid-write leaves a last line without its newline: end it
-                # first, or this record would be glued onto it and lost with it.
-                if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
-                    fh.write(b"\n")
-                fh.write(line.encode())
-                fh.flush()
-                os.fsync(fh.fileno())
+            with self._lock(timeout):
+                if self.path.exists():
+                    found = next((r for r in self.records() if taken(r)), None)
+                    if found is not None:
+                        return found
+                with self._open_for_append() as fh:
+                    # A kill mid-write leaves a last line without its newline: end it
+                    # first, or this record would be glued onto it and lost with it.
+                    if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
+                        fh.write(b"\n")
+                    fh.write(line.encode())
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            return None
         except LockTimeout:
             raise CheckpointError(
                 f"could not lock {self.layout.ledger_lock} within {timeout:g} s"

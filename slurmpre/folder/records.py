@@ -369,6 +369,19 @@ class Placed(AttemptRecord):
     line_step: float | None = None
     rate: float | None = None  # steps per second, measured from the ledger
     preemptions: int = 0
+    # Waiting on preemptible nodes may not wait for ever: a twin on standard nodes,
+    # queued to start no earlier than ``twin_from``; whichever starts first takes over.
+    twin: str | None = None
+    twin_from: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Claimed(AttemptRecord):
+    """A successor took over from ``predecessor``: of the jobs that predecessor submitted
+    for one hand-over (a successor and its twin), the first to claim trains."""
+
+    EVENT: ClassVar[str] = "claimed"
+    predecessor: str
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -398,6 +411,7 @@ EVENTS: dict[str, type[Record]] = {
         InPlaceFailed,
         GaveUp,
         Placed,
+        Claimed,
         End,
     )
 }

@@ -25,6 +25,7 @@ from slurmpre.folder.records import (
     AttemptId,
     AttemptRecord,
     Checkpoint,
+    Claimed,
     End,
     GaveUp,
     InPlace,
@@ -113,7 +114,11 @@ class JobStatus:
 def chain(records: list[Record], job: str) -> list[str]:
     """``job`` and the successors that took over from it, in order (each job hands over
     at most once; a loop in a corrupt ledger ends the chain)."""
-    after = {r.job: r.successor for r in records if isinstance(r, Successor)}
+    after: dict[str, str] = {}
+    started = {r.job for r in records if isinstance(r, Start | Claimed)}
+    for r in records:
+        if isinstance(r, Successor) and (r.job not in after or r.successor in started):
+            after[r.job] = r.successor  # of a successor and its twin, the one that ran
     out = [job]
     while out[-1] in after and after[out[-1]] not in out:
         out.append(after[out[-1]])
@@ -283,12 +288,17 @@ def job_status(
 def _kinds(records: list[AttemptRecord]) -> dict[str, str]:
     """Where each job of the run trained, by the decision its predecessor recorded when it
     handed over (`Placed`); a job with none trained where it asked (preemptible nodes)."""
-    successor = {(r.job, r.attempt_id): r.successor for r in records if isinstance(r, Successor)}
-    return {
-        successor[(r.job, r.attempt_id)]: r.where
-        for r in records
-        if isinstance(r, Placed) and (r.job, r.attempt_id) in successor
-    }
+    first: dict[tuple[str, AttemptId], str] = {}
+    for r in records:
+        if isinstance(r, Successor):
+            first.setdefault((r.job, r.attempt_id), r.successor)
+    out: dict[str, str] = {}
+    for r in records:
+        if isinstance(r, Placed) and (r.job, r.attempt_id) in first:
+            out[first[(r.job, r.attempt_id)]] = r.where
+            if r.twin:
+                out[r.twin] = STANDARD
+    return out
 
 
 def gpus_of(info: JobInfo | None) -> int:

@@ -105,7 +105,8 @@ def situation(
     """The policy's question, from the spec's goals and the ledger's facts."""
     when = None
     if goals.deadline:
-        when = deadline.parse(goals.deadline, first_submit=facts.first_submit)
+        first = facts.first_submit if facts.first_submit is not None else now
+        when = deadline.parse(goals.deadline, first_submit=first)
     return Situation(
         now=now,
         on=facts.on,

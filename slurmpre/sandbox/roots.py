@@ -50,7 +50,10 @@ PACKAGES = (
     "python3-click",
     "python3-filelock",
     "procps",
+    "git",  # an attempt without a snapshot names the commit it runs, as on a real cluster
 )
+# What a root made before a package joined PACKAGES gets at its next use: package -> file.
+LATER = {"git": "usr/bin/git"}
 # The Slurm commands the host reaches through shims.
 CLIENTS = (
     "scontrol", "sbatch", "squeue", "sinfo", "scancel", "srun", "salloc", "sacct", "sprio", "sdiag",
@@ -117,6 +120,7 @@ class Root:
         try:
             if not self.ready:
                 self._bootstrap(say)
+            self._add_later(say)
             self._install_slurmpre()
             self._write_shims()
         finally:
@@ -165,6 +169,29 @@ class Root:
         self._unmount_under(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
         work.rename(self.path)
+
+    def _add_later(self, say: Callable[[str], None]) -> None:
+        """Install into a cached root the packages added to PACKAGES since it was made
+        (from the package lists it has: a frozen suite's Release may have expired)."""
+        missing = [name for name, path in LATER.items() if not (self.path / path).exists()]
+        if not missing:
+            return
+        say(f"adding {', '.join(missing)} to the Debian {self.suite} root")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        try:
+            run(
+                self.argv(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                           "-o", "Acquire::Check-Valid-Until=false", *missing]),
+                timeout=600,
+                env=env,
+                error=SandboxError,
+            )  # fmt: skip
+        except SandboxError as exc:
+            tail = [ln for ln in str(exc).splitlines() if ln.strip()][-1:]
+            raise SandboxError(
+                f"could not add {', '.join(missing)} to the Debian {self.suite} root: "
+                f"{tail[0] if tail else exc}"
+            ) from None
 
     def _install_slurmpre(self) -> None:
         """A .pth naming slurmpre's source in the root's python, and a `slurmpre` command."""

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Notice, Start, Submitted
 from slurmpre.job.handover.placing import place, standard_args
 from slurmpre.job.start.options import WatchConfig
@@ -14,6 +15,7 @@ from slurmpre.placement.policy import PREEMPTIBLE, STANDARD, Goals
 from slurmpre.slurm.parse import NodeInfo
 
 from tests.job.test_successor import harness
+from tests.records import dicts
 
 T0 = 1_800_000_000.0
 H = 3600.0
@@ -100,3 +102,25 @@ def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
     placed = h.record("placed")
     assert placed["where"] == "standard" and "fallback_after = 1" in placed["why"]
     assert any("on standard nodes" in s for s in h.said)
+
+
+def test_at_the_hand_over_max_wait_queues_a_held_twin_on_standard_nodes(tmp_path: Path) -> None:
+    h, seen = harness(tmp_path)
+    h.watcher.restarts.config = WatchConfig(  # type: ignore[attr-defined]
+        restart="successor", goals=Goals(max_wait_s=900)
+    )
+    h.slurm.nodes = lambda names=(): (  # type: ignore[method-assign]
+        [dataclasses.replace(n, flags=frozenset()) for n in CLUSTER] if not names else
+        [node(n, "MIXED", drain=True) for n in names]
+    )  # fmt: skip
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))
+    h.run()
+    got = json.loads(seen.read_text())  # the last sbatch: the twin
+    assert got["argv"][-3:] == [
+        "--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2", "--begin=now+900"
+    ]  # fmt: skip
+    placed = h.record("placed")
+    assert placed["where"] == "preemptible" and placed["twin"] == "77"
+    successors = [r for r in dicts(Ledger(h.folder)) if r["event"] == "successor"]
+    assert len(successors) == 2 and "twin on standard nodes" in successors[1]["why"]

@@ -56,6 +56,7 @@ def test_two_makers_of_one_root_make_it_once(
     monkeypatch.setattr(Root, "_bootstrap", bootstrap)
     monkeypatch.setattr(Root, "_install_slurmpre", lambda self: None)
     monkeypatch.setattr(Root, "_write_shims", lambda self: None)
+    monkeypatch.setattr(Root, "_add_later", lambda self, say: None)
     root = Root("trixie", tmp_path / "trixie")
     first = threading.Thread(target=root.ensure, args=(lambda _m: None,))
     first.start()
@@ -78,6 +79,20 @@ def test_shared_folders_are_bound_once_each(tmp_path: Path) -> None:
     assert binds[:3] == [Path("/tmp"), Path("/home"), Path("/var/lib/slurmpre")]
     assert roots.source_dir() in binds or any(roots.source_dir().is_relative_to(b) for b in binds)
     assert len(binds) == len(set(binds))
+
+
+def test_the_host_interpreter_is_carried_into_a_root_unless_it_is_the_systems(
+    tmp_path: Path,
+) -> None:
+    """A venv and the Python it was made from are bound at their own paths (so a spec's
+    `python` means the same inside), never a Python under /usr, which is the root's own."""
+    venv, base = tmp_path / "venv", tmp_path / "pyenv" / "3.11"
+    assert roots.interpreter((str(venv), str(base))) == [venv, base]
+    assert roots.interpreter(("/usr", "/usr")) == []
+    assert roots.interpreter(("/usr/local", "/")) == []
+    assert roots.interpreter((str(venv), str(venv))) == [venv]
+    binds = Root("sid", tmp_path / "sid").binds(Path("/var/lib/slurmpre/sandbox"))
+    assert all(p in binds or any(p.is_relative_to(b) for b in binds) for p in roots.interpreter())
 
 
 def test_activate_puts_one_roots_commands_first_and_deactivate_takes_them_away(

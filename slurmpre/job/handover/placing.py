@@ -12,7 +12,7 @@ carries the feature, by name, as Slurm lists them at the hand-over.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurmpre import defaults
 from slurmpre.folder.records import Record
@@ -26,6 +26,33 @@ class Placement:
     decision: Decision
     situation: Situation
     args: tuple[str, ...]  # sbatch options for the successor (none: the script's own)
+    # Waiting on preemptible nodes, the moment the policy would stop waiting (None: never),
+    # and the options of a twin on standard nodes that Slurm holds until then (`twins`).
+    twin_at: float | None = None
+    twin_args: tuple[str, ...] = ()
+
+
+STEPS = 2000  # looks ahead at most this many times (30 s apart, or wider for a far deadline)
+
+
+def switch_at(asked: Situation) -> float | None:
+    """When a run that waits from ``asked.now`` on, with no preemptible node coming, would
+    be sent to standard nodes by the policy; None when it never would (no deadline and no
+    wait bound)."""
+    if asked.deadline is not None:
+        until = asked.deadline
+    elif asked.max_wait_s is not None:
+        until = asked.now + asked.max_wait_s
+    else:
+        return None
+    step = max(30.0, (until - asked.now) / STEPS)
+    t = asked.now
+    while t <= until + step:
+        later = replace(asked, now=t, waiting_s=asked.waiting_s + (t - asked.now))
+        if decide(later).where == STANDARD:
+            return t
+        t += step
+    return None
 
 
 def preemptible(nodes: Sequence[NodeInfo]) -> list[str]:
@@ -73,5 +100,11 @@ def place(
         idle_preemptible=idle_enough(nodes, exclude, needed),
     )
     decision = decide(asked)
-    args = standard_args(nodes, exclude) if decision.where == STANDARD else ()
-    return Placement(decision, asked, args)
+    if decision.where == STANDARD:
+        return Placement(decision, asked, standard_args(nodes, exclude))
+    twin_at = switch_at(replace(asked, idle_preemptible=False))
+    if twin_at is None:
+        return Placement(decision, asked, ())
+    delay = max(1, round(twin_at - now))
+    twin_args = (*standard_args(nodes, exclude), f"--begin=now+{delay}")
+    return Placement(decision, asked, (), twin_at, twin_args)

@@ -60,6 +60,7 @@ class Restarts:
         self.say, self.wall = say, wall
         self.successor_refused = False  # then requeue, as without successors
         self.successor: str | None = None  # the job this one handed over to
+        self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
 
     def plan(self, kind: str, drained: Iterable[str]) -> Plan:
         """Whether the job can go on in place after losing ``drained``, and why."""
@@ -136,14 +137,15 @@ class Restarts:
 
     def call_off(self) -> None:
         """The training finished its work after all: the successor has nothing to do."""
-        if self.successor is None:
-            return
-        try:
-            self.client.cancel(self.successor)
-        except SlurmpreError as exc:
-            self.say(f"cannot cancel job {self.successor} ({_first(exc)}): it finds no work")
-            return
-        self.say(f"cancelled job {self.successor}: the training finished its work here")
+        for job in (self.successor, self.twin):
+            if job is None:
+                continue
+            try:
+                self.client.cancel(job)
+            except SlurmpreError as exc:
+                self.say(f"cannot cancel job {job} ({_first(exc)}): it finds no work")
+                continue
+            self.say(f"cancelled job {job}: the training finished its work here")
 
     def hand_over(self, why: str, exclude: list[str]) -> Done | None:
         """Submit the successor, once this job cannot be requeued; None (this job stays
@@ -181,7 +183,6 @@ class Restarts:
         where = f", not on {', '.join(exclude)}" if exclude else ""
         if placed is not None:
             where += f", on {placed.decision.where} nodes: {placed.decision.why}"
-            self._record_placement(placed)
         self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
         self.log.add(
             records.Successor,
@@ -190,6 +191,8 @@ class Restarts:
             why=why,
             submitted_at=self.wall(),
         )
+        if placed is not None:  # after the successor's record: the first is the successor
+            self._record_placement(placed, self._twin(placed, layout, exclude))
         return Done(Action.REQUEUE, successor=successor)
 
     def place(self, exclude: list[str]) -> Placement | None:
@@ -216,7 +219,36 @@ class Restarts:
             self.say(f"cannot decide where to go on ({_first(exc)}): keeping the constraint")
             return None
 
-    def _record_placement(self, placed: Placement) -> None:
+    def _twin(self, placed: Placement, layout: FolderLayout, exclude: list[str]) -> str | None:
+        """The successor's twin on standard nodes, held until ``placed.twin_at`` (`twins`);
+        None when there is none, or sbatch refused it (the successor waits as before)."""
+        if placed.twin_at is None:
+            return None
+        try:
+            with submit_slot(self.env):
+                twin = submit_successor(
+                    layout, self.job, exclude, env=self.env, extra=placed.twin_args
+                )
+        except SlurmpreError as exc:
+            self.say(f"the standard-node twin was refused ({_first(exc)}): the successor waits")
+            return None
+        task = self.job.array_task_id
+        twin = f"{twin}_{task}" if task else twin
+        self.twin = twin
+        self.log.add(
+            records.Successor,
+            successor=twin,
+            excluded=tuple(exclude),
+            why=f"the twin on standard nodes, from {placed.twin_at:.0f} if none has started",
+            submitted_at=self.wall(),
+        )
+        self.say(
+            f"job {twin} waits on standard nodes until {placed.twin_at - self.wall():.0f} s "
+            f"from now, in case no preemptible node is free by then: the first to start trains"
+        )
+        return twin
+
+    def _record_placement(self, placed: Placement, twin: str | None = None) -> None:
         d, s = placed.decision, placed.situation
         self.log.add(
             records.Placed,
@@ -230,6 +262,8 @@ class Restarts:
             line_step=d.line_step,
             rate=s.rate,
             preemptions=s.preemptions,
+            twin=twin,
+            twin_from=placed.twin_at if twin else None,
         )
 
 

@@ -33,6 +33,7 @@ from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.gitstate import git_state
+from slurmpre.job.handover import twins
 from slurmpre.job.handover.successor import wait_for_predecessor
 from slurmpre.job.start import limits
 from slurmpre.job.start.args import RunOptions
@@ -139,6 +140,7 @@ def agree(at: AttemptContext) -> Choice:
             f"job {job.tag} handed over to job {handed[-1].successor} in attempt "
             f"{handed[-1].attempt_id}: this attempt does not train beside it"
         )
+    twins.claim(ledger, at.client, job, say)  # a hand-over with a twin: the first trains
     if takes_over_early(opts, job, at.folder):
         early = Choice(
             job=job.tag,

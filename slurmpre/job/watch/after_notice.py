@@ -231,9 +231,10 @@ class AfterNotice:
         return max(0.0, state.committed_wall - state.notice_written)
 
     def _successor_waiting(self) -> bool:
-        successor = self.restarts.successor
+        """The successor (or its twin on standard nodes: `twins`) waits for this job."""
+        ready = {self.restarts.successor, self.restarts.twin} - {None}
         return any(
-            isinstance(r, records.Waiting) and r.job == successor and r.predecessor == self.job.tag
+            isinstance(r, records.Waiting) and r.job in ready and r.predecessor == self.job.tag
             for r in self.log.records()
         )
 
