@@ -95,10 +95,10 @@ class Ledger:
     def append(self, record: Record, *, timeout: float = 60.0) -> None:
         """Add one record, stamped with the time unless it has one; a CheckpointError naming
         the file when it cannot be written."""
-        self.append_unless(record, lambda _: False, timeout=timeout)
+        self.append_unless(record, None, timeout=timeout)
 
     def append_unless(
-        self, record: Record, taken: Callable[[Record], bool], *, timeout: float = 60.0
+        self, record: Record, taken: Callable[[Record], bool] | None, *, timeout: float = 60.0
     ) -> Record | None:
         """Add ``record`` unless a record already there is ``taken`` (that one is returned,
         and nothing is written): the look and the write under one lock, so of two jobs
@@ -108,7 +108,7 @@ class Ledger:
         line = json.dumps(record.to_json(), sort_keys=True) + "\n"
         try:
             with self._lock(timeout):
-                if self.path.exists():
+                if taken is not None:
                     found = next((r for r in self.records() if taken(r)), None)
                     if found is not None:
                         return found

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -288,6 +289,29 @@ def test_a_drained_one_node_job_hands_over_to_a_successor(
                 slurm.cancel(job)
     done = [json.loads(line) for line in (ckpt / "steps.jsonl").read_text().splitlines()]
     assert [d["step"] for d in done] == list(range(STEPS))  # each step once: none lost
+
+
+def test_the_standard_node_options_keep_a_job_off_every_preemptible_node(
+    release: str, box: Sandbox, tmp_path: Path
+) -> None:
+    """No release negates a feature in --constraint; what a successor bound for standard
+    nodes is given instead (`job.handover.placing.standard_args`) clears the script's
+    constraint and excludes the preemptible nodes, on every release (nothing submitted)."""
+    from slurmpre.job.handover.placing import standard_args
+
+    slurm = CommandLineSlurm()
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/sh\n#SBATCH --constraint=preemptible\n#SBATCH --nodes=1\ntrue\n")
+    args = standard_args(slurm.nodes(), [])
+    proc = subprocess.run(
+        ["sbatch", "--test-only", *args, str(script)], capture_output=True, text=True, timeout=30
+    )
+    assert "gpu-dp-1" in proc.stderr and "preemptible" not in proc.stderr, proc.stderr
+    negated = subprocess.run(
+        ["sbatch", "--test-only", "--constraint=!preemptible", str(script)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert negated.returncode != 0, negated.stderr  # if a release learns it, use it there
 
 
 @pytest.mark.e2e

@@ -1,0 +1,107 @@
+"""End to end (#37): a run with a deadline whose preemptible capacity is gone for longer
+than its slack moves to the standard node and finishes in time; without a deadline,
+`fallback_after` moves it at once. On the real sandbox: the job's preemptible node is
+preempted the provider's way and the other one drained (no capacity left), and the
+standard node (`gpu-dp-1`) is the one a job without the `preemptible` feature can use."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.preempt import PreemptPlan
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.e2e.helpers import Preemption, jsonl, ledger, logs, restore_all, write_spec
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
+
+STEPS = 60
+TRAIN = """\
+import json, sys, time
+import slurmpre
+
+log = sys.argv[1]
+start = 0
+if slurmpre.resume_path() is not None:
+    start = slurmpre.resume_step()
+for step in range(start, {steps}):
+    if slurmpre.preemption_requested():
+        with slurmpre.checkpoint(step) as path:
+            (path / "step").write_text(str(step))
+        break
+    time.sleep(0.5)
+    with open(log, "a") as f:
+        f.write(json.dumps({{"step": step, "node": __import__("os").environ["SLURMD_NODENAME"]}})
+                + "\\n")
+"""
+
+
+def run_scene(sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str]) -> list[dict]:
+    """Submit, let it train, take every preemptible node away, wait for the run to end;
+    the steps it trained (and where), in order."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN.format(steps=STEPS))
+    steps = tmp_path / "steps.jsonl"
+    spec = write_spec(
+        tmp_path, name, [sys.executable, str(train), str(steps)],
+        ['launcher = "plain"', 'restart = "successor"', "poll_interval = 1",
+         f"total_steps = {STEPS}", *keys],
+        nodes="1",
+    )  # fmt: skip
+    first = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+    wait_for("ten steps", lambda: len(jsonl(steps)) >= 10, timeout=120)
+    (victim,) = slurm.job(first).nodes
+    other = next(n for n in PREEMPTIBLE if n != victim)
+    slurm.update_node(other, state="DRAIN", reason="capacity gone")  # no capacity left
+    preemption = Preemption(sandbox, PreemptPlan(victim, window=20, once_empty=True))
+    preemption.start()
+    try:
+        wait_for("the run to finish", lambda: len(jsonl(steps)) and
+                 jsonl(steps)[-1]["step"] == STEPS - 1, timeout=420)  # fmt: skip
+        preemption.finish()
+    finally:
+        restore_all(sandbox, slurm)
+    return jsonl(steps)
+
+
+def test_a_deadline_moves_a_run_with_no_capacity_to_standard_nodes_in_time(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    submitted = time.time()
+    trained = run_scene(sandbox, tmp_path, "deadline", ['deadline = "6m"'])
+    finished = time.time()
+    where = logs(tmp_path)[-3000:]
+    assert [t["step"] for t in trained] == list(range(STEPS)), where  # no step lost or twice
+    assert trained[0]["node"] in PREEMPTIBLE and trained[-1]["node"] == "gpu-dp-1", where
+    assert finished - submitted < 360, where  # by the deadline
+    recs = ledger(tmp_path)
+    (placed,) = [r for r in recs if r["event"] == "placed"]
+    # At the hand-over the run was ahead of the line: its successor waits on preemptible
+    # nodes, and a twin on the standard node is held until waiting would miss the line.
+    assert placed["where"] == "preemptible" and placed["twin"], placed
+    assert placed["deadline_at"] == pytest.approx(submitted + 360, abs=15)
+    claimed = [r for r in recs if r["event"] == "claimed"]
+    assert [c["job"] for c in claimed] == [placed["twin"]]
+    status = json.loads(slurmpre_cli("status", recs[0]["job"], "--json", check=True).stdout)
+    assert [a["on"] for a in status["attempts"]] == ["preemptible", "standard"]
+    assert status["standard_node_hours"] > 0
+
+
+def test_without_a_deadline_fallback_after_moves_the_run_at_the_hand_over(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    trained = run_scene(sandbox, tmp_path, "fallback", ["fallback_after = 1"])
+    where = logs(tmp_path)[-3000:]
+    assert [t["step"] for t in trained] == list(range(STEPS)), where
+    assert trained[-1]["node"] == "gpu-dp-1", where
+    (placed,) = [r for r in ledger(tmp_path) if r["event"] == "placed"]
+    assert placed["where"] == "standard" and "fallback_after = 1" in placed["why"]
+    assert not placed["twin"]
