@@ -124,3 +124,27 @@ def test_at_the_hand_over_max_wait_queues_a_held_twin_on_standard_nodes(tmp_path
     assert placed["where"] == "preemptible" and placed["twin"] == "77"
     successors = [r for r in dicts(Ledger(h.folder)) if r["event"] == "successor"]
     assert len(successors) == 2 and "twin on standard nodes" in successors[1]["why"]
+
+
+def test_on_standard_nodes_idle_preemptible_capacity_and_slack_are_a_notice_to_go_back(
+    tmp_path: Path,
+) -> None:
+    from slurmpre.folder.records import Placed
+    from slurmpre.job.handover.placing import ReturnSource
+
+    from tests.fakes import Nodes
+
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    for r in run_so_far(500, 0.5):
+        ledger.append(r)
+    goals = Goals(deadline="10h", total_steps=1000)
+    source = ReturnSource(goals, ledger, Nodes(CLUSTER), 1, wall=lambda: T0 + 0.6 * H)
+    assert source.poll() == []  # it trains on preemptible nodes: nothing to go back to
+    ledger.append(Placed(job="1", attempt=0, where="standard", why="x", decided_at=T0))
+    (notice,) = source.poll()
+    assert notice.kind == "placement" and "back to preemptible nodes" in (notice.reason or "")
+    busy = [CLUSTER[0], CLUSTER[1], node("gpu-preemptible-dp-2", "ALLOCATED")]
+    assert ReturnSource(goals, ledger, Nodes(busy), 1, wall=lambda: T0 + 0.6 * H).poll() == []
+    late = ReturnSource(goals, ledger, Nodes(CLUSTER), 1, wall=lambda: T0 + 9.5 * H)
+    assert late.poll() == []  # no slack left for a move and a preemption

@@ -11,13 +11,25 @@ carries the feature, by name, as Slurm lists them at the hand-over.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from slurmpre import defaults
+from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Record
+from slurmpre.job.watch.notice import NodeView, Notice
 from slurmpre.placement import facts as run_facts
-from slurmpre.placement.policy import STANDARD, WAITING, Decision, Goals, Situation, decide
+from slurmpre.placement.policy import (
+    PREEMPTIBLE,
+    STANDARD,
+    TRAINING,
+    WAITING,
+    Decision,
+    Goals,
+    Situation,
+    decide,
+)
 from slurmpre.slurm.parse import NodeInfo
 
 
@@ -108,3 +120,43 @@ def place(
     delay = max(1, round(twin_at - now))
     twin_args = (*standard_args(nodes, exclude), f"--begin=now+{delay}")
     return Placement(decision, asked, (), twin_at, twin_args)
+
+
+class ReturnSource:
+    """A notice of its own for a run on standard nodes with a deadline: preemptible
+    nodes are idle again and the policy says go back (ahead of the line, slack to spare).
+    The hand-over that follows is the usual one (make before break, a successor with the
+    recorded script's own constraint). It asks Slurm once a minute, only while the run
+    trains on standard nodes (the ledger's last decision)."""
+
+    name = "placement"
+
+    def __init__(
+        self,
+        goals: Goals,
+        ledger: Ledger,
+        client: NodeView,
+        needed: int,
+        *,
+        every: float = 60.0,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.goals, self.ledger, self.client = goals, ledger, client
+        self.needed, self.every, self.wall = needed, every, wall
+
+    def poll(self) -> list[Notice]:
+        facts = run_facts.read(self.ledger.records())
+        if facts.on != STANDARD or not self.goals.deadline:
+            return []
+        now = self.wall()
+        asked = run_facts.situation(
+            self.goals,
+            facts,
+            now=now,
+            doing=TRAINING,
+            idle_preemptible=idle_enough(self.client.nodes(), (), self.needed),
+        )
+        decision = decide(asked)
+        if decision.where != PREEMPTIBLE:
+            return []
+        return [Notice("placement", None, f"back to preemptible nodes: {decision.why}", now)]

@@ -21,6 +21,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
+from slurmpre.job.handover.placing import ReturnSource
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.resume import (
@@ -34,7 +35,13 @@ from slurmpre.job.start.resume import (
     takes_over_early,
 )
 from slurmpre.job.start.supervise import Supervisor, relay_notice
-from slurmpre.job.watch.notice import DrainSource, SignalSource, notice_path, taken_path
+from slurmpre.job.watch.notice import (
+    DrainSource,
+    NoticeSource,
+    SignalSource,
+    notice_path,
+    taken_path,
+)
 from slurmpre.launchers import Launcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
@@ -126,8 +133,12 @@ def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
     def build() -> Watcher:
         from slurmpre.job.watch.watcher import Watcher  # here: in the watcher's own thread
 
+        sources: list[NoticeSource] = [drain_source(at), SignalSource(warning)]
+        goals = at.opts.watch.goals
+        if goals.deadline and at.opts.watch.restart == "successor":
+            sources.append(ReturnSource(goals, at.ledger, at.client, at.opts.watch.min_nodes))
         return Watcher(
-            [drain_source(at), SignalSource(warning)],
+            sources,
             at.job,
             at.folder,
             at.ledger,
