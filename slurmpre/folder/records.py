@@ -1,160 +1,26 @@
 """The ledger's records: one frozen type per event, the only thing the job side tells the
-login side (``<checkpoint_dir>/.slurmpre/attempts.jsonl``).
-
-Each record reads and writes its own JSON (``to_json``/``from_json``) with the keys the
-ledger has always had, so a ledger written before these types reads the same, and one
-written now reads the same to an older slurmpre. What a record holds is said once, by
-its fields' annotations: ``from_json`` checks every known key against them (a record of
-the wrong shape is refused, and the ledger skips it with a warning), and keeps keys it
-does not know (a later version's) so that they are written back unchanged.
+login side (``<checkpoint_dir>/.slurmpre/attempts.jsonl``). What a record is, and how it
+reads and writes its JSON, is `slurmpre.folder.record`; each type here registers itself
+there by its event name (`EVENTS`).
 
 The job side imports this module: it imports nothing but the standard library.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from slurmpre.folder.layout import attempt_key
-from slurmpre.folder.record_shape import ShapeError, field_checks, short
+from slurmpre.folder.record import (
+    EVENTS,
+    AttemptId,
+    AttemptRecord,
+    Other,
+    Record,
+    describe_notice,
+)
 
-_R = TypeVar("_R", bound="Record")
-
-
-@dataclass(frozen=True)
-class AttemptId:
-    """One run of the job's training: Slurm's restart count, and how many in-place
-    restarts inside that allocation came before it."""
-
-    restart: int
-    in_place: int = 0
-
-    @property
-    def key(self) -> str:
-        """Its name in files and in the logs: ``3``, or ``3.1`` after one in-place restart."""
-        return attempt_key(self.restart, self.in_place)
-
-    def __str__(self) -> str:
-        return self.key
-
-
-def describe_notice(kind: str, node: str | None, reason: str | None) -> str:
-    """``drain of NODE (reason)``, or ``time-limit``: a notice in the logs and in `status`."""
-    where = f" of {node}" if node else ""
-    why = f" ({reason})" if reason else ""
-    return f"{kind}{where}{why}"
-
-
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class Record:
-    """What every record holds. ``time`` is when the ledger appended it (None before)."""
-
-    EVENT: ClassVar[str] = ""
-    job: str
-    time: float | None = None
-    # Keys a later slurmpre wrote that this one does not know: kept, written back as read.
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # For a record read from a ledger: the keys its line had, so that one written by an
-    # earlier version (a first notice without today's plan keys) is written back as read.
-    read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)
-
-    # Keys written only when their value is not None (the rest are always written).
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time"})
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.extra)
-        out["event"] = self.EVENT
-        omitted = self._omitted()
-        for f in dataclasses.fields(self):
-            if f.name in ("extra", "read_keys"):
-                continue
-            value = getattr(self, f.name)
-            if value is None and f.name in omitted and not self._was_read(f.name):
-                continue
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
-
-    def _was_read(self, key: str) -> bool:
-        return self.read_keys is not None and key in self.read_keys
-
-    def _omitted(self) -> frozenset[str]:
-        """The keys left out of the JSON when None (for a record read from a ledger: when
-        its line did not have them)."""
-        return self._OPTIONAL
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> Record:
-        """The record ``data`` holds; a ShapeError naming what is wrong."""
-        if not isinstance(data, Mapping):
-            raise ShapeError("not a JSON object")
-        event = data.get("event")
-        if not isinstance(event, str):
-            raise ShapeError(f"event = {short(event)} is not an event name")
-        cls = EVENTS.get(event, Other)
-        return cls._read(data)
-
-    @classmethod
-    def _read(cls: type[_R], data: Mapping[str, Any]) -> _R:
-        known: dict[str, Any] = {}
-        checks = field_checks(cls)
-        for name, (check, required) in checks.items():
-            if name not in data:
-                if required:
-                    raise ShapeError(f"no {name!r}")
-                continue
-            value = data[name]
-            if not check(value):
-                raise ShapeError(f"{name} = {short(value)} has the wrong type")
-            known[name] = tuple(value) if isinstance(value, list) else value
-        extra = {k: v for k, v in data.items() if k not in checks and k != "event"}
-        if cls is Other:
-            extra["event"] = data["event"]
-        if known.get("time") is None:
-            raise ShapeError("no 'time'")
-        return cls(**known, extra=extra, read_keys=frozenset(data))
-
-    def stamped(self: _R, time: float) -> _R:
-        """This record as appended at ``time``."""
-        return dataclasses.replace(self, time=time)
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(
-            getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("extra", "read_keys")
-        )
-
-    # One __eq__, __hash__ and __repr__ for every record type, written once (every record
-    # class says eq=False, repr=False): generated per class they would cost about half a
-    # millisecond each at import, on the wrapper's way to the training.
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash((type(self), self._values()))
-
-    def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{f.name}={getattr(self, f.name)!r}"
-            for f in dataclasses.fields(self)
-            if f.name not in ("extra", "read_keys")
-        )
-        return f"{type(self).__name__}({fields})"
-
-
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class Other(Record):
-    """An event this slurmpre does not know (a later version's): read past, written back."""
-
-    EVENT: ClassVar[str] = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
-        out["event"] = self.extra["event"]
-        return out
+__all__ = ["EVENTS", "AttemptId", "AttemptRecord", "Other", "Record", "describe_notice"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -169,24 +35,6 @@ class Submitted(Record):
     tasks: tuple[str, ...] | None = None
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code", "array", "tasks"})
-
-
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class AttemptRecord(Record):
-    """A record of one attempt of the job (written inside the job)."""
-
-    attempt: int  # Slurm's restart count
-    in_place: int = 0  # in-place restarts before this step of the attempt
-
-    @property
-    def attempt_id(self) -> AttemptId:
-        return AttemptId(self.attempt, self.in_place)
-
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
-        if not self.in_place and not self._was_read("in_place"):
-            del out["in_place"]  # records of a job that never restarted in place read as ever
-        return out
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -391,27 +239,3 @@ class End(AttemptRecord):
     EVENT: ClassVar[str] = "end"
     exit_code: int | None
     seconds: float
-
-
-EVENTS: dict[str, type[Record]] = {
-    cls.EVENT: cls
-    for cls in (
-        Submitted,
-        Start,
-        Notice,
-        Checkpoint,
-        Committed,
-        Requeued,
-        RequeueSkipped,
-        Successor,
-        Waiting,
-        Stopping,
-        InPlaceRequested,
-        InPlace,
-        InPlaceFailed,
-        GaveUp,
-        Placed,
-        Claimed,
-        End,
-    )
-}

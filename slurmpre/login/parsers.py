@@ -8,8 +8,8 @@ from typing import Any
 
 from slurmpre import keys
 from slurmpre.launchers import Launcher
+from slurmpre.login import bounds, variables
 from slurmpre.login import values as v
-from slurmpre.login import variables
 
 Parser = Callable[[str, Any, Mapping[str, str]], Any]
 
@@ -74,10 +74,10 @@ PARSERS: dict[str, Parser] = {
     "resume_arg": lambda k, x, e: None if _unset(x) else v.parse_resume_arg(x),
     "accelerate_config": lambda k, x, e: None if _unset(x) else v.accelerate_config(k, x, e),
     "template": _template,
-    "deadline": lambda k, x, e: None if _unset(x) else v.deadline(k, x),
+    "deadline": lambda k, x, e: None if _unset(x) else bounds.deadline(k, x),
     "optional_whole": lambda k, x, e: None if _unset(x) else v.whole(k, x),
-    "duration": lambda k, x, e: None if _unset(x) else v.duration(k, x),
-    "money": lambda k, x, e: None if _unset(x) else v.money(k, x),
+    "duration": lambda k, x, e: None if _unset(x) else bounds.duration(k, x),
+    "money": lambda k, x, e: None if _unset(x) else bounds.money(k, x),
 }
 
 

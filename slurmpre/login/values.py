@@ -7,10 +7,9 @@ import re
 from collections.abc import Mapping
 
 from slurmpre import defaults, keys, signals
-from slurmpre.errors import SpecError, UsageError
+from slurmpre.errors import SpecError
 from slurmpre.login import sbatch_options, variables
 from slurmpre.noderange import NodeRange
-from slurmpre.placement import deadline as placement_deadline
 from slurmpre.reading import MEDIUM, read_text
 
 _TIME = re.compile(
@@ -376,34 +375,3 @@ def parse_gpus(value: object, key: str = "gpus_per_node") -> tuple[str | None, i
             raise bad(key, value, "must be a count, or TYPE:COUNT such as h100:8")
         return gpu_type, whole(key, count.strip())
     return None, whole(key, value)
-
-
-def deadline(key: str, value: object) -> str:
-    """A deadline as `slurmpre.placement.deadline` reads it (whether it is past is judged
-    at submit, against the run's first submission)."""
-    text = one_line(key, value).strip()
-    try:
-        placement_deadline.parse(text, first_submit=0.0, key=key)
-    except UsageError as exc:
-        raise SpecError(str(exc)) from None
-    return text
-
-
-def duration(key: str, value: object) -> float:
-    """Seconds: a number, or a duration such as ``"30m"``, ``"2h"``, ``"1d"``."""
-    if isinstance(value, str) and not re.fullmatch(r"\s*[\d.]+\s*", value):
-        found = placement_deadline.duration(value)
-        if found is None:
-            raise bad(key, value, "must be seconds or a duration such as 30m, 2h or 1d")
-        value = found
-    return seconds(key, value)
-
-
-def money(key: str, value: object) -> float:
-    """An amount in the prices' currency (`defaults.ON_DEMAND_PRICE`), within its range."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(key, value, "must be a number (the prices' currency)")
-    why = defaults.in_range(key, float(value))
-    if why is not None:
-        raise bad(key, value, why)
-    return float(value)

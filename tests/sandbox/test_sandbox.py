@@ -37,7 +37,15 @@ def _submit(slurm: CommandLineSlurm, script: str, *args: str) -> str:
 def test_up_twice_is_harmless(sandbox: Sandbox) -> None:
     before = sandbox.load()
     proc = slurmpre_cli("sandbox", "up", check=True)
-    assert proc.stdout.strip() == "sandbox already up"
+    said = proc.stdout.strip().splitlines()
+    assert said[0] == "sandbox already up"
+    if sandbox.root is not None:  # and, for a root's Slurm, how to reach its commands
+        assert said[1:] == [
+            f"Slurm's commands for this sandbox run in {sandbox.root.path}: "
+            f"export PATH={sandbox.root.shims}:$PATH"
+        ]
+    else:
+        assert said[1:] == []
     assert sandbox.load() == before
 
 
@@ -49,8 +57,10 @@ def test_up_with_another_shape_is_refused(sandbox: Sandbox) -> None:
 
 
 def test_slurm_commands_work_in_a_fresh_shell(sandbox: Sandbox) -> None:
+    """The host's commands, or a root's through the PATH `up` prints for it."""
+    path = "/usr/bin:/bin" if sandbox.root is None else f"{sandbox.root.shims}:/usr/bin:/bin"
     out = subprocess.run(
-        ["env", "-i", "PATH=/usr/bin:/bin", "bash", "-lc", "sinfo -h -N -o '%N %f'"],
+        ["env", "-i", f"PATH={path}", "bash", "-lc", "sinfo -h -N -o '%N %f'"],
         capture_output=True,
         text=True,
         check=True,
