@@ -295,7 +295,8 @@ def _kinds(records: list[AttemptRecord]) -> dict[str, str]:
     out: dict[str, str] = {}
     for r in records:
         if isinstance(r, Placed) and (r.job, r.attempt_id) in first:
-            out[first[(r.job, r.attempt_id)]] = r.where
+            # With a twin, the successor went where the script says (preemptible nodes).
+            out[first[(r.job, r.attempt_id)]] = PREEMPTIBLE if r.twin else r.where
             if r.twin:
                 out[r.twin] = STANDARD
     return out

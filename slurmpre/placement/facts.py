@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from slurmpre.folder.records import (
     Checkpoint,
+    Claimed,
     Notice,
     Placed,
     Record,
@@ -18,7 +19,7 @@ from slurmpre.folder.records import (
     Successor,
 )
 from slurmpre.placement import deadline
-from slurmpre.placement.policy import PREEMPTIBLE, Goals, Situation
+from slurmpre.placement.policy import PREEMPTIBLE, STANDARD, Goals, Situation
 
 RESTART_S = 120.0  # a restart's cost until the ledger has measured one
 
@@ -44,8 +45,20 @@ def read(records: Sequence[Record], *, start_kind: str = PREEMPTIBLE) -> Facts:
         preemptions=len(
             {(r.job, r.attempt_id) for r in records if isinstance(r, Notice) and r.kind == "drain"}
         ),
-        on=next((r.where for r in reversed(records) if isinstance(r, Placed)), start_kind),
+        on=_on(records, start_kind),
     )
+
+
+def _on(records: Sequence[Record], start_kind: str) -> str:
+    """Where the run trains: the last decision's kind; after a hand-over with a twin, the
+    kind of whichever of the two claimed it (the twin: standard nodes)."""
+    last = next((r for r in reversed(records) if isinstance(r, Placed)), None)
+    if last is None:
+        return start_kind
+    if last.twin is None:
+        return last.where
+    twin_won = any(isinstance(r, Claimed) and r.job == last.twin for r in records)
+    return STANDARD if twin_won else PREEMPTIBLE
 
 
 def _steps_done(records: Sequence[Record]) -> int:

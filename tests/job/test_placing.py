@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Notice, Start, Submitted
 from slurmpre.job.handover.placing import place, standard_args
@@ -15,6 +16,7 @@ from slurmpre.placement.policy import PREEMPTIBLE, STANDARD, Goals
 from slurmpre.slurm.parse import NodeInfo
 
 from tests.job.test_successor import harness
+from tests.job.test_watch import EPOCH
 from tests.records import dicts
 
 T0 = 1_800_000_000.0
@@ -148,3 +150,33 @@ def test_on_standard_nodes_idle_preemptible_capacity_and_slack_are_a_notice_to_g
     assert ReturnSource(goals, ledger, Nodes(busy), 1, wall=lambda: T0 + 0.6 * H).poll() == []
     late = ReturnSource(goals, ledger, Nodes(CLUSTER), 1, wall=lambda: T0 + 9.5 * H)
     assert late.poll() == []  # no slack left for a move and a preemption
+
+
+def test_a_deadline_with_no_rate_yet_is_placed_once_the_notice_checkpoint_gives_it(
+    tmp_path: Path,
+) -> None:
+    """The first notice of a run that never checkpointed: no rate at the hand-over, so
+    the successor goes as the script says, and the decision (here: wait, with a held twin)
+    follows the notice checkpoint, measured from it."""
+    h, seen = harness(tmp_path)
+    Ledger(h.folder).append(Submitted(job="42", name="tiny", time=EPOCH))
+    Ledger(h.folder).append(
+        Start(job="42", attempt=0, nodes=("gpu-preemptible-dp-1",), step=0, time=EPOCH)
+    )
+    h.watcher.restarts.config = WatchConfig(  # type: ignore[attr-defined]
+        restart="successor", goals=Goals(deadline="2h", total_steps=1000)
+    )
+    h.slurm.nodes = lambda names=(): (  # type: ignore[method-assign]
+        [dataclasses.replace(n, flags=frozenset({"DRAIN"})) for n in CLUSTER[1:]] + [CLUSTER[0]]
+        if not names else [node(n, "MIXED", drain=True) for n in names]
+    )  # fmt: skip
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14, after_notice=True))
+    h.run()
+    events = h.events()
+    assert events.index("committed") < events.index("placed")  # decided after the rate
+    placed = h.record("placed")
+    assert placed["where"] == "preemptible" and placed["twin"] == "77"
+    assert placed["rate"] == pytest.approx(14 / 20, rel=0.1)
+    got = json.loads(seen.read_text())
+    assert got["argv"][-1].startswith("--begin=now+")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurmpre.errors import SlurmpreError
@@ -26,6 +26,7 @@ from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.decide import Action
+from slurmpre.placement.policy import STANDARD
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import requeue_floor
 
@@ -61,6 +62,7 @@ class Restarts:
         self.successor_refused = False  # then requeue, as without successors
         self.successor: str | None = None  # the job this one handed over to
         self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
+        self.late: list[str] | None = None  # placement waits for the rate (`place_late`)
 
     def plan(self, kind: str, drained: Iterable[str]) -> Plan:
         """Whether the job can go on in place after losing ``drained``, and why."""
@@ -162,6 +164,11 @@ class Restarts:
             self.successor_refused = True
             return None
         placed = self.place(exclude)
+        if placed is not None and placed.situation.rate is None and placed.args == ():
+            # No rate measured yet (no checkpoint since the run began): the successor goes
+            # as the script says, and where the run goes on is decided once the notice
+            # checkpoint gives the rate (`place_late`).
+            self.late, placed = exclude, None
         try:
             with submit_slot(self.env):
                 layout = FolderLayout(self._submitted_in())
@@ -218,6 +225,23 @@ class Restarts:
         except SlurmpreError as exc:
             self.say(f"cannot decide where to go on ({_first(exc)}): keeping the constraint")
             return None
+
+    def place_late(self) -> None:
+        """Once the notice checkpoint is committed (the rate is known): the placement the
+        hand-over could not make. The successor is queued already, on the script's own
+        nodes; a run that must move gets its twin on standard nodes at once, one that may
+        wait gets it held, as at a hand-over (`twins`)."""
+        if self.late is None or self.successor is None:
+            return
+        exclude, self.late = self.late, None
+        placed = self.place(exclude)
+        if placed is None:
+            return
+        if placed.decision.where == STANDARD:
+            placed = replace(placed, twin_at=self.wall(), twin_args=placed.args)
+        layout = FolderLayout(self._submitted_in())
+        self.say(f"where the run goes on, now that its rate is known: {placed.decision.why}")
+        self._record_placement(placed, self._twin(placed, layout, exclude))
 
     def _twin(self, placed: Placement, layout: FolderLayout, exclude: list[str]) -> str | None:
         """The successor's twin on standard nodes, held until ``placed.twin_at`` (`twins`);

@@ -249,6 +249,7 @@ class AfterNotice:
                 state.committed_wall = self.wall()
                 self.say(f"checkpoint of step {step} committed after the notice: {path}")
                 self.log.add(records.Committed, step=step, path=path, committed_seen_at=self.wall())
+                self.restarts.place_late()  # a placement that waited for the rate
         goes_on = trust.marked(FolderLayout(self.folder).goes_on(tag, attempt))
         self._tell_to_stop(goes_on)
         now = self.clock()
