@@ -47,6 +47,7 @@ SHARED_WATCH = "SLURMPRE_SHARED_WATCH"  # "0": every job polls Slurm for itself
 SHARED_DIR = "SLURMPRE_SHARED_DIR"  # the user's drain board folder
 SANDBOX_DIR = "SLURMPRE_SANDBOX_DIR"  # where the sandbox keeps its state
 ROOTS_DIR = "SLURMPRE_ROOTS_DIR"  # where the sandbox's Debian roots are cached
+SANDBOX_PROFILE = "SLURMPRE_SANDBOX_PROFILE"  # the login-shell file that puts a root's Slurm first
 DEBIAN_MIRROR = "SLURMPRE_DEBIAN_MIRROR"  # the mirror those roots come from
 
 

@@ -59,6 +59,8 @@ CLIENTS = (
     "scontrol", "sbatch", "squeue", "sinfo", "scancel", "srun", "salloc", "sacct", "sprio", "sdiag",
 )  # fmt: skip
 READY = ".slurmpre-root"  # written last: a root without it is half made
+# Login shells read it (Debian's /etc/profile sets PATH anew): the root's commands first.
+PROFILE = Path(os.environ.get(environment.SANDBOX_PROFILE, "/etc/profile.d/slurmpre-sandbox.sh"))
 
 
 def suite_of(version: str) -> str:
@@ -265,6 +267,7 @@ class Root:
             self.unmount()
             raise
         self._write_python(state_dir)
+        self._write_profile()
         # Names resolve as on the host (the sandbox's nodes all live at its hostname).
         for name in ("hosts", "resolv.conf"):
             with_host = Path("/etc", name)
@@ -286,6 +289,17 @@ class Root:
 
     def unmount(self) -> None:
         self._unmount_under(self.path)
+        PROFILE.unlink(missing_ok=True)
+
+    def _write_profile(self) -> None:
+        """A new login shell finds this root's Slurm commands first (the host's own would
+        talk to no controller), until `down`."""
+        if PROFILE.parent.is_dir():
+            PROFILE.write_text(
+                f"# slurmpre sandbox: Slurm of the Debian {self.suite} root, until `sandbox down`\n"
+                f'case ":$PATH:" in *":{self.shims}:"*) ;; *) PATH="{self.shims}:$PATH" ;; esac\n'
+                "export PATH\n"
+            )
 
     @staticmethod
     def _unmount_under(path: Path) -> None:

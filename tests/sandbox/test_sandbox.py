@@ -57,10 +57,10 @@ def test_up_with_another_shape_is_refused(sandbox: Sandbox) -> None:
 
 
 def test_slurm_commands_work_in_a_fresh_shell(sandbox: Sandbox) -> None:
-    """The host's commands, or a root's through the PATH `up` prints for it."""
-    path = "/usr/bin:/bin" if sandbox.root is None else f"{sandbox.root.shims}:/usr/bin:/bin"
+    """The host's commands, or a root's: a login shell finds them first (up wrote
+    /etc/profile.d/slurmpre-sandbox.sh; down removes it)."""
     out = subprocess.run(
-        ["env", "-i", f"PATH={path}", "bash", "-lc", "sinfo -h -N -o '%N %f'"],
+        ["env", "-i", "PATH=/usr/bin:/bin", "bash", "-lc", "sinfo -h -N -o '%N %f'"],
         capture_output=True,
         text=True,
         check=True,

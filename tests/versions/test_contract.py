@@ -21,7 +21,7 @@ import pytest
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
 from slurmpre.sandbox.host import host_suite
 from slurmpre.sandbox.preempt import PreemptPlan
-from slurmpre.sandbox.roots import DEFAULT_RELEASE, SUITES, Root, mounts_under
+from slurmpre.sandbox.roots import DEFAULT_RELEASE, PROFILE, SUITES, Root, mounts_under
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import JobInfo, format_version
 
@@ -352,3 +352,4 @@ def test_down_unmounts_what_up_mounted_and_leaves_no_process(release: str, box: 
     assert daemons == []
     if root is not None:
         assert mounts_under(str(root.path) + "/") == []
+        assert not PROFILE.exists()  # login shells find the host's commands again
