@@ -97,8 +97,10 @@ def _restart_s(records: Sequence[Record]) -> float:
     for r in records:
         if isinstance(r, Start) and r.time is not None:
             started.setdefault(r.job, r.time)  # the job's first start
+    # A twin is held until its `twin_from`: its restart counts from then.
+    held = {r.twin: r.twin_from for r in records if isinstance(r, Placed) and r.twin}
     gaps = [
-        started[r.successor] - r.submitted_at
+        started[r.successor] - max(r.submitted_at, held.get(r.successor) or 0.0)
         for r in records
         if isinstance(r, Successor) and r.successor in started
     ]

@@ -136,7 +136,10 @@ def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
         sources: list[NoticeSource] = [drain_source(at), SignalSource(warning)]
         goals = at.opts.watch.goals
         if goals.deadline and at.opts.watch.restart == "successor":
-            sources.append(ReturnSource(goals, at.ledger, at.client, at.opts.watch.min_nodes))
+            every = min(60.0, 12 * at.opts.watch.interval)  # a minute at the default poll
+            sources.append(
+                ReturnSource(goals, at.ledger, at.client, at.opts.watch.min_nodes, every=every)
+            )
         return Watcher(
             sources,
             at.job,
