@@ -105,3 +105,74 @@ def test_without_a_deadline_fallback_after_moves_the_run_at_the_hand_over(
     (placed,) = [r for r in ledger(tmp_path) if r["event"] == "placed"]
     assert placed["where"] == "standard" and "fallback_after = 1" in placed["why"]
     assert not placed["twin"]
+
+
+RETURN_STEPS = 200
+RETURN_TRAIN = """\
+import json, os, sys, time
+import slurmpre
+
+log = sys.argv[1]
+start = 0
+if slurmpre.resume_path() is not None:
+    start = slurmpre.resume_step()
+for step in range(start, {steps}):
+    if slurmpre.preemption_requested():
+        with slurmpre.checkpoint(step) as path:
+            (path / "step").write_text(str(step))
+        break
+    if step and step % 10 == 0 and step != start:
+        with slurmpre.checkpoint(step) as path:  # periodic: the ledger sees the progress
+            (path / "step").write_text(str(step))
+    time.sleep(0.5)
+    with open(log, "a") as f:
+        f.write(json.dumps({{"step": step, "node": os.environ["SLURMD_NODENAME"]}}) + "\\n")
+"""
+
+
+def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_return(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Preempted with no capacity left, the run waits `max_wait`, then its twin trains on
+    the standard node; the preemptible nodes return, and with the deadline far, the
+    watcher's placement notice hands the run back to them."""
+    slurm = CommandLineSlurm()
+    wait_preemptible_idle(slurm)
+    train = tmp_path / "train.py"
+    train.write_text(RETURN_TRAIN.format(steps=RETURN_STEPS))
+    steps = tmp_path / "steps.jsonl"
+    spec = write_spec(
+        tmp_path, "back", [sys.executable, str(train), str(steps)],
+        ['launcher = "plain"', 'restart = "successor"', "poll_interval = 1",
+         f"total_steps = {RETURN_STEPS}", 'deadline = "20m"', 'max_wait = "20s"'],
+        nodes="1",
+    )  # fmt: skip
+    first = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
+    wait_for("ten steps", lambda: len(jsonl(steps)) >= 10, timeout=120)
+    (victim,) = slurm.job(first).nodes
+    other = next(n for n in PREEMPTIBLE if n != victim)
+    slurm.update_node(other, state="DRAIN", reason="capacity gone")
+    preemption = Preemption(sandbox, PreemptPlan(victim, window=20, once_empty=True))
+    preemption.start()
+    try:
+        wait_for(
+            "training on the standard node",
+            lambda: any(t["node"] == "gpu-dp-1" for t in jsonl(steps)),
+            timeout=180,
+        )
+        preemption.finish()
+        restore_all(sandbox, slurm)  # capacity returns
+        wait_for("the run to finish", lambda: len(jsonl(steps)) and
+                 jsonl(steps)[-1]["step"] == RETURN_STEPS - 1, timeout=420)  # fmt: skip
+    finally:
+        restore_all(sandbox, slurm)
+    where = logs(tmp_path)[-4000:]
+    trained = jsonl(steps)
+    assert [t["step"] for t in trained] == list(range(RETURN_STEPS)), where
+    kinds = ["standard" if t["node"] == "gpu-dp-1" else "preemptible" for t in trained]
+    runs = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert runs == ["preemptible", "standard", "preemptible"], where
+    placed = [r for r in ledger(tmp_path) if r["event"] == "placed"]
+    assert [p["where"] for p in placed][-1] == "preemptible", placed
+    notices = [r for r in ledger(tmp_path) if r["event"] == "notice"]
+    assert [n["kind"] for n in notices] == ["drain", "placement"], notices

@@ -114,7 +114,8 @@ def place(
     decision = decide(asked)
     if decision.where == STANDARD:
         return Placement(decision, asked, standard_args(nodes, exclude))
-    twin_at = switch_at(replace(asked, idle_preemptible=False))
+    # The successor waits on preemptible nodes (back there, too): when would it stop?
+    twin_at = switch_at(replace(asked, on=PREEMPTIBLE, idle_preemptible=False))
     if twin_at is None:
         return Placement(decision, asked, ())
     delay = max(1, round(twin_at - now))
