@@ -2,6 +2,8 @@
 `slurmpre.api` on first use), and `slurmpre.api` exports them."""
 
 TRAINING_API = (
+    "ElasticSampler",
+    "batching",
     "checkpoint",
     "checkpoint_dir",
     "checkpoint_requested",

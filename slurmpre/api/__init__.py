@@ -19,6 +19,8 @@ from slurmpre.api.attempt import restart_count as restart_count
 from slurmpre.api.attempt import resume_path as resume_path
 from slurmpre.api.attempt import resume_step as resume_step
 from slurmpre.api.attempt import world_size as world_size
+from slurmpre.api.batching import ElasticSampler as ElasticSampler
+from slurmpre.api.batching import batching as batching
 from slurmpre.api.notices import checkpoint_requested as checkpoint_requested
 from slurmpre.api.notices import preemption_requested as preemption_requested
 from slurmpre.api.notices import watch_notices as watch_notices
