@@ -46,6 +46,11 @@ def sandbox() -> None:
     help="Per-user RPC rate limiting (rl_enable; Slurm 23.02+): on for Slurm's defaults "
     "(30 tokens, 2 a second), or e.g. 10/1.",
 )  # fmt: skip
+@click.option(
+    "--expedited-requeue", "expedite", is_flag=True,
+    help="Allow expedited requeues (SlurmctldParameters=enable_expedited_requeue; Slurm "
+    "25.11+): a job submitted with --requeue=expedite may start again at once.",
+)  # fmt: skip
 def sandbox_up(
     nodes: int,
     preemptible: int,
@@ -54,6 +59,7 @@ def sandbox_up(
     slurm: str | None,
     timeout: float,
     rate_limit: str | None,
+    expedite: bool,
 ) -> None:
     """Install (if needed) and start munge, slurmctld and one slurmd per node."""
     box = sandbox_here()
@@ -66,6 +72,7 @@ def sandbox_up(
         timeout=timeout,
         say=click.echo,
         rate_limit=rate_limit,
+        expedite=expedite,
     )
     if box.root is not None:
         click.echo(

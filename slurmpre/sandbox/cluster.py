@@ -29,11 +29,19 @@ from slurmpre.sandbox.config import (
     NodeSpec,
     SandboxConfig,
     State,
+    expedite_parameter,
     node_specs,
     parse_topology,
     rate_limit_parameters,
 )
-from slurmpre.sandbox.daemons import log_excerpt, running, spawn_detached, start_munge
+from slurmpre.sandbox.daemons import (
+    log_excerpt,
+    require_multiple_slurmd,
+    running,
+    spawn_detached,
+    start_munge,
+    wait_ctld,
+)
 from slurmpre.sandbox.files import lay_out, refuse_foreign_config
 from slurmpre.sandbox.host import (
     SLURM_ETC,
@@ -141,6 +149,7 @@ class Sandbox:
         timeout: float = 60.0,
         say: Callable[[str], None] = lambda _: None,
         rate_limit: str | None = None,
+        expedite: bool = False,
     ) -> State:
         specs = node_specs(nodes, preemptible)
         if rate_limit is not None:
@@ -159,6 +168,7 @@ class Sandbox:
                     want != have
                     or state.timings != timings
                     or state.rate_limit != rate_limit
+                    or state.expedite != expedite
                     or (tracking != "auto" and tracking != state.tracking)
                     or (slurm is not None and suite != state.suite)
                 ):
@@ -175,7 +185,9 @@ class Sandbox:
                 say("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
             self._stop_strays(say)
-            return self._cold_start(specs, stock_timings, tracking, suite, timeout, say, rate_limit)
+            return self._cold_start(
+                specs, stock_timings, tracking, suite, timeout, say, rate_limit, expedite
+            )
 
     def _cold_start(
         self,
@@ -186,6 +198,7 @@ class Sandbox:
         timeout: float,
         say: Callable[[str], None],
         rate_limit: str | None = None,
+        expedite: bool = False,
     ) -> State:
         root = self._install(suite, say)
         version = parse_version(run(self._argv(["slurmd", "-V"]), error=SandboxError).stdout)
@@ -198,6 +211,7 @@ class Sandbox:
             tracking=choose_tracking(tracking, say, slurm_plugins(root)),
             topology=parse_topology(run(self._argv(["slurmd", "-C"]), error=SandboxError).stdout),
             rate_limit=None if rate_limit is None else rate_limit_parameters(rate_limit, version),
+            expedite=expedite_parameter(expedite, version),
         )
         lay_out(cfg, self.state_dir, self.etc)
         state = State(
@@ -208,6 +222,7 @@ class Sandbox:
             root=None if root is None else str(root.path),
             suite=suite,
             rate_limit=rate_limit,
+            expedite=expedite,
         )
         self.save(state)
         self._start_daemons(cfg, state, root, timeout)
@@ -215,7 +230,7 @@ class Sandbox:
             f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
             f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings, "
             f"proctrack/{cfg.tracking.proctrack}, TaskPlugin={cfg.tracking.task_plugin}"
-            + (f", SlurmctldParameters={cfg.rate_limit}" if cfg.rate_limit else "")
+            + (f", SlurmctldParameters={cfg.ctld_parameters}" if cfg.ctld_parameters else "")
         )
         return state
 
@@ -250,9 +265,9 @@ class Sandbox:
             cfg.log_dir / "slurmctld.out",
         )
         self.save(state)
-        self._wait_ctld(cfg, timeout)
+        wait_ctld(self.env, cfg.log_dir, timeout)
         if len(state.nodes) > 1:
-            self._require_multiple_slurmd()
+            require_multiple_slurmd(self.env)
         for node in state.nodes:
             node["pid"] = self.start_slurmd(cfg, node["name"])
         self.save(state)
@@ -267,29 +282,6 @@ class Sandbox:
         return self._spawn(
             ["slurmd", "-D", "-N", name, "-f", self.conf_arg],
             cfg.log_dir / f"slurmd-{name}.out",
-        )
-
-    def _wait_ctld(self, cfg: SandboxConfig, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                run(["scontrol", "ping"], timeout=5, env=self.env, error=SandboxError)
-                return
-            except SandboxError:
-                if time.monotonic() > deadline:
-                    raise SandboxError(
-                        f"slurmctld did not answer within {timeout:g} s{log_excerpt(cfg.log_dir)}"
-                    ) from None
-            time.sleep(0.2)
-
-    def _require_multiple_slurmd(self) -> None:
-        conf = run(["scontrol", "show", "config"], env=self.env, error=SandboxError).stdout
-        for line in conf.splitlines():
-            if line.replace(" ", "").lower().startswith("multiple_slurmd=yes"):
-                return
-        raise SandboxError(
-            "this Slurm build cannot run several slurmd on one host (MULTIPLE_SLURMD is not Yes); "
-            "use `slurmpre sandbox up --nodes 1`"
         )
 
     def _wait_nodes_up(self, state: State, timeout: float) -> None:
@@ -382,7 +374,7 @@ class Sandbox:
                 cfg.log_dir / "slurmctld.out",
             )
             self.save(state)
-        self._wait_ctld(cfg, timeout)
+        wait_ctld(self.env, cfg.log_dir, timeout)
 
     # -- helpers recorded for down -----------------------------------------
     def add_helper(self, pid: int) -> None:

@@ -126,6 +126,12 @@ class SandboxConfig:
     topology: Topology = Topology(1, 2, 1)
     # Per-user RPC rate limiting (Slurm 23.02+): "rl_enable" and its options, or None.
     rate_limit: str | None = None
+    # Expedited requeue allowed (Slurm 25.11+): "enable_expedited_requeue", or None.
+    expedite: str | None = None
+
+    @property
+    def ctld_parameters(self) -> str:
+        return ",".join(p for p in (self.rate_limit, self.expedite) if p)
 
     @property
     def spool_root(self) -> Path:
@@ -210,8 +216,8 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "GresTypes=gpu",
         *cfg.timings.lines(),
     ]
-    if cfg.rate_limit:
-        lines.append(f"SlurmctldParameters={cfg.rate_limit}")
+    if cfg.ctld_parameters:
+        lines.append(f"SlurmctldParameters={cfg.ctld_parameters}")
     for n in cfg.nodes:
         feature = PREEMPTIBLE_FEATURE if n.preemptible else STANDARD_FEATURE
         lines.append(
@@ -250,6 +256,19 @@ def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
 
 
 RATE_LIMIT_SINCE = (23, 2, 0)
+EXPEDITE_SINCE = (25, 11, 0)
+
+
+def expedite_parameter(wanted: bool, version: tuple[int, int, int]) -> str | None:
+    """``--expedited-requeue`` -> SlurmctldParameters (25.11 and later only)."""
+    if not wanted:
+        return None
+    if version < EXPEDITE_SINCE:
+        raise UsageError(
+            f"--expedited-requeue: Slurm {'.'.join(map(str, version))} has none (it came in "
+            "25.11): use --slurm 26.05"
+        )
+    return "enable_expedited_requeue"
 
 
 def rate_limit_parameters(spec: str, version: tuple[int, int, int]) -> str:
@@ -282,6 +301,7 @@ class State:
     root: str | None = None  # a Debian root the Slurm daemons run in (None: the host's Slurm)
     suite: str | None = None  # that root's Debian suite
     rate_limit: str | None = None  # `up --rate-limit`: "on" or "BUCKET/REFILL"; None: off
+    expedite: bool = False  # `up --expedited-requeue`
 
     def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
         return SandboxConfig(

@@ -128,3 +128,30 @@ def running() -> set[int]:
         if root == "/" or (root is not None and root.startswith(roots)):
             found.add(pid)
     return found
+
+
+def require_multiple_slurmd(env: dict[str, str]) -> None:
+    """Several slurmd on one host need a build with MULTIPLE_SLURMD."""
+    conf = run(["scontrol", "show", "config"], env=env, error=SandboxError).stdout
+    for line in conf.splitlines():
+        if line.replace(" ", "").lower().startswith("multiple_slurmd=yes"):
+            return
+    raise SandboxError(
+        "this Slurm build cannot run several slurmd on one host (MULTIPLE_SLURMD is not Yes); "
+        "use `slurmpre sandbox up --nodes 1`"
+    )
+
+
+def wait_ctld(env: dict[str, str], log_dir: Path, timeout: float) -> None:
+    """Until slurmctld answers a ping; a SandboxError with its log's end after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            run(["scontrol", "ping"], timeout=5, env=env, error=SandboxError)
+            return
+        except SandboxError:
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"slurmctld did not answer within {timeout:g} s{log_excerpt(log_dir)}"
+                ) from None
+        time.sleep(0.2)
