@@ -208,3 +208,21 @@ def test_env_values_expand_from_the_jobs_environment_and_nothing_else() -> None:
         "Q": '"q" `id` \\ * alice .',
         "PLAIN": "no dollar `id` *",
     }
+
+
+def test_a_cluster_that_allows_an_expedited_requeue_gets_one_asked_for() -> None:
+    """26.05 with SlurmctldParameters=enable_expedited_requeue: `--requeue=expedite`
+    (immediately eligible again); elsewhere `--requeue`, and never for a job without it."""
+    from slurmpre.slurm.parse import expedited_requeue, parse_config
+
+    from tests.conftest import DATA
+
+    spec = validate({"name": "x", "command": ["python", "t.py"]}, user="alice")
+    assert "#SBATCH --requeue=expedite\n" in render(spec, expedite=True)
+    assert "#SBATCH --requeue\n" in render(spec)
+    off = validate({"name": "x", "command": ["python", "t.py"], "requeue": False}, user="alice")
+    assert "#SBATCH --no-requeue\n" in render(off, expedite=True)
+    captured = parse_config((DATA / "slurm-26.05" / "config.txt").read_text())
+    assert not expedited_requeue(captured)  # not enabled unless the administrator does
+    enabled = {**captured, "SlurmctldParameters": "rl_enable,enable_expedited_requeue"}
+    assert expedited_requeue(enabled)

@@ -146,6 +146,9 @@ class Queue:
         self.cancelled: list[str] = []
         self.refuse = refuse
 
+    def config(self) -> dict[str, str]:
+        return {}  # 22.05's: no expedited requeue
+
     def submit(self, script: str, *, args: object = (), test_only: bool = False) -> str:
         from slurmpre.errors import SlurmError
 

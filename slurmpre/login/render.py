@@ -176,10 +176,14 @@ def _launch(spec: JobSpec, tasks: Sequence[Task]) -> list[str]:
     return [*argv[: len(argv) - len(spec.command)], TASK_COMMAND]
 
 
-def context(spec: JobSpec, code: Code, tasks: Sequence[Task] = ()) -> dict[str, Any]:
+def context(
+    spec: JobSpec, code: Code, tasks: Sequence[Task] = (), *, expedite: bool = False
+) -> dict[str, Any]:
     if tasks and not spec.is_array:
         raise UsageError(f"job {spec.name}: a sweep's tasks need an array")
+    requeue = ("--requeue=expedite" if expedite else "--requeue") if spec.requeue else None
     return {
+        "requeue": requeue or "--no-requeue",
         "tasks": list(tasks),
         "spec": spec,
         "code": code,
@@ -196,10 +200,14 @@ def context(spec: JobSpec, code: Code, tasks: Sequence[Task] = ()) -> dict[str, 
     }
 
 
-def render(spec: JobSpec, code: Code | None = None, tasks: Sequence[Task] = ()) -> str:
+def render(
+    spec: JobSpec, code: Code | None = None, tasks: Sequence[Task] = (), *, expedite: bool = False
+) -> str:
     """The sbatch script for ``spec``, from its own template or the default one; ``code``
     is what `slurmpre submit` found of the code (`slurmpre.login.code`): without it (a
-    render alone), a snapshot's folder is a placeholder named so."""
+    render alone), a snapshot's folder is a placeholder named so. ``expedite``: the
+    cluster allows an expedited requeue (`slurm.parse.expedited_requeue`), and the job's
+    requeue asks for one."""
     if code is None:
         code = placeholder(spec)
     if spec.template:
@@ -212,7 +220,7 @@ def render(spec: JobSpec, code: Code | None = None, tasks: Sequence[Task] = ()) 
         env = jinja()
         name = DEFAULT_TEMPLATE
     try:
-        script = env.get_template(name).render(context(spec, code, tasks))
+        script = env.get_template(name).render(context(spec, code, tasks, expedite=expedite))
     except jinja2.UndefinedError as exc:
         raise UsageError(f"template {name}: {exc.message}") from None
     except jinja2.TemplateError as exc:

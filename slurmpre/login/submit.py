@@ -27,6 +27,7 @@ from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
 from slurmpre.placement import deadline
 from slurmpre.slurm.client import SlurmClient
+from slurmpre.slurm.parse import expedited_requeue
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ def _submit(
         say(f"runs from {found.identity}, copied to {found.root}")
     else:
         found = code.identify(here)
-    script = render(spec, found, tasks)
+    script = render(spec, found, tasks, expedite=spec.requeue and expedites(client))
     labels = tuple(t.label for t in tasks) or None
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
@@ -202,6 +203,15 @@ def _submit(
         print(f"slurmpre: {exc} (status and logs will need --checkpoint-dir)", file=sys.stderr)
     tag = f"{job_id}_*" if spec.is_array else job_id
     return Submitted(job_id, copy, log_path(spec, tag))
+
+
+def expedites(client: SlurmClient) -> bool:
+    """Whether the cluster allows an expedited requeue (25.11+, when its administrator
+    enabled it): then the job's requeue asks for one. Not knowing is no."""
+    try:
+        return expedited_requeue(client.config())
+    except SlurmpreError:
+        return False
 
 
 def _refusals(

@@ -336,6 +336,14 @@ def requeue_floor(config: dict[str, str]) -> int:
     return expire + 1
 
 
+def expedited_requeue(config: dict[str, str]) -> bool:
+    """Whether the cluster lets a job ask for an expedited requeue (``--requeue=expedite``:
+    immediately eligible again, at the top of the queue; Slurm 25.11+, when the
+    administrator set ``SlurmctldParameters=enable_expedited_requeue``)."""
+    parts = config.get("SlurmctldParameters", "").replace(" ", "").split(",")
+    return "enable_expedited_requeue" in parts
+
+
 _RESIZE_LINE = re.compile(r"^\s*(?:export\s+(?P<key>\w+)=(?P<value>.*)|unset\s+(?P<gone>\w+))\s*$")
 
 
