@@ -23,9 +23,10 @@ what users live with.
 Each slurmpre run must also lose no step, end with the uninterrupted run's weights
 bit for bit, and leave nothing of its jobs in the queue (the exit code says so).
 
-``--slurm 26.05`` (or 24.11) runs it on that release, from its Debian root; where the
-root's Python has no torch (sid's 3.14), on the one-node scenario with the plain
-launcher and the trainer's pure-Python twin (``--plain``), on both sides.
+It runs on the release that is up, else 26.05 (``--slurm`` picks one): in a Debian root
+the nodes run this interpreter and its torch (bound into the root). Where the nodes'
+Python has no torch (a system Python, the root's own), it runs the one-node scenario with
+the plain launcher and the trainer's pure-Python twin (``--plain``), on both sides.
 
 Usage: python bench/successor.py [--tuned-timings] [--window 60] [--only NAME]
                                  [--slurm RELEASE]
@@ -56,7 +57,7 @@ from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
-from slurmpre.sandbox.roots import SUITES, Root
+from slurmpre.sandbox.roots import SUITES, job_python
 from slurmpre.slurm.parse import format_version, requeue_floor
 
 from inplace import ROOT, jsonl, wait  # bench/: the same helpers as the in-place bench
@@ -101,7 +102,7 @@ class Trainer:
     """The interpreter the nodes run, and whether it trains with torch or plain Python."""
 
     def __init__(self, box: Sandbox) -> None:
-        self.python = sys.executable if box.root is None else str(Root.python(box.state_dir))
+        self.python = job_python(box.root, box.state_dir)
         has_torch = subprocess.run(
             [self.python, "-c", "import torch"], capture_output=True, timeout=300
         )

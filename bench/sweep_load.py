@@ -40,7 +40,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +50,7 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.roots import Root
+from slurmpre.sandbox.roots import job_python
 
 SCRIPT = """
 import json, time, slurmpre
@@ -252,7 +251,7 @@ def main() -> int:
         ensure_user(box, args.as_user)
         USER = args.user = args.as_user
         args.workdir = f"/home/{args.as_user}"
-    python = sys.executable if box.root is None else str(Root.python(box.state_dir))
+    python = job_python(box.root, box.state_dir)
     version = ".".join(map(str, box.load().version))  # type: ignore[union-attr]
     limit = f"rate limit {args.rate_limit}" if args.rate_limit else "no rate limit"
     print(f"Slurm {version}, tuned timings, {args.nodes} nodes, {limit}, poll_interval 5 s")

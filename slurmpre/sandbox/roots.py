@@ -323,6 +323,16 @@ def interpreter(prefixes: tuple[str, ...] | None = None) -> list[Path]:
     return out
 
 
+def job_python(root: Root | None, state_dir: Path) -> str:
+    """The interpreter a job on this sandbox runs: this one, on the host's Slurm or where
+    a root carries it (`interpreter`); else the root's own python with slurmpre."""
+    if root is None or all(
+        not Path(p).resolve().is_relative_to("/usr") for p in (sys.prefix, sys.base_prefix)
+    ):
+        return sys.executable
+    return str(Root.python(state_dir))
+
+
 def slurm_path(path: str, root: Root | None) -> str:
     """``path`` (a PATH) with the root's Slurm commands first, and no other root's;
     with no root, the host's commands again (no root's shims)."""
