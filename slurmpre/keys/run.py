@@ -102,9 +102,10 @@ RUN: tuple[Key, ...] = (
     ),
     Key(
         'max_cost', None, 'money', 'unset (0.01 to 10^12)',
-        "the run's budget in the prices' currency (`slurmpre status --price`: node-hours held "
-        'times the price of their kind): the run stops before an attempt would start past it, '
-        'recording why, as `max_restarts` does. E.g. `max_cost = 5000`',
+        "the run's budget in the prices' currency (`slurmpre status`'s `cost`: node-hours held "
+        'times the price of their kind, at the default prices): once the run has cost this '
+        'much, it starts no other attempt (it gives up, recording why, as `max_restarts` '
+        'does); the attempt that runs is not cut short. E.g. `max_cost = 5000`',
         flag='--max-cost', kind='seconds', writes='set',
         help="stop before the run's cost passes this (the prices' currency)",
     ),

@@ -38,6 +38,7 @@ from slurmpre.folder.records import (
     Successor,
     Waiting,
 )
+from slurmpre.placement.facts import kinds_by_job
 from slurmpre.placement.policy import PREEMPTIBLE, STANDARD
 from slurmpre.slurm import states
 from slurmpre.slurm.parse import JobInfo, tres
@@ -251,7 +252,7 @@ def job_status(
     starts = {(r.job, r.attempt_id): r for r in mine if isinstance(r, Start)}
     rows: list[AttemptRow] = []
     node_seconds = standard_seconds = 0.0
-    kind = _kinds(mine)
+    kind = kinds_by_job(mine)
     for i, k in enumerate(attempts):
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
         recs = [r for r in mine if (r.job, r.attempt_id) == k]
@@ -283,23 +284,6 @@ def job_status(
         + on_standard * prices.price,
         standard_node_hours=standard,
     )
-
-
-def _kinds(records: list[AttemptRecord]) -> dict[str, str]:
-    """Where each job of the run trained, by the decision its predecessor recorded when it
-    handed over (`Placed`); a job with none trained where it asked (preemptible nodes)."""
-    first: dict[tuple[str, AttemptId], str] = {}
-    for r in records:
-        if isinstance(r, Successor):
-            first.setdefault((r.job, r.attempt_id), r.successor)
-    out: dict[str, str] = {}
-    for r in records:
-        if isinstance(r, Placed) and (r.job, r.attempt_id) in first:
-            # With a twin, the successor went where the script says (preemptible nodes).
-            out[first[(r.job, r.attempt_id)]] = PREEMPTIBLE if r.twin else r.where
-            if r.twin:
-                out[r.twin] = STANDARD
-    return out
 
 
 def gpus_of(info: JobInfo | None) -> int:

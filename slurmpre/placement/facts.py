@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slurmpre import defaults
 from slurmpre.folder.records import (
     Checkpoint,
     Claimed,
+    End,
     Notice,
     Placed,
     Record,
@@ -145,3 +147,50 @@ def _fallback_after(goals: Goals) -> int | None:
     run that may move (it moves rather than give up)."""
     found = [n for n in (goals.fallback_after, goals.max_preemptions) if n is not None]
     return min(found) if found and goals.may_move else goals.fallback_after
+
+
+def node_seconds(records: Sequence[Record], now: float) -> dict[str, float]:
+    """Node-seconds the run's attempts held, by the kind of node they trained on (an
+    attempt without an end holds its nodes until ``now``, or the next one's start)."""
+    on = PREEMPTIBLE
+    held = {PREEMPTIBLE: 0.0, STANDARD: 0.0}
+    starts = [r for r in records if isinstance(r, Start) and r.time is not None]
+    ends = {(r.job, r.attempt_id): r.time for r in records if isinstance(r, End)}
+    kinds = kinds_by_job(records)
+    for i, start in enumerate(starts):
+        until = ends.get((start.job, start.attempt_id))
+        if until is None:
+            until = starts[i + 1].time if i + 1 < len(starts) else now
+        on = kinds.get(start.job, on)
+        held[on] += max(0.0, (until or now) - (start.time or now)) * len(start.nodes)
+    return held
+
+
+def kinds_by_job(records: Sequence[Record]) -> dict[str, str]:
+    """Each successor's kind, by its predecessor's decision (a twin: standard)."""
+    first: dict[tuple[str, object], str] = {}
+    for r in records:
+        if isinstance(r, Successor):
+            first.setdefault((r.job, r.attempt_id), r.successor)
+    out: dict[str, str] = {}
+    for r in records:
+        if isinstance(r, Placed) and (r.job, r.attempt_id) in first:
+            out[first[(r.job, r.attempt_id)]] = PREEMPTIBLE if r.twin else r.where
+            if r.twin:
+                out[r.twin] = STANDARD
+    return out
+
+
+def cost(
+    records: Sequence[Record],
+    now: float,
+    *,
+    gpus_per_node: int,
+    price: float = defaults.ON_DEMAND_PRICE,
+    discount: float = defaults.PREEMPTIBLE_DISCOUNT,
+) -> float:
+    """What the run has cost so far: each node-hour at its kind's price (``price`` per
+    GPU-hour on demand, per node-hour for nodes without GPUs)."""
+    held = node_seconds(records, now)
+    per_node_s = price * max(gpus_per_node, 1) / 3600
+    return per_node_s * (held[PREEMPTIBLE] * (1 - discount) + held[STANDARD])

@@ -152,3 +152,29 @@ def test_node_0_gives_up_before_it_chooses(tmp_path: Path) -> None:
 def test_the_wrapper_checks_its_limits_range() -> None:
     with pytest.raises(Exception, match=r"--max-restarts must be from 0 to 100000, got -1"):
         parse_args(["--checkpoint-dir", "/c", "--max-restarts", "-1", "--", "python"])
+
+
+def test_a_run_that_has_spent_its_budget_does_not_start_again() -> None:
+    """Two node-hours on preemptible nodes of 8 GPUs at $2 per GPU-hour, half price: $16;
+    then one on a standard node: $16 more."""
+    from slurmpre.job.start.limits import over_budget
+    from slurmpre.placement.facts import cost
+
+    t = 1_000_000.0
+    recs = typed([
+        {"event": "start", "job": "1", "attempt": 0, "nodes": ["p1", "p2"], "step": 0, "time": t},
+        {"event": "end", "job": "1", "attempt": 0, "exit_code": 0, "seconds": 3600.0,
+         "time": t + 3600},
+        {"event": "successor", "job": "1", "attempt": 0, "successor": "2", "excluded": [],
+         "why": "x", "submitted_at": t + 3600, "time": t + 3600},
+        {"event": "placed", "job": "1", "attempt": 0, "where": "standard", "why": "x",
+         "decided_at": t + 3600, "time": t + 3600},
+        {"event": "start", "job": "2", "attempt": 0, "nodes": ["s1"], "step": 9,
+         "time": t + 3600},
+    ])  # fmt: skip
+    assert cost(recs[:2], t + 3600, gpus_per_node=8) == pytest.approx(16.0)
+    assert cost(recs, t + 7200, gpus_per_node=8) == pytest.approx(32.0)
+    assert over_budget(recs, t + 7200, None, 8) is None
+    assert over_budget(recs, t + 7200, 40.0, 8) is None
+    why = over_budget(recs, t + 7200, 30.0, 8)
+    assert why == "the run has cost 32.00 (its node-hours at their prices), max_cost = 30"

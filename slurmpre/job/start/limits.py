@@ -10,7 +10,9 @@ before it chooses a checkpoint. The run gives up when
   budget, or
 - its last ``max_stalled`` attempts committed no checkpoint: it cannot progress (a bad
   node image, a checkpoint that fails to load, a data error that shows only after a
-  resume); restarting again would spend money on the same failure.
+  resume); restarting again would spend money on the same failure, or
+- it has cost ``max_cost`` already (`placement.facts.cost`: each node-hour at its kind's
+  price): a restart would spend past the budget.
 
 Giving up is recorded in the ledger (`GaveUp`, its reason on one line), the job is made
 non-requeueable, and the attempt ends with exit 1, so Slurm does not start it again.
@@ -30,6 +32,7 @@ from slurmpre.folder.records import (
     Start,
     Successor,
 )
+from slurmpre.placement.facts import cost
 
 
 def run_jobs(records: Sequence[Record], job: str) -> list[str]:
@@ -141,3 +144,15 @@ def give_up_why(
             f"{max_stalled}): the job cannot progress; see their logs"
         )
     return None
+
+
+def over_budget(
+    records: Sequence[Record], now: float, max_cost: float | None, gpus: int
+) -> str | None:
+    """Why the run may not start another attempt: its cost so far reached ``max_cost``."""
+    if max_cost is None:
+        return None
+    spent = cost(records, now, gpus_per_node=gpus)
+    if spent < max_cost:
+        return None
+    return f"the run has cost {spent:.2f} (its node-hours at their prices), max_cost = {max_cost:g}"

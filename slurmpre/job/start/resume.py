@@ -270,6 +270,10 @@ def _newest(at: AttemptContext) -> checkpoints.Checkpoint | None:
         at.opts.max_stalled_restarts,
         at.opts.watch.goals.max_preemptions,
     )
+    if why is None and at.job.run_restarts:
+        why = limits.over_budget(
+            at.ledger.records(), time.time(), at.opts.watch.goals.max_cost, at.job.gpus_on_node
+        )
     if why is not None:
         give_up(at, why)
     return ckpt
