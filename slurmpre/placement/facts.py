@@ -34,21 +34,41 @@ class Facts:
     restart_s: float  # hand-over (successor submitted) to the next attempt's start, mean
     preemptions: int  # drains seen, one per attempt
     on: str  # where the run trains: the last decision's, else preemptible
+    storm: int = 0  # the last attempts in a row preempted before they trained 2 restarts' time
 
 
 def read(records: Sequence[Record], *, start_kind: str = PREEMPTIBLE) -> Facts:
     """The facts of the run whose ledger holds ``records`` (one folder: one run)."""
     submits = [r.time for r in records if isinstance(r, Submitted) and r.time is not None]
+    restart_s = _restart_s(records)
     return Facts(
         first_submit=min(submits) if submits else None,
         steps_done=_steps_done(records),
         rate=_rate(records),
-        restart_s=_restart_s(records),
+        restart_s=restart_s,
         preemptions=len(
             {(r.job, r.attempt_id) for r in records if isinstance(r, Notice) and r.kind == "drain"}
         ),
         on=_on(records, start_kind),
+        storm=_storm(records, restart_s),
     )
+
+
+def _storm(records: Sequence[Record], restart_s: float) -> int:
+    """How many of the last attempts, in a row, a drain ended before they had trained
+    twice their restart's cost: preemptions faster than progress."""
+    starts = {(r.job, r.attempt_id): r.time for r in records if isinstance(r, Start)}
+    drained = [
+        (r.seen_at, starts.get((r.job, r.attempt_id)))
+        for r in records
+        if isinstance(r, Notice) and r.kind == "drain" and r.first
+    ]
+    count = 0
+    for seen, started in reversed(drained):
+        if started is None or seen - started >= 2 * restart_s:
+            break
+        count += 1
+    return count
 
 
 def _on(records: Sequence[Record], start_kind: str) -> str:
@@ -139,6 +159,7 @@ def situation(
         idle_preemptible=idle_preemptible,
         fallback_after=_fallback_after(goals),
         max_wait_s=goals.max_wait_s,
+        storm=facts.storm,
     )
 
 

@@ -33,6 +33,9 @@ KINDS = (PREEMPTIBLE, STANDARD)
 # What the run is doing when the question is asked.
 TRAINING = "training"
 WAITING = "waiting"  # for nodes: a pending successor or requeue, or a restart
+# Preemptions faster than progress this many times in a row: a run that may move goes to
+# standard nodes; one that may not waits before its next attempt (`backoff`).
+STORM = 3
 # Back to preemptible only this far ahead of the line, in restarts' worth of steps: a
 # move pays for itself before the run can fall behind again (no moving back and forth).
 HYSTERESIS = 1.0
@@ -75,6 +78,7 @@ class Situation:
     # Without a deadline (both also apply with one).
     fallback_after: int | None = None
     max_wait_s: float | None = None
+    storm: int = 0  # the last attempts in a row preempted before they trained 2 restarts
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ def decide(s: Situation) -> Decision:
 
     if s.fallback_after is not None and s.preemptions >= s.fallback_after:
         return say(STANDARD, f"{s.preemptions} preemptions: fallback_after = {s.fallback_after}")
+    moves = s.fallback_after is not None or s.max_wait_s is not None or s.deadline is not None
+    if s.on == PREEMPTIBLE and moves and s.storm >= STORM:
+        return say(STANDARD, f"{s.storm} preemptions in a row came faster than progress")
     if s.on == STANDARD and (room is None or expected is None):
         # Moved without a deadline (fallback_after or max_wait): it stays.
         return say(STANDARD, "on standard nodes, with no deadline that would move it back")
@@ -141,3 +148,12 @@ def decide(s: Situation) -> Decision:
     if s.idle_preemptible and ahead and room > 2 * guard + s.restart_s:
         return say(PREEMPTIBLE, f"preemptible nodes idle, ahead of the line, slack {room:.0f} s")
     return say(STANDARD, f"on standard nodes: slack {room:.0f} s, line {expected:.0f}")
+
+
+def backoff(storm: int) -> float:
+    """Seconds a run that may not move waits before its next attempt after ``storm``
+    preemptions in a row faster than progress: none below `STORM`, then 1, 2, 4 ... min,
+    at most 30."""
+    if storm < STORM:
+        return 0.0
+    return float(min(60.0 * 2 ** (storm - STORM), 1800.0))

@@ -180,3 +180,30 @@ def test_a_deadline_with_no_rate_yet_is_placed_once_the_notice_checkpoint_gives_
     assert placed["rate"] == pytest.approx(14 / 20, rel=0.1)
     got = json.loads(seen.read_text())
     assert got["argv"][-1].startswith("--begin=now+")
+
+
+def storm_of(n: int) -> list:
+    """A run preempted ``n`` times in a row, each attempt 30 s after its start."""
+    recs: list = [Submitted(job="1", name="tiny", time=T0)]
+    for i in range(n):
+        t = T0 + i * 200
+        recs += [
+            Start(job="1", attempt=i, nodes=("gpu-preemptible-dp-1",), step=i, time=t),
+            Notice(job="1", attempt=i, kind="drain", node="gpu-preemptible-dp-1", reason="x",
+                   seen_at=t + 30, first=True, step_at_notice=i + 1),
+        ]  # fmt: skip
+    return recs
+
+
+def test_preemptions_faster_than_progress_fall_back_or_back_off() -> None:
+    from slurmpre.job.handover.placing import held_back
+    from slurmpre.placement.facts import read
+
+    assert read(storm_of(2)).storm == 2 and read(storm_of(4)).storm == 4
+    assert held_back(Goals(), storm_of(2), now=T0) is None  # not yet a storm
+    waits = held_back(Goals(), storm_of(4), now=T0)
+    assert waits is not None and waits.args == ("--begin=now+120",)
+    assert "4 preemptions in a row came faster than progress" in waits.decision.why
+    moves = place(Goals(max_wait_s=3600), storm_of(3), CLUSTER, [], now=T0 + 700, needed=1)
+    assert moves is not None and moves.decision.where == STANDARD
+    assert "faster than progress" in moves.decision.why

@@ -28,6 +28,7 @@ from slurmpre.placement.policy import (
     Decision,
     Goals,
     Situation,
+    backoff,
     decide,
 )
 from slurmpre.slurm.parse import NodeInfo
@@ -89,6 +90,21 @@ def standard_args(nodes: Sequence[NodeInfo], exclude: Sequence[str]) -> tuple[st
     """sbatch options that keep a job off every preemptible node (see the module's text)."""
     names = sorted({*preemptible(nodes), *exclude})
     return ("--constraint=", f"--exclude={','.join(names)}") if names else ("--constraint=",)
+
+
+def held_back(goals: Goals, records: Sequence[Record], *, now: float) -> Placement | None:
+    """For a run that may not move: after preemptions faster than progress, the successor
+    waits (`policy.backoff`, ``sbatch --begin``) rather than thrash; None otherwise."""
+    facts = run_facts.read(records)
+    wait = backoff(facts.storm)
+    if not wait:
+        return None
+    why = (
+        f"{facts.storm} preemptions in a row came faster than progress: the successor "
+        f"waits {wait:.0f} s"
+    )
+    asked = run_facts.situation(goals, facts, now=now, doing=WAITING, idle_preemptible=False)
+    return Placement(Decision(PREEMPTIBLE, why), asked, (f"--begin=now+{round(wait)}",))
 
 
 def place(

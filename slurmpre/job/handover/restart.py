@@ -19,7 +19,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.handover.inplace import Plan, Request, plan, request_path, write_request
-from slurmpre.job.handover.placing import Placement, place
+from slurmpre.job.handover.placing import Placement, held_back, place
 from slurmpre.job.handover.slots import submit_slot
 from slurmpre.job.handover.successor import submit_successor
 from slurmpre.job.start.env import JobEnv
@@ -207,7 +207,7 @@ class Restarts:
         recorded script's own constraint). Slurm not answering keeps it there too."""
         goals = self.config.goals
         if not goals.may_move:
-            return None
+            return held_back(goals, self.log.records(), now=self.wall())
         try:
             nodes = self.client.nodes()
         except SlurmpreError as exc:
