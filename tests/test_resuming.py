@@ -183,6 +183,9 @@ class Submits(Jobs):
         self.scripts.append(script)
         return str(100 + len(self.scripts))
 
+    def config(self) -> dict[str, str]:
+        return {}  # no expedited requeue: `--requeue` as on 22.05
+
 
 def spec_in(tmp_path: Path, folder: Path) -> Path:
     return write_spec(
