@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -96,26 +97,17 @@ def plan(
     replayed over capacity traces drawn from the measured (or given) preemptions and waits.
     """
     if deadline is not None:
-        import random
-
         from slurmpre.login import forecast
 
-        chosen = seed if seed is not None else random.SystemRandom().randrange(2**32)
         asked = forecast.Asked(
             deadline=deadline, total_steps=total_steps, steps_done=steps_done, rate=rate,
             mtbf_s=mtbf, wait_s=wait_seconds, restart_s=restart_seconds,
             checkpoint_s=checkpoint_seconds, nodes=node_count, price=price, discount=discount,
-            traces=traces, seed=chosen,
+            traces=traces, seed=seed,
         )  # fmt: skip
-        found = forecast.forecast([folder_arg(f) for f in folders], asked)
-        if as_json:
-            click.echo(json_document("plan-deadline", {"seed": chosen, **found.as_dict()}))
-            return
-        click.echo(f"seed {chosen} (the same traces again: --seed {chosen})")
-        for line in forecast.lines(found):
-            click.echo(line)
+        _forecast(folders, asked, as_json)
         return
-    from slurmpre.login.plan import Given, inputs_from, lines, make_plan
+    from slurmpre.login.plan import Given
 
     given = Given(
         checkpoint_s=checkpoint_seconds,
@@ -127,6 +119,31 @@ def plan(
         price=price,
         discount=discount,
     )
+
+    _interval_plan(folders, given, as_json)
+
+
+def _forecast(folders: tuple[str, ...], asked: Any, as_json: bool) -> None:
+    """`plan --deadline`: the seed first (drawn when not given), then each policy."""
+    import dataclasses
+    import random
+
+    from slurmpre.login import forecast
+
+    if asked.seed is None:
+        asked = dataclasses.replace(asked, seed=random.SystemRandom().randrange(2**32))
+    found = forecast.forecast([folder_arg(f) for f in folders], asked)
+    if as_json:
+        click.echo(json_document("plan-deadline", {"seed": asked.seed, **found.as_dict()}))
+        return
+    click.echo(f"seed {asked.seed} (the same traces again: --seed {asked.seed})")
+    for line in forecast.lines(found):
+        click.echo(line)
+
+
+def _interval_plan(folders: tuple[str, ...], given: Any, as_json: bool) -> None:
+    """`plan`: the checkpoint interval, goodput and cost, from the ledgers and options."""
+    from slurmpre.login.plan import inputs_from, lines, make_plan
 
     def requeue_floor() -> int | None:
         from slurmpre.errors import CommandError

@@ -46,7 +46,7 @@ class Asked:
     price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour on demand
     discount: float = defaults.PREEMPTIBLE_DISCOUNT
     traces: int = 200
-    seed: int = 0
+    seed: int | None = None  # None: drawn (and said) by the caller
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> 
         checkpoint_s=ckpt,
         discount=asked.discount,
     )
-    runs = replay_all(scene, asked.traces, asked.seed)
+    runs = replay_all(scene, asked.traces, asked.seed or 0)
     price_node_s = asked.price * GPUS_PER_NODE / 3600
     results = {}
     for policy in POLICIES:
