@@ -20,9 +20,8 @@ from typing import Any
 
 from slurmpre import defaults
 from slurmpre.errors import UsageError
-from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Record, Start
-from slurmpre.login.plan import measure
+from slurmpre.login.plan import Sources, ledgers, measure
 from slurmpre.placement import deadline as deadlines
 from slurmpre.placement import facts as run_facts
 from slurmpre.placement.replay import POLICIES, Scene, replay_all
@@ -74,22 +73,14 @@ class Forecast:
 
 def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> Forecast:
     now = time.time() if now is None else now
-    records = _records(folders)
+    records = ledgers(folders)
     facts = run_facts.read(records)
     when = deadlines.parse(asked.deadline, first_submit=facts.first_submit or now, key="--deadline")
     if when <= now:
         raise UsageError(f"--deadline {asked.deadline!r}: already past")
     seen = measure(records)
-    sources: list[str] = []
-
-    def pick(value: float | None, measured: float | None, flag: str, what: str) -> float:
-        if value is not None:
-            return value
-        if measured is None:
-            where = "in the ledger(s)" if folders else "(no checkpoint folder given)"
-            raise UsageError(f"no {what} measured {where}: give {flag}")
-        sources.append(f"{what} {measured:.4g}")
-        return measured
+    found = Sources(bool(folders))
+    pick = found.pick
 
     total = pick(asked.total_steps, None, "--total-steps", "total steps")
     done = asked.steps_done if asked.steps_done is not None else facts.steps_done
@@ -124,7 +115,7 @@ def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> 
             "finish_s": median,
             "moves": statistics.mean(o.moves for o in outs),
         }
-    return Forecast(scene, nodes, price_node_s, tuple(sources), results)
+    return Forecast(scene, nodes, price_node_s, tuple(found.lines), results)
 
 
 def lines(f: Forecast) -> list[str]:
@@ -143,16 +134,6 @@ def lines(f: Forecast) -> list[str]:
         "fallback is what a job with this deadline does (docs/deadlines.md); cost at "
         f"{f.price_node_s * 3600:.2f} a standard node-hour"
     )
-    return out
-
-
-def _records(folders: list[Path]) -> list[Record]:
-    out: list[Record] = []
-    for folder in folders:
-        ledger = Ledger(folder, view=True)
-        if not ledger.path.is_file():
-            raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
-        out += ledger.records()
     return out
 
 

@@ -191,6 +191,36 @@ def measure(records: list[Record]) -> Measured:
     )
 
 
+def ledgers(folders: list[Path]) -> list[Record]:
+    """Every record of the ledgers of these checkpoint folders; one line naming a folder
+    that has none."""
+    records: list[Record] = []
+    for folder in folders:
+        ledger = Ledger(folder, view=True)
+        if not ledger.path.is_file():
+            raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
+        records += ledger.records()
+    return records
+
+
+class Sources:
+    """Each input of a plan: the option's value, else what the ledgers measured (said in
+    `lines`), else one line asking for the option."""
+
+    def __init__(self, from_folders: bool, *, unit: str = "") -> None:
+        self.from_folders, self.unit = from_folders, unit
+        self.lines: list[str] = []
+
+    def pick(self, value: float | None, measured: float | None, flag: str, what: str) -> float:
+        if value is not None:
+            return value
+        if measured is None:
+            where = "in the ledger(s)" if self.from_folders else "(no checkpoint folder given)"
+            raise UsageError(f"no {what} measured {where}: give {flag}")
+        self.lines.append(f"{what} {measured:.4g}{self.unit}")
+        return measured
+
+
 @dataclass(frozen=True)
 class Given:
     """What the user gave on the command line (None: measure it, or take the default)."""
@@ -216,23 +246,10 @@ def inputs_from(
     With no restart measured there, the restarts the user's other jobs measured
     (``history``: their checkpoint folders), else the running Slurm's requeue floor
     (``requeue_floor``; None: it does not answer)."""
-    records: list[Record] = []
-    for folder in folders:
-        ledger = Ledger(folder, view=True)
-        if not ledger.path.is_file():
-            raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
-        records += ledger.records()
+    records = ledgers(folders)
     seen = measure(records)
-    sources: list[str] = []
-
-    def pick(value: float | None, measured: float | None, flag: str, what: str) -> float:
-        if value is not None:
-            return value
-        if measured is None:
-            where = "in the ledger(s)" if folders else "(no checkpoint folder given)"
-            raise UsageError(f"no {what} measured {where}: give {flag}")
-        sources.append(f"{what} {measured:.4g} s")
-        return measured
+    found = Sources(bool(folders), unit=" s")
+    pick, sources = found.pick, found.lines
 
     def default(value: float | None, fallback: float) -> float:
         return fallback if value is None else value

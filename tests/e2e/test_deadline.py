@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 STEPS = 60
 TRAIN = """\
-import json, sys, time
+import json, os, sys, time
 import slurmpre
 
 log = sys.argv[1]
@@ -35,10 +35,12 @@ for step in range(start, {steps}):
         with slurmpre.checkpoint(step) as path:
             (path / "step").write_text(str(step))
         break
+    if {every} and step and step % {every} == 0 and step != start:
+        with slurmpre.checkpoint(step) as path:  # periodic: the ledger sees the progress
+            (path / "step").write_text(str(step))
     time.sleep(0.5)
     with open(log, "a") as f:
-        f.write(json.dumps({{"step": step, "node": __import__("os").environ["SLURMD_NODENAME"]}})
-                + "\\n")
+        f.write(json.dumps({{"step": step, "node": os.environ["SLURMD_NODENAME"]}}) + "\\n")
 """
 
 
@@ -48,7 +50,7 @@ def run_scene(sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str]) -> l
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     train = tmp_path / "train.py"
-    train.write_text(TRAIN.format(steps=STEPS))
+    train.write_text(TRAIN.format(steps=STEPS, every=0))
     steps = tmp_path / "steps.jsonl"
     spec = write_spec(
         tmp_path, name, [sys.executable, str(train), str(steps)],
@@ -108,26 +110,6 @@ def test_without_a_deadline_fallback_after_moves_the_run_at_the_hand_over(
 
 
 RETURN_STEPS = 200
-RETURN_TRAIN = """\
-import json, os, sys, time
-import slurmpre
-
-log = sys.argv[1]
-start = 0
-if slurmpre.resume_path() is not None:
-    start = slurmpre.resume_step()
-for step in range(start, {steps}):
-    if slurmpre.preemption_requested():
-        with slurmpre.checkpoint(step) as path:
-            (path / "step").write_text(str(step))
-        break
-    if step and step % 10 == 0 and step != start:
-        with slurmpre.checkpoint(step) as path:  # periodic: the ledger sees the progress
-            (path / "step").write_text(str(step))
-    time.sleep(0.5)
-    with open(log, "a") as f:
-        f.write(json.dumps({{"step": step, "node": os.environ["SLURMD_NODENAME"]}}) + "\\n")
-"""
 
 
 def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_return(
@@ -139,7 +121,7 @@ def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_retur
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     train = tmp_path / "train.py"
-    train.write_text(RETURN_TRAIN.format(steps=RETURN_STEPS))
+    train.write_text(TRAIN.format(steps=RETURN_STEPS, every=10))
     steps = tmp_path / "steps.jsonl"
     spec = write_spec(
         tmp_path, "back", [sys.executable, str(train), str(steps)],
