@@ -44,34 +44,48 @@ for step in range(start, {steps}):
 """
 
 
-def run_scene(sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str]) -> list[dict]:
-    """Submit, let it train, take every preemptible node away, wait for the run to end;
-    the steps it trained (and where), in order."""
+def take_capacity_away(
+    sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str], *, steps: int, every: int = 0
+) -> tuple[CommandLineSlurm, Path, Preemption]:
+    """Submit a run of ``steps`` steps, let it train, then preempt its node the provider's
+    way with the other preemptible node drained: no preemptible capacity is left. The
+    steps file and the preemption under way."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     train = tmp_path / "train.py"
-    train.write_text(TRAIN.format(steps=STEPS, every=0))
-    steps = tmp_path / "steps.jsonl"
+    train.write_text(TRAIN.format(steps=steps, every=every))
+    log = tmp_path / "steps.jsonl"
     spec = write_spec(
-        tmp_path, name, [sys.executable, str(train), str(steps)],
+        tmp_path, name, [sys.executable, str(train), str(log)],
         ['launcher = "plain"', 'restart = "successor"', "poll_interval = 1",
-         f"total_steps = {STEPS}", *keys],
+         f"total_steps = {steps}", *keys],
         nodes="1",
     )  # fmt: skip
     first = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
-    wait_for("ten steps", lambda: len(jsonl(steps)) >= 10, timeout=120)
+    wait_for("ten steps", lambda: len(jsonl(log)) >= 10, timeout=120)
     (victim,) = slurm.job(first).nodes
     other = next(n for n in PREEMPTIBLE if n != victim)
     slurm.update_node(other, state="DRAIN", reason="capacity gone")  # no capacity left
     preemption = Preemption(sandbox, PreemptPlan(victim, window=20, once_empty=True))
     preemption.start()
+    return slurm, log, preemption
+
+
+def finished(log: Path, steps: int) -> bool:
+    done = jsonl(log)
+    return bool(done) and done[-1]["step"] == steps - 1
+
+
+def run_scene(sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str]) -> list[dict]:
+    """No preemptible capacity from the first notice to the end; the steps it trained
+    (and where), in order."""
+    slurm, log, preemption = take_capacity_away(sandbox, tmp_path, name, keys, steps=STEPS)
     try:
-        wait_for("the run to finish", lambda: len(jsonl(steps)) and
-                 jsonl(steps)[-1]["step"] == STEPS - 1, timeout=420)  # fmt: skip
+        wait_for("the run to finish", lambda: finished(log, STEPS), timeout=420)
         preemption.finish()
     finally:
         restore_all(sandbox, slurm)
-    return jsonl(steps)
+    return jsonl(log)
 
 
 def test_a_deadline_moves_a_run_with_no_capacity_to_standard_nodes_in_time(
@@ -118,24 +132,10 @@ def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_retur
     """Preempted with no capacity left, the run waits `max_wait`, then its twin trains on
     the standard node; the preemptible nodes return, and with the deadline far, the
     watcher's placement notice hands the run back to them."""
-    slurm = CommandLineSlurm()
-    wait_preemptible_idle(slurm)
-    train = tmp_path / "train.py"
-    train.write_text(TRAIN.format(steps=RETURN_STEPS, every=10))
-    steps = tmp_path / "steps.jsonl"
-    spec = write_spec(
-        tmp_path, "back", [sys.executable, str(train), str(steps)],
-        ['launcher = "plain"', 'restart = "successor"', "poll_interval = 1",
-         f"total_steps = {RETURN_STEPS}", 'deadline = "20m"', 'max_wait = "20s"'],
-        nodes="1",
+    slurm, steps, preemption = take_capacity_away(
+        sandbox, tmp_path, "back", ['deadline = "20m"', 'max_wait = "20s"'],
+        steps=RETURN_STEPS, every=10,
     )  # fmt: skip
-    first = slurmpre_cli("submit", str(spec), check=True).stdout.strip()
-    wait_for("ten steps", lambda: len(jsonl(steps)) >= 10, timeout=120)
-    (victim,) = slurm.job(first).nodes
-    other = next(n for n in PREEMPTIBLE if n != victim)
-    slurm.update_node(other, state="DRAIN", reason="capacity gone")
-    preemption = Preemption(sandbox, PreemptPlan(victim, window=20, once_empty=True))
-    preemption.start()
     try:
         wait_for(
             "training on the standard node",
@@ -144,8 +144,7 @@ def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_retur
         )
         preemption.finish()
         restore_all(sandbox, slurm)  # capacity returns
-        wait_for("the run to finish", lambda: len(jsonl(steps)) and
-                 jsonl(steps)[-1]["step"] == RETURN_STEPS - 1, timeout=420)  # fmt: skip
+        wait_for("the run to finish", lambda: finished(steps, RETURN_STEPS), timeout=420)
     finally:
         restore_all(sandbox, slurm)
     where = logs(tmp_path)[-4000:]
