@@ -119,7 +119,8 @@ def sandbox() -> Iterator[Sandbox]:
     """The real local Slurm cluster, brought up once per test session (as root)."""
     if os.geteuid() != 0:
         pytest.fail("the integration tests need root to run the Slurm sandbox")
-    slurmpre_cli("sandbox", "up", check=True)
+    stock = os.environ.get("STOCK_OK") == "1"
+    slurmpre_cli("sandbox", "up", *(["--stock-timings"] if stock else []), check=True)
     box = Sandbox(DEFAULT_STATE_DIR)
     box.current()
     box.use()  # its Slurm commands (a root's, on the default 26.05) first on PATH
@@ -127,7 +128,7 @@ def sandbox() -> Iterator[Sandbox]:
     # can start about 6 s after its requeue); on stock timings each requeue costs
     # at least 121 s (cred_expire=120), which bench/drill.py --stock-timings measures.
     # STOCK_OK=1 runs tests that never requeue (the successor's) on a stock sandbox.
-    if box.current().timings != "tuned" and os.environ.get("STOCK_OK") != "1":
+    if box.current().timings != "tuned" and not stock:
         pytest.fail(
             "the integration tests assume the sandbox's tuned timings: run it without "
             "--stock-timings (slurmpre sandbox down; slurmpre sandbox up)"
