@@ -103,10 +103,6 @@ def output_pattern(spec: JobSpec) -> str:
     return f"{_slurm_pattern_escape(spec.log_dir)}/{name}"
 
 
-def log_path(spec: JobSpec, job_id: str) -> Path:
-    return LogLayout(Path(spec.log_dir), spec.name).job_log(job_id)
-
-
 # Each attempt's own log, as the batch script names it from its variables.
 ATTEMPT_LOG = LogLayout.ATTEMPT.format(
     name=f"${environment.JOB_NAME}", job="$slurmpre_job_tag", attempt="$slurmpre_attempt"

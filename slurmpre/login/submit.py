@@ -17,12 +17,12 @@ from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import access, records
 from slurmpre.folder import script as script_file
 from slurmpre.folder.access import Access, make_dirs
-from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.layout import FolderLayout, LogLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.locks import FolderLock, LockTimeout
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.login import code, jobs, progress, resuming
-from slurmpre.login.render import log_path, render
+from slurmpre.login.render import render
 from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
 from slurmpre.placement import deadline
@@ -202,7 +202,7 @@ def _submit(
     except SlurmpreError as exc:
         print(f"slurmpre: {exc} (status and logs will need --checkpoint-dir)", file=sys.stderr)
     tag = f"{job_id}_*" if spec.is_array else job_id
-    return Submitted(job_id, copy, log_path(spec, tag))
+    return Submitted(job_id, copy, LogLayout(Path(spec.log_dir), spec.name).job_log(tag))
 
 
 def expedites(client: SlurmClient) -> bool:
