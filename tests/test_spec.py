@@ -500,3 +500,40 @@ def test_accelerates_own_reader_refuses_what_it_would_refuse_on_every_node(
     bad.write_text("distributed_type: MULTI_GPU\ngradient_accumulation_steps: 3\n")
     with pytest.raises(UsageError, match=r"accelerate cannot read it \(ValueError: .*unknown keys"):
         check_python(sys.executable, accelerate_config=str(bad))
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [({"deadline": "soon", "total_steps": 10}, "deadline = 'soon'"),
+     ({"deadline": "8h"}, "deadline = '8h': needs total_steps"),
+     ({"deadline": "8h", "total_steps": 10, "restart": "requeue"}, "needs restart = 'successor'"),
+     ({"fallback_after": 0}, "fallback_after = 0"),
+     ({"max_wait": "soon"}, "max_wait = 'soon'"),
+     ({"max_wait": "0s"}, "max_wait = '0s'"),
+     ({"max_cost": "lots"}, "max_cost = 'lots'"),
+     ({"max_cost": -1}, "max_cost = -1"),
+     ({"max_preemptions": -1}, "max_preemptions = -1"),
+     ({"total_steps": 0}, "total_steps = 0")],
+)  # fmt: skip
+def test_the_runs_bounds_are_checked_one_line_each(raw: dict[str, object], named: str) -> None:
+    from slurmpre.login.spec import validate
+
+    with pytest.raises(UsageError) as err:
+        validate({"name": "x", "command": ["python", "t.py"], **raw}, user="alice")
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_runs_bounds_read_as_a_user_writes_them() -> None:
+    from slurmpre.login.spec import validate
+
+    spec = validate(
+        {"name": "x", "command": ["python", "t.py"], "deadline": "2026-12-10T18:00+01:00",
+         "total_steps": 1000, "max_wait": "30m", "max_cost": 500, "fallback_after": 3,
+         "max_preemptions": 40},
+        user="alice",
+    )  # fmt: skip
+    assert (spec.deadline, spec.total_steps, spec.max_wait, spec.max_cost) == (
+        "2026-12-10T18:00+01:00", 1000, 1800.0, 500.0
+    )  # fmt: skip
+    assert (spec.fallback_after, spec.max_preemptions) == (3, 40)
+    assert validate({"name": "x", "command": ["a"], "max_wait": 90}, user="a").max_wait == 90.0

@@ -23,12 +23,16 @@ def deadline(key: str, value: object) -> str:
 
 
 def duration(key: str, value: object) -> float:
-    """Seconds: a number, or a duration such as ``"30m"``, ``"2h"``, ``"1d"``."""
+    """Seconds: a number, or a duration such as ``"30m"``, ``"2h"``, ``"1d"`` (an error
+    names the value as written)."""
     if isinstance(value, str) and not re.fullmatch(r"\s*[\d.]+\s*", value):
         found = placement_deadline.duration(value)
         if found is None:
             raise bad(key, value, "must be seconds or a duration such as 30m, 2h or 1d")
-        value = found
+        why = defaults.in_range(key, found)
+        if why is not None:
+            raise bad(key, value, f"{why} seconds")
+        return found
     return seconds(key, value)
 
 
