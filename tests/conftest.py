@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import pytest
 from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm
 
 DATA = Path(__file__).parent / "data"
@@ -154,11 +155,19 @@ PREEMPTIBLE = ["gpu-preemptible-dp-1", "gpu-preemptible-dp-2"]
 
 
 def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
-    wait_for(
-        "both preemptible nodes idle",
-        lambda: all(n.state == "IDLE" and not n.flags for n in slurm.nodes(PREEMPTIBLE)),
-        timeout=120,
-    )
+    """Both preemptible nodes idle, and no job of an earlier test waiting to take them
+    (one left pending would start between this check and the next submission)."""
+
+    def ready() -> bool:
+        waiting = [
+            j for j in slurm.jobs()
+            if j.state == states.PENDING
+            and j.reason not in ("JobHeldUser", "JobHeldAdmin", "BeginTime")
+        ]  # fmt: skip
+        nodes = slurm.nodes(PREEMPTIBLE)
+        return not waiting and all(n.state == "IDLE" and not n.flags for n in nodes)
+
+    wait_for("both preemptible nodes idle, and no job waiting for them", ready, timeout=180)
 
 
 def set_tracking(tracking: str) -> None:
