@@ -17,6 +17,7 @@ CHECKPOINT_DIR = "SLURMPRE_CHECKPOINT_DIR"
 LOG_DIR = "SLURMPRE_LOG_DIR"
 CODE = "SLURMPRE_CODE"  # the code the job runs, as `slurmpre submit` found it
 CODE_DIR = "SLURMPRE_CODE_DIR"  # set when every attempt runs from a snapshot
+EXPEDITED = "SLURMPRE_EXPEDITED"  # "1": the job's requeue asked --requeue=expedite
 # Set by the batch script's supervisor of steps (`slurmpre.job.handover.steps`) for each step.
 IN_PLACE = "SLURMPRE_IN_PLACE"
 BATCH_HOST = "SLURMPRE_BATCH_HOST"

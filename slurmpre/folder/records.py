@@ -123,6 +123,10 @@ class Requeued(AttemptRecord):
     EVENT: ClassVar[str] = "requeued"
     why: str | None
     requeued_at: float
+    # --requeue=expedite on a cluster that allows it (no floor): True; else left out.
+    expedited: bool | None = None
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "expedited"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

@@ -137,7 +137,10 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
     notices = [r for r in recs if isinstance(r, Notice)]
     kind = notices[0].kind if notices else None
     if requeued:
-        return "time limit -> requeue" if kind == "time-limit" else "notice -> requeue"
+        how = "requeue (expedited)" if any(
+            isinstance(r, Requeued) and r.expedited for r in recs
+        ) else "requeue"  # fmt: skip
+        return f"time limit -> {how}" if kind == "time-limit" else f"notice -> {how}"
     if any(isinstance(r, InPlace) for r in recs):
         return "notice -> in place"
     if end is None:

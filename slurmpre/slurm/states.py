@@ -15,6 +15,9 @@ OUT_OF_MEMORY = "OUT_OF_MEMORY"
 BOOT_FAIL = "BOOT_FAIL"
 DEADLINE = "DEADLINE"
 PREEMPTED = "PREEMPTED"
+# 25.11+: a job requeued with --requeue=expedite, waiting to start again at once.
+EXPEDITING = "EXPEDITING"
+WAITING = frozenset({PENDING, EXPEDITING})  # queued, to run (again)
 
 # A finished job holds nothing and will not run again; one holding nodes is billed for them.
 FINISHED = frozenset({

@@ -573,3 +573,27 @@ def test_a_notice_while_the_attempt_is_still_starting_requeues_at_once(tmp_path:
     assert requeued["why"] == STILL_STARTING
     # At the first look after the drain (an interval of 5 s, +- 20 %), not at the deadline.
     assert requeued["requeued_at"] - EPOCH <= 3.0 + 5 * 1.2 + 0.5  # type: ignore[operator]
+
+
+def test_an_expedited_requeue_has_no_floor_and_the_ledger_says_so(tmp_path: Path) -> None:
+    """On 26.05 with enable_expedited_requeue a `--requeue=expedite` job runs again about 2 s
+    after `scontrol requeue` (measured on the sandbox, stock timings): the notice expects no
+    floor, the requeue is recorded as expedited, and status says so."""
+    from slurmpre.login.status import job_status
+
+    h = Harness(tmp_path, env={"SLURMPRE_EXPEDITED": "1"})
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))
+    h.run()
+    assert h.record("notice")["requeue_floor_s"] == 0
+    assert h.record("requeued")["expedited"] is True
+    assert any("requeued job 42 (after the just-in-time checkpoint) (expedited: no floor)" in s
+               for s in h.said)  # fmt: skip
+    st = job_status("42", "x", str(tmp_path), h.ledger.records(), None, now=EPOCH + 60)
+    assert st.attempts[0].ended == "notice -> requeue (expedited)"
+    plain = Harness(tmp_path / "plain")
+    plain.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    plain.at(20.0, lambda: plain.commit(14))
+    plain.run()
+    assert plain.record("notice")["requeue_floor_s"] == 31  # cred_expire + 1
+    assert "expedited" not in plain.record("requeued")

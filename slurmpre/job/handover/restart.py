@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from slurmpre import environment
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout
@@ -75,8 +76,16 @@ class Restarts:
             enabled=self.config.in_place,
         )
 
+    @property
+    def expedited(self) -> bool:
+        """The job asked for an expedited requeue, which the cluster allows (`render`)."""
+        return self.env.get(environment.EXPEDITED) == "1"
+
     def floor(self) -> int | None:
-        """Slurm's requeue floor (``cred_expire + 1``), when its configuration answers."""
+        """Slurm's requeue floor (``cred_expire + 1``), when its configuration answers;
+        none for an expedited requeue (measured on 26.05: running again in 2 s)."""
+        if self.expedited:
+            return 0
         try:
             return requeue_floor(self.client.config())
         except SlurmpreError as exc:
@@ -128,8 +137,10 @@ class Restarts:
         except SlurmpreError as exc:
             self.say(f"requeue failed, retrying: {_first(exc)}")
             return None
-        self.say(f"requeued job {self.job.job_id} ({why})")
-        self.log.add(records.Requeued, why=why, requeued_at=self.wall())
+        fast = " (expedited: no floor)" if self.expedited else ""
+        self.say(f"requeued job {self.job.job_id} ({why}){fast}")
+        expedited = True if self.expedited else None
+        self.log.add(records.Requeued, why=why, requeued_at=self.wall(), expedited=expedited)
         return Done(Action.REQUEUE, requeued=True)
 
     def _submitted_in(self) -> Path:

@@ -121,7 +121,7 @@ def wait_for_predecessor(
         if info is not None and info.finished:
             say(f"job {predecessor} has ended ({info.state}): taking over")
             return
-        if info is not None and info.state == states.PENDING:
+        if info is not None and info.state in states.WAITING:
             # Requeued by hand after the hand-over: the attempt that trained has ended,
             # and the next one will not train (it finds its hand-over in the ledger).
             say(f"job {predecessor} was requeued after its hand-over: taking over")
