@@ -11,7 +11,7 @@ floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -180,11 +180,9 @@ class Restarts:
             # as the script says, and where the run goes on is decided once the notice
             # checkpoint gives the rate (`place_late`).
             self.late, placed = exclude, None
+        layout = FolderLayout(self._submitted_in())
         try:
-            with submit_slot(self.env):
-                layout = FolderLayout(self._submitted_in())
-                extra = placed.args if placed is not None else ()
-                submitted = submit_successor(layout, self.job, exclude, env=self.env, extra=extra)
+            successor = self._submit(layout, exclude, placed.args if placed is not None else ())
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True
@@ -193,10 +191,6 @@ class Restarts:
             except SlurmpreError as again:
                 self.say(f"cannot make this job requeueable again ({_first(again)})")
             return None
-        # An array task's successor is that task of a new array job: named as its records
-        # will name it (``125_3``), so the chain reads through.
-        task = self.job.array_task_id
-        successor = f"{submitted}_{task}" if task else submitted
         self.successor = successor
         where = f", not on {', '.join(exclude)}" if exclude else ""
         if placed is not None:
@@ -212,6 +206,15 @@ class Restarts:
         if placed is not None:  # after the successor's record: the first is the successor
             self._record_placement(placed, self._twin(placed, layout, exclude))
         return Done(Action.REQUEUE, successor=successor)
+
+    def _submit(self, layout: FolderLayout, exclude: list[str], extra: Sequence[str]) -> str:
+        """The recorded script as a job that takes over from this one, in turn with the
+        user's other submissions; its id. An array task's is that task of a new array job,
+        named as its records will name it (``125_3``), so the chain reads through."""
+        with submit_slot(self.env):
+            submitted = submit_successor(layout, self.job, exclude, env=self.env, extra=extra)
+        task = self.job.array_task_id
+        return f"{submitted}_{task}" if task else submitted
 
     def place(self, exclude: list[str]) -> Placement | None:
         """Where the successor trains, when the spec's goals may move it (else None: the
@@ -260,15 +263,10 @@ class Restarts:
         if placed.twin_at is None:
             return None
         try:
-            with submit_slot(self.env):
-                twin = submit_successor(
-                    layout, self.job, exclude, env=self.env, extra=placed.twin_args
-                )
+            twin = self._submit(layout, exclude, placed.twin_args)
         except SlurmpreError as exc:
             self.say(f"the standard-node twin was refused ({_first(exc)}): the successor waits")
             return None
-        task = self.job.array_task_id
-        twin = f"{twin}_{task}" if task else twin
         self.twin = twin
         self.log.add(
             records.Successor,
