@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurmpre.folder.ledger import Ledger
@@ -84,12 +85,13 @@ def test_a_run_whose_slack_is_spent_moves_even_with_preemptible_nodes_idle() -> 
     assert "one more preemption" in got.decision.why
 
 
-def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
-    tmp_path: Path,
-) -> None:
+def drained_at_step_14(tmp_path: Path, goals: Goals) -> tuple[Any, Path]:
+    """A job with these goals whose node 2 drains, every other node idle; its notice
+    checkpoint is step 14. The watcher harness after the hand-over, and what sbatch got."""
     h, seen = harness(tmp_path)
-    config = WatchConfig(restart="successor", goals=Goals(fallback_after=1))
-    h.watcher.restarts.config = config  # type: ignore[attr-defined]
+    h.watcher.restarts.config = WatchConfig(  # type: ignore[attr-defined]
+        restart="successor", goals=goals
+    )
     h.slurm.nodes = lambda names=(): (  # type: ignore[method-assign]
         [dataclasses.replace(n, flags=frozenset()) for n in CLUSTER] if not names else
         [node(n, "MIXED", drain=True) for n in names]
@@ -97,6 +99,13 @@ def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
     h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
     h.at(20.0, lambda: h.commit(14))
     h.run()
+    return h, seen
+
+
+def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
+    tmp_path: Path,
+) -> None:
+    h, seen = drained_at_step_14(tmp_path, Goals(fallback_after=1))
     got = json.loads(seen.read_text())
     assert got["argv"][-2:] == [
         "--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2"
@@ -107,17 +116,7 @@ def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
 
 
 def test_at_the_hand_over_max_wait_queues_a_held_twin_on_standard_nodes(tmp_path: Path) -> None:
-    h, seen = harness(tmp_path)
-    h.watcher.restarts.config = WatchConfig(  # type: ignore[attr-defined]
-        restart="successor", goals=Goals(max_wait_s=900)
-    )
-    h.slurm.nodes = lambda names=(): (  # type: ignore[method-assign]
-        [dataclasses.replace(n, flags=frozenset()) for n in CLUSTER] if not names else
-        [node(n, "MIXED", drain=True) for n in names]
-    )  # fmt: skip
-    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
-    h.at(20.0, lambda: h.commit(14))
-    h.run()
+    h, seen = drained_at_step_14(tmp_path, Goals(max_wait_s=900))
     got = json.loads(seen.read_text())  # the last sbatch: the twin
     assert got["argv"][-3:] == [
         "--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2", "--begin=now+900"
