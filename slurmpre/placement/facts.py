@@ -126,7 +126,8 @@ def _restart_s(records: Sequence[Record]) -> float:
         for r in records
         if isinstance(r, Successor) and r.successor in started
     ]
-    gaps = [g for g in gaps if g >= 0]
+    # Slurm may start a held job up to a second before its `--begin` (it rounds): none.
+    gaps = [max(0.0, g) for g in gaps]
     return sum(gaps) / len(gaps) if gaps else RESTART_S
 
 

@@ -60,3 +60,16 @@ def test_a_held_twin_restarts_from_its_hold_and_the_claim_says_where_the_run_is(
              Start(job="3", attempt=0, nodes=("s",), step=0, time=T + 93)]  # fmt: skip
     facts = read(recs)
     assert facts.on == "standard" and facts.restart_s == pytest.approx(3)
+
+
+def test_a_twin_started_a_moment_before_its_hold_ends_restarted_at_once() -> None:
+    """Slurm starts a held job as early as its --begin second allows: a start just before
+    the hold's end is a restart of 0 s, not a restart the ledger knows nothing of."""
+    recs = [
+        Successor(job="1", attempt=0, successor="3", excluded=(), why="twin", submitted_at=T,
+                  time=T),
+        Placed(job="1", attempt=0, where="preemptible", why="ahead", decided_at=T, twin="3",
+               twin_from=T + 30.4, time=T),
+        Start(job="3", attempt=0, nodes=("s",), step=0, time=T + 29.9),
+    ]  # fmt: skip
+    assert read(recs).restart_s == 0.0
