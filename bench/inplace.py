@@ -124,6 +124,7 @@ def main() -> int:
         timings = box.current().timings  # whatever runs: the restarts are what is checked
     else:
         timings = bring_up(box, DrillOptions(stock_timings=args.stock_timings), print)
+    box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     floor = requeue_floor(box.client.config())
     work = Path(tempfile.mkdtemp(prefix="bench-inplace-", dir="/var/lib/slurmpre"))
     work.chmod(0o755)

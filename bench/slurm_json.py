@@ -43,7 +43,8 @@ def main() -> int:
     given = [a for a in sys.argv[1:] if a != "--quick"]
     n = int(given[0]) if given else 3 if quick else 40
     box = Sandbox(DEFAULT_STATE_DIR)
-    box.current()  # the root's Slurm commands first on PATH
+    box.current()
+    box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     version = parse_version(
         subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout
     )

@@ -81,6 +81,7 @@ def main() -> int:
     repeat = int(given[1]) if len(given) > 1 else 2 if quick else 7
     box = Sandbox(DEFAULT_STATE_DIR)
     state = box.current()
+    box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     work = Path(tempfile.mkdtemp(prefix="bench-status-"))
     env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
     index = work / "state" / "slurmpre" / "jobs.jsonl"

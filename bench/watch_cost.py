@@ -132,6 +132,7 @@ def main() -> int:
     box = Sandbox()
     if box.load() is None:  # any running shape will do
         box.up()
+    box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     work = Path(tempfile.mkdtemp(prefix="slurmpre-watch-cost-"))
 
     with_watch = queries_per_minute(box, work, args.minutes, watch=True)
