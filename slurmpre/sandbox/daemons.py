@@ -105,13 +105,14 @@ def log_excerpt(log_dir: Path, lines: int = 12) -> str:
     return "\nlog lines that matter:\n" + "\n".join(picked[-lines:])
 
 
-def running() -> set[int]:
-    """The sandbox's daemons running (with no state, strays): a slurmd or slurmctld
-    started as the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf;
-    a slurmd with ``-N``, one of several on the host), on the host or in one of the
-    sandbox's Debian roots. A killed drill's or test run's helper can leave one
-    behind, holding a port the next sandbox needs. A system's own daemons (systemd
-    runs them without ``-f``) are not among them."""
+def running(node: str | None = None) -> set[int]:
+    """The sandbox's daemons running (with no state, strays), or only the slurmds of
+    ``node`` (whatever pid the state recorded for it): a slurmd or slurmctld started as
+    the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf; a slurmd with
+    ``-N``, one of several on the host), on the host or in one of the sandbox's Debian
+    roots. A killed drill's or test run's helper can leave one behind, holding a port
+    the next sandbox needs. A system's own daemons (systemd runs them without ``-f``)
+    are not among them."""
     conf = str(SLURM_ETC / "slurm.conf")
     roots = str(ROOTS_DIR).rstrip("/") + "/"
     found = set()
@@ -124,10 +125,18 @@ def running() -> set[int]:
             continue
         if Path(argv[0]).name == "slurmd" and "-N" not in flags:
             continue
+        if node is not None and _named(argv) != node:  # slurmctld has no -N
+            continue
         root = procs.root_of(pid)
         if root == "/" or (root is not None and root.startswith(roots)):
             found.add(pid)
     return found
+
+
+def _named(argv: list[str]) -> str | None:
+    """The node a slurmd runs as (``-N NAME``)."""
+    at = argv.index("-N") if "-N" in argv[:-1] else None
+    return None if at is None else argv[at + 1]
 
 
 def require_multiple_slurmd(env: dict[str, str]) -> None:

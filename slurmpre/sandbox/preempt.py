@@ -21,8 +21,8 @@ from pathlib import Path
 from slurmpre import defaults, procs
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
+from slurmpre.sandbox import daemons
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.daemons import spawn_detached
 
 DEFAULT_WINDOW = float(defaults.PREEMPT_WINDOW)
 DEFAULT_REASON = "preempted"
@@ -155,7 +155,7 @@ def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]
         argv.append("--no-mark-down")
     if plan.once_empty:
         argv.append("--once-empty")
-    pid = spawn_detached(argv, log)
+    pid = daemons.spawn_detached(argv, log)
     sandbox.add_helper(pid)
     return pid, log
 
@@ -169,24 +169,28 @@ def _jobs_on(sandbox: Sandbox, node: str) -> list[str]:
 def remove_node(sandbox: Sandbox, name: str) -> int:
     """Kill the node's slurmd and every job process it holds, at once.
 
-    Returns how many job processes died with it.
+    Returns how many job processes died with it. Every slurmd running as the node dies,
+    not only the one the state names: one it lost track of would bring the node back.
     """
     state = sandbox.current()
     cfg = state.config(sandbox.state_dir, sandbox.hostname)
-    slurmd = next((n.get("pid") for n in state.nodes if n["name"] == name), None)
+    recorded = next((n.get("pid") for n in state.nodes if n["name"] == name), None)
+    slurmds = daemons.running(name)
+    if recorded and procs.is_process_of(recorded, "slurmd"):
+        slurmds.add(recorded)
     steps = procs.holders_of_sockets_under(cfg.spool_dir(name))
-    victims = steps | procs.descendants(steps)
-    if slurmd and procs.is_process_of(slurmd, "slurmd"):
-        victims |= {slurmd} | procs.descendants([slurmd])
+    victims = steps | procs.descendants(steps) | slurmds | procs.descendants(slurmds)
     procs.kill_now(victims)
     sandbox.set_node_pid(name, None)
-    return len(victims - {slurmd})
+    return len(victims - slurmds)
 
 
 def restore_node(sandbox: Sandbox, name: str, timeout: float = 60.0) -> None:
-    """Start the node's slurmd again and put it back in service."""
+    """Start the node's slurmd again (unless one runs as it: a second would die on its
+    port, and the state would name the dead one) and put it back in service."""
     cfg = sandbox.config()
-    pid = sandbox.start_slurmd(cfg, name)
+    already = sorted(daemons.running(name))
+    pid = already[0] if already else sandbox.start_slurmd(cfg, name)
     sandbox.set_node_pid(name, pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -51,3 +51,18 @@ def test_the_sandboxs_daemons_are_found_by_how_it_starts_them_and_only_those(
     found = daemons.running()
     assert {node, ctld} <= found
     assert not {system_d, single, other_conf, not_slurm} & found
+
+
+def test_a_nodes_slurmds_are_found_whatever_pid_the_state_recorded(
+    spawn: list[subprocess.Popen[bytes]],
+) -> None:
+    """`sandbox preempt` kills every slurmd running as the node it removes (one the
+    state lost track of brought a removed node back), and a restore starts none beside one."""
+    first = named(spawn, "slurmd", "-D", "-N", "gpu-preemptible-dp-2", "-f", CONF)
+    second = named(spawn, "/usr/sbin/slurmd", "-D", "-N", "gpu-preemptible-dp-2", "-f", CONF)
+    other = named(spawn, "slurmd", "-D", "-N", "gpu-preemptible-dp-1", "-f", CONF)
+    ctld = named(spawn, "slurmctld", "-D", "-i", "-f", CONF)
+    assert {first, second} <= daemons.running("gpu-preemptible-dp-2")
+    assert not {other, ctld} & daemons.running("gpu-preemptible-dp-2")
+    assert other in daemons.running("gpu-preemptible-dp-1")
+    assert not daemons.running("gpu-dp-1") & {first, second, other, ctld}
