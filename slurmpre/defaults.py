@@ -24,6 +24,7 @@ DRILL_NODE_HOUR = 10.0
 # "successor" (a new job with the same script takes over: no such floor).
 RESTARTS = ("requeue", "successor")
 RESTART = "successor"
+GROW_SETTLE = 10.0  # seconds a preemptible node stays idle before a job grows onto it
 # A run stops restarting after this many restarts (a preemptible node a day is ~60 in a
 # two-month run), or after this many attempts in a row that committed no checkpoint.
 MAX_RESTARTS = 100
@@ -53,6 +54,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_preemptions": (0, 100_000),
     "max_wait": (1, 366 * 86_400),
     "max_cost": (0.01, 1e12),
+    "grow": (1, 100_000),  # the wrapper's --grow-to: a node count
+    "grow_settle": (0, 86_400),
+    "grow_min_gain": (1, 100_000),
 }
 
 PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes

@@ -274,3 +274,32 @@ def test_a_twin_that_took_over_is_the_runs_next_job_and_ran_on_standard_nodes() 
     st = job_status("10", "run", "/c", typed(recs), None, now=t + 700)
     assert st.chain == ["10", "12"]
     assert [(a.job, a.on) for a in st.attempts] == [("10", "preemptible"), ("12", "standard")]
+
+
+def test_a_grow_shows_from_how_many_nodes_to_how_many_and_the_job_that_took_over() -> None:
+    """Grow back (#36): job 10 on one node hands over to job 11 on two (its twin 12, held
+    in case the idle node was taken, was cancelled when 11 claimed the hand-over)."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = [
+        {"event": "start", "job": "10", "attempt": 0, "nodes": ["n0"], "num_nodes": 1,
+         "world_size": 1, "resume_from": None, "step": None, "time": t},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "11", "excluded": [],
+         "why": "growing from 1 to 2 nodes", "submitted_at": t + 50, "time": t + 50},
+        {"event": "successor", "job": "10", "attempt": 0, "successor": "12", "excluded": [],
+         "why": "the twin", "submitted_at": t + 50, "time": t + 50},
+        {"event": "notice", "job": "10", "attempt": 0, "kind": "grow", "node": None,
+         "reason": "growing from 1 to 2 nodes", "seen_at": t + 50, "first": True,
+         "nodes": 1, "grow_to": 2, "time": t + 50},
+        {"event": "checkpoint", "job": "10", "attempt": 0, "step": 40, "path": "/c",
+         "after_notice": True, "seconds": 1.0, "time": t + 55},
+        {"event": "end", "job": "10", "attempt": 0, "exit_code": 0, "seconds": 56.0,
+         "time": t + 56},
+        {"event": "claimed", "job": "11", "attempt": 0, "predecessor": "10", "time": t + 58},
+        {"event": "start", "job": "11", "attempt": 0, "nodes": ["n0", "n1"], "num_nodes": 2,
+         "world_size": 2, "resume_from": "/c/step-00000040", "step": 40, "time": t + 58},
+    ]  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, now=t + 100)
+    assert [a.job for a in st.attempts] == ["10", "11"]
+    assert st.attempts[0].ended == "grow 1 -> 2 nodes: job 11"
+    assert [len(a.nodes) for a in st.attempts] == [1, 2]
+    assert st.attempts[0].steps_lost == 0

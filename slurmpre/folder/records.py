@@ -54,11 +54,12 @@ class Start(AttemptRecord):
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Notice(AttemptRecord):
-    """The watcher saw a drain or the time-limit warning. The first notice of an attempt
-    also says what the watcher will do and by when (the keys after ``first``)."""
+    """The watcher saw a drain or the time-limit warning (or chose to move: back to
+    preemptible nodes, or grow onto idle ones). The first notice of an attempt also says
+    what the watcher will do and by when (the keys after ``first``)."""
 
     EVENT: ClassVar[str] = "notice"
-    kind: str  # "drain" or "time-limit"
+    kind: str  # "drain", "time-limit", "placement" or "grow"
     node: str | None
     reason: str | None
     seen_at: float
@@ -71,6 +72,8 @@ class Notice(AttemptRecord):
     restart_why: str | None = None
     requeue_floor_s: float | None = None
     expected_wait_s: dict[str, Any] | None = None
+    nodes: int | None = None  # a grow: the nodes it trained on ...
+    grow_to: int | None = None  # ... and its successor's
 
     _FIRST_ONLY: ClassVar[frozenset[str]] = frozenset(
         {
@@ -84,6 +87,7 @@ class Notice(AttemptRecord):
             "expected_wait_s",
         }
     )
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "nodes", "grow_to"})  # a grow's
 
     def _omitted(self) -> frozenset[str]:
         # The first notice writes its plan whole, nulls included; a repeated one has none.

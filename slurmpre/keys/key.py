@@ -20,16 +20,20 @@ class Key:
     flag: str | None = None  # the wrapper's option for it, when the job side needs it
     kind: str = ""  # the wrapper's type: seconds, count, text, switch or choice
     # When the batch script writes the option: always; set (not None); truthy; changed (not
-    # the default); off (a switch, when the key is false); elastic_min (a node range's MIN).
+    # the default); off (a switch, when the key is false); elastic_min (a node range's MIN);
+    # elastic_max (the MAX of the spec's node range, when the key is true and it is a range).
     writes: str = ""
     joined: bool = False  # --flag=value (a value may start with "-"), else --flag value
     help: str = ""  # the wrapper's --help line for it
     choices: tuple[str, ...] | None = None
 
-    def written(self, value: Any) -> list[str]:
-        """The wrapper's option for the spec's ``value``, as the batch script writes it."""
+    def written(self, value: Any, nodes: Any = None) -> list[str]:
+        """The wrapper's option for the spec's ``value``, as the batch script writes it
+        (``nodes``: the spec's node range, for a key written from it)."""
         if not self.flag:
             return []
+        if self.writes == "elastic_max":
+            return [self.flag, str(nodes.max)] if value and nodes and nodes.elastic else []
         if self.writes == "off":
             return [] if value else [self.flag]
         if self.writes == "elastic_min":
@@ -47,6 +51,8 @@ class Key:
             return False
         if self.writes == "elastic_min":
             return self.default.min
+        if self.writes == "elastic_max":
+            return None
         return as_text(self.default) if self.kind == "choice" else self.default
 
 

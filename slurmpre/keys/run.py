@@ -28,6 +28,35 @@ RUN: tuple[Key, ...] = (
         ),
     ),
     Key(
+        'grow', True, 'boolean', '`true`',
+        'grow back: a job with a node range (`nodes = "2-4"`) that runs on fewer than MAX '
+        'nodes hands over to a bigger successor once idle preemptible nodes have stayed idle '
+        'for `grow_settle` seconds and it would gain at least `grow_min_gain` of them (never '
+        'past MAX, never while a checkpoint is being written). When the idle nodes alone can '
+        'hold the bigger job, it starts while this one trains (make before break) and this '
+        'one checkpoints once it waits; otherwise this one checkpoints at once and the bigger '
+        "job starts on its nodes and the idle ones, with a twin of the script's own shape "
+        'held a little longer in case the idle nodes are taken meanwhile. It watches through '
+        'the shared drain board: no Slurm query of its own. Needs `restart = "successor"`. '
+        '`grow = false`: the job keeps the nodes it started on',
+        flag='--grow-to', kind='count', writes='elastic_max',
+        help='grow back onto idle preemptible nodes, up to this many (the MAX of the range)',
+    ),
+    Key(
+        'grow_settle', defaults.GROW_SETTLE, 'seconds', '`10` (0 to 86400)',
+        'seconds a preemptible node must stay idle before a job grows onto it: a node that '
+        'appears and vanishes is not chased',
+        flag='--grow-settle', kind='seconds', writes='changed',
+        help='seconds a node must stay idle before the job grows onto it',
+    ),
+    Key(
+        'grow_min_gain', 1, 'whole', '`1` (1 to 100000)',
+        'the fewest nodes a grow must add: a hand-over costs a checkpoint and a restart, so '
+        'a big job may ask for more than one node before it moves',
+        flag='--grow-min-gain', kind='count', writes='changed',
+        help='the fewest nodes a grow must add',
+    ),
+    Key(
         'max_restarts', defaults.MAX_RESTARTS, 'whole', '`100` (0 to 100000)',
         'the crash budget: the run gives up at a restart past this many after a failure (the '
         'training exited with an error), counted across its jobs (successors included; '

@@ -116,7 +116,7 @@ def launch_argv(spec: JobSpec) -> list[str]:
     """
     argv = [spec.python, "-m", "slurmpre.job", "run"]
     for name in keys.WRITTEN:  # the table says how each is written, and when
-        argv += keys.BY_NAME[name].written(getattr(spec, name))
+        argv += keys.BY_NAME[name].written(getattr(spec, name), spec.nodes)
     return [*argv, "--", *spec.command]
 
 

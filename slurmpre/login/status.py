@@ -132,10 +132,12 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
     handed = next((r for r in recs if isinstance(r, Successor)), None)
     if any(isinstance(r, GaveUp) for r in recs):
         return "gave up"
-    if handed is not None:
-        return f"notice -> job {handed.successor}"
     notices = [r for r in recs if isinstance(r, Notice)]
     kind = notices[0].kind if notices else None
+    if handed is not None:
+        if kind == "grow":  # a resize: from how many nodes to how many
+            return f"grow {notices[0].nodes} -> {notices[0].grow_to} nodes: job {handed.successor}"
+        return f"notice -> job {handed.successor}"
     if requeued:
         how = "requeue (expedited)" if any(
             isinstance(r, Requeued) and r.expedited for r in recs

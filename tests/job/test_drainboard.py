@@ -246,3 +246,46 @@ def test_a_board_stamped_in_the_future_is_stale_not_fresh_forever(tmp_path: Path
     (folder / "board.json").write_text(json.dumps(near))
     other = board(tmp_path, "3", Cluster(), clock, ["b"])
     assert drained(other, ["b"]) == set() and not other.holding
+
+
+class WholeCluster(Cluster):
+    """Four nodes; a query without names answers for all of them (as scontrol does)."""
+
+    ALL = ("n0", "n1", "p3", "p4")
+
+    def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]:
+        answer = super().nodes(names or self.ALL)
+        self.asked[-1] = tuple(names) or ("*",)
+        return [NodeInfo(n.name, "IDLE", n.flags, n.reason, ("preemptible",)) for n in answer]
+
+
+def test_a_job_that_may_grow_reads_every_node_from_the_same_one_poll(tmp_path: Path) -> None:
+    """Grow back watches the cluster's idle nodes through the board: the holder asks about
+    every node in its one query per interval, and no job asks Slurm on its own."""
+    slurm, clock = WholeCluster(), Clock()
+    grower = DrainBoard(tmp_path / "watch", "0", slurm, INTERVAL, jitter=0.0, wall=clock)
+    grower.everything = True
+    assert grower.register(["n0"])
+    other = board(tmp_path, "1", slurm, clock, ["n1"])
+    for _ in range(60):
+        clock.now += 1.0
+        other.nodes(["n1"])
+        grower.nodes(["n0"])
+        seen = grower.every_node()
+        assert {n.name for n in seen} == set(WholeCluster.ALL)
+        assert all(n.features == ("preemptible",) for n in seen)  # the board keeps features
+    assert len(slurm.asked) <= 60 / INTERVAL + 1  # one poll per interval, for both jobs
+    assert all(a == ("*",) for a in slurm.asked)  # ... and each about every node
+    assert grower.shared_answers + other.shared_answers > 60
+
+
+def test_without_a_job_that_may_grow_the_poll_names_only_the_registered_nodes(
+    tmp_path: Path,
+) -> None:
+    slurm, clock = WholeCluster(), Clock()
+    jobs = [board(tmp_path, f"{i}", slurm, clock, [f"n{i}"]) for i in range(2)]
+    for _ in range(12):
+        clock.now += 1.0
+        for i, b in enumerate(jobs):
+            b.nodes([f"n{i}"])
+    assert slurm.asked and all(set(a) == {"n0", "n1"} for a in slurm.asked)

@@ -27,6 +27,7 @@ from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.decide import Action
+from slurmpre.job.watch.grow import GROW_WAIT, TWIN_AFTER
 from slurmpre.placement.policy import STANDARD
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import requeue_floor
@@ -205,6 +206,50 @@ class Restarts:
         )
         if placed is not None:  # after the successor's record: the first is the successor
             self._record_placement(placed, self._twin(placed, layout, exclude))
+        return Done(Action.REQUEUE, successor=successor)
+
+    def grow(self, why: str, nodes: int, *, at_once: bool) -> Done | None:
+        """Hand over to a bigger successor (`slurmpre.job.watch.grow`): the recorded script
+        on ``nodes`` nodes, and its twin of the script's own shape held until the bigger one
+        should have started (the idle nodes may be taken meanwhile: `twins`, the first to
+        start trains). None, and nothing changed, when this job may not hand over or sbatch
+        refuses the bigger job."""
+        if self.successor is not None:
+            return Done(Action.REQUEUE, successor=self.successor)
+        if self.config.restart != "successor" or not self.requeue_allowed:
+            return None
+        try:
+            self.client.set_requeue(self.job.job_id, False)
+        except SlurmpreError as exc:
+            self.say(f"cannot make this job non-requeueable ({_first(exc)}): not growing")
+            return None
+        layout = FolderLayout(self._submitted_in())
+        try:
+            successor = self._submit(layout, [], (f"--nodes={nodes}",))
+        except SlurmpreError as exc:
+            self.say(f"the job on {nodes} nodes was refused ({_first(exc)}): not growing")
+            try:
+                self.client.set_requeue(self.job.job_id, True)
+            except SlurmpreError as again:
+                self.say(f"cannot make this job requeueable again ({_first(again)})")
+            return None
+        self.successor = successor
+        self.log.add(
+            records.Successor, successor=successor, excluded=(), why=why, submitted_at=self.wall()
+        )
+        after = round((GROW_WAIT if at_once else 0.0) + TWIN_AFTER)
+        try:
+            self.twin = self._submit(layout, [], (f"--begin=now+{after}",))
+        except SlurmpreError as exc:
+            self.say(f"the twin of the script's own shape was refused ({_first(exc)})")
+            return Done(Action.REQUEUE, successor=successor)
+        self.log.add(
+            records.Successor,
+            successor=self.twin,
+            excluded=(),
+            why=f"the twin of the script's own shape, in {after} s unless job {successor} starts",
+            submitted_at=self.wall(),
+        )
         return Done(Action.REQUEUE, successor=successor)
 
     def _submit(self, layout: FolderLayout, exclude: list[str], extra: Sequence[str]) -> str:

@@ -147,6 +147,9 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         in_place=not ns.no_in_place,
         restart=ns.restart,
         min_nodes=ns.min_nodes,
+        grow_to=ns.grow_to,
+        grow_settle=ns.grow_settle,
+        grow_min_gain=ns.grow_min_gain,
         goals=_goals(ns),
     )
     reason = _checked("--drain-reason", ns.drain_reason, keys.pattern)

@@ -38,4 +38,7 @@ class WatchConfig:
     in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
     restart: str = defaults.RESTART  # else: "requeue", or "successor" (a new job takes over)
     min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
+    grow_to: int | None = None  # grow back onto idle preemptible nodes, up to this many
+    grow_settle: float = defaults.GROW_SETTLE  # ... once they have stayed idle this long
+    grow_min_gain: int = 1  # ... and at least this many of them
     goals: Goals = Goals()  # noqa: RUF009 - frozen: one shared default is safe

@@ -27,6 +27,7 @@ from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.resume import (
     AttemptContext,
     agree,
+    attempt_prefix,
     check_checkpoint_dir,
     check_command,
     child_command,
@@ -100,10 +101,16 @@ class Watching:
                 self.watcher.stop()
 
 
+def may_grow(at: AttemptContext) -> bool:
+    """Grow back (`slurmpre.job.watch.grow`): a job on fewer nodes than its range's MAX."""
+    w = at.opts.watch
+    return w.grow_to is not None and w.restart == "successor" and len(at.job.nodes) < w.grow_to
+
+
 def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> DrainSource:
     """The drain notice's source: through the user's shared drain board (one Slurm
     query per interval for all the user's jobs on the cluster), unless sharing is off
-    (`slurmpre.job.watch.drainboard`)."""
+    (`slurmpre.job.watch.drainboard`). A job that may grow asks the board for every node."""
     from slurmpre.job.watch import drainboard
 
     where = drainboard.folder(os.environ if env is None else env)
@@ -112,6 +119,7 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
         board = drainboard.DrainBoard(
             where, at.job.tag, at.client, at.opts.watch.interval, say=at.say
         )
+        board.everything = may_grow(at)
     if board is None or not board.register(at.job.nodes):
         alone = DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
 
@@ -129,11 +137,37 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
     )
 
 
+def grow_source(at: AttemptContext, drain: DrainSource) -> NoticeSource:
+    """Idle preemptible nodes to grow onto: from the drain board's poll of every node (or,
+    with sharing off, this job's own query of them, once per interval)."""
+    from slurmpre.job.watch import drainboard, grow
+
+    w = at.opts.watch
+    board = drain.client
+    if isinstance(board, drainboard.DrainBoard) and not board.broken:
+        every_node, every = board.every_node, 2 * drainboard.READ_EVERY
+    else:
+        every_node, every = at.client.nodes, w.interval
+    prefix = attempt_prefix(at.job)
+    return grow.GrowSource(
+        every_node,
+        at.job.nodes,
+        int(w.grow_to or 0),
+        settle=w.grow_settle,
+        min_gain=w.grow_min_gain,
+        writing=lambda: grow.writing_checkpoint(at.folder, prefix),
+        every=every,
+    )
+
+
 def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
     def build() -> Watcher:
         from slurmpre.job.watch.watcher import Watcher  # here: in the watcher's own thread
 
-        sources: list[NoticeSource] = [drain_source(at), SignalSource(warning)]
+        drain = drain_source(at)
+        sources: list[NoticeSource] = [drain, SignalSource(warning)]
+        if may_grow(at):
+            sources.append(grow_source(at, drain))
         goals = at.opts.watch.goals
         if goals.deadline and at.opts.watch.restart == "successor":
             every = min(60.0, 12 * at.opts.watch.interval)  # a minute at the default poll

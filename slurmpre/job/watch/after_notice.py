@@ -22,6 +22,7 @@ from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.decide import Action, Facts, decide
+from slurmpre.job.watch.grow import GROW_WAIT
 from slurmpre.job.watch.notice import (
     Notice,
     listening_path,
@@ -95,6 +96,9 @@ class AfterNotice:
 
     def begin(self, notice: Notice) -> None:
         """The first notice: every rank is asked to checkpoint, the restart planned."""
+        if notice.kind == "grow":
+            self._begin_grow(notice)
+            return
         state = self._state
         state.notice = notice
         if notice.node:
@@ -150,6 +154,40 @@ class AfterNotice:
         )
         if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
             self._publish(stop=True)  # no successor: stop at the checkpoint
+
+    def _begin_grow(self, notice: Notice) -> None:
+        """A grow (`grow`): the bigger successor is submitted first, and only then is
+        anything asked of the training (a grow the cluster refuses changes nothing). When
+        it can start on idle nodes alone, this job trains on until it waits for its
+        checkpoint (make before break), at most `grow.GROW_WAIT` seconds; otherwise
+        every rank checkpoints and stops now, and it starts on their nodes."""
+        if notice.grow_to is None:
+            return
+        done = self.restarts.grow(str(notice.reason), notice.grow_to, at_once=notice.at_once)
+        if done is None:
+            self.say("not growing: the bigger job could not be submitted; training goes on")
+            return
+        state = self._state
+        state.notice = notice
+        budget = GROW_WAIT if notice.at_once else self.config.window - self.config.margin
+        state.deadline = self.clock() + max(budget, 0.0)
+        current = _latest(self.folder)
+        state.step_at_notice = current.step if current else None
+        self.say(f"growing: {notice.reason}; job {done.successor} takes over")
+        self.log.add(
+            records.Notice,
+            **_notice_fields(notice, first=True),
+            step_at_notice=state.step_at_notice,
+            deadline_from="seen",
+            deadline_at=self.wall() + budget,
+            restart="successor",
+            restart_why="grow",
+            expected_wait_s={"successor": 0},
+            nodes=len(self.job.nodes),
+            grow_to=notice.grow_to,
+        )
+        if not notice.at_once:
+            self._publish(stop=True)
 
     def step(self) -> Outcome | None:
         """Act on the pending notice: the outcome once the job goes on (or will not)."""
@@ -221,6 +259,19 @@ class AfterNotice:
         self.say(f"asking the training to checkpoint and stop: {why}")
         self.log.add(records.Stopping, why=why, asked_at=self.wall())
 
+    def _stop_for_the_bigger_job(self) -> None:
+        """A grow whose successor started on idle nodes: once it waits for this job's
+        checkpoint, every rank checkpoints and stops (the deadline does it otherwise)."""
+        state = self._state
+        if state.notice is None or state.notice.kind != "grow" or state.stop_sent:
+            return
+        if not self._successor_waiting():
+            return
+        why = f"job {self.restarts.successor} waits on {state.notice.grow_to} nodes"
+        self._publish(stop=True)
+        self.say(f"asking the training to checkpoint and stop: {why}")
+        self.log.add(records.Stopping, why=why, asked_at=self.wall())
+
     def _checkpoint_seconds(self) -> float:
         """How long the notice checkpoint took, as the watcher saw it: from the notice
         file to the commit, which holds the ranks' agreeing, the step they were in, and
@@ -252,6 +303,7 @@ class AfterNotice:
                 self.restarts.place_late()  # a placement that waited for the rate
         goes_on = trust.marked(FolderLayout(self.folder).goes_on(tag, attempt))
         self._tell_to_stop(goes_on)
+        self._stop_for_the_bigger_job()
         now = self.clock()
         return Facts(
             goes_on=goes_on and not state.stop_sent,

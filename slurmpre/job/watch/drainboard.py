@@ -16,6 +16,9 @@ back off, exactly when a wave of preemptions needs the notices. So the jobs shar
   job's nodes are not on it yet) the job takes the lease if it has lapsed, or asks
   Slurm about its own nodes itself, at most once per its interval, with jitter. So a
   job never waits on another job's watcher for longer than one interval.
+- a job that may grow (`slurmpre.job.watch.grow`) registers with ``"all": true``: the
+  holder then asks about every node in the same one query (what idle preemptible
+  node there is), and the board says so (``"all": true``); `every_node` reads it.
 
 The board folder is ``$SLURMPRE_SHARED_DIR``, else
 ``$XDG_STATE_HOME/slurmpre/watch/<cluster>`` (``~/.local/state/...``: ``$HOME`` is on
@@ -83,6 +86,7 @@ class Board:
     by: str  # the job that polled
     asked: frozenset[str]  # every node it asked about
     nodes: Mapping[str, NodeInfo]  # those Slurm knew (a node removed is not among them)
+    everything: bool = False  # it asked about every node of the cluster
 
 
 def _node_json(n: NodeInfo) -> dict[str, Any]:
@@ -92,6 +96,7 @@ def _node_json(n: NodeInfo) -> dict[str, Any]:
         "flags": sorted(n.flags),
         "reason": n.reason,
         "reason_time": n.reason_time,
+        "features": list(n.features),
     }
 
 
@@ -102,9 +107,13 @@ def _node_of(d: Any) -> NodeInfo:
     ok = ok and (d.get("reason") is None or isinstance(d.get("reason"), str))
     rt = d.get("reason_time") if ok else None
     ok = ok and (rt is None or (isinstance(rt, int | float) and not isinstance(rt, bool)))
-    if not ok or flags is None:
+    features = d.get("features", []) if ok else None
+    ok = ok and isinstance(features, list) and all(isinstance(f, str) for f in features)
+    if not ok or flags is None or features is None:
         raise ValueError("not a node")
-    return NodeInfo(d["name"], d["state"], frozenset(flags), d.get("reason"), (), reason_time=rt)
+    return NodeInfo(
+        d["name"], d["state"], frozenset(flags), d.get("reason"), tuple(features), reason_time=rt
+    )
 
 
 def _read_owned(path: Path, limit: int = SMALL) -> Any:
@@ -146,6 +155,10 @@ class DrainBoard:
         self._board: Board | None = None
         self._board_key: tuple[int, int, int] | None = None
         self._regs: set[str] = set()
+        self._regs_all = False  # a registered job asks for every node
+        self.everything = False  # this job does (it may grow)
+        self._all_due = 0.0
+        self._all: list[NodeInfo] = []
         self._regs_key: tuple[int, float] | None = None
         self._own_due = 0.0
         self._own: list[NodeInfo] = []
@@ -178,6 +191,8 @@ class DrainBoard:
                 if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
                     raise ValueError(f"{d} is not an owner-only folder of this user")
             data = {"v": VERSION, "job": self.me, "nodes": sorted(nodes), "at": self.wall()}
+            if self.everything:
+                data["all"] = True
             write_atomic(self._registration(), json.dumps(data), mode=OWNER.file_mode)
         except (OSError, ValueError) as exc:
             self._broken = str(exc)
@@ -185,6 +200,11 @@ class DrainBoard:
             return False
         self._registered_at = self.wall()
         return True
+
+    @property
+    def broken(self) -> bool:
+        """The folder could not be shared safely: this job asks Slurm itself."""
+        return self._broken is not None
 
     def close(self) -> None:
         """The job ends: its registration goes, and its lease, if it holds it; what it
@@ -281,7 +301,7 @@ class DrainBoard:
                 raise ValueError("asked")
             if not isinstance(at, int | float) or isinstance(at, bool) or not isinstance(by, str):
                 raise ValueError("polled_at")
-            board = Board(float(at), by, frozenset(asked), nodes)
+            board = Board(float(at), by, frozenset(asked), nodes, d.get("all") is True)
         except (OSError, ValueError, KeyError, TypeError):
             board = None
         self._board, self._board_key = board, key
@@ -297,6 +317,7 @@ class DrainBoard:
         if key == self._regs_key:
             return self._regs
         nodes: set[str] = set()
+        everything = False
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.jobs_dir):
                 if not entry.name.endswith(".json") or entry.name.startswith("."):
@@ -310,7 +331,8 @@ class DrainBoard:
                 if not -MAX_SKEW <= now - at <= REGISTRATION_MAX_AGE or not isinstance(names, list):
                     continue  # a dead job's, or stamped from the future: never renewed
                 nodes.update(n for n in names if isinstance(n, str) and n)
-        self._regs, self._regs_key = nodes, key
+                everything = everything or d.get("all") is True
+        self._regs, self._regs_key, self._regs_all = nodes, key, everything
         return nodes
 
     # -- the answer --------------------------------------------------------------------
@@ -345,18 +367,43 @@ class DrainBoard:
             return [board.nodes[n] for n in sorted(wanted) if n in board.nodes]
         return self._ask(wanted, now)
 
+    def every_node(self) -> list[NodeInfo]:
+        """Every node of the cluster (a job that may grow: `register` with ``everything``),
+        from a fresh board that asked about all of them, else as `nodes` asks Slurm."""
+        now = self.wall()
+        board = self._read_board()
+        if not self._fresh_all(board, now) and not self._broken and self._take_lease(now):
+            self._poll_for_all(set(), now)  # as the lease's holder: for every job
+            board = self._read_board()
+        if board is not None and self._fresh_all(board, now):
+            self.shared_answers += 1
+            return list(board.nodes.values())
+        if now >= self._all_due:  # this job's own query, at most once per interval
+            self._all = self.client.nodes()
+            self.queries += 1
+            self._all_due = self._next(now)
+        return self._all
+
+    def _fresh_all(self, board: Board | None, now: float) -> bool:
+        if board is None or not board.everything:
+            return False
+        return -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
+
     def _poll_for_all(self, wanted: set[str], now: float) -> list[NodeInfo]:
         every = sorted(self._registered(now) | wanted)
-        answer = self.client.nodes(every)
+        everything = self._regs_all or self.everything
+        answer = self.client.nodes() if everything else self.client.nodes(every)
         self.queries += 1
         polled_at = self.wall()
         data = {
             "v": VERSION,
             "by": self.me,
             "polled_at": polled_at,
-            "asked": every,
+            "asked": sorted({*every, *(n.name for n in answer)}) if everything else every,
             "nodes": [_node_json(n) for n in answer],
         }
+        if everything:
+            data["all"] = True
         try:
             write_atomic(self.board_path, json.dumps(data), mode=OWNER.file_mode)
         except OSError as exc:

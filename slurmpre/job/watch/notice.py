@@ -44,6 +44,8 @@ class Notice:
     seen_at: float  # wall-clock seconds: when slurmpre saw it
     at: float | None = None  # wall-clock seconds: when it happened, as Slurm stamped it
     stop: bool = True  # False: a script that can go on after its checkpoint keeps training
+    grow_to: int | None = None  # a grow (`grow`): the bigger successor's node count
+    at_once: bool = False  # ... which starts on idle nodes while this job trains
 
     @property
     def since(self) -> float:
