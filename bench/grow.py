@@ -1,0 +1,166 @@
+"""Growing back against keeping the nodes a job started on, on the same capacity schedule.
+
+The drill's training job (torchrun over gloo, ``nodes = "1-2"``, a fixed global batch
+split over the ranks: a step takes a node ``step_seconds``, so two nodes train twice as
+fast) starts while the second preemptible node is drained (capacity not yet back), so it
+runs on one node; at step ``--back-at`` the node returns. Once with ``grow = false`` (the
+job keeps its one node to its end) and once with grow back on (the default: after
+``grow_settle`` seconds the job hands over to a 2-node successor). Printed for each: the
+wall time from submit to the end, the node-hours the run's jobs held (from the ledger:
+each attempt's nodes times its time), useful steps per node-hour, the cost at the
+preemptible price (half the standard one), and for the grow, the node's return → the
+first step trained on 2 nodes against the target C + 20 s (C: the stop checkpoint's
+write time), and the steps lost (0: it resumed from the checkpoint it stopped at).
+
+Usage: python bench/grow.py [--tuned-timings] [--steps 1500] [--back-at 100] [--quick]
+(stock timings by default: what users live with; --quick: the timings that are up,
+fewer steps, the target reported but not enforced: CI's smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from slurmpre.drill.jobs import drill_spec
+from slurmpre.drill.options import DrillOptions
+from slurmpre.drill.run import bring_up, wait_whole
+from slurmpre.drill.train import LOG
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Checkpoint, End, Notice, Start
+from slurmpre.login.submit import submit
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.slurm.parse import format_version
+
+from inplace import jsonl, wait
+
+ROOT = Path(__file__).resolve().parent.parent
+PRICE = 0.5  # preemptible, per node-hour, against 1.0 for a standard node
+
+
+def one(box: Sandbox, work: Path, grow: bool, args: argparse.Namespace) -> dict[str, Any]:
+    raw = tomllib.loads((ROOT / "examples" / "drill.toml").read_text())
+    opts = DrillOptions(window=120, steps=args.steps, step_seconds=0.2, every=1000)
+    folder = work / ("grow" if grow else "keep")
+    spec = drill_spec(
+        raw, opts, folder, name=folder.name, nodes="1-2", restart="successor", grow=grow
+    )
+    wait_whole(box)
+    nodes = sorted(n.name for n in box.client.nodes() if "preemptible" in n.features)
+    spare = nodes[1]
+    box.client.update_node(spare, state="DRAIN", reason="capacity not yet back")
+    try:
+        submitted = time.time()
+        first = submit(spec, box.client).job_id
+        log = folder / LOG
+        wait(f"step {args.back_at}", lambda: _steps(log) >= args.back_at, 600)
+        box.client.update_node(spare, state="RESUME")
+        back = time.time()
+        jobs = [first]
+        while True:  # to the end of the run, across the jobs it hands over to
+            info = wait_end(box, jobs[-1])
+            ledger = Ledger(folder).records()
+            nxt = [r.job for r in ledger if isinstance(r, Start) and r.job not in jobs]
+            if not nxt:
+                break
+            jobs.append(nxt[0])
+    finally:
+        box.client.update_node(spare, state="RESUME")
+    if info.state != "COMPLETED":
+        raise SystemExit(f"bench: job {jobs[-1]} ended {info.state}; logs in {folder / 'logs'}")
+    ended = time.time()
+    records = Ledger(folder).records()
+    events = jsonl(log)
+    held = sum(_node_seconds(records, job) for job in jobs)
+    steps = opts.training_steps()
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "wall_s": ended - submitted,
+        "node_h": held / 3600,
+        "steps_per_node_h": steps / (held / 3600),
+        "cost": held / 3600 * PRICE,
+        "worlds": [e["world"] for e in events if e["event"] == "begin"],
+    }
+    notice = next((r for r in records if isinstance(r, Notice) and r.kind == "grow"), None)
+    if notice is not None:
+        two = next(e for e in events if e["event"] == "begin" and e["world"] == 2)
+        on_two = next(e for e in events if e["event"] == "step" and e["t"] > two["t"])
+        stop = next(r for r in records if isinstance(r, Checkpoint) and r.after_notice)
+        out.update(
+            back_to_two_s=on_two["t"] - back,
+            checkpoint_s=stop.seconds or 0.0,
+            steps_lost=stop.step - two["resumed_step"],
+        )
+    return out
+
+
+def wait_end(box: Sandbox, job: str) -> Any:
+    return wait(f"job {job}'s end", lambda: (i := box.client.job(job)).finished and i, 1800)
+
+
+def _steps(log: Path) -> int:
+    return sum(e["event"] == "step" for e in jsonl(log))
+
+
+def _node_seconds(records: list[Any], job: str) -> float:
+    starts = [r for r in records if isinstance(r, Start) and r.job == job]
+    ends = [r for r in records if isinstance(r, End) and r.job == job]
+    return sum(len(s.nodes) * (e.time - s.time) for s, e in zip(starts, ends, strict=False))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tuned-timings", action="store_true")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--back-at", type=int, default=100)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    box = Sandbox()
+    if args.quick:
+        args.steps, args.back_at = 300, 40
+    if args.quick and box.load() is not None:
+        timings = box.current().timings
+    else:
+        timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), print)
+    box.use()
+    version = format_version(box.client.version())
+    work = Path(tempfile.mkdtemp(prefix="bench-grow-", dir="/var/lib/slurmpre"))
+    work.chmod(0o755)
+    runs = {
+        name: one(box, work, name == "grow back", args) for name in ("keep 1 node", "grow back")
+    }
+    print(
+        f"\nSlurm {version}, {timings} timings; {args.steps} steps of a fixed global batch "
+        f"(0.2 s per step on one node); the second preemptible node returns at step "
+        f"{args.back_at}; price {PRICE:g} per preemptible node-hour"
+    )
+    print(f"  {'':<12} {'worlds':>7} {'wall s':>7} {'node-h':>7} {'steps/node-h':>13} {'cost':>7}")
+    for name, run in runs.items():
+        print(
+            f"  {name:<12} {'→'.join(map(str, run['worlds'])):>7} {run['wall_s']:>7.0f} "
+            f"{run['node_h']:>7.3f} {run['steps_per_node_h']:>13.0f} {run['cost']:>7.3f}"
+        )
+    keep, grow = runs["keep 1 node"], runs["grow back"]
+    print(f"\nratio, keep / grow (wall): {keep['wall_s'] / grow['wall_s']:.2f}x; "
+          f"cost: {grow['cost'] / keep['cost']:.2f}x")  # fmt: skip
+    if "back_to_two_s" not in grow:
+        print("the grow never happened: MISSED")
+        return 1
+    target = grow["checkpoint_s"] + 20
+    verdict = "met" if grow["back_to_two_s"] <= target else "MISSED"
+    print(
+        f"node back → training on 2 nodes: {grow['back_to_two_s']:.1f} s (settle time "
+        f"included), target C + 20 s = {target:.1f} s: {verdict}; steps lost: "
+        f"{grow['steps_lost']}"
+    )
+    ok = grow["steps_lost"] == 0 and (verdict == "met" or args.quick)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
