@@ -93,3 +93,37 @@ def test_the_state_is_where_the_run_is_and_a_changed_order_is_refused() -> None:
         ElasticSampler(100, 24, 4, seed=4, rank=0, world_size=1).load_state_dict(a.state_dict())
     with pytest.raises(UsageError, match="rank=3: must be from 0"):
         ElasticSampler(100, 24, 4, rank=3, world_size=3)
+
+
+def test_the_samplers_state_is_kept_in_the_checkpoint_and_resumed_on_another_world(
+    tmp_path, monkeypatch
+) -> None:
+    """`slurmpre.checkpoint(step, sampler=s)` keeps where the data order is in the commit;
+    the next attempt, on another world size, goes on from the same stream position."""
+    import slurmpre
+    from slurmpre.errors import CheckpointError
+    from slurmpre.folder import checkpoints
+
+    from tests.conftest import as_a_job
+
+    as_a_job(monkeypatch, tmp_path, "7")
+    before = ElasticSampler(100, 24, 4, seed=3, rank=0, world_size=2)
+    before.advance(5)
+    with slurmpre.checkpoint(5, sampler=before) as path:
+        (path / "w").write_text("5")
+    committed = checkpoints.latest(tmp_path).checkpoint
+    assert committed is not None and (committed.path / "sampler.json").is_file()
+    after = ElasticSampler(100, 24, 2, seed=3, rank=2, world_size=3)
+    assert after.resume(committed.path) and after.consumed == 120
+    assert not ElasticSampler(100, 24, 4, seed=3, rank=0, world_size=1).resume(None)
+    other = ElasticSampler(100, 24, 4, seed=4, rank=0, world_size=1)
+    with pytest.raises(UsageError, match="seed=3"):
+        other.resume(committed.path)  # another order: refused, never silently changed
+    (committed.path / "sampler.json").write_text("[1]")
+    with pytest.raises(CheckpointError, match="holds no sampler state"):
+        after.resume(committed.path)
+    with (
+        pytest.raises(UsageError, match="sampler="),
+        slurmpre.checkpoint(6, sampler={"consumed": 1}),  # type: ignore[arg-type]
+    ):
+        pass

@@ -9,19 +9,26 @@
   rank ``r`` of ``W`` takes the ``r``-th ``W``-th of them, in micro batches. Where the run
   is, is one number, the samples consumed (Megatron's ``consumed_samples``): not steps,
   not ranks. A run resumed on another world size, with the same global batch, sees the
-  same samples in the same optimizer steps.
+  same samples in the same optimizer steps. ``slurmpre.checkpoint(step, sampler=s)``
+  keeps its state in the checkpoint (``sampler.json``); `ElasticSampler.resume` reads it
+  back from the checkpoint the attempt resumes from.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from slurmpre import arguments
 from slurmpre.api.attempt import ranks
-from slurmpre.errors import UsageError
+from slurmpre.errors import CheckpointError, UsageError
+from slurmpre.reading import SMALL, read_regular
+
+SAMPLER_FILE = "sampler.json"  # in a checkpoint slurmpre commits: where the data order is
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,28 @@ class ElasticSampler:
         consumed = state.get("consumed")
         arguments.count("consumed", consumed)
         self.consumed = int(consumed)  # type: ignore[arg-type]
+
+    def save(self, checkpoint: Path) -> None:
+        """Keep this state in the (in-flight) checkpoint folder ``checkpoint``."""
+        (Path(checkpoint) / SAMPLER_FILE).write_text(json.dumps(self.state_dict()))
+
+    def resume(self, checkpoint: str | Path | None) -> bool:
+        """Go on from the state kept in ``checkpoint`` (`slurmpre.resume_path()`'s answer;
+        None, or a checkpoint without one: from where it is, and False). A kept state of
+        another seed, size or shuffle is refused (`load_state_dict`)."""
+        if checkpoint is None:
+            return False
+        path = Path(checkpoint) / SAMPLER_FILE
+        try:
+            state = json.loads(read_regular(path, SMALL))
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read the sampler's state {str(path)!r}: {exc}") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{str(path)!r} holds no sampler state")
+        self.load_state_dict(state)
+        return True
 
     # -- the order -------------------------------------------------------------
     def index(self, position: int) -> int:

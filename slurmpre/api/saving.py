@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from slurmpre.api.attempt import (
     ranks,
     taken_over,
 )
+from slurmpre.api.batching import ElasticSampler
 from slurmpre.api.meeting import Alone, FolderMeeting, Meeting, TorchMeeting
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
-from slurmpre.errors import CheckpointError
+from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder import checkpoints
 from slurmpre.folder.access import Access, make_dir, make_dirs
 from slurmpre.folder.layout import attempt_key
@@ -58,7 +60,11 @@ def _attempt_tag(env: Mapping[str, str], folder: Path) -> str:
 
 @contextlib.contextmanager
 def checkpoint(
-    step: int, folder: str | Path | None = None, *, timeout: float = CHECKPOINT_TIMEOUT
+    step: int,
+    folder: str | Path | None = None,
+    *,
+    timeout: float = CHECKPOINT_TIMEOUT,
+    sampler: ElasticSampler | None = None,
 ) -> Iterator[Path]:
     """Write a checkpoint of ``step`` atomically; call it on every rank.
 
@@ -70,11 +76,14 @@ def checkpoint(
     through marks in the shared folder (each waits at most ``timeout`` seconds).
     An exception on any rank aborts the checkpoint on every rank (the others
     raise CheckpointError) and leaves the previous one the latest. Never deletes
-    or overwrites a complete checkpoint; an empty one is refused.
+    or overwrites a complete checkpoint; an empty one is refused. ``sampler``: an
+    `ElasticSampler` whose state rank 0 keeps in the checkpoint (`ElasticSampler.resume`).
     """
     checkpoints.check_step(step)
     arguments.expect("folder", folder, arguments.PATH, "a folder's path", optional=True)
     arguments.seconds("timeout", timeout)
+    if sampler is not None and not isinstance(sampler, ElasticSampler):
+        raise UsageError(f"sampler={sampler!r}: must be a slurmpre.ElasticSampler, or None")
     if not timeout > 0:
         raise CheckpointError(f"checkpoint timeout must be more than 0 seconds, got {timeout!r}")
     target = Path(folder) if folder is not None else checkpoint_dir()
@@ -87,7 +96,8 @@ def checkpoint(
     incoming = checkpoints.incoming_path(target, step, tag)
     access = access_of(env)
     with _writing(target, access, rank, timeout):
-        yield from _write(target, step, env, dist, rank, world, tag, incoming, access, timeout)
+        where = _Where(target, step, incoming, access, timeout)
+        yield from _write(where, env, dist, rank, world, sampler)
 
 
 @contextlib.contextmanager
@@ -114,18 +124,26 @@ def _writing(target: Path, access: Access, rank: int, timeout: float) -> Iterato
         lock.release()
 
 
+@dataclass(frozen=True)
+class _Where:
+    """The checkpoint being written: its folder, step and in-flight name."""
+
+    target: Path
+    step: int
+    incoming: Path
+    access: Access
+    timeout: float
+
+
 def _write(
-    target: Path,
-    step: int,
+    where: _Where,
     env: Mapping[str, str],
     dist: Any,
     rank: int,
     world: int,
-    tag: str,
-    incoming: Path,
-    access: Access,
-    timeout: float,
+    sampler: ElasticSampler | None,
 ) -> Iterator[Path]:
+    target, step, incoming, access = where.target, where.step, where.incoming, where.access
     began = time.time()
     try:
         make_dirs(target, access)
@@ -135,11 +153,13 @@ def _write(
     if dist is not None:
         meet: Meeting = TorchMeeting(dist)
     elif world > 1:
-        meet = FolderMeeting(checkpoints.sync_path(incoming), rank, world, timeout, access)
+        meet = FolderMeeting(checkpoints.sync_path(incoming), rank, world, where.timeout, access)
     else:
         meet = Alone()
     try:
         yield incoming
+        if sampler is not None and rank == 0:
+            sampler.save(incoming)
     except BaseException as exc:
         meet.failed(exc)
         raise

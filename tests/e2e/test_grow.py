@@ -72,7 +72,7 @@ def test_a_job_on_fewer_nodes_than_its_range_grows_back_and_loses_nothing(
     notice = next(r for r in records if r["event"] == "notice")
     assert (notice["kind"], notice["nodes"], notice["grow_to"]) == ("grow", 1, 2)
     handed = [r for r in records if r["event"] == "successor"]
-    assert [r["successor"] for r in handed][0] == bigger and len(handed) == 2  # and its twin
+    assert handed[0]["successor"] == bigger and len(handed) == 2  # and its twin
     twin = handed[1]["successor"]
     assert slurm.job(twin).finished  # cancelled when the bigger job claimed the hand-over
     starts = [r for r in records if r["event"] == "start"]
