@@ -13,6 +13,11 @@ way (``restart = "successor"``) the Trainer then trains on, on the draining node
 saves once more and stops when slurmpre says so (the successor is ready, or the
 deadline nears); otherwise it stops at the notice's save. The next attempt resumes
 from the newest complete checkpoint.
+
+``SlurmpreCallback(global_batch=512)`` keeps the global batch whatever the world size
+the attempt has (a shrink, a grow): it sets ``gradient_accumulation_steps`` from the
+global batch, ``per_device_train_batch_size`` and the world size (`slurmpre.batching`),
+as the Trainer is made, or refuses in one line when they cannot meet it.
 """
 
 from __future__ import annotations
@@ -35,9 +40,25 @@ __all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
 class SlurmpreCallback(TrainerCallback):  # type: ignore[misc]  # the framework is not analysed (pyproject)
     """Makes the Trainer checkpoint and stop on slurmpre's notice; reports each save."""
 
-    def __init__(self) -> None:
+    def __init__(self, global_batch: int | None = None) -> None:
+        self.global_batch = global_batch  # kept across world sizes, when given
         self.notice_step: int | None = None  # where it saved on the notice
         self.stop_step: int | None = None  # where it saved and stopped
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # The Trainer accumulates by itself from args (transformers 5: Accelerate's count
+        # is 1), read when training begins: set here, before it does.
+        if self.global_batch is None:
+            return
+        b = slurmpre.batching(self.global_batch, args.per_device_train_batch_size, args.world_size)
+        if b.accumulation != args.gradient_accumulation_steps:
+            print(
+                f"slurmpre: global batch {b.global_batch} on {b.world_size} rank(s) of "
+                f"{b.micro_batch}: gradient_accumulation_steps {b.accumulation} "
+                f"(was {args.gradient_accumulation_steps})",
+                file=sys.stderr,
+            )
+        args.gradient_accumulation_steps = b.accumulation
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = os.environ.get(environment.CHECKPOINT_DIR)

@@ -12,6 +12,11 @@ checkpoint folder there; the save is reported to slurmpre (`slurmpre.committed`)
 Where a successor job is on its way (``restart = "successor"``) the trainer trains
 on and saves again and stops when slurmpre says so; otherwise it stops at once. Lightning's own
 ``lightning_logs/version_N/checkpoints/`` is where the resolver also looks.
+
+``SlurmpreCallback(global_batch=512)`` keeps the global batch whatever the world size
+the attempt has (a shrink, a grow): it sets the trainer's ``accumulate_grad_batches``
+from the global batch, the training loader's batch size (or ``micro_batch=``) and the
+world size (`slurmpre.batching`) as fitting starts, or refuses in one line.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from lightning.pytorch import Callback
 
 import slurmpre
 from slurmpre import environment
-from slurmpre.errors import SlurmpreError
+from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.integrations import resume_from_checkpoint
 
 __all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
@@ -34,9 +39,22 @@ __all__ = ["SlurmpreCallback", "resume_from_checkpoint"]
 class SlurmpreCallback(Callback):  # type: ignore[misc]  # the framework is not analysed (pyproject)
     """Makes the trainer checkpoint into slurmpre's folder and stop on slurmpre's notice."""
 
-    def __init__(self) -> None:
+    def __init__(self, global_batch: int | None = None, micro_batch: int | None = None) -> None:
+        self.global_batch, self.micro_batch = global_batch, micro_batch
         self.notice_step: int | None = None  # where it saved on the notice
         self.stop_step: int | None = None  # where it saved and stopped
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.global_batch is None:
+            return
+        micro = self.micro_batch or getattr(trainer.train_dataloader, "batch_size", None)
+        if not micro:
+            raise UsageError(
+                "SlurmpreCallback(global_batch=...) cannot tell the training loader's batch "
+                "size: give micro_batch= too"
+            )
+        b = slurmpre.batching(self.global_batch, int(micro), int(trainer.world_size))
+        trainer.accumulate_grad_batches = b.accumulation
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 from slurmpre import api
+from slurmpre import errors as slurmpre_errors
 from slurmpre.folder import checkpoints
 from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
@@ -131,3 +132,32 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     steps, resumed = train(folder, [SlurmpreCallback()], resume=chosen.where)
     assert steps == STEPS
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+def test_the_callback_keeps_the_global_batch_by_setting_the_accumulation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """global_batch=16 on one rank of per_device_train_batch_size=4: 4 micro batches per
+    step, and the training is the one with that accumulation set by hand."""
+
+    def run(out: Path, accumulation: int, callbacks: list[Any]) -> Any:
+        transformers.set_seed(0)
+        model = Tiny()
+        args = transformers.TrainingArguments(
+            output_dir=str(out), max_steps=6, per_device_train_batch_size=4, learning_rate=0.05,
+            gradient_accumulation_steps=accumulation, save_strategy="no", logging_strategy="no",
+            report_to=[], use_cpu=True, seed=0, dataloader_num_workers=0,
+        )  # fmt: skip
+        trainer = transformers.Trainer(
+            model=model, args=args, train_dataset=data(), callbacks=callbacks
+        )
+        trainer.train()
+        return args.gradient_accumulation_steps, model.state_dict()
+
+    by_hand, expected = run(tmp_path / "a", 4, [])
+    got, weights = run(tmp_path / "b", 1, [SlurmpreCallback(global_batch=16)])
+    assert got == by_hand == 4
+    assert all(torch.equal(weights[k], expected[k]) for k in expected)
+    assert "gradient_accumulation_steps 4 (was 1)" in capsys.readouterr().err
+    with pytest.raises(slurmpre_errors.UsageError, match="global_batch=18"):
+        run(tmp_path / "c", 1, [SlurmpreCallback(global_batch=18)])

@@ -12,6 +12,7 @@ import lightning.pytorch as L
 import pytest
 import torch
 from slurmpre import api
+from slurmpre.errors import UsageError
 from slurmpre.folder import checkpoints
 from slurmpre.folder.checkpoints import Format
 from slurmpre.folder.ledger import Ledger
@@ -118,3 +119,27 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     steps, resumed = fit(folder, [SlurmpreCallback()], ckpt_path=chosen.where)
     assert steps == STEPS
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+def test_the_callback_keeps_the_global_batch_by_setting_the_accumulation(tmp_path: Path) -> None:
+    """global_batch=16 on one rank of the loader's batch size 4: 4 batches per optimizer
+    step, and the training is the one with that accumulation set by hand."""
+
+    def run(root: Path, accumulation: int, callbacks: list[Any]) -> tuple[int, Any]:
+        L.seed_everything(0, verbose=False)
+        model = Tiny()
+        trainer = L.Trainer(
+            default_root_dir=str(root), max_steps=4, accelerator="cpu", devices=1,
+            callbacks=callbacks, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, enable_checkpointing=False,
+            accumulate_grad_batches=accumulation,
+        )  # fmt: skip
+        trainer.fit(model, loader())
+        return trainer.accumulate_grad_batches, model.state_dict()
+
+    by_hand, expected = run(tmp_path / "a", 4, [])
+    got, weights = run(tmp_path / "b", 1, [SlurmpreCallback(global_batch=16)])
+    assert got == by_hand == 4
+    assert all(torch.equal(weights[k], expected[k]) for k in expected)
+    with pytest.raises(UsageError, match="global_batch=18"):
+        run(tmp_path / "c", 1, [SlurmpreCallback(global_batch=18)])
