@@ -2,7 +2,9 @@
 of a wave of drains, with every job polling for itself against the shared drain board.
 
 For each N (default 1, 10, 30) and each way (``per-job``: SLURMPRE_SHARED_WATCH=0;
-``shared``: the board, slurmpre's default), in one run:
+``shared``: the board, slurmpre's default; ``grow``: the board, each job with a node range
+``"1-2"`` that watches for idle nodes to grow onto, which makes the board's poll ask
+about every node), in one run:
 
 1. N one-node jobs of one user (one core each; a plain-Python script that asks
    ``slurmpre.preemption_requested()`` twice a second, saves with
@@ -27,7 +29,7 @@ tokens, 2 a second per user); 22.05 (the host's) has none. The sandbox gets
 the host's 2 cores). Timings are the sandbox's tuned ones (they do not change a
 poll's cost); ``poll_interval`` is 5 s, the default.
 
-Usage: python bench/sweep_load.py [--jobs 1,10,30] [--ways per-job,shared] [--seconds 60] [--wave 5]
+Usage: python bench/sweep_load.py [--jobs 1,10,30] [--ways per-job,shared,grow] [--seconds 60] [--wave 5]
                                   [--as-user NAME] [--start-timeout 300]
                                   [--slurm RELEASE] [--rate-limit on|B/R] [--nodes 16]
 """
@@ -103,8 +105,14 @@ def ensure_user(box: Sandbox, name: str) -> None:
                 fh.write(line)
 
 
-def submit(box: Sandbox, work: Path, python: str, i: int, shared: bool) -> str:
+def submit(box: Sandbox, work: Path, python: str, i: int, way: str) -> str:
     folder = work / f"job-{i}"
+    shared = way != "per-job"
+    # A job that may grow (a node range, a successor) watches every node for idle ones; it
+    # cannot requeue here, so the grow it may try is refused and the job goes on watching.
+    # Each takes whole nodes (both cores), so that the jobs that do not fit on two get one
+    # and watch (the row says how many did).
+    grows = {"nodes": "1-2", "restart": "successor", "cpus_per_task": 2} if way == "grow" else {}
     spec = validate(
         {
             "name": f"load-{i}",
@@ -112,6 +120,7 @@ def submit(box: Sandbox, work: Path, python: str, i: int, shared: bool) -> str:
             "launcher": "plain",
             "python": python,
             "cpus_per_task": 1,
+            **grows,
             "checkpoint_dir": str(folder),
             "requeue": False,  # the notice and its checkpoint are what is measured
             "env": {
@@ -134,12 +143,11 @@ def ledger(folder: Path) -> list[dict[str, Any]]:
 
 
 def run_one(
-    box: Sandbox, python: str, n: int, shared: bool, args: argparse.Namespace
+    box: Sandbox, python: str, n: int, way: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"slurmpre-load-{n}-", dir=args.workdir))
     submitted = time.time()
-    ids = [submit(box, work, python, i, shared) for i in range(n)]
-    way = "shared" if shared else "per-job"
+    ids = [submit(box, work, python, i, way) for i in range(n)]
     deadline = submitted + args.start_timeout
     # every wrapper up and listening (its start record written): how long that takes
     # for all N is a result too, since start-up queries spend the same per-user bucket
@@ -199,6 +207,7 @@ def run_one(
     latencies.sort()
     return {
         "throttled": throttled,
+        "watching": sum(len(info.nodes) < 2 for info in infos.values()) if way == "grow" else 0,
         "jobs": n,
         "way": way,
         "started": started,
@@ -224,7 +233,9 @@ def main() -> int:
         help="How long N jobs may take from submission until every wrapper has started.",
     )  # fmt: skip
     parser.add_argument(
-        "--ways", default="per-job,shared", help="Which ways, in this order (per-job, shared)."
+        "--ways",
+        default="per-job,shared,grow",
+        help="Which ways, in this order (per-job, shared, grow).",
     )
     parser.add_argument("--wave", type=int, default=5)
     parser.add_argument("--nodes", type=int, default=16)
@@ -262,11 +273,11 @@ def main() -> int:
     print(f"  0 jobs: {idle:6.2f} RPC/s from {args.user} (the nodes' slurmd), taken off below")
     rows = []
     ways = [w.strip() for w in args.ways.split(",")]
-    if not ways or not set(ways) <= {"per-job", "shared"}:
-        raise SystemExit(f"bench: --ways {args.ways}: give per-job, shared or both")
+    if not ways or not set(ways) <= {"per-job", "shared", "grow"}:
+        raise SystemExit(f"bench: --ways {args.ways}: give per-job, shared, grow or some")
     for n in counts:
         for way in ways:
-            row = run_one(box, python, n, way == "shared", args)
+            row = run_one(box, python, n, way, args)
             rows.append(row)
             if row["started"] < n:
                 print(
@@ -282,14 +293,16 @@ def main() -> int:
                 f"{row['rpc_per_s']:6.2f} RPC/s from the user; "
                 f"wave of {row['affected']} jobs: {row['noticed_and_saved']} saved on the notice, "
                 f"notice median {row['median_s']:.2f} s, p99 {row['p99_s']:.2f} s, "
-                f"max {row['max_s']:.2f} s; {row['throttled']} queries throttled",
+                f"max {row['max_s']:.2f} s; {row['throttled']} queries throttled"
+                + (f"; {row['watching']} watching to grow" if way == "grow" else ""),
                 flush=True,
             )
     base = {r["jobs"]: r["rpc_per_s"] for r in rows if r["way"] == "per-job" and "rpc_per_s" in r}
     for r in rows:
-        if r["way"] == "shared" and "rpc_per_s" in r and base.get(r["jobs"]):
+        if r["way"] != "per-job" and "rpc_per_s" in r and base.get(r["jobs"]):
             print(
-                f"{r['jobs']:>3} jobs: shared costs {r['rpc_per_s'] / base[r['jobs']]:.2f}x of per-job"
+                f"{r['jobs']:>3} jobs: {r['way']} costs {r['rpc_per_s'] / base[r['jobs']]:.2f}x "
+                "of per-job"
             )
     print(json.dumps(rows))
     box.down()
