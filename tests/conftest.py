@@ -69,9 +69,14 @@ def slurmpre_cli(
 
 
 def wait_for(
-    what: str, probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.3
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float = 60,
+    interval: float = 0.3,
+    why: Callable[[], str] | None = None,
 ) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` (and what
+    ``why`` says of the state then)."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
@@ -79,7 +84,8 @@ def wait_for(
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+    said = f"; {why()}" if why is not None else ""
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r}){said}")
 
 
 def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: int = 0) -> Path:
@@ -167,7 +173,12 @@ def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
         nodes = slurm.nodes(PREEMPTIBLE)
         return not waiting and all(n.state == "IDLE" and not n.flags for n in nodes)
 
-    wait_for("both preemptible nodes idle, and no job waiting for them", ready, timeout=180)
+    wait_for(
+        "both preemptible nodes idle, and no job waiting for them",
+        ready,
+        timeout=180,
+        why=lambda: f"nodes {slurm.nodes(PREEMPTIBLE)}; queue {slurm.jobs()}",
+    )
 
 
 def set_tracking(tracking: str) -> None:

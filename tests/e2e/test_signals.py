@@ -77,6 +77,17 @@ def catches_usr2(pid: int) -> bool:
     return bool(int(caught, 16) & SIGUSR2_BIT)
 
 
+def where(slurm: CommandLineSlurm, job_id: str) -> str:
+    """What Slurm says of the job, for a wait that fails."""
+    info = slurm.job(job_id)
+    return f"job {job_id} {info.state} ({info.reason}) on {info.nodes}; queue {slurm.jobs()}"
+
+
+def cancel_unfinished(slurm: CommandLineSlurm, job_id: str) -> None:
+    if not slurm.job(job_id).finished:
+        slurm.cancel(job_id)
+
+
 def warn(job_id: str) -> None:
     """What Slurm's --signal=USR2@T does at T: signal every step, not the batch shell."""
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
@@ -108,18 +119,22 @@ def test_warning_while_node_0_chooses_the_checkpoint(
     ckpt = tmp_path / "ckpt"
     # Submitted held (submit itself writes the ledger), released once the lock is ours.
     job_id = submit(tmp_path, nodes="2", extra=HONOR, spec_lines=['extra_sbatch = ["--hold"]'])
-    with FileLock(str(ckpt / ".slurmpre" / "ledger.lock")):
-        subprocess.run(["scontrol", "release", job_id], check=True, timeout=30)
-        wait_for(
-            "both wrappers to catch SIGUSR2",
-            lambda: len(pids := wrappers(ckpt)) == 2 and all(map(catches_usr2, pids)),
-            timeout=120,
-        )
-        warn(job_id)
-        # The watcher (already running on node 0) takes the warning as a notice.
-        wait_for("the notice", (ckpt / ".slurmpre" / f"notice-{job_id}-0.json").exists)
-        assert len(wrappers(ckpt)) == 2  # both wrappers survived it
-    wait_done(slurm, job_id, tmp_path, timeout=300)
+    try:
+        with FileLock(str(ckpt / ".slurmpre" / "ledger.lock")):
+            subprocess.run(["scontrol", "release", job_id], check=True, timeout=30)
+            wait_for(
+                "both wrappers to catch SIGUSR2",
+                lambda: len(pids := wrappers(ckpt)) == 2 and all(map(catches_usr2, pids)),
+                timeout=120,
+                why=lambda: f"{where(slurm, job_id)}; wrappers {wrappers(ckpt)}",
+            )
+            warn(job_id)
+            # The watcher (already running on node 0) takes the warning as a notice.
+            wait_for("the notice", (ckpt / ".slurmpre" / f"notice-{job_id}-0.json").exists)
+            assert len(wrappers(ckpt)) == 2  # both wrappers survived it
+        wait_done(slurm, job_id, tmp_path, timeout=300)
+    finally:
+        cancel_unfinished(slurm, job_id)  # a failure here must not hold the next test's nodes
     assert_taken_without_loss(tmp_path, baseline)
     assert notices(tmp_path)[0]["step"] == 0  # taken at the first step
 
@@ -131,8 +146,16 @@ def test_warning_during_training(
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     job_id = submit(tmp_path, nodes="2", extra=[*HONOR, "--hold-at", "7"])
-    wait_for("step 7", (tmp_path / "ckpt" / "holding").exists, timeout=120)
-    warn(job_id)
-    wait_done(slurm, job_id, tmp_path, timeout=300)
+    try:
+        wait_for(
+            "step 7",
+            (tmp_path / "ckpt" / "holding").exists,
+            timeout=120,
+            why=lambda: where(slurm, job_id),
+        )
+        warn(job_id)
+        wait_done(slurm, job_id, tmp_path, timeout=300)
+    finally:
+        cancel_unfinished(slurm, job_id)
     assert_taken_without_loss(tmp_path, baseline)
     assert notices(tmp_path)[0]["step"] >= 7  # ranks agree on it within about a second

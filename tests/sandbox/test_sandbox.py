@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from slurmpre.sandbox import daemons
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import restore_node
 from slurmpre.slurm.client import CommandLineSlurm
@@ -143,6 +144,10 @@ def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
         removal = float(re.search(r"T\+(\d+\.\d)s remove", lines[1]).group(1))  # type: ignore[union-attr]
         assert 5.0 <= removal < 7.0
         assert f"jobs it ended: {job}" in lines[1]
+        # Removed: slurmd is gone and Slurm has the node DOWN (what brings it back later is
+        # another test's business; say what runs as it, should it not be down).
+        gone = slurm.nodes([victim])[0]
+        assert gone.down, (gone, daemons.running(victim), sandbox.current().nodes)
         # No signal reached the job between the drain and the removal.
         removed_at = datetime.strptime(lines[1].split()[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
             tzinfo=timezone.utc
@@ -160,7 +165,6 @@ def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
             lambda: log.read_text().count("attempt") == 2 and log.read_text(),
         )
         assert "attempt restart=1 nodes=gpu-preemptible-dp-1 n=1" in attempts
-        assert slurm.nodes([victim])[0].down
     finally:
         slurm.cancel(job)
         restore_node(sandbox, victim)
