@@ -32,7 +32,7 @@ from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import LOG
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Checkpoint, End, Notice, Start
+from slurmpre.folder.records import Checkpoint, End, Notice, Start, Successor
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
@@ -64,13 +64,17 @@ def one(box: Sandbox, work: Path, grow: bool, args: argparse.Namespace) -> dict[
         jobs = [first]
         while True:  # to the end of the run, across the jobs it hands over to
             info = wait_end(box, jobs[-1])
-            ledger = Ledger(folder).records()
-            nxt = [r.job for r in ledger if isinstance(r, Start) and r.job not in jobs]
-            if not nxt:
+            handed = {
+                r.successor
+                for r in Ledger(folder).records()
+                if isinstance(r, Successor) and r.job == jobs[-1]
+            }
+            if not handed:
                 break
-            jobs.append(nxt[0])
+            jobs.append(wait("the next job's start", lambda h=handed: _started(folder, h), 600))
     finally:
-        box.client.update_node(spare, state="RESUME")
+        if box.client.nodes([spare])[0].draining:  # an idle node's RESUME is refused
+            box.client.update_node(spare, state="RESUME")
     if info.state != "COMPLETED":
         raise SystemExit(f"bench: job {jobs[-1]} ended {info.state}; logs in {folder / 'logs'}")
     ended = time.time()
@@ -101,6 +105,12 @@ def one(box: Sandbox, work: Path, grow: bool, args: argparse.Namespace) -> dict[
 
 def wait_end(box: Sandbox, job: str) -> Any:
     return wait(f"job {job}'s end", lambda: (i := box.client.job(job)).finished and i, 1800)
+
+
+def _started(folder: Path, jobs: set[str]) -> str | None:
+    """The one of ``jobs`` (a successor, its twin) that started training the run."""
+    starts = [r.job for r in Ledger(folder).records() if isinstance(r, Start) and r.job in jobs]
+    return starts[0] if starts else None
 
 
 def _steps(log: Path) -> int:
