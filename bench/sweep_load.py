@@ -109,10 +109,11 @@ def submit(box: Sandbox, work: Path, python: str, i: int, way: str) -> str:
     folder = work / f"job-{i}"
     shared = way != "per-job"
     # A job that may grow (a node range, a successor) watches every node for idle ones; it
-    # cannot requeue here, so the grow it may try is refused and the job goes on watching.
-    # Each takes whole nodes (both cores), so that the jobs that do not fit on two get one
-    # and watch (the row says how many did).
-    grows = {"nodes": "1-2", "restart": "successor", "cpus_per_task": 2} if way == "grow" else {}
+    # is started on one node (sbatch's --nodes=1 over the script's 1-2: Slurm would give
+    # each the most it can), so that every one watches (the row says how many did). It
+    # cannot requeue here, so the grow it tries is refused and it goes on watching.
+    grows = {"nodes": "1-2", "restart": "successor"} if way == "grow" else {}
+    one = ["--nodes=1"] if way == "grow" else []
     spec = validate(
         {
             "name": f"load-{i}",
@@ -131,10 +132,10 @@ def submit(box: Sandbox, work: Path, python: str, i: int, way: str) -> str:
     )
     (folder / "logs").mkdir(parents=True)
     if USER is None:
-        return box.client.submit(render(spec))
+        return box.client.submit(render(spec), args=one)
     for path in (work, folder, folder / "logs"):
         shutil.chown(path, USER, USER)
-    return box.client.submit(render(spec), args=[f"--uid={USER}", f"--gid={USER}"])
+    return box.client.submit(render(spec), args=[f"--uid={USER}", f"--gid={USER}", *one])
 
 
 def ledger(folder: Path) -> list[dict[str, Any]]:
