@@ -385,9 +385,8 @@ class DrainBoard:
         return self._all
 
     def _fresh_all(self, board: Board | None, now: float) -> bool:
-        if board is None or not board.everything:
-            return False
-        return -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
+        fresh = board is not None and -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
+        return fresh and board is not None and board.everything
 
     def _poll_for_all(self, wanted: set[str], now: float) -> list[NodeInfo]:
         every = sorted(self._registered(now) | wanted)
