@@ -55,7 +55,8 @@ def test_three_preemptions_four_attempts() -> None:
     assert st.cost_preemptible == pytest.approx(st.cost_on_demand / 2)
     text = lines(st)
     assert text[0].startswith("job 6 (drill): UNKNOWN TO SLURM, 3 restart(s)")
-    assert sum(1 for line in text if "notice -> requeue" in line) == 3
+    rows = [line for line in text if not line.lstrip().startswith(("grow ", "shrink "))]
+    assert sum(1 for line in rows if "notice -> requeue" in line) == 3
 
 
 def test_a_node_failure_and_an_older_resume_lose_steps() -> None:
@@ -113,6 +114,9 @@ def test_an_in_place_restart_is_a_row_of_its_own_and_not_a_requeue() -> None:
     ended = [a.ended for a in st.attempts]
     assert ended == ["notice -> in place", "notice -> requeue", "completed"]
     assert [len(a.nodes) for a in st.attempts] == [2, 1, 1]
+    assert [(r.kind, r.nodes_from, r.nodes_to, r.cause) for r in st.resizes] == [
+        ("shrink", 2, 1, "notice -> in place")
+    ]
     assert [a.steps_lost for a in st.attempts] == [0, 0, None]
     assert st.restarts == 1  # Slurm requeued it once; the in-place restart is not one
     text = lines(st)
@@ -303,3 +307,12 @@ def test_a_grow_shows_from_how_many_nodes_to_how_many_and_the_job_that_took_over
     assert st.attempts[0].ended == "grow 1 -> 2 nodes: job 11"
     assert [len(a.nodes) for a in st.attempts] == [1, 2]
     assert st.attempts[0].steps_lost == 0
+    # The resize, its cause, when, and its cost: 2 s between the attempts on 2 nodes.
+    (grew,) = st.resizes
+    assert (grew.kind, grew.nodes_from, grew.nodes_to, grew.at) == ("grow", 1, 2, t + 58)
+    assert grew.cause == "grow 1 -> 2 nodes: job 11" and grew.gap_s == 2.0
+    assert grew.cost == pytest.approx(2.0 / 3600 * 2 * Prices().price * (1 - Prices().discount))
+    assert "  grow at +58s: 1 -> 2 nodes (grow 1 -> 2 nodes: job 11), 2 s between ($0.00)" in (
+        lines(st)
+    )
+    assert st.as_dict()["resizes"][0]["kind"] == "grow"  # and in --json

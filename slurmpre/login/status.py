@@ -16,6 +16,7 @@ does not see the training's steps between checkpoints.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -89,6 +90,37 @@ class Prices:
     discount: float = defaults.PREEMPTIBLE_DISCOUNT
 
 
+@dataclass(frozen=True)
+class Resize:
+    """The run's node count changing between two attempts (a shrink in place, a grow to
+    a bigger job, a successor on fewer nodes), why, and what the change cost: the time
+    from the end of the one to the start of the other, with the new nodes held."""
+
+    at: float | None  # when the attempt on the new count started
+    nodes_from: int
+    nodes_to: int
+    kind: str  # "grow" or "shrink"
+    cause: str  # how the attempt before ended
+    gap_s: float | None
+    cost: float | None  # gap_s on nodes_to nodes (GPUs), at their kind's price
+
+
+def resizes(rows: list[AttemptRow], prices: Prices, gpus_per_node: int = 0) -> list[Resize]:
+    out = []
+    for before, after in itertools.pairwise(rows):
+        if not before.nodes or not after.nodes or len(before.nodes) == len(after.nodes):
+            continue
+        gap = before.gap_s
+        price = prices.price * (1 if after.on == STANDARD else 1 - prices.discount)
+        units = len(after.nodes) * (gpus_per_node or 1)
+        grew = len(after.nodes) > len(before.nodes)
+        out.append(Resize(
+            after.started_at, len(before.nodes), len(after.nodes), "grow" if grew else "shrink",
+            before.ended, gap, None if gap is None else max(gap, 0.0) / 3600 * units * price,
+        ))  # fmt: skip
+    return out
+
+
 @dataclass
 class JobStatus:
     job: str
@@ -107,6 +139,7 @@ class JobStatus:
     # standard nodes among node_hours (a deadline or a fallback moved it there).
     cost: float = 0.0
     standard_node_hours: float = 0.0
+    resizes: list[Resize] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -288,6 +321,7 @@ def job_status(
         cost=(billed - on_standard) * prices.price * (1 - prices.discount)
         + on_standard * prices.price,
         standard_node_hours=standard,
+        resizes=resizes(rows, prices, gpus_per_node),
     )
 
 
@@ -349,6 +383,11 @@ def lines(st: JobStatus) -> list[str]:
         if a.stop_asked_at is not None:
             out.append(f"     trained on after the notice; told to stop at "
                        f"{_clock(a.stop_asked_at, t0)}: {a.stop_why}")  # fmt: skip
+    for r in st.resizes:
+        took = "" if r.gap_s is None else f", {max(r.gap_s, 0):.0f} s between"
+        cost = "" if r.cost is None else f" (${r.cost:.2f})"
+        out.append(f"  {r.kind} at {_clock(r.at, t0)}: {r.nodes_from} -> {r.nodes_to} nodes "
+                   f"({r.cause}){took}{cost}")  # fmt: skip
     if st.standard_node_hours:
         out.append(
             f"  used {st.node_hours:.3f} node-hours ({st.standard_node_hours:.3f} on standard "
