@@ -10,6 +10,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.start.env import JobEnv
@@ -214,3 +215,20 @@ def test_a_refused_bigger_job_changes_nothing_and_the_training_goes_on(tmp_path:
     assert h.watcher.outcome.successor is None and h.events() == []
     assert any("not growing" in s for s in h.said)
     assert len(submitted(calls)) == 1  # tried once, not at every poll
+
+
+def test_a_bigger_job_that_does_not_start_in_time_gets_this_ones_checkpoint_anyway(
+    tmp_path: Path,
+) -> None:
+    """The idle nodes were taken between the look and the submission: the bigger job pends.
+    After GROW_WAIT the training checkpoints and stops; the bigger job (or its twin)
+    starts on this job's nodes once it ends."""
+    h, _ = growing(tmp_path, idle=3)
+    seen: dict[str, object] = {}
+    h.at(60.0, lambda: seen.setdefault("within the wait", notice_stop(h)))
+    h.run()
+    assert seen == {"within the wait": None}
+    assert notice_stop(h) is True  # told to stop at GROW_WAIT after the grow
+    notice = h.record("notice")
+    assert float(notice["deadline_at"]) - float(notice["seen_at"]) == pytest.approx(60, abs=1)
+    assert h.watcher.outcome.successor == "77" and h.slurm.requeued == []
