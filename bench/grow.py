@@ -12,7 +12,8 @@ preemptible price (half the standard one), and for the grow, the node's return â
 first step trained on 2 nodes against the target C + 20 s (C: the stop checkpoint's
 write time), and the steps lost (0: it resumed from the checkpoint it stopped at).
 
-Usage: python bench/grow.py [--tuned-timings] [--steps 1500] [--back-at 100] [--quick]
+Usage: python bench/grow.py [--tuned-timings] [--steps 1500] [--back-at 100] [--slurm 22.05]
+                            [--quick]
 (stock timings by default: what users live with; --quick: the timings that are up,
 fewer steps, the target reported but not enforced: CI's smoke test).
 """
@@ -129,6 +130,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--back-at", type=int, default=100)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--slurm", default=None, help="the release (default: 26.05)")
     args = parser.parse_args()
     box = Sandbox()
     if args.quick:
@@ -136,7 +138,8 @@ def main() -> int:
     if args.quick and box.load() is not None:
         timings = box.current().timings
     else:
-        timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), print)
+        opts = DrillOptions(stock_timings=not args.tuned_timings)
+        timings = bring_up(box, opts, print, args.slurm)
     box.use()
     version = format_version(box.client.version())
     work = Path(tempfile.mkdtemp(prefix="bench-grow-", dir="/var/lib/slurmpre"))
