@@ -232,3 +232,13 @@ def test_a_bigger_job_that_does_not_start_in_time_gets_this_ones_checkpoint_anyw
     notice = h.record("notice")
     assert float(notice["deadline_at"]) - float(notice["seen_at"]) == pytest.approx(60, abs=1)
     assert h.watcher.outcome.successor == "77" and h.slurm.requeued == []
+
+
+def test_a_job_on_standard_nodes_does_not_grow_onto_preemptible_ones() -> None:
+    wall = Wall()
+    cluster = Cluster(node("p1", "ALLOCATED", ("standard",)), node("p3"), node("p4"))
+    grow = GrowSource(cluster, ("p1",), 3, settle=0.0, wall=wall)
+    wall.now = 100.0
+    assert grow.poll() == [] and grow.poll() == []
+    cluster.nodes[0] = node("p1", "ALLOCATED")  # the same job, were it on a preemptible node
+    assert grow.poll()[0].grow_to == 3

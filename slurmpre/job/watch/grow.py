@@ -104,7 +104,14 @@ class GrowSource:
 
     def poll(self) -> list[Notice]:
         now = self.wall()
-        idle = {n.name for n in self.every_node() if usable(n) and n.name not in self.nodes}
+        nodes = self.every_node()
+        own = [n for n in nodes if n.name in self.nodes]
+        if any(defaults.PREEMPTIBLE_FEATURE not in n.features for n in own):
+            # On standard nodes (a coordinator, or a run a deadline moved there): the
+            # bigger job could not start on the idle preemptible nodes, and where the run
+            # goes back to them is the placement's call.
+            return []
+        idle = {n.name for n in nodes if usable(n) and n.name not in self.nodes}
         self.idle_since = {name: self.idle_since.get(name, now) for name in sorted(idle)}
         settled = tuple(n for n, t in self.idle_since.items() if now - t >= self.settle)
         have = len(self.nodes)
