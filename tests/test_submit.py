@@ -242,6 +242,9 @@ def test_log_keeps_every_attempt_across_a_preemption(
             'name = "ticks"',
             'command = ["bash", "-c", "for i in $(seq 1 300); do echo tick $i; sleep 0.5; done"]',
             'launcher = "plain"',
+            # Slurm's requeue is what this test follows: with the default successor, a
+            # drain the watcher sees within the 2 s window hands over to another job.
+            'restart = "requeue"',
             f"checkpoint_dir = {toml_path(shared_tmp / 'ticks')}",
         ],
     )
