@@ -187,10 +187,7 @@ class Restarts:
         except SlurmpreError as exc:
             self.say(f"the successor job was refused ({_first(exc)}): requeuing instead")
             self.successor_refused = True
-            try:
-                self.client.set_requeue(self.job.job_id, True)
-            except SlurmpreError as again:
-                self.say(f"cannot make this job requeueable again ({_first(again)})")
+            self._requeueable_again()
             return None
         self.successor = successor
         where = f", not on {', '.join(exclude)}" if exclude else ""
@@ -228,10 +225,7 @@ class Restarts:
             successor = self._submit(layout, [], (f"--nodes={nodes}",))
         except SlurmpreError as exc:
             self.say(f"the job on {nodes} nodes was refused ({_first(exc)}): not growing")
-            try:
-                self.client.set_requeue(self.job.job_id, True)
-            except SlurmpreError as again:
-                self.say(f"cannot make this job requeueable again ({_first(again)})")
+            self._requeueable_again()
             return None
         self.successor = successor
         self.log.add(
@@ -251,6 +245,13 @@ class Restarts:
             submitted_at=self.wall(),
         )
         return Done(Action.REQUEUE, successor=successor)
+
+    def _requeueable_again(self) -> None:
+        """After a refused hand-over: this job goes on as it was, requeueable."""
+        try:
+            self.client.set_requeue(self.job.job_id, True)
+        except SlurmpreError as exc:
+            self.say(f"cannot make this job requeueable again ({_first(exc)})")
 
     def _submit(self, layout: FolderLayout, exclude: list[str], extra: Sequence[str]) -> str:
         """The recorded script as a job that takes over from this one, in turn with the
