@@ -255,9 +255,7 @@ class AfterNotice:
             why = "the deadline nears"
         if why is None:
             return
-        self._publish(stop=True)
-        self.say(f"asking the training to checkpoint and stop: {why}")
-        self.log.add(records.Stopping, why=why, asked_at=self.wall())
+        self._ask_to_stop(why)
 
     def _stop_for_the_bigger_job(self) -> None:
         """A grow whose successor started on idle nodes: once it waits for this job's
@@ -268,6 +266,10 @@ class AfterNotice:
         if not self._successor_waiting():
             return
         why = f"job {self.restarts.successor} waits on {state.notice.grow_to} nodes"
+        self._ask_to_stop(why)
+
+    def _ask_to_stop(self, why: str) -> None:
+        """The notice file turns to stop: a script still training checkpoints and stops."""
         self._publish(stop=True)
         self.say(f"asking the training to checkpoint and stop: {why}")
         self.log.add(records.Stopping, why=why, asked_at=self.wall())
