@@ -157,8 +157,6 @@ class DrainBoard:
         self._regs: set[str] = set()
         self._regs_all = False  # a registered job asks for every node
         self.everything = False  # this job does (it may grow)
-        self._all_due = 0.0
-        self._all: list[NodeInfo] = []
         self._regs_key: tuple[int, float] | None = None
         self._own_due = 0.0
         self._own: list[NodeInfo] = []
@@ -378,11 +376,8 @@ class DrainBoard:
         if board is not None and self._fresh_all(board, now):
             self.shared_answers += 1
             return list(board.nodes.values())
-        if now >= self._all_due:  # this job's own query, at most once per interval
-            self._all = self.client.nodes()
-            self.queries += 1
-            self._all_due = self._next(now)
-        return self._all
+        self._ask(set(), now)  # this job's own query of every node, when it is due
+        return list(self._own)
 
     def _fresh_all(self, board: Board | None, now: float) -> bool:
         fresh = board is not None and -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
@@ -411,9 +406,11 @@ class DrainBoard:
         return [n for n in answer if n.name in wanted]
 
     def _ask(self, wanted: set[str], now: float) -> list[NodeInfo]:
-        """This job's own query, at most once per interval (jittered)."""
+        """This job's own query, at most once per interval (jittered): of its nodes, or of
+        every node when it may grow (one query serves both its looks)."""
         if now >= self._own_due:
-            self._own = [n for n in self.client.nodes(sorted(wanted)) if n.name in wanted]
+            asked = () if self.everything else sorted(wanted)  # () asks about every node
+            self._own = self.client.nodes(asked)
             self.queries += 1
             self._own_due = self._next(now)
-        return self._own
+        return [n for n in self._own if n.name in wanted]
