@@ -57,6 +57,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "grow": (1, 100_000),  # the wrapper's --grow-to: a node count
     "grow_settle": (0, 86_400),
     "grow_min_gain": (1, 100_000),
+    "spare_nodes": (0, 64),
 }
 
 PREEMPTIBLE_FEATURE = "preemptible"  # the provider's Slurm feature on preemptible nodes

@@ -226,3 +226,34 @@ def test_a_cluster_that_allows_an_expedited_requeue_gets_one_asked_for() -> None
     assert not expedited_requeue(captured)  # not enabled unless the administrator does
     enabled = {**captured, "SlurmctldParameters": "rl_enable,enable_expedited_requeue"}
     assert expedited_requeue(enabled)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "held", "min_nodes"), [(4, "5", None), ("2-4", "3-5", "--min-nodes 2")]
+)
+def test_spares_are_asked_of_slurm_beside_the_nodes_and_run_the_supervisor(
+    nodes: object, held: str, min_nodes: str | None
+) -> None:
+    spec = validate({"name": "s", "command": ["python", "t.py"], "nodes": nodes, "spare_nodes": 1})
+    lines = render(spec).splitlines()
+    assert f"#SBATCH --nodes={held}" in lines
+    supervisor = next(ln for ln in lines if "-m slurmpre.job steps" in ln)
+    assert "--spares=1" in supervisor.split()
+    launch = next(ln for ln in lines if "-m slurmpre.job run" in ln)
+    assert "--spare-nodes 1" in launch  # a grown successor holds its spares too
+    assert (min_nodes in launch) if min_nodes else "--min-nodes" not in launch
+    # Without spares, a fixed count runs no supervisor and asks for its nodes alone.
+    plain = render(validate({"name": "s", "command": ["python", "t.py"], "nodes": 4}))
+    assert "#SBATCH --nodes=4" in plain.splitlines() and "slurmpre.job steps" not in plain
+
+
+@pytest.mark.parametrize("key", ["in_place", "watch"])
+def test_spares_without_the_in_place_restart_are_refused_naming_the_key(key: str) -> None:
+    with pytest.raises(UsageError, match=f"spare_nodes = 1: .* it needs {key} = true"):
+        validate({"name": "s", "command": ["python", "t.py"], "spare_nodes": 1, key: False})
+
+
+@pytest.mark.parametrize("bad", [-1, 65, "two", 1.5])
+def test_a_bad_spare_count_is_one_line_naming_it(bad: object) -> None:
+    with pytest.raises(UsageError, match=f"spare_nodes = {bad!r}: must be"):
+        validate({"name": "s", "command": ["python", "t.py"], "spare_nodes": bad})

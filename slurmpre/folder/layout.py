@@ -13,6 +13,7 @@ Under a checkpoint folder (`FolderLayout`)::
     .slurmpre/listening-<job>-<attempt>         the script asks preemption_requested()
     .slurmpre/taken-<job>-<attempt>             ... and it answered True
     .slurmpre/in-place-<job>-<attempt>.json     a request to restart inside the allocation
+    .slurmpre/spares-<job>-<attempt>.json       drained spares to release while it trains
     .slurmpre/job.sbatch            the batch script of the last submit, for a successor
     .slurmpre/code/<hash>/          the code snapshot every attempt runs (snapshot = "git")
 
@@ -117,6 +118,9 @@ class FolderLayout:
 
     def in_place_request(self, job: str, attempt: str | int) -> Path:
         return self.meta / f"in-place-{job}-{attempt}.json"
+
+    def spare_release(self, job: str, attempt: str | int) -> Path:
+        return self.meta / f"spares-{job}-{attempt}.json"
 
     @property
     def script(self) -> Path:

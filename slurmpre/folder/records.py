@@ -48,8 +48,9 @@ class Start(AttemptRecord):
     resume_from: str | None = None
     step: int | None = None
     code: str | None = None  # the code it runs, as the script says (SLURMPRE_CODE)
+    spares: tuple[str, ...] | None = None  # nodes held beside ``nodes`` that do not train
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code", "spares"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -148,6 +149,9 @@ class InPlaceRequested(AttemptRecord):
     release: tuple[str, ...]
     why: str | None
     requested_at: float
+    spares_in: tuple[str, ...] | None = None  # spares that take the released nodes' places
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -161,6 +165,21 @@ class InPlace(AttemptRecord):
     requested_at: float
     released_at: float
     why: str | None
+    spares_in: tuple[str, ...] | None = None  # spares that took the released nodes' places
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in"})
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class SpareReleased(AttemptRecord):
+    """A spare drained (`spare_nodes`): the supervisor released it from the job while the
+    training went on (``error``: Slurm refused, and the job holds it until it ends)."""
+
+    EVENT: ClassVar[str] = "spare_released"
+    released: tuple[str, ...]
+    release_s: float
+    released_at: float
+    error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

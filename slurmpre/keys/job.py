@@ -185,4 +185,16 @@ JOB: tuple[Key, ...] = (
         flag='--no-in-place', kind='switch', writes='off',
         help='always requeue on a drain, never restart inside the allocation',
     ),
+    Key('spare_nodes', 0, 'whole', '`0` (0 to 64)',
+        'hot spares: the job holds this many nodes beyond `nodes` that do not train. When a '
+        'training node drains, a spare takes its place inside the allocation (an in-place '
+        'restart from the notice checkpoint on as many nodes as before: the world size does '
+        'not change); a spare that drains is released while the training goes on. The batch '
+        "host is held as a spare (its drain ends the allocation whether it trains or not, so "
+        'every training node can be swapped). Spares cost as much as training nodes: '
+        '`slurmpre plan` shows what they cost and save. A lost spare is held again at the '
+        'next hand-over. Needs `in_place` and the watcher',
+        flag='--spare-nodes', kind='count', writes='changed',
+        help='nodes the job holds beyond its training nodes, to take a drained one\'s place',
+    ),
 )  # fmt: skip

@@ -23,6 +23,7 @@ from slurmpre.login import sbatch_options, variables
 from slurmpre.login.code import Code
 from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
+from slurmpre.noderange import NodeRange
 from slurmpre.signals import WARN_SIGNAL
 
 DEFAULT_TEMPLATE = "default.sbatch.j2"
@@ -120,13 +121,21 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return [*argv, "--", *spec.command]
 
 
+def held(spec: JobSpec) -> NodeRange:
+    """The nodes the job asks Slurm for: its training nodes and its spares."""
+    return NodeRange(spec.nodes.min + spec.spare_nodes, spec.nodes.max + spec.spare_nodes)
+
+
 def steps_argv(spec: JobSpec) -> list[str]:
     """The batch script's supervisor of steps (`slurmpre.job.handover.steps`), which runs srun
-    and restarts in place after a drain; nothing when the job cannot go on with fewer
-    nodes than it has (a fixed node count: MIN of them must remain)."""
-    if not spec.nodes.elastic or not spec.in_place or not spec.watch:
+    and restarts in place after a drain (a spare taking a drained node's place, or fewer
+    nodes); nothing when the job can do neither (a fixed node count without spares: MIN
+    of them must remain)."""
+    if not (spec.nodes.elastic or spec.spare_nodes) or not spec.in_place or not spec.watch:
         return []
     argv = [spec.python, "-m", "slurmpre.job", "steps", f"--checkpoint-dir={spec.checkpoint_dir}"]
+    if spec.spare_nodes:
+        argv.append(f"--spares={spec.spare_nodes}")
     argv += keys.BY_NAME["file_access"].written(spec.file_access)
     return [*argv, "--"]
 
@@ -182,6 +191,7 @@ def context(
         "requeue": requeue or "--no-requeue",
         "tasks": list(tasks),
         "spec": spec,
+        "nodes": held(spec),
         "code": code,
         "version": __version__,
         "output": output_pattern(spec),

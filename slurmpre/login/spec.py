@@ -68,6 +68,7 @@ class JobSpec:
     notice_signal: str | None = _default("notice_signal")
     watch: bool = _default("watch")
     in_place: bool = _default("in_place")
+    spare_nodes: int = _default("spare_nodes")
     restart: str = _default("restart")
     grow: bool = _default("grow")
     grow_settle: float = _default("grow_settle")
@@ -164,6 +165,9 @@ def _together(spec: JobSpec) -> None:
         ("poll_interval", spec.poll_interval, spec.poll_interval >= window - margin,
          f"must be shorter than preempt_window - safety_margin ({window - margin} s), or a "
          "drain is seen too late"),
+        *[("spare_nodes", spec.spare_nodes, spec.spare_nodes and not on,
+           f"a spare takes a drained node's place inside the allocation: it needs {key} = true")
+          for key, on in (("in_place", spec.in_place), ("watch", spec.watch))],
         ("deadline", spec.deadline, spec.deadline and spec.total_steps is None,
          "needs total_steps: progress toward the deadline is steps against it"),
         *[(key, getattr(spec, key), getattr(spec, key) is not None and spec.restart != "successor",

@@ -184,7 +184,8 @@ def node_seconds(records: Sequence[Record], now: float) -> dict[str, float]:
         if until is None:
             until = starts[i + 1].time if i + 1 < len(starts) else now
         on = kinds.get(start.job, on)
-        held[on] += max(0.0, (until or now) - (start.time or now)) * len(start.nodes)
+        nodes = len(start.nodes) + len(start.spares or ())  # a spare costs as a training node
+        held[on] += max(0.0, (until or now) - (start.time or now)) * nodes
     return held
 
 

@@ -178,3 +178,18 @@ def test_a_run_that_has_spent_its_budget_does_not_start_again() -> None:
     assert over_budget(recs, t + 7200, 40.0, 8) is None
     why = over_budget(recs, t + 7200, 30.0, 8)
     assert why == "the run has cost 32.00 (its node-hours at their prices), max_cost = 30"
+
+
+def test_a_spare_costs_as_much_as_a_node_that_trains() -> None:
+    """One preemptible node training and one held as a spare for an hour, 8 GPUs each at
+    $2 per GPU-hour, half price: $16, as two training nodes would cost."""
+    from slurmpre.placement.facts import cost
+
+    t = 1_000_000.0
+    recs = typed([
+        {"event": "start", "job": "1", "attempt": 0, "nodes": ["p1"], "spares": ["p2"],
+         "step": 0, "time": t},
+        {"event": "end", "job": "1", "attempt": 0, "exit_code": 0, "seconds": 3600.0,
+         "time": t + 3600},
+    ])  # fmt: skip
+    assert cost(recs, t + 3600, gpus_per_node=8) == pytest.approx(16.0)

@@ -197,3 +197,102 @@ def test_step_argv_and_resized_env() -> None:
 def test_bad_arguments_are_one_line(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_args(argv)
+
+
+# -- hot spares (--spares): steps on part of the job ----------------------------------------
+FOUR = "gpu-preemptible-dp-[1-4]"
+
+# A stand-in srun for a job with spares: logs its argv; in the first step it asks, as the
+# watcher would, for the drained spare dp-4 to be released, waits (on the ledger, not on a
+# clock) until the supervisor says it was, then asks for an in-place restart with the
+# spare dp-1 in place of the drained dp-3.
+SPARE_SRUN = r"""
+import json, os, sys, time
+log, folder = os.environ["STEPS_LOG"], os.environ["STEPS_FOLDER"]
+with open(log, "a") as fh:
+    fh.write(json.dumps({"argv": sys.argv[1:], "in_place": os.environ["SLURMPRE_IN_PLACE"],
+        "nodelist": os.environ["SLURM_JOB_NODELIST"]}) + "\n")
+if os.environ["SLURMPRE_IN_PLACE"] == "0":
+    meta = os.path.join(folder, ".slurmpre")
+    def put(name, data):
+        with open(os.path.join(meta, name + ".tmp"), "w") as fh:
+            json.dump(data, fh)
+        os.rename(os.path.join(meta, name + ".tmp"), os.path.join(meta, name))
+    put("spares-77-0.json", {"release": ["gpu-preemptible-dp-4"]})
+    ledger = os.path.join(meta, "attempts.jsonl")
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if os.path.exists(ledger) and "spare_released" in open(ledger).read():
+            break
+        time.sleep(0.05)
+    else:
+        sys.exit(9)  # the supervisor never released the spare
+    put("in-place-77-0.json", {"keep": ["gpu-preemptible-dp-2", "gpu-preemptible-dp-1"],
+        "release": ["gpu-preemptible-dp-3", "gpu-preemptible-dp-4"], "why": "test",
+        "at": time.time(), "spares_in": ["gpu-preemptible-dp-1"]})
+sys.exit(0)
+"""
+
+
+def test_first_spares_are_the_batch_host_then_the_last_nodes() -> None:
+    from slurmpre.job.handover.steps import first_spares
+
+    nodes = [f"n{i}" for i in range(1, 6)]
+    assert first_spares(nodes, "n1", 0) == ()
+    assert first_spares(nodes, "n1", 1) == ("n1",)
+    assert first_spares(nodes, "n1", 2) == ("n1", "n5")
+    assert first_spares(nodes, "n3", 3) == ("n3", "n4", "n5")
+    assert first_spares(["n1", "n2"], "n1", 5) == ("n1",)  # one node trains, at least
+    assert first_spares(["n1"], "n1", 1) == ()
+
+
+def test_with_spares_the_step_trains_on_the_rest_and_a_spare_swaps_in_place(
+    tmp_path: Path,
+) -> None:
+    env, folder, log = setup(
+        tmp_path, SLURM_JOB_NODELIST=FOUR, SLURM_NTASKS="4", STEPS_FOLDER=str(tmp_path / "ckpt")
+    )
+    (tmp_path / "srun").write_text(f"#!{sys.executable}\n{SPARE_SRUN}")
+    code, said, slurm = steps(tmp_path, env, folder, Slurm(), "--spares=2")
+    assert code == 0
+    first, second = lines(log)
+    # dp-1 (the batch host) and dp-4 are held; dp-2 and dp-3 train.
+    assert first["argv"][:3] == [
+        "--nodes=2",
+        "--ntasks=2",
+        "--nodelist=gpu-preemptible-dp-2,gpu-preemptible-dp-3",
+    ]
+    # The drained spare is released while the step runs, then the swap keeps two nodes.
+    assert slurm.resized == [
+        ("77", ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2", "gpu-preemptible-dp-3")),
+        ("77", ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2")),
+    ]
+    assert second["argv"][:3] == [
+        "--nodes=2",
+        "--ntasks=2",
+        "--nodelist=gpu-preemptible-dp-2,gpu-preemptible-dp-1",
+    ]
+    assert second["nodelist"] == "gpu-preemptible-dp-1,gpu-preemptible-dp-2"
+    events = {r["event"]: r for r in dicts(Ledger(folder))}
+    assert events["spare_released"]["released"] == ["gpu-preemptible-dp-4"]
+    assert events["in_place"]["spares_in"] == ["gpu-preemptible-dp-1"]
+    assert any("released drained spare gpu-preemptible-dp-4" in s for s in said)
+
+
+def test_a_spare_slurm_will_not_release_is_asked_once_and_recorded(tmp_path: Path) -> None:
+    env, folder, _log = setup(
+        tmp_path, SLURM_JOB_NODELIST=FOUR, STEPS_FOLDER=str(tmp_path / "ckpt")
+    )
+    (tmp_path / "srun").write_text(f"#!{sys.executable}\n{SPARE_SRUN}")
+    code, said, _slurm = steps(tmp_path, env, folder, Slurm(resize_fails=True), "--spares=2")
+    records = [r for r in dicts(Ledger(folder)) if r["event"] == "spare_released"]
+    assert len(records) == 1 and records[0]["error"].startswith("command failed")
+    assert sum("cannot release spare" in s for s in said) == 1
+    # The in-place release after it fails too: Slurm's requeue, as without spares.
+    assert code == 0
+
+
+@pytest.mark.parametrize("bad", ["-1", "65"])
+def test_a_spare_count_out_of_range_is_one_usage_error(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(UsageError, match=f"--spares must be from 0 to 64, got {bad}"):
+        parse_args([f"--checkpoint-dir={tmp_path}", f"--spares={bad}", "--", "srun"])

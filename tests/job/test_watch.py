@@ -136,7 +136,7 @@ class Harness:
             [
                 DrainSource(
                     self.slurm,
-                    job.nodes,
+                    job.allocation,
                     re.compile(reason) if reason else None,
                     wall=self.clock.wall,
                 ),
@@ -597,3 +597,95 @@ def test_an_expedited_requeue_has_no_floor_and_the_ledger_says_so(tmp_path: Path
     plain.run()
     assert plain.record("notice")["requeue_floor_s"] == 31  # cred_expire + 1
     assert "expedited" not in plain.record("requeued")
+
+
+# -- hot spares (`spare_nodes`): the job holds nodes that do not train ----------------------
+SPARED = dataclasses.replace(
+    JobEnv("42", 0, 0, ("gpu-preemptible-dp-2", "gpu-preemptible-dp-3"), "gpu-preemptible-dp-2", 0),
+    batch_host="gpu-preemptible-dp-1",
+    allocation=tuple(f"gpu-preemptible-dp-{i}" for i in range(1, 5)),
+)
+
+
+def test_the_spares_are_the_nodes_the_job_holds_but_the_step_does_not_train_on() -> None:
+    assert SPARED.spares == ("gpu-preemptible-dp-1", "gpu-preemptible-dp-4")
+    # Without the supervisor no step runs on part of the job: nothing is a spare.
+    assert dataclasses.replace(SPARED, batch_host=None).spares == ()
+
+
+def test_a_drained_spare_is_released_while_the_training_goes_on(tmp_path: Path) -> None:
+    from slurmpre.job.handover.inplace import read_spares, spares_path
+
+    h = Harness(tmp_path, job=SPARED)
+    h.slurm.drains["gpu-preemptible-dp-4"] = (12.0, "preempted")
+    h.at(60.0, lambda: h.watcher.post_exit(0))  # the training ends by itself, later
+    h.run()
+    assert "notice" not in h.events()  # no checkpoint asked, no restart: it trained on
+    assert not notice_path(tmp_path, "42", "0").exists()
+    assert read_spares(spares_path(tmp_path, "42", "0")) == ("gpu-preemptible-dp-4",)
+    assert h.slurm.requeued == [] and h.watcher.outcome.action is None
+    said = [s for s in h.said if s.startswith("spare gpu-preemptible-dp-4 drained")]
+    assert len(said) == 1 and "1 spare(s) left" in said[0]  # said once, though seen each poll
+
+
+@pytest.mark.parametrize(
+    ("drains", "keep", "release"),
+    [
+        # A training node drains: the first spare takes its place, the other stays a spare.
+        (
+            {"gpu-preemptible-dp-3": 12.0},
+            ("gpu-preemptible-dp-2", "gpu-preemptible-dp-1"),
+            ("gpu-preemptible-dp-3",),
+        ),
+        # A spare drained earlier is not counted on; the in-place release names it too.
+        (
+            {"gpu-preemptible-dp-1": 5.0, "gpu-preemptible-dp-3": 12.0},
+            ("gpu-preemptible-dp-2", "gpu-preemptible-dp-4"),
+            ("gpu-preemptible-dp-1", "gpu-preemptible-dp-3"),
+        ),
+    ],
+)
+def test_a_spare_takes_a_drained_training_nodes_place_and_the_world_size_holds(
+    tmp_path: Path, drains: dict[str, float], keep: tuple[str, ...], release: tuple[str, ...]
+) -> None:
+    job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")  # the host trains on
+    h = Harness(tmp_path, job=job, config=requeuing(min_nodes=2))
+    listening_script(h)
+    for node, at in drains.items():
+        h.slurm.drains[node] = (at, "preempted")
+    h.run()
+    assert h.slurm.requeued == []
+    request = read_request(request_path(tmp_path, "42", "0"))
+    assert request is not None
+    assert (request.keep, request.release) == (keep, release)
+    assert len(request.keep) == len(job.nodes)  # the same world size
+    assert request.spares_in == (keep[-1],)
+    assert h.record("in_place_requested")["spares_in"] == [keep[-1]]
+
+
+def test_with_every_spare_gone_a_drain_goes_on_as_without_spares(tmp_path: Path) -> None:
+    job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")
+    h = Harness(tmp_path, job=job, config=requeuing(min_nodes=2))
+    listening_script(h)
+    for node, at in (("gpu-preemptible-dp-1", 3.0), ("gpu-preemptible-dp-4", 4.0)):
+        h.slurm.drains[node] = (at, "preempted")
+    h.slurm.drains["gpu-preemptible-dp-3"] = (12.0, "preempted")
+    h.run()
+    # One node would remain, fewer than MIN = 2: Slurm's requeue, as before spares.
+    assert h.slurm.requeued == ["42"]
+    assert not request_path(tmp_path, "42", "0").exists()
+
+
+def test_the_batch_host_held_as_a_spare_drains_and_the_job_goes_on_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """Its drain ends the whole allocation, spare or not: a notice, not a release."""
+    from slurmpre.job.handover.inplace import spares_path
+
+    h = Harness(tmp_path, job=SPARED)
+    listening_script(h)
+    h.slurm.drains["gpu-preemptible-dp-1"] = (12.0, "preempted")
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert not spares_path(tmp_path, "42", "0").exists()
+    assert h.record("notice")["restart_why"] == "the batch host gpu-preemptible-dp-1 drained"

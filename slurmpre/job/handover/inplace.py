@@ -6,6 +6,10 @@ the batch host does not need one: the batch script's supervisor
 (`slurmpre.job.handover.steps`) can release the drained node from the job and start the
 next step on the nodes that remain.
 
+With hot spares (``spare_nodes``), the job holds nodes that do not train: a spare
+takes a drained node's place, so the next step runs on as many nodes as before; a
+spare that drains is released while the step goes on (`SpareRelease`).
+
 The watcher (on the step's node 0) decides by `plan`, and asks the supervisor
 by writing a `Request` beside the ledger; the supervisor reads it once the
 step has ended.
@@ -28,6 +32,7 @@ from slurmpre.reading import SMALL
 class Plan:
     keep: tuple[str, ...] | None  # the nodes the next step runs on; None: requeue
     why: str
+    spares_in: tuple[str, ...] = ()  # spares among ``keep``: they take drained nodes' places
 
 
 def plan(
@@ -38,9 +43,11 @@ def plan(
     batch_host: str | None,
     min_nodes: int,
     enabled: bool = True,
+    spares: Sequence[str] = (),
 ) -> Plan:
     """In place when the job loses only nodes other than the batch host and keeps at
-    least ``min_nodes``; a requeue otherwise, with the reason."""
+    least ``min_nodes``, a spare taking each drained node's place while one is left; a
+    requeue otherwise, with the reason."""
     if not enabled:
         return Plan(None, "in-place restarts are off (in_place = false)")
     if batch_host is None:
@@ -54,10 +61,16 @@ def plan(
     if batch_host in drained:
         return Plan(None, f"the batch host {batch_host} drained")
     keep = tuple(n for n in nodes if n not in drained)
+    ready = [s for s in spares if s not in drained and s not in nodes]
+    spares_in = tuple(ready[: len(nodes) - len(keep)])
+    keep += spares_in
     if len(keep) < max(min_nodes, 1):
         return Plan(None, f"{len(keep)} node(s) would remain, fewer than the minimum {min_nodes}")
     gone = ", ".join(n for n in nodes if n in drained)
-    return Plan(keep, f"{gone} drained; {len(keep)} node(s) remain")
+    if not gone:
+        return Plan(None, "no training node drained")
+    instead = f"; spare {', '.join(spares_in)} takes its place" if spares_in else ""
+    return Plan(keep, f"{gone} drained{instead}; {len(keep)} node(s) train", spares_in)
 
 
 @dataclass(frozen=True)
@@ -68,10 +81,38 @@ class Request:
     release: tuple[str, ...]
     why: str
     at: float  # wall clock
+    spares_in: tuple[str, ...] = ()
 
 
 def request_path(folder: Path, job_tag: str, attempt: str) -> Path:
     return FolderLayout(folder).in_place_request(job_tag, attempt)
+
+
+def spares_path(folder: Path, job_tag: str, attempt: str) -> Path:
+    """The drained spares the watcher asks the supervisor to release (`SpareRelease`)."""
+    return FolderLayout(folder).spare_release(job_tag, attempt)
+
+
+def write_spares(path: Path, drained: Collection[str]) -> None:
+    """Every spare of the attempt that drained so far: the supervisor releases those the job
+    still holds, while the step goes on."""
+    trust.write(path, json.dumps({"release": sorted(drained)}), mode=CONTROL_MODE)
+
+
+def read_spares(path: Path) -> tuple[str, ...]:
+    """The drained spares asked to be released; none when there is no request, it cannot be
+    read whole, or it is not the user's own (said once)."""
+    try:
+        data = json.loads(trust.read_text(path, SMALL))
+    except trust.Untrusted as exc:
+        trust.refused(exc)
+        return ()
+    except (OSError, ValueError):
+        return ()
+    release = data.get("release") if isinstance(data, dict) else None
+    if not isinstance(release, list) or not all(isinstance(n, str) for n in release):
+        return ()
+    return tuple(release)
 
 
 def write_request(path: Path, request: Request) -> None:
@@ -91,6 +132,7 @@ def read_request(path: Path) -> Request | None:
     try:
         keep = tuple(str(n) for n in data["keep"])
         release = tuple(str(n) for n in data["release"])
-        return Request(keep, release, str(data["why"]), float(data["at"]))
+        spares_in = tuple(str(n) for n in data.get("spares_in", ()))
+        return Request(keep, release, str(data["why"]), float(data["at"]), spares_in)
     except (OSError, ValueError, TypeError, KeyError):
         return None

@@ -19,7 +19,15 @@ from slurmpre import environment
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout
-from slurmpre.job.handover.inplace import Plan, Request, plan, request_path, write_request
+from slurmpre.job.handover.inplace import (
+    Plan,
+    Request,
+    plan,
+    request_path,
+    spares_path,
+    write_request,
+    write_spares,
+)
 from slurmpre.job.handover.placing import Placement, held_back, place
 from slurmpre.job.handover.slots import submit_slot
 from slurmpre.job.handover.successor import submit_successor
@@ -65,16 +73,41 @@ class Restarts:
         self.successor: str | None = None  # the job this one handed over to
         self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
         self.late: list[str] | None = None  # placement waits for the rate (`place_late`)
+        self.spares_lost: set[str] = set()  # spares that drained while the step trained
 
     def plan(self, kind: str, drained: Iterable[str]) -> Plan:
         """Whether the job can go on in place after losing ``drained``, and why."""
         return plan(
             kind=kind,
             nodes=self.job.nodes,
-            drained=set(drained),
+            drained=set(drained) | self.spares_lost,
             batch_host=self.job.batch_host,
             min_nodes=self.config.min_nodes,
             enabled=self.config.in_place,
+            spares=self.job.spares,
+        )
+
+    def is_spare(self, node: str | None) -> bool:
+        """``node`` is a spare of this step's job (`spare_nodes`), not one it trains on, and
+        its loss leaves the job whole: not the batch host, whose drain ends the allocation."""
+        return node is not None and node in self.job.spares and node != self.job.batch_host
+
+    def lose_spare(self, node: str, reason: str | None) -> None:
+        """A spare drained while the step trains: ask the supervisor to release it from the
+        job (before the provider removes it, which would end the whole allocation); the
+        training goes on, and no later plan counts on it."""
+        if node in self.spares_lost:
+            return
+        self.spares_lost.add(node)
+        left = [s for s in self.job.spares if s not in self.spares_lost]
+        try:
+            write_spares(spares_path(self.folder, self.job.tag, self.job.attempt), self.spares_lost)
+        except (OSError, trust.Untrusted) as exc:
+            self.say(f"spare {node} drained; cannot ask for its release ({exc})")
+            return
+        self.say(
+            f"spare {node} drained ({reason or 'no reason'}): releasing it, training goes on; "
+            f"{len(left)} spare(s) left"
         )
 
     @property
@@ -99,16 +132,19 @@ class Restarts:
         restart = self.plan(kind, drained)
         if restart.keep is None:
             return None
-        release = tuple(n for n in self.job.nodes if n not in restart.keep)
+        gone = set(drained) | self.spares_lost
+        release = tuple(n for n in self.job.allocation if n in gone and n not in restart.keep)
         path = request_path(self.folder, self.job.tag, self.job.attempt)
+        request = Request(restart.keep, release, why, self.wall(), restart.spares_in)
         try:
-            write_request(path, Request(restart.keep, release, why, self.wall()))
+            write_request(path, request)
         except (OSError, trust.Untrusted) as exc:
             self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
             return None
+        spare = f", spare {', '.join(restart.spares_in)} in" if restart.spares_in else ""
         self.say(
-            f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)} "
-            f"({why}): the next step starts when this one ends"
+            f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)}"
+            f"{spare} ({why}): the next step starts when this one ends"
         )
         self.log.add(
             records.InPlaceRequested,
@@ -116,6 +152,7 @@ class Restarts:
             release=tuple(release),
             why=why,
             requested_at=self.wall(),
+            spares_in=restart.spares_in or None,
         )
         return Done(Action.REQUEUE, in_place=restart.keep)
 
@@ -222,7 +259,9 @@ class Restarts:
             return None
         layout = FolderLayout(self._submitted_in())
         try:
-            successor = self._submit(layout, [], (f"--nodes={nodes}",))
+            # ... and the spares the script holds beside its training nodes (`spare_nodes`)
+            held = nodes + self.config.spare_nodes
+            successor = self._submit(layout, [], (f"--nodes={held}",))
         except SlurmpreError as exc:
             self.say(f"the job on {nodes} nodes was refused ({_first(exc)}): not growing")
             self._requeueable_again()

@@ -19,6 +19,13 @@ When asked:
 
 If the release fails, the job is requeued instead. A signal to the supervisor
 (Slurm's cancel, requeue or time limit) means no further step is started.
+
+With ``--spares K`` (``spare_nodes``), the job holds K nodes that do not train: the
+batch host and the allocation's last ones (the batch host's drain ends the allocation
+whether it trains or not, so held as a spare it leaves every training node swappable).
+Each step runs on the others; an in-place restart keeps the spares the watcher did not
+put in a drained node's place; a spare that drains is released while the step runs
+(`inplace.read_spares`), before the provider's removal would end the whole job.
 """
 
 from __future__ import annotations
@@ -39,16 +46,25 @@ from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import access, records, trust
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.handover.inplace import Request, read_request, request_path
+from slurmpre.job.handover.inplace import (
+    Request,
+    read_request,
+    read_spares,
+    request_path,
+    spares_path,
+)
 from slurmpre.job.start import options
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.resume import task_checkpoint_dir
 from slurmpre.job.start.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
+from slurmpre.slurm.hostlist import expand
 
 GRACE = 0.0  # after the request, seconds the training gets to exit by itself
 KILL_AFTER = 30.0  # after SIGTERM, seconds before srun is killed (Slurm's KillWait)
 POLL = 0.1  # how often the step and the request are looked at
+SPARES_POLL = 1.0  # how often the watcher's list of drained spares is read
+MAX_SPARES = 64
 # Signals that stop the supervisor from starting another step; passed on to srun.
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
@@ -59,6 +75,7 @@ class StepsOptions:
     srun: tuple[str, ...]
     grace: float = GRACE
     file_access: access.Access = access.OWNER
+    spares: int = 0  # nodes of the job that do not train (`spare_nodes`)
 
 
 def parse_args(argv: Sequence[str]) -> StepsOptions:
@@ -75,6 +92,9 @@ def parse_args(argv: Sequence[str]) -> StepsOptions:
         default=GRACE,
         help="seconds the training gets to exit after an in-place restart is asked",
     )
+    parser.add_argument(
+        "--spares", type=int, default=0, help="nodes of the job held as spares, not training"
+    )
     parser.add_argument("--file-access", choices=tuple(access.NAMES), default=access.OWNER.name)
     args = list(argv)
     if args and args[0] == "steps":
@@ -88,9 +108,26 @@ def parse_args(argv: Sequence[str]) -> StepsOptions:
         raise UsageError("no srun command after --")
     if not 0 <= ns.grace <= 3_600:
         raise UsageError(f"--grace must be from 0 to 3600 seconds, got {ns.grace:g}")
+    if not 0 <= ns.spares <= MAX_SPARES:
+        raise UsageError(f"--spares must be from 0 to {MAX_SPARES}, got {ns.spares}")
     return StepsOptions(
-        Path(ns.checkpoint_dir), srun, ns.grace, file_access=access.NAMES[ns.file_access]
+        Path(ns.checkpoint_dir),
+        srun,
+        ns.grace,
+        file_access=access.NAMES[ns.file_access],
+        spares=ns.spares,
     )
+
+
+def first_spares(allocation: Sequence[str], batch_host: str, count: int) -> tuple[str, ...]:
+    """The nodes held as spares at the start: the batch host, then the allocation's last
+    ones; at least one node trains."""
+    count = min(count, len(allocation) - 1)
+    if count <= 0:
+        return ()
+    rest = [n for n in allocation if n != batch_host]
+    host = [batch_host] if batch_host in allocation else []
+    return tuple(host + rest[len(rest) - (count - len(host)) :])[:count]
 
 
 def step_argv(srun: Sequence[str], keep: Sequence[str] | None) -> list[str]:
@@ -128,7 +165,6 @@ class Steps:
     ) -> None:
         self.opts = opts
         self.job = job
-        self.env = dict(env)
         self.client = client
         self.say = say
         self.clock = clock
@@ -139,6 +175,16 @@ class Steps:
         self.proc: subprocess.Popen[bytes] | None = None
         # Only srun can be pinned to the kept nodes: with another launcher, always requeue.
         self.can_restart = Path(opts.srun[0]).name == "srun"
+        # The job's environment for the next step: Slurm's, resized after each release.
+        self.step_env = dict(env)
+        self.in_place = 0  # in-place restarts so far: the running step's count
+        self.spares_asked: set[str] = set()  # drained spares whose release was tried once
+
+    @property
+    def allocation(self) -> tuple[str, ...]:
+        """The nodes the job holds now, as its (resized) environment says."""
+        nodes = self.step_env.get("SLURM_JOB_NODELIST") or self.step_env.get("SLURM_NODELIST")
+        return tuple(expand(nodes)) if nodes else self.job.nodes
 
     # -- signals -------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -157,42 +203,49 @@ class Steps:
 
     # -- the steps -----------------------------------------------------------------
     def _loop(self) -> int:
-        in_place = 0
         keep: tuple[str, ...] | None = None
-        env = dict(self.env)
         if self.can_restart:
-            env[environment.BATCH_HOST] = self.job.node_name
+            self.step_env[environment.BATCH_HOST] = self.job.node_name
+            held = first_spares(self.allocation, self.job.node_name, self.opts.spares)
+            if held:
+                keep = tuple(n for n in self.allocation if n not in held)
+                self.say(f"training on {', '.join(keep)}; spares {', '.join(held)}")
         while True:
-            env[environment.IN_PLACE] = str(in_place)
-            path = request_path(
-                self.folder, self.job.tag, attempt_key(self.job.restart_count, in_place)
-            )
-            code = self._step(step_argv(self.opts.srun, keep), env, path)
+            self.step_env[environment.IN_PLACE] = str(self.in_place)
+            attempt = attempt_key(self.job.restart_count, self.in_place)
+            path = request_path(self.folder, self.job.tag, attempt)
+            spares = spares_path(self.folder, self.job.tag, attempt)
+            code = self._step(step_argv(self.opts.srun, keep), path, spares)
             request = read_request(path) if self.can_restart else None
             if request is None or self.stopped is not None:
                 return code
-            resized = self._release(request, in_place)
+            resized = self._release(request, self.in_place)
             if resized is None:
                 return code
-            env = resized_env(env, resized)
+            self.step_env = resized_env(self.step_env, resized)
             keep = request.keep
-            in_place += 1
+            self.in_place += 1
 
-    def _step(self, argv: Sequence[str], env: Mapping[str, str], request: Path) -> int:
+    def _step(self, argv: Sequence[str], request: Path, spares: Path) -> int:
         """Run one step to its end; end it once an in-place restart was asked and the
-        training has had ``grace`` seconds to exit by itself."""
+        training has had ``grace`` seconds to exit by itself. Drained spares the watcher
+        names are released while it runs."""
         try:
-            self.proc = subprocess.Popen(list(argv), env=dict(env))
+            self.proc = subprocess.Popen(list(argv), env=dict(self.step_env))
         except OSError as exc:
             raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
         asked_at: float | None = None
         termed_at: float | None = None
+        spares_due = self.clock()
         while True:
             try:
                 return exit_code(self.proc.wait(timeout=POLL))
             except subprocess.TimeoutExpired:
                 pass
             now = self.clock()
+            if self.opts.spares and self.can_restart and asked_at is None and now >= spares_due:
+                spares_due = now + SPARES_POLL
+                self._release_spares(spares)
             if asked_at is None:
                 if self.can_restart and trust.marked(request):
                     asked_at = now
@@ -204,12 +257,54 @@ class Steps:
             elif termed_at is not None and now - termed_at >= KILL_AFTER:
                 self.proc.kill()
 
-    def _release(self, request: Request, in_place: int) -> dict[str, str | None] | None:
-        """Release the drained nodes; the resized environment, or None after a requeue."""
-        job = self.job
+    def _release_spares(self, path: Path) -> None:
+        """Release the drained spares the watcher named that the job still holds; the step
+        trains on (Slurm ends only the steps on released nodes, and this one has none)."""
+        if not trust.marked(path):
+            return
+        allocation = self.allocation
+        gone = [
+            n
+            for n in read_spares(path)
+            if n in allocation and n != self.job.node_name and n not in self.spares_asked
+        ]
+        if not gone:
+            return
+        self.spares_asked.update(gone)  # tried once: a refusal is not sent again each second
         started = self.clock()
         try:
-            resized = self.client.resize(job.job_id, request.keep)
+            resized = self.client.resize(self.job.job_id, [n for n in allocation if n not in gone])
+        except SlurmpreError as exc:
+            why = str(exc).splitlines()[0]
+            self.say(f"cannot release spare {', '.join(gone)} ({why})")
+            self._ledger(
+                self.in_place,
+                records.SpareReleased,
+                released=(),
+                release_s=round(self.clock() - started, 3),
+                released_at=self.wall(),
+                error=why,
+            )
+            return
+        seconds = round(self.clock() - started, 3)
+        self.step_env = resized_env(self.step_env, resized)
+        self.say(f"released drained spare {', '.join(gone)} in {seconds:g} s; training goes on")
+        self._ledger(
+            self.in_place,
+            records.SpareReleased,
+            released=tuple(gone),
+            release_s=seconds,
+            released_at=self.wall(),
+        )
+
+    def _release(self, request: Request, in_place: int) -> dict[str, str | None] | None:
+        """Release the drained nodes; the resized environment, or None after a requeue. The
+        job keeps every node not released: the next step's and the spares left."""
+        job = self.job
+        started = self.clock()
+        kept = [n for n in self.allocation if n not in request.release]
+        try:
+            resized = self.client.resize(job.job_id, kept)
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
             self.say(f"cannot release {', '.join(request.release)} ({why}): requeuing instead")
@@ -230,6 +325,7 @@ class Steps:
             requested_at=request.at,
             released_at=self.wall(),
             why=request.why,
+            spares_in=request.spares_in or None,
         )
         return resized
 

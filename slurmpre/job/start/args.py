@@ -150,6 +150,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         grow_to=ns.grow_to,
         grow_settle=ns.grow_settle,
         grow_min_gain=ns.grow_min_gain,
+        spare_nodes=ns.spare_nodes,
         goals=_goals(ns),
     )
     reason = _checked("--drain-reason", ns.drain_reason, keys.pattern)

@@ -37,6 +37,19 @@ class JobEnv:
     batch_host: str | None = None  # where the batch script's supervisor runs, when one does
     predecessor: str | None = None  # the job this one takes over from (SLURMPRE_PREDECESSOR)
     earlier_restarts: int = 0  # the run's restarts in the jobs before this one
+    allocation: tuple[str, ...] = ()  # the job's nodes, the step's and the spares (`spares`)
+
+    def __post_init__(self) -> None:
+        if not self.allocation:  # a step on the whole job
+            object.__setattr__(self, "allocation", self.nodes)
+
+    @property
+    def spares(self) -> tuple[str, ...]:
+        """The nodes the job holds that this step does not train on (`spare_nodes`): only
+        under the batch script's supervisor, which alone runs a step on part of the job."""
+        if self.batch_host is None:
+            return ()
+        return tuple(n for n in self.allocation if n not in self.nodes)
 
     @property
     def run_restarts(self) -> int:
@@ -89,6 +102,7 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         or ""
     )
     nodes = tuple(expand(nodelist))
+    whole = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     name = env.get("SLURMD_NODENAME") or (nodes[0] if nodes else "")
     if not nodes:
         raise JobEnvironmentError("SLURM_JOB_NODELIST is not set: is this running inside a job?")
@@ -106,4 +120,5 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         batch_host=env.get(environment.BATCH_HOST) or None,
         predecessor=env.get(environment.PREDECESSOR) or None,
         earlier_restarts=_int(env, environment.EARLIER_RESTARTS, default=0),
+        allocation=tuple(expand(whole)) if whole else (),
     )

@@ -41,4 +41,5 @@ class WatchConfig:
     grow_to: int | None = None  # grow back onto idle preemptible nodes, up to this many
     grow_settle: float = defaults.GROW_SETTLE  # ... once they have stayed idle this long
     grow_min_gain: int = 1  # ... and at least this many of them
+    spare_nodes: int = 0  # nodes held beyond the training ones (`spare_nodes`): a successor's too
     goals: Goals = Goals()  # noqa: RUF009 - frozen: one shared default is safe

@@ -223,6 +223,7 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
             resume_from=choice.resume_from,
             step=choice.step,
             code=code_run(os.environ),
+            spares=job.spares or None,
         ),
         timeout=opts.agree_timeout,
     )

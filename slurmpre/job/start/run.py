@@ -120,8 +120,10 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
             where, at.job.tag, at.client, at.opts.watch.interval, say=at.say
         )
         board.everything = may_grow(at)
-    if board is None or not board.register(at.job.nodes):
-        alone = DrainSource(at.client, at.job.nodes, at.opts.drain_reason)
+    # Every node the job holds: a spare that drains is released before it is removed.
+    nodes = at.job.allocation
+    if board is None or not board.register(nodes):
+        alone = DrainSource(at.client, nodes, at.opts.drain_reason)
 
         def said() -> None:
             throttled = getattr(at.client, "throttled", 0)
@@ -133,7 +135,7 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
         alone.close = said
         return alone
     return DrainSource(
-        board, at.job.nodes, at.opts.drain_reason, every=drainboard.READ_EVERY, close=board.close
+        board, nodes, at.opts.drain_reason, every=drainboard.READ_EVERY, close=board.close
     )
 
 
@@ -157,6 +159,7 @@ def grow_source(at: AttemptContext, drain: DrainSource) -> NoticeSource:
         min_gain=w.grow_min_gain,
         writing=lambda: grow.writing_checkpoint(at.folder, prefix),
         every=every,
+        spares=w.spare_nodes,
     )
 
 

@@ -95,8 +95,12 @@ class GrowSource:
         writing: Callable[[], bool] = lambda: False,
         wall: Callable[[], float] = time.time,
         every: float | None = None,
+        spares: int = 0,
     ) -> None:
+        """``spares``: the spares a job holds beside its training nodes (`spare_nodes`),
+        which the bigger job holds too."""
         self.every_node, self.nodes, self.grow_to = every_node, tuple(nodes), grow_to
+        self.spares = spares
         self.settle, self.min_gain, self.writing, self.wall = settle, min_gain, writing, wall
         self.every = every
         self.idle_since: dict[str, float] = {}  # wall clock: first seen idle, in a row
@@ -118,7 +122,8 @@ class GrowSource:
         gain = min(len(settled), self.grow_to - have)
         if gain < max(self.min_gain, 1) or self.plan is not None or self.writing():
             return []
-        plan = GrowPlan(have, have + gain, settled, at_once=len(settled) >= have + gain)
+        at_once = len(settled) >= have + gain + self.spares
+        plan = GrowPlan(have, have + gain, settled, at_once=at_once)
         self.plan = plan
         why = plan.why(self.settle)
         return [Notice("grow", None, why, now, grow_to=plan.to, at_once=plan.at_once)]

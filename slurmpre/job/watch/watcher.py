@@ -190,7 +190,9 @@ class Watcher:
             schedule.failures = 0
         every = getattr(schedule.source, "every", None)
         for notice in found:
-            if self.after.notice is None:
+            if self.after.notice is None and self.restarts.is_spare(notice.node):
+                self.restarts.lose_spare(str(notice.node), notice.reason)  # trains on
+            elif self.after.notice is None:
                 self.after.begin(notice)
             else:
                 self.after.also_drained(notice)
