@@ -316,3 +316,44 @@ def test_a_grow_shows_from_how_many_nodes_to_how_many_and_the_job_that_took_over
         lines(st)
     )
     assert st.as_dict()["resizes"][0]["kind"] == "grow"  # and in --json
+
+
+def test_a_spare_swap_and_a_spare_lost_are_told_with_the_world_size_unchanged() -> None:
+    """Hot spares (#36): n1 and n2 train, n0 and n3 are held. n3 drains and is released
+    while the training goes on; then n2 drains and the spare n0 takes its place in place."""
+    t = 1000.0
+    recs: list[dict[str, Any]] = [
+        {"event": "start", "job": "10", "attempt": 0, "nodes": ["n1", "n2"], "num_nodes": 2,
+         "world_size": 2, "resume_from": None, "step": None, "spares": ["n0", "n3"], "time": t},
+        {"event": "spare_released", "job": "10", "attempt": 0, "released": ["n3"],
+         "release_s": 0.2, "released_at": t + 20, "time": t + 20},
+        {"event": "notice", "job": "10", "attempt": 0, "kind": "drain", "node": "n2",
+         "reason": "preempted", "seen_at": t + 50, "first": True, "time": t + 50},
+        {"event": "checkpoint", "job": "10", "attempt": 0, "step": 40, "path": "/c",
+         "after_notice": True, "seconds": 1.0, "time": t + 52},
+        {"event": "in_place", "job": "10", "attempt": 0, "kept": ["n1", "n0"],
+         "released": ["n2"], "release_s": 0.3, "requested_at": t + 52, "released_at": t + 53,
+         "why": "x", "spares_in": ["n0"], "time": t + 53},
+        {"event": "end", "job": "10", "attempt": 0, "exit_code": 0, "seconds": 53.0,
+         "time": t + 53},
+        {"event": "start", "job": "10", "attempt": 0, "in_place": 1, "nodes": ["n0", "n1"],
+         "num_nodes": 2, "world_size": 2, "resume_from": "/c/step-00000040", "step": 40,
+         "time": t + 57},
+    ]  # fmt: skip
+    st = job_status("10", "run", "/c", typed(recs), None, now=t + 100)
+    assert [len(a.nodes) for a in st.attempts] == [2, 2]
+    lost, swap = st.resizes
+    assert (lost.kind, lost.at, lost.nodes_to, lost.gap_s) == ("spare lost", t + 20, 2, None)
+    assert (swap.kind, swap.nodes_from, swap.nodes_to, swap.gap_s) == ("spare swap", 2, 2, 4.0)
+    assert swap.cause.endswith("; spare n0 in")
+    text = lines(st)
+    assert "     spares: n0,n3 (held, not training)" in text
+    assert any(s.startswith("  spare swap at +57s: 2 -> 2 nodes (") for s in text)
+    assert (
+        "  spare lost at +20s: 2 -> 2 nodes (n3 drained: released while the training "
+        "went on)" in text
+    )
+    # The spares are held nodes: the first attempt held 4 (the job is over for Slurm: the
+    # second attempt's time is not known).
+    assert st.node_hours == pytest.approx(53 * 4 / 3600)
+    assert [r["kind"] for r in st.as_dict()["resizes"]] == ["spare lost", "spare swap"]

@@ -16,7 +16,6 @@ does not see the training's steps between checkpoints.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,11 +33,13 @@ from slurmpre.folder.records import (
     Placed,
     Record,
     Requeued,
+    SpareReleased,
     Start,
     Stopping,
     Successor,
     Waiting,
 )
+from slurmpre.login.resizes import Resize, resizes
 from slurmpre.placement.facts import kinds_by_job
 from slurmpre.placement.policy import PREEMPTIBLE, STANDARD
 from slurmpre.slurm import states
@@ -78,6 +79,11 @@ class AttemptRow:
     # its hand-over, with why (`slurmpre.placement`): "standard: 3 preemptions: ...".
     on: str = PREEMPTIBLE
     placed: str | None = None
+    # Hot spares (`spare_nodes`): the nodes held that did not train, those that took a
+    # drained node's place at this attempt's end, and those lost while it trained (when).
+    spares: tuple[str, ...] = ()
+    spares_in: tuple[str, ...] = ()
+    spares_lost: tuple[tuple[float | None, tuple[str, ...]], ...] = ()
 
     @property
     def label(self) -> str:
@@ -88,37 +94,6 @@ class AttemptRow:
 class Prices:
     price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour (node-hour for a job without GPUs)
     discount: float = defaults.PREEMPTIBLE_DISCOUNT
-
-
-@dataclass(frozen=True)
-class Resize:
-    """The run's node count changing between two attempts (a shrink in place, a grow to
-    a bigger job, a successor on fewer nodes), why, and what the change cost: the time
-    from the end of the one to the start of the other, with the new nodes held."""
-
-    at: float | None  # when the attempt on the new count started
-    nodes_from: int
-    nodes_to: int
-    kind: str  # "grow" or "shrink"
-    cause: str  # how the attempt before ended
-    gap_s: float | None
-    cost: float | None  # gap_s on nodes_to nodes (GPUs), at their kind's price
-
-
-def resizes(rows: list[AttemptRow], prices: Prices, gpus_per_node: int = 0) -> list[Resize]:
-    out = []
-    for before, after in itertools.pairwise(rows):
-        if not before.nodes or not after.nodes or len(before.nodes) == len(after.nodes):
-            continue
-        gap = before.gap_s
-        price = prices.price * (1 if after.on == STANDARD else 1 - prices.discount)
-        units = len(after.nodes) * (gpus_per_node or 1)
-        grew = len(after.nodes) > len(before.nodes)
-        out.append(Resize(
-            after.started_at, len(before.nodes), len(after.nodes), "grow" if grew else "shrink",
-            before.ended, gap, None if gap is None else max(gap, 0.0) / 3600 * units * price,
-        ))  # fmt: skip
-    return out
 
 
 @dataclass
@@ -219,7 +194,7 @@ def _row(
     stopping = next((r for r in recs if isinstance(r, Stopping)), None)
     held = 0.0
     if held_from is not None and held_until is not None and start is not None:
-        held = max(held_until - held_from, 0.0) * len(start.nodes)
+        held = max(held_until - held_from, 0.0) * (len(start.nodes) + len(start.spares or ()))
     checkpoint_step = on_notice[-1].step if on_notice else None
     newest = committed[-1].step if committed else (start.step if start else None)
     row = AttemptRow(
@@ -245,6 +220,11 @@ def _row(
         code=start.code if start else None,
         on=on,
         placed=next((f"{r.where}: {r.why}" for r in recs if isinstance(r, Placed)), None),
+        spares=(start.spares or ()) if start else (),
+        spares_in=next((r.spares_in or () for r in recs if isinstance(r, InPlace)), ()),
+        spares_lost=tuple(
+            (r.released_at, r.released) for r in recs if isinstance(r, SpareReleased) and r.released
+        ),
     )
     return row, held
 
@@ -365,6 +345,8 @@ def lines(st: JobStatus) -> list[str]:
             f"{'-' if a.steps_lost is None else a.steps_lost:>4} "
             f"{'-' if a.gap_s is None else f'{a.gap_s:.0f}':>6}"
         )
+        if a.spares:
+            out.append(f"     spares: {','.join(a.spares)} (held, not training)")
         if a.code is not None and a.code != shown_code:
             changed = "" if shown_code is None else " (not the code of the attempt above)"
             out.append(f"     code: {a.code}{changed}")
@@ -383,11 +365,7 @@ def lines(st: JobStatus) -> list[str]:
         if a.stop_asked_at is not None:
             out.append(f"     trained on after the notice; told to stop at "
                        f"{_clock(a.stop_asked_at, t0)}: {a.stop_why}")  # fmt: skip
-    for r in st.resizes:
-        took = "" if r.gap_s is None else f", {max(r.gap_s, 0):.0f} s between"
-        cost = "" if r.cost is None else f" (${r.cost:.2f})"
-        out.append(f"  {r.kind} at {_clock(r.at, t0)}: {r.nodes_from} -> {r.nodes_to} nodes "
-                   f"({r.cause}){took}{cost}")  # fmt: skip
+    out += [f"  {r.line(_clock(r.at, t0))}" for r in st.resizes]
     if st.standard_node_hours:
         out.append(
             f"  used {st.node_hours:.3f} node-hours ({st.standard_node_hours:.3f} on standard "

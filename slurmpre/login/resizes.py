@@ -1,0 +1,71 @@
+"""The run's resizes, as `slurmpre status` tells them: each change of the nodes it trains
+on between two attempts (a shrink in place, a grow to a bigger job, a successor on fewer
+nodes, a spare taking a drained node's place), and each spare lost while it trained;
+with the cause, when, and what the change cost (`spare_nodes`: spares are held nodes)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slurmpre.placement.policy import STANDARD
+
+if TYPE_CHECKING:
+    from slurmpre.login.status import AttemptRow, Prices
+
+
+@dataclass(frozen=True)
+class Resize:
+    """The time from the end of the one attempt to the start of the other, and its cost
+    with the new nodes held (none for a spare released while the training went on)."""
+
+    at: float | None  # when the attempt on the new nodes started (a spare lost: released)
+    nodes_from: int
+    nodes_to: int
+    kind: str  # "grow", "shrink", "spare swap" (as many nodes), or "spare lost"
+    cause: str  # how the attempt before ended
+    gap_s: float | None
+    cost: float | None  # gap_s on nodes_to nodes (GPUs), at their kind's price
+
+    def line(self, clock: str) -> str:
+        took = "" if self.gap_s is None else f", {max(self.gap_s, 0):.0f} s between"
+        cost = "" if self.cost is None else f" (${self.cost:.2f})"
+        return (
+            f"{self.kind} at {clock}: {self.nodes_from} -> {self.nodes_to} nodes "
+            f"({self.cause}){took}{cost}"
+        )
+
+
+def resizes(rows: Sequence[AttemptRow], prices: Prices, gpus_per_node: int = 0) -> list[Resize]:
+    out = []
+    for before, after in itertools.pairwise(rows):
+        out += [
+            Resize(at, len(before.nodes), len(before.nodes), "spare lost",
+                   f"{', '.join(gone)} drained: released while the training went on", None, None)
+            for at, gone in before.spares_lost
+        ]  # fmt: skip
+        swapped = bool(before.spares_in) and len(before.nodes) == len(after.nodes)
+        if not before.nodes or not after.nodes:
+            continue
+        if len(before.nodes) == len(after.nodes) and not swapped:
+            continue
+        gap = before.gap_s
+        price = prices.price * (1 if after.on == STANDARD else 1 - prices.discount)
+        units = (len(after.nodes) + len(after.spares)) * (gpus_per_node or 1)
+        grew = len(after.nodes) > len(before.nodes)
+        kind = "spare swap" if swapped else "grow" if grew else "shrink"
+        cause = before.ended + (f"; spare {', '.join(before.spares_in)} in" if swapped else "")
+        out.append(Resize(
+            after.started_at, len(before.nodes), len(after.nodes), kind, cause, gap,
+            None if gap is None else max(gap, 0.0) / 3600 * units * price,
+        ))  # fmt: skip
+    if rows:
+        last = rows[-1]
+        out += [
+            Resize(at, len(last.nodes), len(last.nodes), "spare lost",
+                   f"{', '.join(gone)} drained: released while the training went on", None, None)
+            for at, gone in last.spares_lost
+        ]  # fmt: skip
+    return out
