@@ -211,3 +211,73 @@ def test_cli_plan_without_a_folder_takes_the_restart_from_the_users_jobs(tmp_pat
     doc = json.loads(proc.stdout)
     assert doc["inputs"]["restart_seconds"] == 7.0
     assert any("your other jobs" in s for s in doc["inputs"]["measured"])
+
+
+# -- spares (`plan --spares K`) -------------------------------------------------------------
+def test_spares_rows_match_hand_computed_values() -> None:
+    """N = 4, K = 1, M = 7200 s, d = 10, R = 600 (a wait for a free node), S = 10, T = 1800,
+    $2 at half price. Hand over: goodput 7200/7810. Shrink: 4*7200 - 1800 useful over that
+    + 4 * (10+10+10+600) held. Spares: s = 1/(1 + 1/4) = 0.8, f = 0.8/1.8 = 4/9 swaps, lost
+    = 4/9 * 20 + 5/9 * 610 = 347.78 s, held (4 + 0.8/3.6) * (7200 + 347.78) per 4 * 7200."""
+    from slurmpre.login.spares import SparesInputs, ways
+
+    given = SparesInputs(4, 1, 7200.0, 10.0, 600.0, 10.0, 1800.0, 2.0, 0.5)
+    hand, shrink, spare = ways(given)
+    assert hand.goodput == pytest.approx(7200 / 7810)
+    assert shrink.goodput == pytest.approx((28800 - 1800) / (28800 - 1800 + 4 * 630))
+    assert shrink.wall == pytest.approx((7200 + 630 + 1800 / 4) / 7200)
+    lost = 4 / 9 * 20 + 5 / 9 * 610
+    assert spare.wall == pytest.approx((7200 + lost) / 7200)
+    assert spare.goodput == pytest.approx(28800 / ((4 + 0.8 / 3.6) * (7200 + lost)))
+    assert spare.cost == pytest.approx(1.0 / spare.goodput)
+    # A wait for a free node makes the spare the fastest way, at a price: it is held.
+    assert spare.wall < shrink.wall and spare.wall < hand.wall
+    one = ways(SparesInputs(1, 1, 7200.0, 10.0, 600.0, 10.0, 1800.0, 2.0, 0.5))
+    assert one[1].goodput is None and one[1].why == "one node cannot shrink"
+
+
+def test_cli_plan_spares_measures_the_swap_and_the_return_in_the_ledger(tmp_path: Path) -> None:
+    """A 2-4 job shrank in place at 1000 (its next step started 6 s after the request) and
+    grew back at 2200: the in-place restart 6 s, the capacity back after 1200 s."""
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    for r in (
+        *ledger_records(),
+        {"event": "start", "job": "30", "attempt": 0, "nodes": ["a", "b", "c"], "time": 900.0},
+        {"event": "in_place_requested", "job": "30", "attempt": 0, "keep": ["a", "b"],
+         "release": ["c"], "why": "x", "requested_at": 995.0, "time": 995.0},
+        {"event": "in_place", "job": "30", "attempt": 0, "kept": ["a", "b"], "released": ["c"],
+         "release_s": 0.2, "requested_at": 995.0, "released_at": 1000.0, "why": "x",
+         "time": 1000.0},
+        {"event": "start", "job": "30", "attempt": 0, "in_place": 1, "nodes": ["a", "b"],
+         "time": 1001.0},
+        {"event": "notice", "job": "30", "attempt": 0, "in_place": 1, "kind": "grow",
+         "node": None, "reason": "grow", "seen_at": 2200.0, "first": True, "time": 2200.0},
+    ):  # fmt: skip
+        ledger.append(r if isinstance(r, Record) else record(r))
+    proc = slurmpre_cli("plan", str(tmp_path), "--spares", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    inputs = json.loads(proc.stdout)["spares"]["inputs"]
+    assert (inputs["nodes"], inputs["spares"]) == (2, 2)
+    assert (inputs["swap_s"], inputs["return_s"]) == (6.0, 1200.0)
+    text = slurmpre_cli("plan", str(tmp_path), "--spares", "2", "--return-seconds", "60").stdout
+    assert "capacity back 60 s after a loss" in text and "2 spare(s), swapped in place" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--spares", "1", "--nodes", "2", "--swap-seconds", "5"], "give --return-seconds"),
+        (["--spares", "1", "--nodes", "2", "--return-seconds", "5"], "give --swap-seconds"),
+        (["--spares", "0"], "--spares"),
+        (["--spares", "1", "--nodes", "0", "--swap-seconds", "1", "--return-seconds", "1"],
+         "--nodes 0: must be 1 or more"),
+        (["--spares", "1", "--nodes", "2", "--swap-seconds", "nan", "--return-seconds", "1"],
+         "--swap-seconds nan"),
+    ],
+)  # fmt: skip
+def test_cli_plan_spares_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:
+    base = ["--checkpoint-seconds", "10", "--mtbf", "7200", "--restart-seconds", "60"]
+    proc = slurmpre_cli("plan", *base, *args)
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr and len(proc.stderr.splitlines()) == 1

@@ -54,7 +54,22 @@ def nodes(as_json: bool) -> None:
     default=None,
     help="(--deadline) Mean wait for preemptible capacity after a preemption.",
 )
-@click.option("--nodes", "node_count", type=int, default=None, help="(--deadline) Nodes.")
+@click.option(
+    "--nodes", "node_count", type=int, default=None, help="Training nodes (--deadline, --spares)."
+)
+@click.option(
+    "--spares",
+    type=int,
+    default=None,
+    help="Also compare K hot spares with handing over and with shrinking and growing back.",
+)
+@click.option("--swap-seconds", type=float, default=None, help="(--spares) In-place restart.")
+@click.option(
+    "--return-seconds",
+    type=float,
+    default=None,
+    help="(--spares) A lost node's capacity back, after the loss.",
+)
 @click.option(
     "--traces",
     type=click.IntRange(1, 100_000),
@@ -79,6 +94,9 @@ def plan(
     rate: float | None,
     wait_seconds: float | None,
     node_count: int | None,
+    spares: int | None,
+    swap_seconds: float | None,
+    return_seconds: float | None,
     traces: int,
     seed: int | None,
     price: float,
@@ -95,6 +113,9 @@ def plan(
     With --deadline: the chance to finish by then, and the expected cost, of always
     preemptible, always standard, and the fallback policy a job with that deadline runs,
     replayed over capacity traces drawn from the measured (or given) preemptions and waits.
+
+    With --spares K: what K hot spares (`spare_nodes`) cost and save against handing over
+    and against shrinking in place and growing back, in goodput, money and wall time.
     """
     if deadline is not None:
         from slurmpre.login import forecast
@@ -120,7 +141,11 @@ def plan(
         discount=discount,
     )
 
-    _interval_plan(folders, given, as_json)
+    more = None
+    if spares is not None:
+        more = {"spares": spares, "nodes": node_count, "swap_s": swap_seconds,
+                "return_s": return_seconds}  # fmt: skip
+    _interval_plan(folders, given, as_json, more)
 
 
 def _forecast(folders: tuple[str, ...], asked: Any, as_json: bool) -> None:
@@ -141,9 +166,13 @@ def _forecast(folders: tuple[str, ...], asked: Any, as_json: bool) -> None:
         click.echo(line)
 
 
-def _interval_plan(folders: tuple[str, ...], given: Any, as_json: bool) -> None:
-    """`plan`: the checkpoint interval, goodput and cost, from the ledgers and options."""
-    from slurmpre.login.plan import inputs_from, lines, make_plan
+def _interval_plan(
+    folders: tuple[str, ...], given: Any, as_json: bool, spares: dict[str, Any] | None
+) -> None:
+    """`plan`: the checkpoint interval, goodput and cost, from the ledgers and options;
+    with ``spares``, the spares rows (`slurmpre.login.spares`)."""
+    from slurmpre.login import spares as hot
+    from slurmpre.login.plan import inputs_from, ledgers, lines, make_plan
 
     def requeue_floor() -> int | None:
         from slurmpre.errors import CommandError
@@ -161,10 +190,17 @@ def _interval_plan(folders: tuple[str, ...], given: Any, as_json: bool) -> None:
 
         return [Path(t.checkpoint_dir) for e in jobs.known()[-50:] for t in e.tasks()]
 
-    inputs = inputs_from([folder_arg(f) for f in folders], given, requeue_floor, history)
+    paths = [folder_arg(f) for f in folders]
+    inputs = inputs_from(paths, given, requeue_floor, history)
     result = make_plan(inputs)
+    extra: list[str] = []
+    document = result.as_dict()
+    if spares is not None:
+        held = hot.inputs_from(ledgers(paths), inputs, from_folders=bool(paths), **spares)
+        rows = hot.ways(held)
+        extra, document["spares"] = hot.lines(held, rows), hot.as_dict(held, rows)
     if as_json:
-        click.echo(json_document("plan", result.as_dict()))
+        click.echo(json_document("plan", document))
         return
-    for line in lines(result):
+    for line in [*lines(result), *extra]:
         click.echo(line)
