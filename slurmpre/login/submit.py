@@ -98,7 +98,12 @@ def check_python(
 
 
 def check_interpreter(spec: JobSpec) -> None:
-    """What the nodes' python must do before a job waits for its nodes."""
+    """What the nodes' python must do before a job waits for its nodes; on the sandbox of
+    another Slurm release, also be there (`slurmpre.sandbox.roots.unseen`)."""
+    from slurmpre.sandbox.roots import unseen
+
+    if (why := unseen(spec.python, os.environ.get("PATH", ""))) is not None:
+        raise UsageError(why)
     check_python(spec.python, accelerate_config=spec.accelerate_config or None)
 
 

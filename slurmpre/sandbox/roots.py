@@ -323,6 +323,43 @@ def interpreter(prefixes: tuple[str, ...] | None = None) -> list[Path]:
     return out
 
 
+def unseen(python: str, path: str, roots_dir: Path = ROOTS_DIR) -> str | None:
+    """Why the nodes of a sandbox cannot run ``python``, when the first Slurm commands on
+    ``path`` (a PATH) are a root's (`slurm_path`) and ``python`` is not there: a root sees
+    /tmp, /home and the environment that brought the sandbox up, not another checkout's
+    venv. None otherwise (the host's Slurm, or a python the root sees)."""
+    for part in path.split(os.pathsep) if path else []:
+        if not part or not (Path(part) / "sbatch").exists():
+            continue
+        shims = Path(part)
+        if shims.parent != roots_dir or not shims.name.endswith("-bin"):
+            return None  # the host's Slurm: the nodes see what this machine sees
+        root = roots_dir / shims.name.removesuffix("-bin")
+        if _inside(root, python):
+            return None
+        return (
+            f"python = {python!r} is not inside the sandbox's Debian {root.name} root, so "
+            "its nodes cannot run it (the root sees /tmp, /home and the environment that "
+            "brought the sandbox up): run `slurmpre sandbox down` and `slurmpre sandbox up` "
+            "from this environment, or keep it under /home"
+        )
+    return None
+
+
+def _inside(root: Path, path: str, hops: int = 40) -> bool:
+    """``path`` exists inside ``root``, its links followed there (an absolute link names a
+    path of the root, not of the host)."""
+    here = os.path.normpath(path)
+    for _ in range(hops):
+        on_host = root / here.lstrip("/")
+        if not on_host.is_symlink():
+            return on_host.exists()
+        target = str(on_host.readlink())
+        parent = Path(here).parent
+        here = os.path.normpath(target if target.startswith("/") else f"{parent}/{target}")
+    return False
+
+
 def job_python(root: Root | None, state_dir: Path) -> str:
     """The interpreter a job on this sandbox runs: this one, on the host's Slurm or where
     a root carries it (`interpreter`); else the root's own python with slurmpre."""

@@ -144,3 +144,35 @@ def test_stale_job_cgroups_of_the_sandboxs_nodes_are_removed_deepest_first(tmp_p
     assert len(removed) == 2 * 4
     assert not (tmp_path / "cpuset" / "slurm_gpu-dp-1").exists()
     assert (tmp_path / "cpuset" / "slurm_other-host" / "uid_0").is_dir()
+
+
+def test_a_python_the_sandboxs_root_does_not_see_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A root (a folder here) whose shims are first on PATH: a venv under a bound folder is
+    seen, another checkout's is not; a venv whose link points to an interpreter the root
+    lacks is not either (the link is followed inside the root, not on the host)."""
+    from slurmpre.sandbox.roots import unseen
+
+    roots = tmp_path / "roots"
+    root = roots / "sid"
+    shims = roots / "sid-bin"
+    shims.mkdir(parents=True)
+    (shims / "sbatch").write_text("#!/bin/sh\n")
+    seen = root / "home" / "u" / "venv" / "bin"
+    seen.mkdir(parents=True)
+    (seen / "python3").symlink_to("/opt/py/bin/python3.11")  # absolute: the root's /opt
+    (root / "opt" / "py" / "bin").mkdir(parents=True)
+    (root / "opt" / "py" / "bin" / "python3.11").write_text("")
+    (seen / "python").symlink_to("python3")
+    (seen / "broken").symlink_to("/usr/bin/python3.11")  # the host has it, the root not
+    path = f"{shims}:/usr/bin"
+    assert unseen("/home/u/venv/bin/python", path, roots) is None
+    why = unseen("/work/other/.venv/bin/python", path, roots)
+    assert why is not None and len(why.splitlines()) == 1
+    assert why.startswith("python = '/work/other/.venv/bin/python' is not inside the sandbox's")
+    assert unseen("/home/u/venv/bin/broken", path, roots) is not None
+    # The host's Slurm first on PATH (or no Slurm at all): nothing to say.
+    host = tmp_path / "host-bin"
+    host.mkdir()
+    (host / "sbatch").write_text("#!/bin/sh\n")
+    assert unseen("/work/other/.venv/bin/python", f"{host}:{shims}", roots) is None
+    assert unseen("/work/other/.venv/bin/python", "", roots) is None
