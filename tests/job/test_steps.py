@@ -276,6 +276,8 @@ def test_with_spares_the_step_trains_on_the_rest_and_a_spare_swaps_in_place(
     events = {r["event"]: r for r in dicts(Ledger(folder))}
     assert events["spare_released"]["released"] == ["gpu-preemptible-dp-4"]
     assert events["in_place"]["spares_in"] == ["gpu-preemptible-dp-1"]
+    # dp-4, asked again, was released already: the record names what this release took.
+    assert events["in_place"]["released"] == ["gpu-preemptible-dp-3"]
     assert any("released drained spare gpu-preemptible-dp-4" in s for s in said)
 
 

@@ -303,24 +303,26 @@ class Steps:
         job = self.job
         started = self.clock()
         kept = [n for n in self.allocation if n not in request.release]
+        # What the job still held of them (a drained spare may be released already).
+        gone = tuple(n for n in request.release if n in self.allocation)
         try:
             resized = self.client.resize(job.job_id, kept)
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
-            self.say(f"cannot release {', '.join(request.release)} ({why}): requeuing instead")
+            self.say(f"cannot release {', '.join(gone)} ({why}): requeuing instead")
             self._ledger(in_place, records.InPlaceFailed, why=why)
             self._requeue(in_place, f"in-place restart failed: {why}")
             return None
         seconds = round(self.clock() - started, 3)
         self.say(
-            f"released {', '.join(request.release)} in {seconds:g} s; "
+            f"released {', '.join(gone)} in {seconds:g} s; "
             f"next step on {', '.join(request.keep)}"
         )
         self._ledger(
             in_place,
             records.InPlace,
             kept=tuple(request.keep),
-            released=tuple(request.release),
+            released=gone,
             release_s=seconds,
             requested_at=request.at,
             released_at=self.wall(),
