@@ -315,8 +315,7 @@ class Steps:
             return None
         seconds = round(self.clock() - started, 3)
         self.say(
-            f"released {', '.join(gone)} in {seconds:g} s; "
-            f"next step on {', '.join(request.keep)}"
+            f"released {', '.join(gone)} in {seconds:g} s; next step on {', '.join(request.keep)}"
         )
         self._ledger(
             in_place,
