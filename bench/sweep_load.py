@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill.run import read_jsonl
+from slurmpre.drill.driver import read_jsonl
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate

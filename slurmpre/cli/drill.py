@@ -37,6 +37,13 @@ from slurmpre.errors import SlurmpreError
 @click.option(
     "--steps", type=int, default=None, help="Training steps (default: enough for every preemption)."
 )
+@click.option(
+    "--capacity-scene/--no-capacity-scene",
+    "capacity",
+    default=True,
+    show_default=True,
+    help='Also run a "1-2" job whose second node comes back later: it must grow back.',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the timeline and summary as JSON.")
 @click.option(
     "--workdir",
@@ -61,6 +68,7 @@ def drill(
     baseline: bool,
     stock_timings: bool,
     steps: int | None,
+    capacity: bool,
     as_json: bool,
     workdir: Path,
 ) -> None:
@@ -78,6 +86,7 @@ def drill(
         baseline=baseline,
         stock_timings=stock_timings,
         steps=steps,
+        capacity=capacity,
         workdir=workdir,
     )
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo

@@ -27,6 +27,7 @@ class DrillOptions:
     step_seconds: float = 0.15
     save_seconds: float = 1.0
     return_after: float = 10.0
+    capacity: bool = True  # the capacity scene: a node of a "1-2" job comes back later
     workdir: Path = Path("/var/lib/slurmpre/drill")
     prices: report.Prices = field(default_factory=report.Prices)
 
@@ -106,6 +107,7 @@ class DrillResult:
             out.append(f"the slurmpre job ended {run.state}")
         if not self.identical.get("slurmpre"):
             out.append("its final weights differ from the uninterrupted run's")
+        out += self._capacity_failures()
         if summary.steps_lost:
             out.append(f"it lost {summary.steps_lost} steps")
         if summary.partial_checkpoint_loaded:
@@ -117,6 +119,31 @@ class DrillResult:
             theirs = report.summarize(seeds, self.runs.get("reference"), prices=self.options.prices)
             out += verdict.behind(theirs, summary)
         return out
+
+    def _capacity_failures(self) -> list[str]:
+        """The capacity scene: it grew back, lost nothing, and ended the same bits."""
+        run = self.runs.get("capacity")
+        if run is None:
+            return []
+        out = []
+        if run.state != states.COMPLETED:
+            out.append(f"the capacity scene's job ended {run.state}")
+        if not self.identical.get("capacity"):
+            out.append("the capacity scene's final weights differ from the uninterrupted run's")
+        grows = [r for r in run.resizes() if r.kind == "grow"]
+        if not grows:
+            out.append("the capacity scene's job did not grow back when its node returned")
+        lost = report.summarize(run, self.runs.get("reference"), prices=self.options.prices)
+        if lost.steps_lost:
+            out.append(f"the capacity scene lost {lost.steps_lost} steps")
+        return out
+
+    def _capacity_dict(self) -> dict[str, Any]:
+        run = self.runs.get("capacity")
+        if run is None:
+            return {}
+        back = None if run.returned is None else {"node": run.returned[0], "at": run.returned[1]}
+        return {"capacity": {"returned": back, "resizes": [asdict(r) for r in run.resizes()]}}
 
     def as_dict(self) -> dict[str, Any]:
         ref = self.runs.get("reference")
@@ -137,6 +164,7 @@ class DrillResult:
                 name: report.as_dict(run, ref, self.options.prices)
                 for name, run in self.runs.items()
             },
+            **self._capacity_dict(),
             "failures": self.failures(),
             "workdir": str(self.workdir),
         }

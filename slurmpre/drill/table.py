@@ -111,6 +111,10 @@ def render(result: DrillResult) -> list[str]:
         f" seed {result.seed})",
         *summary_lines(summaries),
     ]
+    if "capacity" in result.runs:
+        from slurmpre.drill import capacity
+
+        lines += capacity.lines(result.runs["capacity"])
     for name, same in result.identical.items():
         lines.append(
             f"final weights of {name}: {'identical to' if same else 'DIFFERENT from'} "

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmpre.errors import UsageError
 from slurmpre.slurm.states import HOLDING_NODES
+
+if TYPE_CHECKING:
+    from slurmpre.login.resizes import Resize
 
 FILE = "timelines.json"
 SCHEMA = 1
@@ -68,6 +71,23 @@ class Observed:
     nodes_needed: int = 1
     # Drains of preemptible nodes the run was not on: the fleet's, not the run's preemptions.
     outages: list[Hit] = field(default_factory=list)
+    # The capacity scene: the node that came back, and when (`slurmpre.drill.capacity`).
+    returned: tuple[str, float] | None = None
+
+    def resizes(self) -> list[Resize]:
+        """Each change of the nodes the run trained on (a grow, a shrink, a spare swap or a
+        spare lost), as `slurmpre status` tells them, from the run's ledger."""
+        from slurmpre.folder import record_shape, records
+        from slurmpre.login.status import job_status
+
+        typed = []
+        for raw in self.ledger:
+            try:
+                typed.append(records.Record.from_json(raw))
+            except record_shape.ShapeError:
+                continue
+        first = self.jobs[0] if self.jobs else self.job_id
+        return job_status(first, self.mode, "", typed, None, now=self.ended_at).resizes
 
     def out_of_service(self, start: float, end: float) -> float:
         """Seconds of [start, end] during which fewer of the cluster's preemptible nodes were
@@ -125,6 +145,9 @@ class Observed:
             capacity=tuple(doc.get("capacity", ())),
             nodes_needed=int(doc.get("nodes_needed", 1)),
             outages=[Hit(**h) for h in doc.get("outages", [])],
+            returned=(doc["returned"][0], float(doc["returned"][1]))
+            if doc.get("returned")
+            else None,
         )
 
 

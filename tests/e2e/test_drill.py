@@ -75,7 +75,12 @@ def check_promise(doc: dict[str, Any], preemptions: int) -> None:
         "slurmpre": True,
         "reference": True,
         **({"seeds": doc["identical_weights"]["seeds"]} if "seeds" in doc["runs"] else {}),
+        **({"capacity": True} if "capacity" in doc["runs"] else {}),
     }
+    if "capacity" in doc["runs"]:  # the capacity scene: it grew back when its node returned
+        grown = doc["capacity"]["resizes"]
+        assert [(r["kind"], r["nodes_from"], r["nodes_to"]) for r in grown] == [("grow", 1, 2)]
+        assert doc["runs"]["capacity"]["summary"]["steps_lost"] == 0
     assert summary["state"] == "COMPLETED" and summary["steps"] == doc["steps"]
     assert summary["preemptions"] == preemptions and summary["steps_lost"] == 0
     assert not summary["partial_checkpoint_loaded"]
@@ -130,6 +135,7 @@ def test_random_preemptions_lose_nothing_and_beat_the_seeds_recipe(
         ours = doc["runs"]["slurmpre"]["summary"]
         assert seeds["steps_computed"] >= ours["steps_computed"]
         assert "seeds (job" in err and "x better" in err
+        assert "capacity scene (job" in err and "grow at +" in err
     except AssertionError as exc:
         # The drill's own timeline and table say what happened: keep them with the failure.
         raise AssertionError(f"{exc}\n--- the drill's report ---\n{err[-8000:]}") from None

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurmpre.drill.run import read_jsonl
+from slurmpre.drill.driver import read_jsonl
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.watch.drainboard import GRACE, READ_EVERY
 from slurmpre.login.render import render
