@@ -40,8 +40,9 @@ from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.train import LOG
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Checkpoint, End, Start, Successor
+from slurmpre.folder.records import Checkpoint, Start, Successor
 from slurmpre.login.submit import submit
+from slurmpre.placement.facts import node_seconds
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.parse import format_version
@@ -104,7 +105,7 @@ def one(box: Sandbox, work: Path, scene: str, args: argparse.Namespace) -> dict[
     ended = time.time()
     records = Ledger(folder).records()
     events = jsonl(log)
-    node_s = _node_seconds(records)
+    node_s = sum(node_seconds(records, ended).values())
     began = [e for e in events if e["event"] == "begin"]
     second = began[1]
     before = [e for e in events if e["event"] == "step" and e["t"] < second["t"]]
@@ -138,17 +139,6 @@ def _started(folder: Path, jobs: set[str]) -> str | None:
 
 def _steps(log: Path) -> int:
     return sum(e["event"] == "step" for e in jsonl(log))
-
-
-def _node_seconds(records: list[Any]) -> float:
-    """Each attempt's nodes and spares times its time (start to end)."""
-    ends = {(r.job, r.attempt_id): r.time for r in records if isinstance(r, End)}
-    total = 0.0
-    for s in (r for r in records if isinstance(r, Start)):
-        end = ends.get((s.job, s.attempt_id))
-        if end is not None and s.time is not None:
-            total += (len(s.nodes) + len(s.spares or ())) * (end - s.time)
-    return total
 
 
 def main() -> int:

@@ -298,3 +298,14 @@ def test_a_spare_slurm_will_not_release_is_asked_once_and_recorded(tmp_path: Pat
 def test_a_spare_count_out_of_range_is_one_usage_error(tmp_path: Path, bad: str) -> None:
     with pytest.raises(UsageError, match=f"--spares must be from 0 to 64, got {bad}"):
         parse_args([f"--checkpoint-dir={tmp_path}", f"--spares={bad}", "--", "srun"])
+
+
+def test_a_request_with_nothing_to_keep_ends_the_step_and_starts_none(tmp_path: Path) -> None:
+    """The watcher's ask when the job hands over to another: the step is ended (here it
+    would hang for ever), nothing is released, no step follows, and the job ends 0."""
+    env, folder, log = setup(tmp_path, STEPS_ASK="1", STEPS_HANG="1", STEPS_KEEP="[]")
+    code, said, slurm = steps(tmp_path, env, folder, Slurm())
+    assert code == 0
+    assert slurm.resized == [] and slurm.requeued == []
+    assert len(lines(log)) == 1
+    assert any(s.startswith("the step ended as asked") for s in said)

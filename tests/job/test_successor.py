@@ -84,13 +84,13 @@ def test_the_recorded_script_is_the_owners_alone_and_no_environment_is_written(
     assert sorted(p.name for p in FolderLayout(tmp_path).meta.iterdir()) == ["job.sbatch"]
 
 
-def harness(tmp_path: Path, *, fails: bool = False) -> tuple[Harness, Path]:
+def harness(tmp_path: Path, *, fails: bool = False, job: JobEnv = JOB) -> tuple[Harness, Path]:
     folder = tmp_path / "ckpt"
     folder.mkdir()
     seen = fake_sbatch(tmp_path, fails=fails)
     recorded_submit(folder)
     env = job_env(tmp_path, SLURM_JOB_ID="99")
-    h = Harness(folder, config=WatchConfig(restart="successor"), env=env)
+    h = Harness(folder, config=WatchConfig(restart="successor"), env=env, job=job)
     h.slurm.requeue_flag = True  # type: ignore[attr-defined]
 
     def set_requeue(job_id: str, requeue: bool) -> None:
@@ -431,3 +431,42 @@ def test_another_jobs_notice_checkpoint_is_not_this_jobs(tmp_path: Path) -> None
     h.at(20.0, lambda: h.commit(12, after_notice=True))
     h.run()
     assert h.record("committed")["step"] == 12
+
+
+# -- a job whose batch script runs slurmpre's supervisor (a node range) -----------------------
+SUPERVISED = dataclasses.replace(JOB, batch_host="gpu-preemptible-dp-1")
+
+
+def test_a_step_stopped_at_its_checkpoint_is_ended_for_the_successor_at_once(
+    tmp_path: Path,
+) -> None:
+    """The batch host drains (no in-place restart): once the notice checkpoint has
+    committed and the script stops at it, the supervisor is asked to end the step, so a
+    rank stuck in its teardown cannot hold the job (and the successor) for KillWait."""
+    from slurmpre.job.handover.inplace import read_request, request_path
+
+    h, _ = harness(tmp_path, job=SUPERVISED)
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-1"] = (12.3, "preempted")
+    h.at(19.0, h.take)
+    h.at(20.0, lambda: h.commit(14, after_notice=True))
+    h.run()
+    assert h.watcher.outcome.successor == "77"
+    ask = read_request(request_path(h.folder, "42", "0"))
+    assert ask is not None and ask.keep == () and ask.release == ()
+    assert any(s.startswith("asking the supervisor to end the step") for s in h.said)
+
+
+def test_a_script_that_went_on_keeps_its_step_until_it_ends_by_itself(tmp_path: Path) -> None:
+    """Told to stop after its notice checkpoint, it writes one more: the step must not be
+    ended under that save."""
+    from slurmpre.job.handover.inplace import request_path
+
+    h, _ = harness(tmp_path, job=SUPERVISED)
+    goes_on(h)
+    h.slurm.drains["gpu-preemptible-dp-1"] = (12.3, "preempted")
+    h.at(18.0, lambda: h.commit(14, after_notice=True))
+    h.at(40.0, lambda: waiting(h))
+    h.run()
+    assert h.watcher.outcome.successor == "77"
+    assert not request_path(h.folder, "42", "0").exists()

@@ -75,7 +75,10 @@ def plan(
 
 @dataclass(frozen=True)
 class Request:
-    """The watcher's ask to the batch script's supervisor."""
+    """The watcher's ask to the batch script's supervisor. With nothing to ``keep``: end
+    the step and start none (the job hands over to another, whose training waits for
+    this one's end: a rank that hangs or dies in its teardown would keep the step, and so
+    the job, for Slurm's KillWait)."""
 
     keep: tuple[str, ...]
     release: tuple[str, ...]

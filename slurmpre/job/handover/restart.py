@@ -156,6 +156,20 @@ class Restarts:
         )
         return Done(Action.REQUEUE, in_place=restart.keep)
 
+    def end_step(self, why: str) -> None:
+        """Ask the batch script's supervisor, where one runs, to end the step now and start
+        no other: the training has committed its last checkpoint and stops, and the job
+        that takes over waits for this one's end."""
+        if self.job.batch_host is None:
+            return
+        path = request_path(self.folder, self.job.tag, self.job.attempt)
+        try:
+            write_request(path, Request((), (), why, self.wall()))
+        except (OSError, trust.Untrusted) as exc:
+            self.say(f"cannot ask the supervisor to end the step ({exc}); it ends by itself")
+            return
+        self.say(f"asking the supervisor to end the step: {why}")
+
     def go_on(self, why: str, drained: Iterable[str]) -> Done | None:
         """A successor, or a requeue; None when the requeue failed (try again)."""
         if not self.requeue_allowed:

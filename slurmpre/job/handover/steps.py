@@ -219,6 +219,9 @@ class Steps:
             request = read_request(path) if self.can_restart else None
             if request is None or self.stopped is not None:
                 return code
+            if not request.keep:
+                self.say(f"the step ended as asked ({request.why})")
+                return 0  # its checkpoint committed, and another job takes over from it
             resized = self._release(request, self.in_place)
             if resized is None:
                 return code

@@ -58,6 +58,8 @@ class _State:
     stop_at: float | None = None  # monotonic: when a script that goes on must stop
     notice_written: float | None = None  # wall clock: the notice file first written
     committed_wall: float | None = None  # wall clock: its checkpoint seen committed
+    went_on: bool = False  # the script trains on after a notice checkpoint, until told to stop
+    stop_wall: float | None = None  # wall clock: the notice file first said stop
 
 
 class AfterNotice:
@@ -207,6 +209,8 @@ class AfterNotice:
             done = self.restarts.go_on(decision.why, state.drained)
         if done is None:
             return None  # the requeue failed: the next round tries again
+        if done.successor and self._stopped_at_its_checkpoint():
+            self.restarts.end_step(f"job {done.successor} takes over from its checkpoint")
         if not state.stop_sent:
             # A script still going on (the deadline came first) must stop now: the job that
             # takes over waits for it to end.
@@ -220,12 +224,24 @@ class AfterNotice:
             done.successor,
         )
 
+    def _stopped_at_its_checkpoint(self) -> bool:
+        """The training committed the checkpoint it stops at, and has not exited yet: the
+        step has nothing left to do. Not for a script that went on after its notice
+        checkpoint and was told to stop after it: its last save may still be writing."""
+        state = self._state
+        if state.committed_wall is None or state.exit_code is not None:
+            return False
+        told = state.stop_wall is not None and state.stop_wall <= state.committed_wall
+        return not state.went_on or told
+
     def _publish(self, *, stop: bool) -> None:
         """Write the notice file every rank reads (again, when it turns to stop)."""
         state = self._state
         if state.notice is None:
             return
         state.stop_sent = stop
+        if stop and state.stop_wall is None:
+            state.stop_wall = self.wall()
         if state.notice_written is None:
             state.notice_written = self.wall()
         try:
@@ -304,6 +320,7 @@ class AfterNotice:
                 self.log.add(records.Committed, step=step, path=path, committed_seen_at=self.wall())
                 self.restarts.place_late()  # a placement that waited for the rate
         goes_on = trust.marked(FolderLayout(self.folder).goes_on(tag, attempt))
+        state.went_on = state.went_on or goes_on
         self._tell_to_stop(goes_on)
         self._stop_for_the_bigger_job()
         now = self.clock()
