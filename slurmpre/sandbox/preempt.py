@@ -99,14 +99,18 @@ def preempt(
         sleep_until(plan.window)
     doomed = _jobs_on(sandbox, plan.node)
     killed = remove_node(sandbox, plan.node)
+    gone = f"{plan.reason}: node removed"
     if plan.mark_down:
-        client.update_node(plan.node, state="DOWN", reason=f"{plan.reason}: node removed")
+        client.update_node(plan.node, state="DOWN", reason=gone)
     removed = clock() - t0
     note(
         f"remove {plan.node}: slurmd and {killed} job process(es) killed"
         + ("; marked DOWN" if plan.mark_down else "; Slurm notices after SlurmdTimeout")
         + f"; jobs it ended: {', '.join(doomed) or 'none'}"
     )
+    if plan.mark_down and keep_down(sandbox, plan.node, gone, clock=clock, sleep=sleep):
+        # Said, not a timeline event: the drill reads drain, removal, return by position.
+        say(f"{plan.node} answered after its removal (a late message): marked down again")
 
     if plan.return_after is None:
         return events
@@ -164,6 +168,33 @@ def _jobs_on(sandbox: Sandbox, node: str) -> list[str]:
     argv = ["squeue", "-h", "-w", node, "-o", "%i"]
     out = run(argv, check=False, timeout=15, env=sandbox.env).stdout
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+
+KEEP_DOWN = 3.0  # seconds a removed node is watched for a late message bringing it back
+
+
+def keep_down(
+    sandbox: Sandbox,
+    name: str,
+    reason: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """A removed node stays down. A message its step sent just before the kill can reach
+    slurmctld just after the node was marked DOWN, and ReturnToService=2 then puts it back
+    in service with nothing behind it (it is marked down again once SlurmdTimeout passes,
+    under whatever the scheduler sent there meanwhile). A machine the provider removed
+    sends nothing more: for ``KEEP_DOWN`` seconds, mark it down again if it came back.
+    True when it had to."""
+    came_back = False
+    until = clock() + KEEP_DOWN
+    while clock() < until:
+        if not sandbox.client.nodes([name])[0].down:
+            sandbox.client.update_node(name, state="DOWN", reason=reason)
+            came_back = True
+        sleep(0.25)
+    return came_back
 
 
 def remove_node(sandbox: Sandbox, name: str) -> int:
