@@ -108,9 +108,8 @@ def preempt(
         + ("; marked DOWN" if plan.mark_down else "; Slurm notices after SlurmdTimeout")
         + f"; jobs it ended: {', '.join(doomed) or 'none'}"
     )
-    if plan.mark_down and keep_down(sandbox, plan.node, gone, clock=clock, sleep=sleep):
-        # Said, not a timeline event: the drill reads drain, removal, return by position.
-        say(f"{plan.node} answered after its removal (a late message): marked down again")
+    if plan.mark_down:  # not a timeline event: its readers take drain, removal, return
+        keep_down(sandbox, plan.node, gone, clock=clock, sleep=sleep)
 
     if plan.return_after is None:
         return events
