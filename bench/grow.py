@@ -33,8 +33,9 @@ from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import LOG
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Checkpoint, End, Notice, Start, Successor
+from slurmpre.folder.records import Checkpoint, Notice, Start, Successor
 from slurmpre.login.submit import submit
+from slurmpre.placement.facts import node_seconds
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
 
@@ -59,20 +60,10 @@ def one(box: Sandbox, work: Path, grow: bool, args: argparse.Namespace) -> dict[
         submitted = time.time()
         first = submit(spec, box.client).job_id
         log = folder / LOG
-        wait(f"step {args.back_at}", lambda: _steps(log) >= args.back_at, 600)
+        wait(f"step {args.back_at}", lambda: steps(log) >= args.back_at, 600)
         box.client.update_node(spare, state="RESUME")
         back = time.time()
-        jobs = [first]
-        while True:  # to the end of the run, across the jobs it hands over to
-            info = wait_end(box, jobs[-1])
-            handed = {
-                r.successor
-                for r in Ledger(folder).records()
-                if isinstance(r, Successor) and r.job == jobs[-1]
-            }
-            if not handed:
-                break
-            jobs.append(wait("the next job's start", lambda h=handed: _started(folder, h), 600))
+        jobs, info = follow(box, folder, first)
     finally:
         if box.client.nodes([spare])[0].draining:  # an idle node's RESUME is refused
             box.client.update_node(spare, state="RESUME")
@@ -81,13 +72,13 @@ def one(box: Sandbox, work: Path, grow: bool, args: argparse.Namespace) -> dict[
     ended = time.time()
     records = Ledger(folder).records()
     events = jsonl(log)
-    held = sum(_node_seconds(records, job) for job in jobs)
-    steps = opts.training_steps()
+    held = sum(node_seconds(records, ended).values())  # as status counts them
+    trained = opts.training_steps()
     out: dict[str, Any] = {
         "jobs": jobs,
         "wall_s": ended - submitted,
         "node_h": held / 3600,
-        "steps_per_node_h": steps / (held / 3600),
+        "steps_per_node_h": trained / (held / 3600),
         "cost": held / 3600 * PRICE,
         "worlds": [e["world"] for e in events if e["event"] == "begin"],
     }
@@ -104,24 +95,34 @@ def one(box: Sandbox, work: Path, grow: bool, args: argparse.Namespace) -> dict[
     return out
 
 
+def follow(box: Sandbox, folder: Path, first: str) -> tuple[list[str], Any]:
+    """The run's jobs, from ``first`` to the last it handed over to, and how that one
+    ended, once it has."""
+    jobs = [first]
+    while True:
+        info = wait_end(box, jobs[-1])
+        handed = {
+            r.successor
+            for r in Ledger(folder).records()
+            if isinstance(r, Successor) and r.job == jobs[-1]
+        }
+        if not handed:
+            return jobs, info
+        jobs.append(wait("the next job's start", lambda h=handed: started(folder, h), 600))
+
+
 def wait_end(box: Sandbox, job: str) -> Any:
     return wait(f"job {job}'s end", lambda: (i := box.client.job(job)).finished and i, 1800)
 
 
-def _started(folder: Path, jobs: set[str]) -> str | None:
+def started(folder: Path, jobs: set[str]) -> str | None:
     """The one of ``jobs`` (a successor, its twin) that started training the run."""
     starts = [r.job for r in Ledger(folder).records() if isinstance(r, Start) and r.job in jobs]
     return starts[0] if starts else None
 
 
-def _steps(log: Path) -> int:
+def steps(log: Path) -> int:
     return sum(e["event"] == "step" for e in jsonl(log))
-
-
-def _node_seconds(records: list[Any], job: str) -> float:
-    starts = [r for r in records if isinstance(r, Start) and r.job == job]
-    ends = [r for r in records if isinstance(r, End) and r.job == job]
-    return sum(len(s.nodes) * (e.time - s.time) for s, e in zip(starts, ends, strict=False))
 
 
 def main() -> int:

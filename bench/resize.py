@@ -40,14 +40,14 @@ from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.train import LOG
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Checkpoint, Start, Successor
+from slurmpre.folder.records import Checkpoint, Start
 from slurmpre.login.submit import submit
 from slurmpre.placement.facts import node_seconds
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.parse import format_version
 
-from grow import PRICE, wait_end
+from grow import PRICE, follow, steps
 from inplace import jsonl, wait
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def one(box: Sandbox, work: Path, scene: str, args: argparse.Namespace) -> dict[
         submitted = time.time()
         first = submit(spec, box.client).job_id
         log = folder / LOG
-        wait(f"step {args.at}", lambda: _steps(log) >= args.at, 600)
+        wait(f"step {args.at}", lambda: steps(log) >= args.at, 600)
         start = next(r for r in Ledger(folder).records() if isinstance(r, Start))
         held = box.client.job(first)
         victim = next(x for x in start.nodes if x != held.batch_host)
@@ -85,17 +85,7 @@ def one(box: Sandbox, work: Path, scene: str, args: argparse.Namespace) -> dict[
             box, PreemptPlan(victim, window=120, return_after=args.back, once_empty=True)
         )
         preempt.start()
-        jobs = [first]
-        while True:  # to the end of the run, across the jobs it hands over to
-            info = wait_end(box, jobs[-1])
-            handed = {
-                r.successor
-                for r in Ledger(folder).records()
-                if isinstance(r, Successor) and r.job == jobs[-1]
-            }
-            if not handed:
-                break
-            jobs.append(wait("the next job's start", lambda h=handed: _started(folder, h), 600))
+        jobs, info = follow(box, folder, first)
         preempt.finish(timeout=400)
     finally:
         if box.client.nodes([spare])[0].draining:  # an idle node's RESUME is refused
@@ -130,15 +120,6 @@ def _all_idle(box: Sandbox) -> None:
         return all(x.state == "IDLE" and not x.draining for x in box.client.nodes())
 
     wait("every node idle", idle, 300)
-
-
-def _started(folder: Path, jobs: set[str]) -> str | None:
-    starts = [r.job for r in Ledger(folder).records() if isinstance(r, Start) and r.job in jobs]
-    return starts[0] if starts else None
-
-
-def _steps(log: Path) -> int:
-    return sum(e["event"] == "step" for e in jsonl(log))
 
 
 def main() -> int:
