@@ -67,12 +67,13 @@ def lines(run: timeline.Observed) -> list[str]:
     if run.returned is not None:
         node, at = run.returned
         out.append(f"  {node} back in service at +{at - t0:.1f}s")
-    for r in run.resizes():
+    resizes = run.resizes()  # read from the whole ledger: once
+    for r in resizes:
         when = "-" if r.at is None else f"+{r.at - t0:.1f}s"
         after = ""
         if run.returned is not None and r.at is not None and r.kind == "grow":
             after = f", {r.at - run.returned[1]:.1f} s after the node came back"
         out.append(f"  {r.line(when)}{after}")
-    if not run.resizes():
+    if not resizes:
         out.append("  no resize: the job did not grow back")
     return out
