@@ -25,7 +25,7 @@ from slurmpre.drill.train import FINAL
 from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import restore_node
+from slurmpre.sandbox.preempt import restore_all
 
 
 def _timeout(opts: DrillOptions, timings: str) -> float:
@@ -162,12 +162,7 @@ def _clean_up(sandbox: Sandbox, jobs: list[str], say: Callable[[str], None]) -> 
         with contextlib.suppress(SlurmpreError):
             client.cancel(job_id)
     with contextlib.suppress(SlurmpreError):
-        for node in client.nodes():
-            if node.down:
-                say(f"bringing {node.name} back")
-                restore_node(sandbox, node.name)
-            elif node.draining:
-                client.update_node(node.name, state="RESUME")
+        restore_all(sandbox, say)
 
 
 def _compare(work: Path, runs: dict[str, timeline.Observed], steps: int) -> dict[str, bool]:

@@ -236,3 +236,17 @@ def restore_node(sandbox: Sandbox, name: str, timeout: float = 60.0) -> None:
             return
         time.sleep(0.2)
     raise SandboxError(f"node {name} did not come back within {timeout:g} s (state {node.state})")
+
+
+def restore_all(sandbox: Sandbox, say: Callable[[str], None] | None = None) -> None:
+    """Every node back in service: one with no slurmd running as it is started again,
+    whatever its state says (a removed node that a late message put back in service
+    reads IDLE until SlurmdTimeout passes, and takes the next job meanwhile); a drained
+    one is resumed."""
+    for node in sandbox.client.nodes():
+        if node.down or not daemons.running(node.name):
+            if say is not None:
+                say(f"bringing {node.name} back")
+            restore_node(sandbox, node.name)
+        elif node.draining:
+            sandbox.client.update_node(node.name, state="RESUME")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import Event, InBackground, PreemptPlan, restore_node
+from slurmpre.sandbox.preempt import Event, InBackground, PreemptPlan, restore_all
 from slurmpre.slurm.client import CommandLineSlurm
 
 from tests.conftest import slurmpre_cli, wait_for
@@ -141,14 +141,6 @@ def same_weights(a: Any, b: Any, steps: int = STEPS) -> bool:
 Preemption = InBackground  # `sandbox preempt` in the background, keeping its timeline
 
 
-def restore_all(sandbox: Sandbox, slurm: CommandLineSlurm) -> None:
-    for node in slurm.nodes():
-        if node.down:
-            restore_node(sandbox, node.name)
-        elif node.draining:
-            slurm.update_node(node.name, state="RESUME")
-
-
 def preempt_until_done(
     sandbox: Sandbox,
     slurm: CommandLineSlurm,
@@ -172,4 +164,4 @@ def preempt_until_done(
             wait_for("the job to end", lambda: slurm.job(job_id).finished, timeout=120)
         return [p.finish() for p in running]
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)

@@ -46,7 +46,7 @@ for step in range(start, {steps}):
 
 def take_capacity_away(
     sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str], *, steps: int, every: int = 0
-) -> tuple[CommandLineSlurm, Path, Preemption]:
+) -> tuple[Path, Preemption]:
     """Submit a run of ``steps`` steps, let it train, then preempt its node the provider's
     way with the other preemptible node drained: no preemptible capacity is left. The
     steps file and the preemption under way."""
@@ -68,7 +68,7 @@ def take_capacity_away(
     slurm.update_node(other, state="DRAIN", reason="capacity gone")  # no capacity left
     preemption = Preemption(sandbox, PreemptPlan(victim, window=20, once_empty=True))
     preemption.start()
-    return slurm, log, preemption
+    return log, preemption
 
 
 def finished(log: Path, steps: int) -> bool:
@@ -79,12 +79,12 @@ def finished(log: Path, steps: int) -> bool:
 def run_scene(sandbox: Sandbox, tmp_path: Path, name: str, keys: list[str]) -> list[dict]:
     """No preemptible capacity from the first notice to the end; the steps it trained
     (and where), in order."""
-    slurm, log, preemption = take_capacity_away(sandbox, tmp_path, name, keys, steps=STEPS)
+    log, preemption = take_capacity_away(sandbox, tmp_path, name, keys, steps=STEPS)
     try:
         wait_for("the run to finish", lambda: finished(log, STEPS), timeout=420)
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     return jsonl(log)
 
 
@@ -132,7 +132,7 @@ def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_retur
     """Preempted with no capacity left, the run waits `max_wait`, then its twin trains on
     the standard node; the preemptible nodes return, and with the deadline far, the
     watcher's placement notice hands the run back to them."""
-    slurm, steps, preemption = take_capacity_away(
+    steps, preemption = take_capacity_away(
         sandbox, tmp_path, "back", ['deadline = "20m"', 'max_wait = "20s"'],
         steps=RETURN_STEPS, every=10,
     )  # fmt: skip
@@ -143,10 +143,10 @@ def test_on_standard_nodes_a_deadline_run_goes_back_when_preemptible_nodes_retur
             timeout=180,
         )
         preemption.finish()
-        restore_all(sandbox, slurm)  # capacity returns
+        restore_all(sandbox)  # capacity returns
         wait_for("the run to finish", lambda: finished(steps, RETURN_STEPS), timeout=420)
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     where = logs(tmp_path)[-4000:]
     trained = jsonl(steps)
     assert [t["step"] for t in trained] == list(range(RETURN_STEPS)), where

@@ -97,7 +97,7 @@ def test_a_run_grown_and_shrunk_sees_every_sample_once_with_a_constant_global_ba
                  why=lambda: logs(tmp_path)[-3000:])  # fmt: skip
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     where = logs(tmp_path)[-4000:]
     begun = _begins(tmp_path)
     worlds = [b["world"] for b in begun]

@@ -134,7 +134,7 @@ def test_trainer_and_lightning_requeue_after_their_own_save_and_end_identical(
             wait_done(slurm, job.job_id, job.folder, timeout=300)
         drain, removal, _ = preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
         for proc in references:
             try:
                 proc.wait(timeout=300)
@@ -230,7 +230,7 @@ def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_han
         if blocker is not None:
             with contextlib.suppress(Exception):
                 slurm.cancel(blocker)
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
         try:
             reference.wait(timeout=300)
         except subprocess.TimeoutExpired:
@@ -299,7 +299,7 @@ def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_t
         wait_done(slurm, successor, job.folder, timeout=300)
         drain, _, _ = preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
         try:
             reference.wait(timeout=300)
         except subprocess.TimeoutExpired:
@@ -366,7 +366,7 @@ def test_lightnings_own_requeue_signal_with_zero_lines_saves_and_resumes(
         )
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     where = logs(job.folder)[-6000:]
     assert (job.ckpt / "hpc_ckpt_1.ckpt").is_file(), where  # Lightning's own save
     progress = jsonl(job.ckpt / "progress.jsonl")

@@ -66,7 +66,7 @@ def test_a_job_on_fewer_nodes_than_its_range_grows_back_and_loses_nothing(
         bigger = wait_for("the grow", lambda: _successor(tmp_path), timeout=120)
         wait_done(slurm, bigger, tmp_path, timeout=300)
     finally:
-        restore_all(sandbox, slurm)  # the spare resumed, should it still be drained
+        restore_all(sandbox)  # the spare resumed, should it still be drained
     records = ledger(tmp_path)
     notice = next(r for r in records if r["event"] == "notice")
     assert (notice["kind"], notice["nodes"], notice["grow_to"]) == ("grow", 1, 2)

@@ -46,7 +46,7 @@ def test_a_run_whose_attempts_save_nothing_gives_up_after_a_preemption(
         wait_for(f"job {successor} to end", lambda: slurm.job(successor).finished, timeout=180)
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     where = logs(tmp_path)[-4000:]
     ended = slurm.job(successor)
     assert ended.state == "FAILED" and not ended.requeue, where

@@ -93,7 +93,7 @@ def test_in_place_then_requeue_in_status_logs_nodes_and_prune(
     finally:
         if follower.poll() is None:
             follower.kill()
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     # `logs --follow` followed the appended log across the in-place restart and the
     # requeue to the end.
     assert follower.returncode == 0, err

@@ -297,7 +297,7 @@ def test_a_drain_seen_late_is_requeued_by_the_deadline_counted_from_the_drain(
         slurm.cancel(job_id)
         drained_at = preemption.finish()[0].at
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     notice = next(r for r in ledger(tmp_path) if r["event"] == "notice")
     assert notice["deadline_from"] == "slurm"
     assert requeued["why"] == "deadline inside the window"

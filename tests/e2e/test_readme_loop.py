@@ -67,7 +67,7 @@ def test_the_readmes_loop_drained_trains_every_step_once(sandbox: Sandbox, tmp_p
         wait_done(slurm, successor, tmp_path, timeout=240)
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     trained = jsonl(log)
     assert [t["step"] for t in trained] == list(range(STEPS)), logs(tmp_path)[-4000:]
     assert {t["restart"] for t in trained} == {0, 1}  # across the two jobs

@@ -124,7 +124,7 @@ def test_three_jobs_poll_slurm_as_one_and_a_drain_reaches_both_on_the_node(
     finally:
         for j in ids:
             slurm.cancel(j)
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
 
 
 def test_when_the_pollers_node_goes_the_lease_passes_on_within_an_interval(
@@ -178,4 +178,4 @@ def test_when_the_pollers_node_goes_the_lease_passes_on_within_an_interval(
     finally:
         for j in ids:
             slurm.cancel(j)
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)

@@ -99,7 +99,7 @@ def test_a_restart_runs_the_code_as_submitted_only_with_a_snapshot(
         wait_done(slurm, successor, tmp_path, timeout=240)
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     where = logs(tmp_path)[-4000:]
     trained = jsonl(steps)
     assert [t["step"] for t in trained] == list(range(16)), where

@@ -95,7 +95,7 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
         wait_done(slurm, job, tmp_path, timeout=300)
         preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     records = ledger(tmp_path)
     where = logs(tmp_path)[-4000:]
     swap = _event(tmp_path, "in_place")

@@ -48,7 +48,7 @@ def test_a_drained_one_node_job_hands_over_to_a_successor_and_loses_nothing(
         wait_done(slurm, successor, tmp_path, timeout=240)
         events = preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     drained_at = events[0].at
     predecessor = slurm.job(job_id)
     # Ended, not requeued: it could not be (Requeue=0 before the hand-over).
@@ -119,7 +119,7 @@ def test_with_a_free_node_the_successor_starts_up_while_the_predecessor_trains_o
         wait_done(slurm, successor, tmp_path, timeout=240)
         events = preemption.finish()
     finally:
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     drained_at = events[0].at
     (saved,) = jsonl(folder / "notice-checkpoints.jsonl")
     (stopped,) = notices(tmp_path)
@@ -186,7 +186,7 @@ def test_with_no_free_node_the_predecessor_trains_on_until_its_deadline(
     finally:
         with contextlib.suppress(Exception):
             slurm.cancel(blocker)
-        restore_all(sandbox, slurm)
+        restore_all(sandbox)
     drained_at = events[0].at
     (saved,) = jsonl(folder / "notice-checkpoints.jsonl")
     (stopped,) = notices(tmp_path)
