@@ -46,3 +46,9 @@ def test_the_wrappers_defaults_are_the_specs() -> None:
     assert parsed.watch.restart == spec["restart"].default
     assert parsed.max_restarts == spec["max_restarts"].default
     assert parsed.launcher == spec["launcher"].default.value
+
+
+def test_the_batch_script_writes_every_key_the_wrapper_takes() -> None:
+    """A key with a wrapper flag that the batch script never writes would be dropped
+    between the spec and the job (as `spare_overlap = false` once was)."""
+    assert {k.name for k in keys.KEYS if k.flag} == set(keys.WRITTEN)
