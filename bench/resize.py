@@ -18,7 +18,8 @@ Printed for each: the worlds it trained on, wall time from submit to the end, th
 node-hours its jobs held (spares included: they are paid for), useful steps per node-hour,
 the cost at the preemptible price, the steps lost, and the training time the preemption
 cost (the last step before it to the first step after, less one step's time) against
-C + 5 s for the spare (C: its notice checkpoint's write).
+C + 5 s for the spare (C: its last checkpoint's write; with `spare_overlap`, the default,
+the next step starts up beside the training, which stops only for that checkpoint).
 
 Usage: python bench/resize.py [--nodes 4] [--steps 1200] [--at 200] [--back 30]
                               [--tuned-timings] [--slurm 22.05] [--quick]
@@ -40,7 +41,7 @@ from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.train import LOG
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Checkpoint, Start
+from slurmpre.folder.records import Checkpoint, InPlaceRequested, Start
 from slurmpre.login.submit import submit
 from slurmpre.placement.facts import node_seconds
 from slurmpre.sandbox.cluster import Sandbox
@@ -100,7 +101,11 @@ def one(box: Sandbox, work: Path, scene: str, args: argparse.Namespace) -> dict[
     second = began[1]
     before = [e for e in events if e["event"] == "step" and e["t"] < second["t"]]
     after = next(e for e in events if e["event"] == "step" and e["t"] > second["t"])
-    stop = next(r for r in records if isinstance(r, Checkpoint) and r.after_notice)
+    # The last checkpoint before the hand-over: the stop's (after the notice's, for a script
+    # that trained on while the next step started: make before break).
+    stop = max(
+        (r for r in records if isinstance(r, Checkpoint) and r.after_notice), key=lambda r: r.step
+    )
     step_time = STEP_SECONDS / args.nodes
     return {
         "jobs": jobs,
@@ -112,6 +117,7 @@ def one(box: Sandbox, work: Path, scene: str, args: argparse.Namespace) -> dict[
         "steps_lost": stop.step - second["resumed_step"],
         "lost_s": after["t"] - before[-1]["t"] - step_time,
         "checkpoint_s": stop.seconds or 0.0,
+        "early": any(isinstance(r, InPlaceRequested) and r.early for r in records),
     }
 
 
@@ -185,7 +191,8 @@ def main() -> int:
         f"spare: worlds {'→'.join(map(str, spare['worlds']))} (unchanged: "
         f"{'yes' if kept else 'NO'}), training time lost {spare['lost_s']:.1f} s, target "
         f"C + 5 s = {target:.1f} s: {'met' if met else 'MISSED'}; steps lost: "
-        f"{spare['steps_lost']}"
+        f"{spare['steps_lost']}; the next step started beside the training (make before "
+        f"break): {'yes' if spare['early'] else 'no'}"
     )
     lost = [r["steps_lost"] for r in runs.values()]
     ok = kept and not any(lost) and (met or args.quick)
