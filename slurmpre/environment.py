@@ -21,6 +21,9 @@ EXPEDITED = "SLURMPRE_EXPEDITED"  # "1": the job's requeue asked --requeue=exped
 # Set by the batch script's supervisor of steps (`slurmpre.job.handover.steps`) for each step.
 IN_PLACE = "SLURMPRE_IN_PLACE"
 BATCH_HOST = "SLURMPRE_BATCH_HOST"
+# The drained nodes the job releases once the step before this one has ended: this step
+# started while it still trained (make before break in place, `handover.overlap`).
+RELEASING = "SLURMPRE_RELEASING"
 # In a successor's environment, set by the job it takes over from: that job, and the
 # run's restarts before this job (so the run's count goes on across jobs).
 PREDECESSOR = "SLURMPRE_PREDECESSOR"

@@ -244,6 +244,9 @@ def test_cli_plan_spares_measures_the_swap_and_the_return_in_the_ledger(tmp_path
     for r in (
         *ledger_records(),
         {"event": "start", "job": "30", "attempt": 0, "nodes": ["a", "b", "c"], "time": 900.0},
+        # An early request (make before break in place) is not the swap: it trains on.
+        {"event": "in_place_requested", "job": "30", "attempt": 0, "keep": ["a", "b"],
+         "release": ["c"], "why": "x", "requested_at": 980.0, "early": True, "time": 980.0},
         {"event": "in_place_requested", "job": "30", "attempt": 0, "keep": ["a", "b"],
          "release": ["c"], "why": "x", "requested_at": 995.0, "time": 995.0},
         {"event": "in_place", "job": "30", "attempt": 0, "kept": ["a", "b"], "released": ["c"],

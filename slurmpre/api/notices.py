@@ -103,10 +103,11 @@ def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
 
     On a drain, the notice checkpoint is taken at once (a node can go before its
     window ends); the script then trains on while a successor job starts up on
-    another node, and `preemption_requested()` turns True when that successor is
-    ready (it waits in `resume_path()`) or as the deadline nears (window, less the
-    margin, less the measured checkpoint time), whichever comes first. Where no
-    successor is on its way (an in-place restart, a requeue) both turn True at once.
+    another node (or the next step on a spare, beside this one), and
+    `preemption_requested()` turns True when it is ready (it waits in `resume_path()`)
+    or as the deadline nears (window, less the margin, less the measured checkpoint
+    time), whichever comes first. Where none is on its way (an in-place restart
+    without a spare, a requeue) both turn True at once.
     """
     gate = gate_for(env)
     gate.goes_on = True

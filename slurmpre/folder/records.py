@@ -150,8 +150,9 @@ class InPlaceRequested(AttemptRecord):
     why: str | None
     requested_at: float
     spares_in: tuple[str, ...] | None = None  # spares that take the released nodes' places
+    early: bool | None = None  # the next step starts beside this one (`handover.overlap`)
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in", "early"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

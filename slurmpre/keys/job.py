@@ -197,4 +197,15 @@ JOB: tuple[Key, ...] = (
         flag='--spare-nodes', kind='count', writes='changed',
         help='nodes the job holds beyond its training nodes, to take a drained one\'s place',
     ),
+    Key('spare_overlap', True, 'boolean', '`true`',
+        'with spares, make before break in place: at a drain the next step starts at once on '
+        'the spare and the nodes that stay (`srun --overlap`), and a script that asks '
+        '`checkpoint_requested()` trains on after its notice checkpoint until that step waits '
+        'in `resume_path()`; only the last checkpoint and the hand-over stop the training. '
+        'Its start-up shares the staying nodes\' CPUs and memory with the training meanwhile: '
+        '`false` starts it once the training has stopped. Only for a script that asks '
+        '`resume_path()`',
+        flag='--no-spare-overlap', kind='switch', writes='off',
+        help='with spares, start the next step only once the training has stopped',
+    ),
 )  # fmt: skip

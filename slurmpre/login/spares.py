@@ -93,11 +93,12 @@ def ways(i: SparesInputs) -> list[Way]:
 
 
 def measure_swap(records: list[Record]) -> float | None:
-    """The median in-place restart: the request -> the next step's start."""
+    """The median in-place restart: the request -> the next step's start (not an early
+    request: the training goes on after it, until the next step waits)."""
     starts = {(r.job, r.attempt_id): r.time for r in records if isinstance(r, Start)}
     took = []
     for r in records:
-        if isinstance(r, InPlaceRequested):
+        if isinstance(r, InPlaceRequested) and not r.early:
             nxt = starts.get((r.job, AttemptId(r.attempt, r.in_place + 1)))
             if nxt is not None:
                 took.append(nxt - r.requested_at)

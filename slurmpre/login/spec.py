@@ -69,6 +69,7 @@ class JobSpec:
     watch: bool = _default("watch")
     in_place: bool = _default("in_place")
     spare_nodes: int = _default("spare_nodes")
+    spare_overlap: bool = _default("spare_overlap")
     restart: str = _default("restart")
     grow: bool = _default("grow")
     grow_settle: float = _default("grow_settle")

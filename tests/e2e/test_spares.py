@@ -5,8 +5,11 @@ sandbox nodes and trains on one; the spares are the batch host and the last node
    while the training goes on (no notice, no checkpoint asked, no restart).
 2. The training node is preempted the provider's way (drain, then removal): every rank
    checkpoints, and the batch host, held as a spare, takes its place inside the same
-   allocation. The world size stays 1, no step is lost, the job is never requeued nor
-   handed over, and the run ends bit for bit as an uninterrupted one.
+   allocation, make before break: the next step starts there at once, beside the
+   training, which goes on after its notice checkpoint until that step waits in
+   `resume_path()`, then stops at a last checkpoint that the next step resumes from. The
+   world size stays 1, no step is lost, the job is never requeued nor handed over, and
+   the run ends bit for bit as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tests.conftest import PREEMPTIBLE, wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     Preemption,
     final_weights,
+    jsonl,
     ledger,
     logs,
     notices,
@@ -55,7 +59,7 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
     job = submit(
         tmp_path,
         nodes="1",
-        extra=["--honor-notice", "--hold-at", "12"],
+        extra=["--honor-notice", "--go-on", "--hold-at", "12"],
         spec_lines=[
             'restart = "successor"',
             'constraint = ""',  # the standard node too: three nodes, one trains
@@ -115,6 +119,17 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
     assert [(r["world"], r["previous_world"]) for r in runs] == [(1, None), (1, 1)], where
     (seen,) = notices(tmp_path)
     assert runs[1]["resumed_step"] == seen["step"] >= 12, where  # zero steps lost
+    # Make before break in place: asked early, the next step waited for the training, which
+    # trained on after its notice checkpoint until told to stop, and only then stopped.
+    asked = [r for r in records if r["event"] == "in_place_requested"]
+    assert [r.get("early") for r in asked] == [True, None], where
+    waited = [r for r in records if r["event"] == "waiting"]
+    assert [(w.get("in_place"), w["predecessor"]) for w in waited] == [(1, job)], where
+    stopping = next(r for r in records if r["event"] == "stopping")
+    assert "started beside this one" in stopping["why"], where
+    assert stopping["asked_at"] >= waited[0]["waiting_at"], where
+    (noticed,) = jsonl(tmp_path / "ckpt" / "notice-checkpoints.jsonl")
+    assert seen["step"] >= noticed["step"], where
     assert same_weights(final_weights(tmp_path), baseline)
     done = slurm.job(job)
     assert done.state == "COMPLETED" and done.restarts == 0  # one job, never requeued

@@ -19,7 +19,8 @@ import pytest
 from slurmpre.errors import SlurmError, UsageError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.job.handover.inplace import Request, request_path, write_request
-from slurmpre.job.handover.steps import Steps, parse_args, resized_env, step_argv
+from slurmpre.job.handover.steps import Steps, resized_env, step_argv
+from slurmpre.job.handover.steps_args import parse_args
 from slurmpre.job.start.env import read_job_env
 
 from tests.fakes import FakeSlurm
@@ -309,3 +310,98 @@ def test_a_request_with_nothing_to_keep_ends_the_step_and_starts_none(tmp_path: 
     assert slurm.resized == [] and slurm.requeued == []
     assert len(lines(log)) == 1
     assert any(s.startswith("the step ended as asked") for s in said)
+
+
+# -- make before break in place (`overlap`): the next step starts beside this one ----------
+# A stand-in srun: the first step asks, as the watcher would, for the next step to start
+# early (dp-1, a spare, in place of the drained dp-3), waits (on a file, not on a clock)
+# until that step has started, then asks for the in-place restart and ends. The early step
+# waits until the supervisor has recorded the release, then ends.
+EARLY_SRUN = r"""
+import json, os, sys, time
+log, folder = os.environ["STEPS_LOG"], os.environ["STEPS_FOLDER"]
+meta = os.path.join(folder, ".slurmpre")
+with open(log, "a") as fh:
+    fh.write(json.dumps({"argv": sys.argv[1:], "in_place": os.environ["SLURMPRE_IN_PLACE"],
+        "releasing": os.environ.get("SLURMPRE_RELEASING")}) + "\n")
+def put(name, data):
+    with open(os.path.join(meta, name + ".tmp"), "w") as fh:
+        json.dump(data, fh)
+    os.rename(os.path.join(meta, name + ".tmp"), os.path.join(meta, name))
+def wait(found):
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if found():
+            return
+        time.sleep(0.05)
+    sys.exit(9)
+ask = {"keep": ["gpu-preemptible-dp-2", "gpu-preemptible-dp-1"],
+       "release": ["gpu-preemptible-dp-3"], "why": "test", "at": time.time(),
+       "spares_in": ["gpu-preemptible-dp-1"]}
+started = os.path.join(folder, "early-started")
+if os.environ["SLURMPRE_IN_PLACE"] == "0":
+    put("in-place-77-0.json", {**ask, "early": True})
+    wait(lambda: os.path.exists(started))
+    put("in-place-77-0.json", ask)
+    time.sleep(0 if os.environ.get("STEPS_LATE") is None else 600)  # ended by the request
+else:
+    import signal
+    def ended(*_):
+        open(os.path.join(folder, "early-ended"), "w").close()
+        sys.exit(15)
+    signal.signal(signal.SIGTERM, ended)
+    open(started, "w").close()
+    ledger = os.path.join(meta, "attempts.jsonl")
+    wait(lambda: os.path.exists(ledger) and '"in_place"' in open(ledger).read())
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["ends-by-itself", "ended-by-request"])
+def test_an_early_request_starts_the_next_step_beside_this_one_which_then_takes_over(
+    tmp_path: Path, late: bool
+) -> None:
+    """The next step starts (``--overlap``, one in-place restart on, the drained node named)
+    while this one runs; once this one has ended and the drained node is released, that
+    step goes on as the job's step: no third step is started."""
+    extra = {"STEPS_LATE": "1"} if late else {}
+    env, folder, log = setup(
+        tmp_path,
+        SLURM_JOB_NODELIST=FOUR,
+        SLURM_NTASKS="4",
+        STEPS_FOLDER=str(tmp_path / "ckpt"),
+        **extra,
+    )
+    (tmp_path / "srun").write_text(f"#!{sys.executable}\n{EARLY_SRUN}")
+    code, said, slurm = steps(tmp_path, env, folder, Slurm(), "--spares=2")
+    assert code == 0, said
+    first, second = lines(log)  # the early step took over: no third
+    assert "--overlap" not in first["argv"] and first["releasing"] is None
+    assert second["argv"][:4] == [
+        "--nodes=2",
+        "--ntasks=2",
+        "--nodelist=gpu-preemptible-dp-2,gpu-preemptible-dp-1",
+        "--overlap",
+    ]
+    assert (second["in_place"], second["releasing"]) == ("1", "gpu-preemptible-dp-3")
+    assert slurm.resized == [
+        ("77", ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2", "gpu-preemptible-dp-4"))
+    ]
+    (swap,) = [r for r in dicts(Ledger(folder)) if r["event"] == "in_place"]
+    assert swap["released"] == ["gpu-preemptible-dp-3"] and swap.get("in_place", 0) == 0
+    assert any("beside this one" in s for s in said)
+
+
+def test_a_step_started_early_that_will_not_take_over_is_ended(tmp_path: Path) -> None:
+    """The step asked early, then the request turned into a hand-over (nothing kept): the
+    early step (here it would wait for ever) is ended with it, and none follows."""
+    env, folder, log = setup(
+        tmp_path, SLURM_JOB_NODELIST=FOUR, SLURM_NTASKS="4", STEPS_FOLDER=str(tmp_path / "ckpt")
+    )
+    script = EARLY_SRUN.replace('put("in-place-77-0.json", ask)', 'put("in-place-77-0.json", '
+                                '{**ask, "keep": [], "release": []})')  # fmt: skip
+    (tmp_path / "srun").write_text(f"#!{sys.executable}\n{script}")
+    code, said, slurm = steps(tmp_path, env, folder, Slurm(), "--spares=2")
+    assert code == 0, said
+    assert len(lines(log)) == 2 and slurm.resized == []
+    assert (folder / "early-ended").exists()  # ended by the supervisor, not by its own wait

@@ -689,3 +689,58 @@ def test_the_batch_host_held_as_a_spare_drains_and_the_job_goes_on_elsewhere(
     assert h.slurm.requeued == ["42"]
     assert not spares_path(tmp_path, "42", "0").exists()
     assert h.record("notice")["restart_why"] == "the batch host gpu-preemptible-dp-1 drained"
+
+
+# -- make before break in place (`overlap`): the next step starts on the spare early -------
+def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_waits(
+    tmp_path: Path,
+) -> None:
+    """A script that meets at resume_path() and goes on after its notice checkpoint: the
+    supervisor is asked at the notice to start the next step beside this one; the training
+    goes on until that step waits for it (its Waiting record), then stops at a last
+    checkpoint; only once it has exited is the restart asked that ends this step."""
+    from slurmpre.folder.layout import FolderLayout
+    from slurmpre.folder.records import Waiting
+
+    job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")
+    layout = FolderLayout(tmp_path)
+    h = Harness(tmp_path, job=job, config=requeuing(min_nodes=2))
+    layout.meets_at_resume("42").touch()  # the script asked resume_path() at its start
+    h.listening()
+    layout.goes_on("42", "0").touch()  # ... and checkpoint_requested(): it goes on
+    h.slurm.drains["gpu-preemptible-dp-3"] = (12.0, "preempted")
+    early: list[Any] = []
+    h.at(16.0, lambda: early.append(read_request(request_path(tmp_path, "42", "0"))))
+    h.at(17.0, lambda: h.commit(14, after_notice=True))  # the notice checkpoint; trains on
+    waiting = Waiting(job="42", attempt=0, in_place=1, predecessor="42", waiting_at=EPOCH + 30)
+    h.at(30.0, lambda: h.ledger.append(waiting))  # the next step waits in resume_path()
+    h.at(33.0, h.take)  # told to stop: preemption_requested() answers True
+    h.at(34.0, lambda: h.commit(20, after_notice=True))  # its last checkpoint
+    h.at(40.0, lambda: h.watcher.post_exit(0))
+    h.run()
+    (asked,) = early
+    assert asked is not None and asked.early  # at the notice, before any checkpoint
+    assert asked.keep == ("gpu-preemptible-dp-2", "gpu-preemptible-dp-1")
+    assert h.slurm.requeued == []
+    stopping = h.record("stopping")
+    assert "started beside this one, is ready" in str(stopping["why"])
+    assert float(stopping["asked_at"]) >= EPOCH + 30  # not before the next step waited
+    final = read_request(request_path(tmp_path, "42", "0"))
+    assert final is not None and not final.early and final.keep == asked.keep
+    asked_twice = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
+    assert [r.get("early") for r in asked_twice] == [True, None]
+    assert float(asked_twice[1]["requested_at"]) >= EPOCH + 40  # once the training exited
+
+
+def test_without_resume_path_or_a_spare_the_restart_waits_for_this_step_as_before(
+    tmp_path: Path,
+) -> None:
+    """A script that never asked resume_path() would load a checkpoint by itself while this
+    step trains: no early start, the notice says stop at once."""
+    job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")
+    h = Harness(tmp_path, job=job, config=requeuing(min_nodes=2))
+    listening_script(h)
+    h.slurm.drains["gpu-preemptible-dp-3"] = (12.0, "preempted")
+    h.run()
+    asked = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
+    assert len(asked) == 1 and asked[0].get("early") is None

@@ -11,8 +11,10 @@ takes a drained node's place, so the next step runs on as many nodes as before; 
 spare that drains is released while the step goes on (`SpareRelease`).
 
 The watcher (on the step's node 0) decides by `plan`, and asks the supervisor
-by writing a `Request` beside the ledger; the supervisor reads it once the
-step has ended.
+by writing a `Request` beside the ledger; the supervisor ends the step once it
+is asked, and reads the request again once the step has ended. With a spare
+taking a drained node's place, an early request comes first: the next step
+starts beside this one (make before break in place: `slurmpre.job.handover.overlap`).
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class Request:
     why: str
     at: float  # wall clock
     spares_in: tuple[str, ...] = ()
+    # Start the next step now, beside this one, which trains on until it waits
+    # (`handover.overlap`); a request without it that follows ends this step.
+    early: bool = False
 
 
 def request_path(folder: Path, job_tag: str, attempt: str) -> Path:
@@ -136,6 +141,7 @@ def read_request(path: Path) -> Request | None:
         keep = tuple(str(n) for n in data["keep"])
         release = tuple(str(n) for n in data["release"])
         spares_in = tuple(str(n) for n in data.get("spares_in", ()))
-        return Request(keep, release, str(data["why"]), float(data["at"]), spares_in)
+        early = data.get("early", False) is True
+        return Request(keep, release, str(data["why"]), float(data["at"]), spares_in, early)
     except (OSError, ValueError, TypeError, KeyError):
         return None

@@ -74,6 +74,7 @@ class Restarts:
         self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
         self.late: list[str] | None = None  # placement waits for the rate (`place_late`)
         self.spares_lost: set[str] = set()  # spares that drained while the step trained
+        self.started_early = False  # the next step was asked to start beside this one
 
     def plan(self, kind: str, drained: Iterable[str]) -> Plan:
         """Whether the job can go on in place after losing ``drained``, and why."""
@@ -126,25 +127,33 @@ class Restarts:
             self.say(f"cannot read Slurm's configuration: {_first(exc)}")
             return None
 
-    def in_place(self, why: str, kind: str, drained: Iterable[str]) -> Done | None:
-        """Ask the batch script's supervisor to go on without the drained nodes; None
-        (go on otherwise) when the plan, made again now, says the job cannot."""
+    def in_place(
+        self, why: str, kind: str, drained: Iterable[str], *, early: bool = False
+    ) -> Done | None:
+        """Ask the batch script's supervisor to go on without the drained nodes (``early``:
+        to start the next step now, beside this one: `overlap`); None (go on otherwise)
+        when the plan, made again now, says the job cannot."""
         restart = self.plan(kind, drained)
         if restart.keep is None:
             return None
         gone = set(drained) | self.spares_lost
         release = tuple(n for n in self.job.allocation if n in gone and n not in restart.keep)
         path = request_path(self.folder, self.job.tag, self.job.attempt)
-        request = Request(restart.keep, release, why, self.wall(), restart.spares_in)
+        request = Request(restart.keep, release, why, self.wall(), restart.spares_in, early)
         try:
             write_request(path, request)
         except (OSError, trust.Untrusted) as exc:
             self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
             return None
         spare = f", spare {', '.join(restart.spares_in)} in" if restart.spares_in else ""
+        when = "when this one ends"
+        if early:
+            when, self.started_early = "now, beside this one", True
+        elif self.started_early:
+            when = "(it did, beside this one) and takes over when this one ends"
         self.say(
             f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)}"
-            f"{spare} ({why}): the next step starts when this one ends"
+            f"{spare} ({why}): the next step starts {when}"
         )
         self.log.add(
             records.InPlaceRequested,
@@ -153,6 +162,7 @@ class Restarts:
             why=why,
             requested_at=self.wall(),
             spares_in=restart.spares_in or None,
+            early=early or None,
         )
         return Done(Action.REQUEUE, in_place=restart.keep)
 

@@ -20,6 +20,11 @@ When asked:
 If the release fails, the job is requeued instead. A signal to the supervisor
 (Slurm's cancel, requeue or time limit) means no further step is started.
 
+An early request (a spare takes a drained node's place: `slurmpre.job.handover.overlap`)
+starts the next step at once, beside this one (``srun --overlap``); once this step has
+ended and the drained node is released, that step goes on as the job's, and no other
+is started. If it will not take over (the request turned into another), it is ended.
+
 With ``--spares K`` (``spare_nodes``), the job holds K nodes that do not train: the
 batch host and the allocation's last ones (the batch host's drain ends the allocation
 whether it trains or not, so held as a spare it leaves every training node swappable).
@@ -37,13 +42,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from slurmpre import environment
 from slurmpre.errors import SlurmpreError, UsageError
-from slurmpre.folder import access, records, trust
+from slurmpre.folder import records, trust
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Ledger
 from slurmpre.job.handover.inplace import (
@@ -53,70 +57,18 @@ from slurmpre.job.handover.inplace import (
     request_path,
     spares_path,
 )
-from slurmpre.job.start import options
+from slurmpre.job.handover.steps_args import StepsOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.resume import task_checkpoint_dir
 from slurmpre.job.start.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 from slurmpre.slurm.hostlist import expand
 
-GRACE = 0.0  # after the request, seconds the training gets to exit by itself
 KILL_AFTER = 30.0  # after SIGTERM, seconds before srun is killed (Slurm's KillWait)
 POLL = 0.1  # how often the step and the request are looked at
 SPARES_POLL = 1.0  # how often the watcher's list of drained spares is read
-MAX_SPARES = 64
 # Signals that stop the supervisor from starting another step; passed on to srun.
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
-
-
-@dataclass(frozen=True)
-class StepsOptions:
-    checkpoint_dir: Path
-    srun: tuple[str, ...]
-    grace: float = GRACE
-    file_access: access.Access = access.OWNER
-    spares: int = 0  # nodes of the job that do not train (`spare_nodes`)
-
-
-def parse_args(argv: Sequence[str]) -> StepsOptions:
-    parser = options.Parser(
-        prog="slurmpre.job steps",
-        usage="python -m slurmpre.job steps [options] -- srun [SRUN OPTIONS] WRAPPER...",
-        description="In the batch script: run the job's step, and when its watcher asks, "
-        "release drained nodes and run the next step on the nodes that remain.",
-    )
-    parser.add_argument("--checkpoint-dir", required=True, help="the job's checkpoint folder")
-    parser.add_argument(
-        "--grace",
-        type=float,
-        default=GRACE,
-        help="seconds the training gets to exit after an in-place restart is asked",
-    )
-    parser.add_argument(
-        "--spares", type=int, default=0, help="nodes of the job held as spares, not training"
-    )
-    parser.add_argument("--file-access", choices=tuple(access.NAMES), default=access.OWNER.name)
-    args = list(argv)
-    if args and args[0] == "steps":
-        args = args[1:]
-    if "--" not in args:
-        raise UsageError("give the srun command after --")
-    cut = args.index("--")
-    ns = parser.parse_args(args[:cut])
-    srun = tuple(args[cut + 1 :])
-    if not srun:
-        raise UsageError("no srun command after --")
-    if not 0 <= ns.grace <= 3_600:
-        raise UsageError(f"--grace must be from 0 to 3600 seconds, got {ns.grace:g}")
-    if not 0 <= ns.spares <= MAX_SPARES:
-        raise UsageError(f"--spares must be from 0 to {MAX_SPARES}, got {ns.spares}")
-    return StepsOptions(
-        Path(ns.checkpoint_dir),
-        srun,
-        ns.grace,
-        file_access=access.NAMES[ns.file_access],
-        spares=ns.spares,
-    )
 
 
 def first_spares(allocation: Sequence[str], batch_host: str, count: int) -> tuple[str, ...]:
@@ -130,13 +82,16 @@ def first_spares(allocation: Sequence[str], batch_host: str, count: int) -> tupl
     return tuple(host + rest[len(rest) - (count - len(host)) :])[:count]
 
 
-def step_argv(srun: Sequence[str], keep: Sequence[str] | None) -> list[str]:
-    """The srun command for a step; after an in-place restart, pinned to the kept nodes."""
+def step_argv(
+    srun: Sequence[str], keep: Sequence[str] | None, *, overlap: bool = False
+) -> list[str]:
+    """The srun command for a step; after an in-place restart, pinned to the kept nodes.
+    ``overlap``: it starts beside the step still running there (`handover.overlap`)."""
     if keep is None:
         return list(srun)
     n = len(keep)
     pinned = [f"--nodes={n}", f"--ntasks={n}", f"--nodelist={','.join(keep)}"]
-    return [srun[0], *pinned, *srun[1:]]
+    return [srun[0], *pinned, *(["--overlap"] if overlap else []), *srun[1:]]
 
 
 def resized_env(env: Mapping[str, str], resized: Mapping[str, str | None]) -> dict[str, str]:
@@ -179,6 +134,8 @@ class Steps:
         self.step_env = dict(env)
         self.in_place = 0  # in-place restarts so far: the running step's count
         self.spares_asked: set[str] = set()  # drained spares whose release was tried once
+        # The next step, started beside the running one (`overlap`), and what it was for.
+        self.early: tuple[subprocess.Popen[bytes], Request] | None = None
 
     @property
     def allocation(self) -> tuple[str, ...]:
@@ -189,9 +146,10 @@ class Steps:
     # -- signals -------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stopped = signum
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signum)
+        for proc in (self.proc, self.early[0] if self.early else None):
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signum)
 
     def run(self) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOPPING}
@@ -210,13 +168,18 @@ class Steps:
             if held:
                 keep = tuple(n for n in self.allocation if n not in held)
                 self.say(f"training on {', '.join(keep)}; spares {', '.join(held)}")
+        adopted: subprocess.Popen[bytes] | None = None
         while True:
             self.step_env[environment.IN_PLACE] = str(self.in_place)
             attempt = attempt_key(self.job.restart_count, self.in_place)
             path = request_path(self.folder, self.job.tag, attempt)
             spares = spares_path(self.folder, self.job.tag, attempt)
-            code = self._step(step_argv(self.opts.srun, keep), path, spares)
+            code = self._step(step_argv(self.opts.srun, keep), path, spares, adopted)
             request = read_request(path) if self.can_restart else None
+            early, self.early = self.early, None
+            adopted = None
+            if request is None or self.stopped is not None or not request.keep:
+                self._end_early(early)
             if request is None or self.stopped is not None:
                 return code
             if not request.keep:
@@ -224,21 +187,34 @@ class Steps:
                 return 0  # its checkpoint committed, and another job takes over from it
             resized = self._release(request, self.in_place)
             if resized is None:
+                self._end_early(early)
                 return code
             self.step_env = resized_env(self.step_env, resized)
             keep = request.keep
             self.in_place += 1
+            if early is not None and early[1].keep == keep and early[0].poll() is None:
+                adopted = early[0]  # it started up meanwhile, and now takes over
+            else:
+                self._end_early(early)
 
-    def _step(self, argv: Sequence[str], request: Path, spares: Path) -> int:
-        """Run one step to its end; end it once an in-place restart was asked and the
-        training has had ``grace`` seconds to exit by itself. Drained spares the watcher
-        names are released while it runs."""
+    def _step(
+        self,
+        argv: Sequence[str],
+        request: Path,
+        spares: Path,
+        adopted: subprocess.Popen[bytes] | None = None,
+    ) -> int:
+        """Run one step (or go on with ``adopted``, started early) to its end; end it once
+        an in-place restart was asked and the training has had ``grace`` seconds to exit
+        by itself. An early request starts the next step beside it (`_start_early`).
+        Drained spares the watcher names are released while it runs."""
         try:
-            self.proc = subprocess.Popen(list(argv), env=dict(self.step_env))
+            self.proc = adopted or subprocess.Popen(list(argv), env=dict(self.step_env))
         except OSError as exc:
             raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
         asked_at: float | None = None
         termed_at: float | None = None
+        early_tried = False
         spares_due = self.clock()
         while True:
             try:
@@ -251,7 +227,12 @@ class Steps:
                 self._release_spares(spares)
             if asked_at is None:
                 if self.can_restart and trust.marked(request):
-                    asked_at = now
+                    asked = read_request(request)
+                    if asked is None or not asked.early:
+                        asked_at = now
+                    elif not early_tried:
+                        early_tried = True
+                        self._start_early(asked)
                 continue
             if termed_at is None and now - asked_at >= self.opts.grace:
                 self.say("the notice checkpoint has committed: ending the step")
@@ -259,6 +240,33 @@ class Steps:
                 termed_at = now
             elif termed_at is not None and now - termed_at >= KILL_AFTER:
                 self.proc.kill()
+
+    def _start_early(self, request: Request) -> None:
+        """Start the next step beside this one, on the kept nodes and the spare (once per
+        step): its script starts up while this one trains, and waits for its checkpoint."""
+        if self.stopped is not None:
+            return
+        env = dict(self.step_env)
+        env[environment.IN_PLACE] = str(self.in_place + 1)
+        env[environment.RELEASING] = ",".join(request.release)
+        argv = step_argv(self.opts.srun, request.keep, overlap=True)
+        try:
+            self.early = (subprocess.Popen(argv, env=env), request)
+        except OSError as exc:
+            self.say(f"cannot start the next step early ({exc.strerror}): it starts after")
+            return
+        self.say(f"started the next step on {', '.join(request.keep)} beside this one")
+
+    def _end_early(self, early: tuple[subprocess.Popen[bytes], Request] | None) -> None:
+        """A step started early that will not take over ends (its script waits, untrained)."""
+        if early is None or early[0].poll() is not None:
+            return
+        early[0].send_signal(signal.SIGTERM)
+        try:
+            early[0].wait(timeout=KILL_AFTER)
+        except subprocess.TimeoutExpired:
+            early[0].kill()
+            early[0].wait()
 
     def _release_spares(self, path: Path) -> None:
         """Release the drained spares the watcher named that the job still holds; the step

@@ -145,6 +145,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         time_warning=numbers["warn_before_end"],
         margin=numbers["safety_margin"],
         in_place=not ns.no_in_place,
+        spare_overlap=not ns.no_spare_overlap,
         restart=ns.restart,
         min_nodes=ns.min_nodes,
         grow_to=ns.grow_to,

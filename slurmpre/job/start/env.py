@@ -38,6 +38,7 @@ class JobEnv:
     predecessor: str | None = None  # the job this one takes over from (SLURMPRE_PREDECESSOR)
     earlier_restarts: int = 0  # the run's restarts in the jobs before this one
     allocation: tuple[str, ...] = ()  # the job's nodes, the step's and the spares (`spares`)
+    releasing: tuple[str, ...] = ()  # drained nodes the job releases once the step before ends
 
     def __post_init__(self) -> None:
         if not self.allocation:  # a step on the whole job
@@ -103,6 +104,9 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
     )
     nodes = tuple(expand(nodelist))
     whole = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    # A step started early (`handover.overlap`): the drained nodes it replaces are not its
+    # job's any more, though Slurm lists them until the step before it has ended.
+    releasing = tuple(n for n in env.get(environment.RELEASING, "").split(",") if n)
     name = env.get("SLURMD_NODENAME") or (nodes[0] if nodes else "")
     if not nodes:
         raise JobEnvironmentError("SLURM_JOB_NODELIST is not set: is this running inside a job?")
@@ -120,5 +124,6 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         batch_host=env.get(environment.BATCH_HOST) or None,
         predecessor=env.get(environment.PREDECESSOR) or None,
         earlier_restarts=_int(env, environment.EARLIER_RESTARTS, default=0),
-        allocation=tuple(expand(whole)) if whole else (),
+        allocation=tuple(n for n in expand(whole) if n not in releasing) if whole else (),
+        releasing=releasing,
     )

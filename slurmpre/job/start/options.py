@@ -36,6 +36,7 @@ class WatchConfig:
     max_backoff: float = 60.0  # longest wait between queries while a source does not answer
     exit_grace: float = 5.0  # after a commit, how long to wait for a script that does not listen
     in_place: bool = True  # lose a node other than the batch host: restart inside the allocation
+    spare_overlap: bool = True  # with a spare, the next step starts beside this one (`overlap`)
     restart: str = defaults.RESTART  # else: "requeue", or "successor" (a new job takes over)
     min_nodes: int = 1  # ... when at least this many nodes remain (the spec's MIN)
     grow_to: int | None = None  # grow back onto idle preemptible nodes, up to this many

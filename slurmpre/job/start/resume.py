@@ -33,7 +33,7 @@ from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.gitstate import git_state
-from slurmpre.job.handover import twins
+from slurmpre.job.handover import overlap, twins
 from slurmpre.job.handover.successor import wait_for_predecessor
 from slurmpre.job.start import limits
 from slurmpre.job.start.args import RunOptions
@@ -113,10 +113,27 @@ def takes_over_early(opts: RunOptions, job: JobEnv, folder: Path) -> bool:
     there: one whose run (its predecessor) asked `resume_path()`. Not with
     ``resume_arg`` (the path is on the command line), nor for a script that finds its
     checkpoint by itself (it would load one, and train, while the predecessor still
-    does): for those the launch waits for the predecessor's end."""
-    if not job.predecessor or opts.resume_arg:
+    does): for those the launch waits for the predecessor's end. The same for a step
+    started beside the step before it (`overlap`), whose script is this job's own."""
+    before = waits_for(job)
+    if not before or opts.resume_arg:
         return False
-    return trust.marked(FolderLayout(folder).meets_at_resume(job.predecessor))
+    return trust.marked(FolderLayout(folder).meets_at_resume(before))
+
+
+def waits_for(job: JobEnv) -> str | None:
+    """Whose end this attempt's training waits for in `resume_path()`: this job's own, in
+    a step started beside the step before (`overlap`; a successor's too: its predecessor
+    ended long ago); else the job it takes over from, if any."""
+    return job.tag if job.releasing else job.predecessor
+
+
+def wait_for_the_one_before(at: AttemptContext) -> None:
+    """Before choosing a checkpoint: the job this one takes over from, or the step this
+    one started beside, has committed its last checkpoint and ended."""
+    timeout = predecessor_timeout(at.opts)
+    wait_for_predecessor(at.ledger, at.client, at.job, timeout, at.say)
+    overlap.wait_for_previous_step(at.ledger, at.job, timeout, at.say)
 
 
 def predecessor_timeout(opts: RunOptions) -> float:
@@ -155,11 +172,12 @@ def agree(at: AttemptContext) -> Choice:
             published_at=time.time(),
         )
         ledger.publish(early, timeout=opts.agree_timeout)
-        say(f"starting while job {job.predecessor} ends: resume_path() waits for its checkpoint")
+        before = "the step before" if job.releasing else f"job {job.predecessor}"
+        say(f"starting while {before} ends: resume_path() waits for its checkpoint")
         return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
-    wait_for_predecessor(ledger, at.client, job, predecessor_timeout(opts), say)
+    wait_for_the_one_before(at)
     return choose(at)
 
 
@@ -178,10 +196,10 @@ def give_up(at: AttemptContext, why: str) -> NoReturn:
 
 
 def take_over(at: AttemptContext) -> Choice:
-    """Node 0 of a successor whose training already runs: wait for the predecessor to
-    end, then choose and publish the checkpoint that `slurmpre.resume_path()` returns
-    on every rank."""
-    wait_for_predecessor(at.ledger, at.client, at.job, predecessor_timeout(at.opts), at.say)
+    """Node 0 of a successor (or of a step started early) whose training already runs:
+    wait for the one before to end, then choose and publish the checkpoint that
+    `slurmpre.resume_path()` returns on every rank."""
+    wait_for_the_one_before(at)
     return choose(at, resume=True)
 
 
@@ -343,8 +361,8 @@ def child_env(
     )
     out = {**env, **training.to_env()}
     out.pop(environment.RESUME_PENDING, None)
-    if takes_over_early(opts, job, folder) and job.predecessor:
-        out[environment.RESUME_PENDING] = job.predecessor
+    if takes_over_early(opts, job, folder):
+        out[environment.RESUME_PENDING] = str(waits_for(job))
         out[environment.RESUME_TIMEOUT] = str(predecessor_timeout(opts) + opts.agree_timeout)
     if opts.launcher == Launcher.ACCELERATE and job.gpus_on_node == 0:
         # Slurm gave this node no GPU: Accelerate must be told, or each process counts

@@ -198,7 +198,8 @@ def _take_over(at: AttemptContext, supervisor: Supervisor) -> None:
     try:
         take_over(at)
     except Exception as exc:  # noqa: BLE001 - said, and the training is ended
-        at.say(f"cannot take over from job {at.job.predecessor}: {exc}; ending the training")
+        before = "the step before" if at.job.releasing else f"job {at.job.predecessor}"
+        at.say(f"cannot take over from {before}: {exc}; ending the training")
         supervisor.terminate()
 
 

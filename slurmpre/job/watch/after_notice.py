@@ -17,6 +17,7 @@ from typing import Any
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import checkpoints, records, trust
 from slurmpre.folder.layout import FolderLayout
+from slurmpre.job.handover import overlap
 from slurmpre.job.handover.restart import Restarts
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
@@ -60,6 +61,7 @@ class _State:
     committed_wall: float | None = None  # wall clock: its checkpoint seen committed
     went_on: bool = False  # the script trains on after a notice checkpoint, until told to stop
     stop_wall: float | None = None  # wall clock: the notice file first said stop
+    early: bool = False  # the next step starts beside this one (`overlap`)
 
 
 class AfterNotice:
@@ -116,9 +118,13 @@ class AfterNotice:
             and restart.keep is None
             and self.restarts.requeue_allowed  # a job without --requeue is not restarted
         )
-        # Make before break: with a successor on its way, a script that can checkpoint
-        # and go on keeps training after its notice checkpoint, until told to stop.
-        self._publish(stop=not successor)
+        # Make before break: with a successor on its way, or the next step starting
+        # beside this one on a spare (`overlap`), a script that can checkpoint and go on
+        # keeps training after its notice checkpoint, until told to stop.
+        state.early = self.config.spare_overlap and overlap.may_start_early(
+            restart, self.job, self.folder
+        )
+        self._publish(stop=not (successor or state.early))
         current = _latest(self.folder)
         state.step_at_notice = current.step if current else None
         own = listening_path(self.folder, self.job.tag, self.job.attempt)
@@ -156,6 +162,11 @@ class AfterNotice:
         )
         if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
             self._publish(stop=True)  # no successor: stop at the checkpoint
+        if state.early and not self.restarts.in_place(
+            restart.why, notice.kind, state.drained, early=True
+        ):
+            state.early = False  # not asked: restart in place once this step has ended
+            self._publish(stop=True)
 
     def _begin_grow(self, notice: Notice) -> None:
         """A grow (`grow`): the bigger successor is submitted first, and only then is
@@ -196,9 +207,12 @@ class AfterNotice:
         state = self._state
         if state.notice is None:
             return None
-        decision = decide(self._facts())
+        facts = self._facts()
+        decision = decide(facts)
         if decision.action is Action.WAIT:
             return None
+        if state.early and facts.exit_code is None and not facts.past_deadline:
+            return None  # the step started early waits; this one stops at its last checkpoint
         if decision.action is Action.SKIP:
             self.say(f"not requeuing: {decision.why}")
             self.log.add(records.RequeueSkipped, why=decision.why)
@@ -267,6 +281,8 @@ class AfterNotice:
         why = None
         if self.restarts.successor is not None and self._successor_waiting():
             why = f"job {self.restarts.successor} is ready to take over"
+        elif state.early and self._successor_waiting():
+            why = "the next step, started beside this one, is ready to take over"
         elif self.clock() >= state.stop_at:
             why = "the deadline nears"
         if why is None:
@@ -300,10 +316,15 @@ class AfterNotice:
         return max(0.0, state.committed_wall - state.notice_written)
 
     def _successor_waiting(self) -> bool:
-        """The successor (or its twin on standard nodes: `twins`) waits for this job."""
+        """The successor (or its twin on standard nodes: `twins`) waits for this job, or
+        the next step started early (`overlap`) waits for this one."""
         ready = {self.restarts.successor, self.restarts.twin} - {None}
+        tag = self.job.tag
+        after = records.AttemptId(self.job.restart_count, self.job.in_place + 1)
         return any(
-            isinstance(r, records.Waiting) and r.job in ready and r.predecessor == self.job.tag
+            isinstance(r, records.Waiting)
+            and r.predecessor == tag
+            and (r.job in ready or (self._state.early and r.job == tag and r.attempt_id == after))
             for r in self.log.records()
         )
 
@@ -334,7 +355,7 @@ class AfterNotice:
             past_deadline=state.deadline is not None and now >= state.deadline,
             exit_grace=self.config.exit_grace,
             listened_before=state.listened_before,
-            handed_over=self.restarts.successor is not None,
+            handed_over=self.restarts.successor is not None or state.early,
         )
 
     def _committed_since_notice(self) -> tuple[int | None, str] | None:
