@@ -104,7 +104,12 @@ def one(box: Sandbox, work: Path, scene: str, args: argparse.Namespace) -> dict[
     # The last checkpoint before the hand-over: the stop's (after the notice's, for a script
     # that trained on while the next step started: make before break).
     stop = max(
-        (r for r in records if isinstance(r, Checkpoint) and r.after_notice), key=lambda r: r.step
+        (
+            r
+            for r in records
+            if isinstance(r, Checkpoint) and r.after_notice and (r.time or 0) < second["t"]
+        ),
+        key=lambda r: r.step,
     )
     step_time = STEP_SECONDS / args.nodes
     return {

@@ -89,6 +89,12 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     return answer
 
 
+def stopping(env: Mapping[str, str] | None = None) -> bool:
+    """`preemption_requested()` has answered True in this process: the script stops (its
+    next checkpoint is its last in this attempt). Never asks the notice file itself."""
+    return environment.TAKEN_FILE in gate_for(env).marked
+
+
 def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
     """True, once, at the step where the job must checkpoint and may then go on training.
 

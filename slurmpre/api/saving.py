@@ -197,6 +197,7 @@ def _record_commit(
                 after_notice=notices.gate_for(env).agreed,
                 # Writing and committing it (`slurmpre plan`); unknown for another's save.
                 seconds=None if seconds is None else round(seconds, 3),
+                stopping=notices.stopping(env) or None,
             )
         )
     except CheckpointError as exc:

@@ -109,8 +109,10 @@ class Checkpoint(AttemptRecord):
     path: str
     after_notice: bool
     seconds: float | None = None  # writing and committing it; unknown for another's save
+    # preemption_requested() had answered True: the script stops after this checkpoint.
+    stopping: bool | None = None
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "seconds"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "seconds", "stopping"})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)

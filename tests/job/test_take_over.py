@@ -14,7 +14,7 @@ from slurmpre import api
 from slurmpre.errors import CheckpointError
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
-from slurmpre.folder.records import Start, Waiting
+from slurmpre.folder.records import Checkpoint, Start, Waiting
 from slurmpre.job.watch.notice import Notice, NoticeGate, write_notice
 
 from tests.conftest import as_a_job, wait_for
@@ -41,6 +41,25 @@ def test_a_script_that_goes_on_saves_at_the_notice_and_stops_when_told(
     assert step() == (False, True)  # save, and stop
     layout = FolderLayout(tmp_path)
     assert layout.goes_on("42", 0).exists() and layout.taken("42", 0).exists()
+    with slurmpre.checkpoint(9) as saved:
+        (saved / "w").write_text("9")
+    # The ledger says this save is the one the script stops at (the next step, started
+    # beside this one, need not wait for the training's teardown).
+    (last,) = [r for r in Ledger(tmp_path).records() if isinstance(r, Checkpoint)]
+    assert last.after_notice and last.stopping
+
+
+def test_a_save_at_the_notice_that_goes_on_is_not_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = as_a_job(monkeypatch, tmp_path, "42")
+    Ledger(tmp_path).ensure()
+    notice(path, stop=False)
+    assert (slurmpre.checkpoint_requested(), slurmpre.preemption_requested()) == (True, False)
+    with slurmpre.checkpoint(7) as saved:
+        (saved / "w").write_text("7")
+    (first,) = [r for r in Ledger(tmp_path).records() if isinstance(r, Checkpoint)]
+    assert first.after_notice and not first.stopping
 
 
 def test_a_script_that_only_listens_stops_at_either_level(

@@ -183,10 +183,13 @@ class Harness:
     def record(self, event: str) -> dict[str, object]:
         return next(r for r in dicts(Ledger(self.folder)) if r["event"] == event)
 
-    def commit(self, step: int, *, after_notice: bool | None = None) -> None:
+    def commit(
+        self, step: int, *, after_notice: bool | None = None, stopping: bool = False
+    ) -> None:
         with writing(self.folder, step) as p:
             (p / "w").write_text(str(step))
         if after_notice is not None:  # what slurmpre.checkpoint() adds for a running job
+            fields = {"stopping": True} if stopping else {}
             self.ledger.append(
                 record(
                     {
@@ -196,6 +199,7 @@ class Harness:
                         "step": step,
                         "path": f"p{step}",
                         "after_notice": after_notice,
+                        **fields,
                     }
                 )
             )
@@ -692,13 +696,16 @@ def test_the_batch_host_held_as_a_spare_drains_and_the_job_goes_on_elsewhere(
 
 
 # -- make before break in place (`overlap`): the next step starts on the spare early -------
+@pytest.mark.parametrize("said", [True, False], ids=["saved-to-stop", "older-api"])
 def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_waits(
-    tmp_path: Path,
+    tmp_path: Path, said: bool
 ) -> None:
     """A script that meets at resume_path() and goes on after its notice checkpoint: the
     supervisor is asked at the notice to start the next step beside this one; the training
     goes on until that step waits for it (its Waiting record), then stops at a last
-    checkpoint; only once it has exited is the restart asked that ends this step."""
+    checkpoint; once that checkpoint says it is the one the script stops at, the restart
+    is asked that ends this step (its teardown is not waited for); a checkpoint that does
+    not say so (a script on an older slurmpre) is waited for until the training exits."""
     from slurmpre.folder.layout import FolderLayout
     from slurmpre.folder.records import Waiting
 
@@ -715,7 +722,7 @@ def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_wa
     waiting = Waiting(job="42", attempt=0, in_place=1, predecessor="42", waiting_at=EPOCH + 30)
     h.at(30.0, lambda: h.ledger.append(waiting))  # the next step waits in resume_path()
     h.at(33.0, h.take)  # told to stop: preemption_requested() answers True
-    h.at(34.0, lambda: h.commit(20, after_notice=True))  # its last checkpoint
+    h.at(34.0, lambda: h.commit(20, after_notice=True, stopping=said))  # its last checkpoint
     h.at(40.0, lambda: h.watcher.post_exit(0))
     h.run()
     (asked,) = early
@@ -729,7 +736,11 @@ def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_wa
     assert final is not None and not final.early and final.keep == asked.keep
     asked_twice = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
     assert [r.get("early") for r in asked_twice] == [True, None]
-    assert float(asked_twice[1]["requested_at"]) >= EPOCH + 40  # once the training exited
+    asked_at = float(asked_twice[1]["requested_at"])
+    if said:  # at the stop checkpoint's commit, not at the exit
+        assert EPOCH + 34 <= asked_at < EPOCH + 40
+    else:
+        assert asked_at >= EPOCH + 40  # once the training exited
 
 
 def test_without_resume_path_or_a_spare_the_restart_waits_for_this_step_as_before(

@@ -14,8 +14,9 @@ already, and the start-up can overlap the training instead, as a successor job's
 3. the next step's script starts up and waits in `slurmpre.resume_path()`, which
    records that it waits (a `Waiting` record of the next in-place attempt);
 4. the watcher then tells the training to take its last checkpoint and stop (or the
-   deadline does); the step ends by itself, the supervisor releases the drained node
-   and records it (`InPlace`);
+   deadline does); once that checkpoint has committed (its record says ``stopping``) the
+   watcher asks for the in-place restart, the supervisor ends the step (the training's
+   teardown is not waited for), releases the drained node and records it (`InPlace`);
 5. the next step's node 0, which waited for that record (`wait_for_previous_step`),
    chooses the checkpoint just committed, and the training goes on from it.
 

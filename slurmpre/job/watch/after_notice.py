@@ -211,7 +211,8 @@ class AfterNotice:
         decision = decide(facts)
         if decision.action is Action.WAIT:
             return None
-        if state.early and facts.exit_code is None and not facts.past_deadline:
+        if state.early and not (facts.exit_code is not None or facts.past_deadline
+                                or self.log.saved_to_stop()):  # fmt: skip
             return None  # the step started early waits; this one stops at its last checkpoint
         if decision.action is Action.SKIP:
             self.say(f"not requeuing: {decision.why}")
@@ -319,14 +320,7 @@ class AfterNotice:
         """The successor (or its twin on standard nodes: `twins`) waits for this job, or
         the next step started early (`overlap`) waits for this one."""
         ready = {self.restarts.successor, self.restarts.twin} - {None}
-        tag = self.job.tag
-        after = records.AttemptId(self.job.restart_count, self.job.in_place + 1)
-        return any(
-            isinstance(r, records.Waiting)
-            and r.predecessor == tag
-            and (r.job in ready or (self._state.early and r.job == tag and r.attempt_id == after))
-            for r in self.log.records()
-        )
+        return self.log.waited_for({str(j) for j in ready}, next_step=self._state.early)
 
     def _facts(self) -> Facts:
         state = self._state

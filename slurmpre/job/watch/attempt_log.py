@@ -12,6 +12,7 @@ from typing import Any
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records
 from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import AttemptId, AttemptRecord, Checkpoint, Waiting
 from slurmpre.job.start.env import JobEnv
 
 
@@ -40,3 +41,29 @@ class AttemptLog:
         except SlurmpreError as exc:
             self.say(f"could not read the ledger: {exc}")
             return []
+
+    def own(self) -> list[AttemptRecord]:
+        """This attempt's records (a successor's first attempt is 0 too: the job tells)."""
+        this = AttemptId(self.job.restart_count, self.job.in_place)
+        return [
+            r
+            for r in self.records()
+            if isinstance(r, AttemptRecord) and r.job == self.job.tag and r.attempt_id == this
+        ]
+
+    def saved_to_stop(self) -> bool:
+        """The training committed the checkpoint it stops at (`preemption_requested()` had
+        answered True): nothing is left of this attempt's training but its teardown."""
+        return any(isinstance(r, Checkpoint) and r.after_notice and r.stopping for r in self.own())
+
+    def waited_for(self, by: set[str], *, next_step: bool) -> bool:
+        """A job of ``by`` (a successor, its twin) waits in `resume_path()` for this one; or,
+        with ``next_step``, this job's next in-place step, started beside this one."""
+        after = AttemptId(self.job.restart_count, self.job.in_place + 1)
+        tag = self.job.tag
+        return any(
+            isinstance(r, Waiting)
+            and r.predecessor == tag
+            and (r.job in by or (next_step and r.job == tag and r.attempt_id == after))
+            for r in self.records()
+        )
