@@ -106,6 +106,13 @@ class GrowSource:
         self.idle_since: dict[str, float] = {}  # wall clock: first seen idle, in a row
         self.plan: GrowPlan | None = None  # the grow its notice asks for
 
+    def refused(self) -> None:
+        """The bigger job could not be submitted (Slurm 22.05 refuses job updates for a
+        while after a resize: "the DB index is being set"): try again once the idle nodes
+        have stayed idle for the settle time again."""
+        self.plan = None
+        self.idle_since = {}
+
     def poll(self) -> list[Notice]:
         now = self.wall()
         nodes = self.every_node()

@@ -194,6 +194,8 @@ class Watcher:
                 self.restarts.lose_spare(str(notice.node), notice.reason)  # trains on
             elif self.after.notice is None:
                 self.after.begin(notice)
+                if notice.kind == "grow" and self.after.notice is None:  # refused: later
+                    getattr(schedule.source, "refused", lambda: None)()
             else:
                 self.after.also_drained(notice)
         return every if every else self._interval(0)
