@@ -74,7 +74,6 @@ class Restarts:
         self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
         self.late: list[str] | None = None  # placement waits for the rate (`place_late`)
         self.spares_lost: set[str] = set()  # spares that drained while the step trained
-        self.started_early = False  # the next step was asked to start beside this one
 
     def plan(self, kind: str, drained: Iterable[str]) -> Plan:
         """Whether the job can go on in place after losing ``drained``, and why."""
@@ -128,11 +127,18 @@ class Restarts:
             return None
 
     def in_place(
-        self, why: str, kind: str, drained: Iterable[str], *, early: bool = False
+        self,
+        why: str,
+        kind: str,
+        drained: Iterable[str],
+        *,
+        early: bool = False,
+        started: bool = False,
     ) -> Done | None:
         """Ask the batch script's supervisor to go on without the drained nodes (``early``:
-        to start the next step now, beside this one: `overlap`); None (go on otherwise)
-        when the plan, made again now, says the job cannot."""
+        to start the next step now, beside this one: `overlap`; ``started``: an early
+        request came first); None (go on otherwise) when the plan, made again now, says
+        the job cannot."""
         restart = self.plan(kind, drained)
         if restart.keep is None:
             return None
@@ -148,8 +154,8 @@ class Restarts:
         spare = f", spare {', '.join(restart.spares_in)} in" if restart.spares_in else ""
         when = "when this one ends"
         if early:
-            when, self.started_early = "now, beside this one", True
-        elif self.started_early:
+            when = "now, beside this one"
+        elif started:
             when = "(it did, beside this one) and takes over when this one ends"
         self.say(
             f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)}"

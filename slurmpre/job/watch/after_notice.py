@@ -219,7 +219,9 @@ class AfterNotice:
             self.log.add(records.RequeueSkipped, why=decision.why)
             self.restarts.call_off()
             return Outcome(state.notice, Action.SKIP, decision.why)
-        done = self.restarts.in_place(decision.why, state.notice.kind, state.drained)
+        done = self.restarts.in_place(
+            decision.why, state.notice.kind, state.drained, started=state.early
+        )
         if done is None:
             done = self.restarts.go_on(decision.why, state.drained)
         if done is None:
