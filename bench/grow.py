@@ -131,6 +131,22 @@ def started(folder: Path, jobs: set[str]) -> str | None:
     return starts[0] if starts else None
 
 
+def shaped(box: Sandbox, nodes: int, preemptible: int, stock: bool, slurm: str | None) -> str:
+    """The sandbox up with ``nodes`` nodes, ``preemptible`` of them preemptible, on stock or
+    tuned timings (brought down and up again when it is up in another shape); its timings."""
+    current = box.load()
+    timings = "stock" if stock else "tuned"
+    if current is not None and (
+        len(current.nodes),
+        sum(bool(n["preemptible"]) for n in current.nodes),
+        current.timings,
+    ) != (nodes, preemptible, timings):
+        box.down(say=print)
+    if box.load() is None:
+        box.up(nodes, preemptible, stock_timings=stock, slurm=slurm, say=print)
+    return box.current().timings
+
+
 def steps(log: Path) -> int:
     return sum(e["event"] == "step" for e in jsonl(log))
 
@@ -154,22 +170,7 @@ def main() -> int:
     if args.quick and box.load() is not None:
         timings = box.current().timings
     elif args.high > 2:  # more preemptible nodes than the drill's sandbox has
-        current = box.load()
-        stock = not args.tuned_timings
-        shape = (args.high + 1, args.high, "stock" if stock else "tuned")
-        if (
-            current is not None
-            and (
-                len(current.nodes),
-                sum(bool(n["preemptible"]) for n in current.nodes),
-                current.timings,
-            )
-            != shape
-        ):
-            box.down(say=print)
-        if box.load() is None:
-            box.up(args.high + 1, args.high, stock_timings=stock, slurm=args.slurm, say=print)
-        timings = box.current().timings
+        timings = shaped(box, args.high + 1, args.high, not args.tuned_timings, args.slurm)
     else:
         opts = DrillOptions(stock_timings=not args.tuned_timings)
         timings = bring_up(box, opts, print, args.slurm)

@@ -48,7 +48,7 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.parse import format_version
 
-from grow import PRICE, follow, steps
+from grow import PRICE, follow, shaped, steps
 from inplace import jsonl, wait
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,12 +154,7 @@ def main() -> int:
         stock = current.timings == "stock"
     else:
         stock = not args.tuned_timings
-    if current is not None and (len(current.nodes) != total or current.timings != (
-            "stock" if stock else "tuned")):  # fmt: skip
-        box.down(say=print)
-    if box.load() is None:
-        box.up(total, total, stock_timings=stock, slurm=args.slurm, say=print)
-    timings = box.current().timings
+    timings = shaped(box, total, total, stock, args.slurm)
     box.use()
     version = format_version(box.client.version())
     work = Path(tempfile.mkdtemp(prefix="bench-resize-", dir="/var/lib/slurmpre"))
