@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from slurmpre.errors import SlurmError
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.start.env import JobEnv
@@ -138,6 +139,12 @@ def sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
     return calls
 
 
+DB_INDEX = (
+    "slurm_update error: Job update not available right now, the DB index is being set, "
+    "try again in a bit"
+)
+
+
 def growing(tmp_path: Path, idle: int, *, fails: bool = False) -> tuple[Harness, Path]:
     """A job on p1 (of a 1-3 range) and ``idle`` preemptible nodes idle from t=0."""
     folder = tmp_path / "ckpt"
@@ -218,6 +225,23 @@ def test_a_refused_bigger_job_changes_nothing_and_the_training_goes_on(tmp_path:
     assert h.watcher.outcome.successor is None and h.events() == []
     assert any("not growing" in s for s in h.said)
     assert len(submitted(calls)) == 2
+
+
+def test_a_job_slurm_will_not_update_after_a_resize_grows_all_the_same(tmp_path: Path) -> None:
+    """Slurm 22.05 refuses ``Requeue=0`` for a job it has resized ("the DB index is being
+    set"); a grow kills nothing, and an attempt Slurm might requeue finds the hand-over."""
+    h, calls = growing(tmp_path, idle=3)
+
+    def refuse(job_id: str, requeue: bool) -> None:
+        raise SlurmError(DB_INDEX)
+
+    h.slurm.set_requeue = refuse  # type: ignore[method-assign]
+    h.at(20.0, lambda: waiting(h))
+    h.at(22.0, lambda: h.commit(14, after_notice=True))
+    h.run()
+    assert submitted(calls)[0][-1] == "--nodes=3"
+    assert h.watcher.outcome.successor == "77" and h.slurm.requeued == []
+    assert any("growing anyway" in s for s in h.said)
 
 
 def test_a_bigger_job_that_does_not_start_in_time_gets_this_ones_checkpoint_anyway(

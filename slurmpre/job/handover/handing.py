@@ -133,8 +133,16 @@ class Successors:
         try:
             self.client.set_requeue(self.job.job_id, False)
         except SlurmpreError as exc:
-            self.say(f"cannot make this job non-requeueable ({first_line(exc)}): not growing")
-            return None
+            # Slurm 22.05 refuses updates of a job it has resized until accounting gives
+            # it a DB index ("the DB index is being set": minutes on the sandbox, which
+            # runs no slurmdbd). A grow, unlike a
+            # drain, kills nothing: this job ends by itself once it has handed over, and
+            # an attempt Slurm might still start finds the hand-over in the ledger and
+            # does not train (`resume.agree`).
+            self.say(
+                f"cannot make this job non-requeueable ({first_line(exc)}): growing anyway "
+                "(a requeued attempt finds the hand-over and does not train)"
+            )
         layout = FolderLayout(self._submitted_in())
         try:
             # ... and the spares the script holds beside its training nodes (`spare_nodes`)
