@@ -37,33 +37,33 @@ import random
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
 
 from slurmpre import environment
 from slurmpre.atomic import write_atomic
 from slurmpre.folder.access import OWNER, make_dirs
 from slurmpre.folder.locks import FolderLock, LockTimeout
-from slurmpre.reading import SMALL, read_regular
+from slurmpre.job.watch.board_file import (
+    BOARD_MAX_BYTES,
+    VERSION,
+    Board,
+    board_json,
+    board_of,
+    number,
+    read_owned,
+)
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import NodeInfo
 
-VERSION = 1
 GRACE = 1.0  # seconds a board may be older than its reader's interval, and still serve
 READ_EVERY = 1.0  # seconds between a job's looks at the board
 LEASE_INTERVALS = 3  # a lease lasts this many of its holder's intervals
 REGISTRATION_MAX_AGE = 3600.0  # a registration not renewed this long is of a dead job
 RENEW_REGISTRATION = 600.0  # seconds between a live job's renewals of it
 RESCAN = 60.0  # the holder reads the registrations again at least this often
-BOARD_MAX_BYTES = 1 << 22  # a board of some thousands of nodes
 # Stamps come from other nodes' clocks: one further ahead of this node's than this is
 # not fresh (it would stay fresh for as long as it is ahead), it is stale.
 MAX_SKEW = 5.0
-
-
-def _number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def folder(env: Mapping[str, str]) -> Path | None:
@@ -78,51 +78,6 @@ def folder(env: Mapping[str, str]) -> Path | None:
     cluster = env.get("SLURM_CLUSTER_NAME") or "cluster"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cluster) or "cluster"
     return Path(base) / "slurmpre" / "watch" / safe
-
-
-@dataclass(frozen=True)
-class Board:
-    polled_at: float  # wall clock, when the holder's query answered
-    by: str  # the job that polled
-    asked: frozenset[str]  # every node it asked about
-    nodes: Mapping[str, NodeInfo]  # those Slurm knew (a node removed is not among them)
-    everything: bool = False  # it asked about every node of the cluster
-
-
-def _node_json(n: NodeInfo) -> dict[str, Any]:
-    return {
-        "name": n.name,
-        "state": n.state,
-        "flags": sorted(n.flags),
-        "reason": n.reason,
-        "reason_time": n.reason_time,
-        "features": list(n.features),
-    }
-
-
-def _node_of(d: Any) -> NodeInfo:
-    ok = isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("state"), str)
-    flags = d.get("flags") if ok else None
-    ok = ok and isinstance(flags, list) and all(isinstance(f, str) for f in flags)
-    ok = ok and (d.get("reason") is None or isinstance(d.get("reason"), str))
-    rt = d.get("reason_time") if ok else None
-    ok = ok and (rt is None or (isinstance(rt, int | float) and not isinstance(rt, bool)))
-    features = d.get("features", []) if ok else None
-    ok = ok and isinstance(features, list) and all(isinstance(f, str) for f in features)
-    if not ok or flags is None or features is None:
-        raise ValueError("not a node")
-    return NodeInfo(
-        d["name"], d["state"], frozenset(flags), d.get("reason"), tuple(features), reason_time=rt
-    )
-
-
-def _read_owned(path: Path, limit: int = SMALL) -> Any:
-    """The JSON in ``path``, when it is a regular file of this user that nobody else may
-    write (else ValueError, as for a file of the wrong shape; OSError when unreadable)."""
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise ValueError(f"{path}: not a regular owner-only file of this user")
-    return json.loads(read_regular(path, limit))
 
 
 class DrainBoard:
@@ -228,18 +183,18 @@ class DrainBoard:
     def _read_lease(self) -> tuple[str, float, float | None] | None:
         """(holder, until, the latest moment its holder must renew it by) or None."""
         try:
-            d = _read_owned(self.lease_path)
+            d = read_owned(self.lease_path)
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
             return None  # unreadable or foreign: as if lapsed, replaced under the lock
         ok = isinstance(d, dict) and isinstance(d.get("holder"), str)
         until = d.get("until") if ok else None
-        if not ok or not _number(until):
+        if not ok or not number(until):
             return None
         at, every = d.get("at"), d.get("interval")
         due = None
-        if _number(at) and _number(every):
+        if number(at) and number(every):
             if at > self.wall() + MAX_SKEW or every > LEASE_INTERVALS * 3600:
                 return None  # renewed "in the future": a clock far ahead, as if lapsed
             due = float(at) + float(every) + GRACE + READ_EVERY
@@ -292,14 +247,7 @@ class DrainBoard:
         if key == self._board_key:
             return self._board
         try:
-            d = _read_owned(self.board_path, BOARD_MAX_BYTES)
-            nodes = {n.name: n for n in map(_node_of, d["nodes"])}
-            asked, at, by = d["asked"], d["polled_at"], d["by"]
-            if not (isinstance(asked, list) and all(isinstance(a, str) for a in asked)):
-                raise ValueError("asked")
-            if not isinstance(at, int | float) or isinstance(at, bool) or not isinstance(by, str):
-                raise ValueError("polled_at")
-            board = Board(float(at), by, frozenset(asked), nodes, d.get("all") is True)
+            board = board_of(read_owned(self.board_path, BOARD_MAX_BYTES))
         except (OSError, ValueError, KeyError, TypeError):
             board = None
         self._board, self._board_key = board, key
@@ -321,7 +269,7 @@ class DrainBoard:
                 if not entry.name.endswith(".json") or entry.name.startswith("."):
                     continue
                 try:
-                    d = _read_owned(Path(entry.path))
+                    d = read_owned(Path(entry.path))
                     at = float(d["at"])
                     names = d["nodes"]
                 except (OSError, ValueError, KeyError, TypeError):
@@ -389,17 +337,10 @@ class DrainBoard:
         answer = self.client.nodes() if everything else self.client.nodes(every)
         self.queries += 1
         polled_at = self.wall()
-        data = {
-            "v": VERSION,
-            "by": self.me,
-            "polled_at": polled_at,
-            "asked": sorted({*every, *(n.name for n in answer)}) if everything else every,
-            "nodes": [_node_json(n) for n in answer],
-        }
-        if everything:
-            data["all"] = True
+        asked = sorted({*every, *(n.name for n in answer)}) if everything else every
+        board = Board(polled_at, self.me, frozenset(asked), {n.name: n for n in answer}, everything)
         try:
-            write_atomic(self.board_path, json.dumps(data), mode=OWNER.file_mode)
+            write_atomic(self.board_path, board_json(board), mode=OWNER.file_mode)
         except OSError as exc:
             self.say(f"drain board: cannot write {self.board_path} ({exc.strerror or exc})")
         self._own_due = self._next(now)
