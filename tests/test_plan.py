@@ -123,6 +123,12 @@ def test_cli_reads_ledgers_and_options_win(tmp_path: Path) -> None:
         (["--checkpoint-seconds", "60", "--restart-seconds", "60"], "give --mtbf"),
         (["--checkpoint-seconds", "60", "--mtbf", "-5", "--restart-seconds", "1"], "--mtbf -5"),
         (["/nonexistent/folder"], "has no ledger"),
+        # Every input missing is named at once, not one per try.
+        (["--restart-seconds", "60"], "give --checkpoint-seconds --mtbf"),
+        (
+            ["--deadline", "8h", "--rate", "2"],
+            "give --total-steps --mtbf --restart-seconds --wait-seconds --checkpoint-seconds",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(args: list[str], message: str) -> None:

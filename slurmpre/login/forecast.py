@@ -89,6 +89,7 @@ def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> 
     restart = pick(asked.restart_s, seen.restart_s, "--restart-seconds", "restart (s)")
     wait = pick(asked.wait_s, seen.restart_s, "--wait-seconds", "wait for capacity (s)")
     ckpt = pick(asked.checkpoint_s, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint (s)")
+    found.check()
     for flag, value in (("--rate", rate), ("--mtbf", mtbf), ("--wait-seconds", wait)):
         if not math.isfinite(value) or value <= 0:
             raise UsageError(f"{flag} {value:g}: must be a finite number, more than 0")

@@ -205,20 +205,31 @@ def ledgers(folders: list[Path]) -> list[Record]:
 
 class Sources:
     """Each input of a plan: the option's value, else what the ledgers measured (said in
-    `lines`), else one line asking for the option."""
+    `lines`), else one line asking for every option missing (`check`)."""
 
     def __init__(self, from_folders: bool, *, unit: str = "") -> None:
         self.from_folders, self.unit = from_folders, unit
         self.lines: list[str] = []
+        self.missing: list[tuple[str, str]] = []  # (flag, what): neither given nor measured
 
     def pick(self, value: float | None, measured: float | None, flag: str, what: str) -> float:
+        """The value; NaN when it is missing, until `check` refuses."""
         if value is not None:
             return value
         if measured is None:
-            where = "in the ledger(s)" if self.from_folders else "(no checkpoint folder given)"
-            raise UsageError(f"no {what} measured {where}: give {flag}")
+            self.missing.append((flag, what))
+            return math.nan
         self.lines.append(f"{what} {measured:.4g}{self.unit}")
         return measured
+
+    def check(self) -> None:
+        """One UsageError naming every input neither given nor measured."""
+        if not self.missing:
+            return
+        where = "in the ledger(s)" if self.from_folders else "(no checkpoint folder given)"
+        what = ", ".join(w for _, w in self.missing)
+        flags = " ".join(f for f, _ in self.missing)
+        raise UsageError(f"no {what} measured {where}: give {flags}")
 
 
 @dataclass(frozen=True)
@@ -259,11 +270,14 @@ def inputs_from(
         sources.append(said)
     else:
         restart = pick(given.restart_s, seen.restart_s, "--restart-seconds", "restart")
+    checkpoint = pick(
+        given.checkpoint_s, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint write"
+    )
+    mtbf = pick(given.mtbf_s, seen.mtbf_s, "--mtbf", "running time per preemption")
+    found.check()
     return Inputs(
-        checkpoint_s=pick(
-            given.checkpoint_s, seen.checkpoint_s, "--checkpoint-seconds", "checkpoint write"
-        ),
-        mtbf_s=pick(given.mtbf_s, seen.mtbf_s, "--mtbf", "running time per preemption"),
+        checkpoint_s=checkpoint,
+        mtbf_s=mtbf,
         restart_s=restart,
         window_s=default(given.window_s, defaults.PREEMPT_WINDOW),
         margin_s=default(given.margin_s, defaults.SAFETY_MARGIN),

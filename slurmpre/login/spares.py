@@ -145,6 +145,7 @@ def inputs_from(
     found.unit = " s"
     swap = found.pick(swap_s, measure_swap(records), "--swap-seconds", "in-place restart")
     back = found.pick(return_s, measure_return(records), "--return-seconds", "capacity return")
+    found.check()
     if n != int(n):
         raise UsageError(f"--nodes {n:g}: must be a whole number")
     return SparesInputs(
