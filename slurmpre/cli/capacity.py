@@ -131,16 +131,10 @@ def plan(
     from slurmpre.login.plan import Given
 
     given = Given(
-        checkpoint_s=checkpoint_seconds,
-        mtbf_s=mtbf,
-        restart_s=restart_seconds,
-        window_s=window,
-        margin_s=margin,
-        notice_s=notice_seconds,
-        price=price,
+        checkpoint_s=checkpoint_seconds, mtbf_s=mtbf, restart_s=restart_seconds,
+        window_s=window, margin_s=margin, notice_s=notice_seconds, price=price,
         discount=discount,
-    )
-
+    )  # fmt: skip
     more = None
     if spares is not None:
         more = {"spares": spares, "nodes": node_count, "swap_s": swap_seconds,

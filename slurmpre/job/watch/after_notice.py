@@ -18,6 +18,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder import checkpoints, records, trust
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.handover import overlap
+from slurmpre.job.handover.inplace import Plan
 from slurmpre.job.handover.restart import Restarts
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
@@ -139,10 +140,21 @@ class AfterNotice:
             f"(time from {notice.anchored_on}); asking every rank to checkpoint, "
             f"then {how} ({restart.why}) within {max(left, 0.0):.0f} s"
         )
-        # What Slurm itself adds before the next step can start, beyond the job's own
-        # start-up: a requeue waits for cred_expire + 1 (and then for nodes); an
-        # in-place restart only for the release of the drained node; a successor for
-        # a free node and its predecessor's end.
+        self._record_first(notice, restart, successor, budget, floor)
+        if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
+            self._publish(stop=True)  # no successor: stop at the checkpoint
+        if state.early and not self.restarts.in_place(
+            restart.why, notice.kind, state.drained, early=True
+        ):
+            state.early = False  # not asked: restart in place once this step has ended
+            self._publish(stop=True)
+
+    def _record_first(
+        self, notice: Notice, restart: Plan, successor: bool, budget: float, floor: int | None
+    ) -> None:
+        """The first notice in the ledger, with the restart planned for it and what Slurm
+        adds before the next step can start: a requeue waits for cred_expire + 1 (and then
+        for nodes); in place, only the drained node's release; a successor, a free node."""
         expected: dict[str, int | None] = {"requeue": floor}
         if restart.keep:
             expected["in_place"] = 0
@@ -151,7 +163,7 @@ class AfterNotice:
         self.log.add(
             records.Notice,
             **_notice_fields(notice, first=True),
-            step_at_notice=state.step_at_notice,
+            step_at_notice=self._state.step_at_notice,
             drained_at=notice.since,
             deadline_from=notice.anchored_on,
             deadline_at=notice.since + budget,
@@ -160,13 +172,6 @@ class AfterNotice:
             requeue_floor_s=floor,
             expected_wait_s=expected,
         )
-        if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
-            self._publish(stop=True)  # no successor: stop at the checkpoint
-        if state.early and not self.restarts.in_place(
-            restart.why, notice.kind, state.drained, early=True
-        ):
-            state.early = False  # not asked: restart in place once this step has ended
-            self._publish(stop=True)
 
     def _begin_grow(self, notice: Notice) -> None:
         """A grow (`grow`): the bigger successor is submitted first, and only then is
