@@ -244,6 +244,23 @@ def test_a_job_slurm_will_not_update_after_a_resize_grows_all_the_same(tmp_path:
     assert any("growing anyway" in s for s in h.said)
 
 
+def test_a_grow_refused_twice_leaves_the_requeue_flag_it_never_changed(tmp_path: Path) -> None:
+    """Requeue=0 refused, then the bigger job refused: nothing to undo, so no second
+    update is sent (and no line says the job could not be made requeueable again)."""
+    h, calls = growing(tmp_path, idle=3, fails=True)
+    updates: list[bool] = []
+
+    def refuse(job_id: str, requeue: bool) -> None:
+        updates.append(requeue)
+        raise SlurmError(DB_INDEX)
+
+    h.slurm.set_requeue = refuse  # type: ignore[method-assign]
+    h.at(30.0, lambda: h.watcher.stop())
+    h.run()
+    assert submitted(calls) and set(updates) == {False}
+    assert not any("requeueable again" in s for s in h.said)
+
+
 def test_a_bigger_job_that_does_not_start_in_time_gets_this_ones_checkpoint_anyway(
     tmp_path: Path,
 ) -> None:

@@ -130,15 +130,16 @@ class Successors:
             return Done(Action.REQUEUE, successor=self.successor)
         if self.config.restart != "successor" or not self.requeue_allowed:
             return None
+        unrequeued = True  # the job was made non-requeueable: undone if the grow fails
         try:
             self.client.set_requeue(self.job.job_id, False)
         except SlurmpreError as exc:
             # Slurm 22.05 refuses updates of a job it has resized until accounting gives
             # it a DB index ("the DB index is being set": minutes on the sandbox, which
-            # runs no slurmdbd). A grow, unlike a
-            # drain, kills nothing: this job ends by itself once it has handed over, and
-            # an attempt Slurm might still start finds the hand-over in the ledger and
-            # does not train (`resume.agree`).
+            # runs no slurmdbd). A grow, unlike a drain, kills nothing: this job ends by
+            # itself once it has handed over, and an attempt Slurm might still start
+            # finds the hand-over in the ledger and does not train (`resume.agree`).
+            unrequeued = False
             self.say(
                 f"cannot make this job non-requeueable ({first_line(exc)}): growing anyway "
                 "(a requeued attempt finds the hand-over and does not train)"
@@ -150,7 +151,8 @@ class Successors:
             successor = self._submit(layout, [], (f"--nodes={held}",))
         except SlurmpreError as exc:
             self.say(f"the job on {nodes} nodes was refused ({first_line(exc)}): not growing")
-            self._requeueable_again()
+            if unrequeued:
+                self._requeueable_again()
             return None
         self.successor = successor
         self.log.add(
