@@ -53,7 +53,7 @@ PACKAGES = (
     "git",  # an attempt without a snapshot names the commit it runs, as on a real cluster
 )
 # What a root made before a package joined PACKAGES gets at its next use: package -> file.
-LATER = {"git": "usr/bin/git"}
+LATER = {"git": "/usr/bin/git"}
 # The Slurm commands the host reaches through shims.
 CLIENTS = (
     "scontrol", "sbatch", "squeue", "sinfo", "scancel", "srun", "salloc", "sacct", "sprio", "sdiag",
@@ -164,18 +164,22 @@ class Root:
             raise SandboxError(
                 f"debootstrap of Debian {self.suite} failed: {tail[0] if tail else exc}"
             ) from None
-        slurmd = work / "usr/sbin/slurmd"
-        if not slurmd.exists():
-            raise SandboxError(f"the Debian {self.suite} root has no slurmd")
+        self._check_made(work)
         (work / READY).write_text(f"{self.suite}\n")
         self._unmount_under(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
         work.rename(self.path)
 
+    def _check_made(self, work: Path) -> None:
+        # Looked up inside the root: sid's slurmd is a link to /etc/alternatives/slurmd,
+        # a path of the root that a fresh host does not have.
+        if not _inside(work, "/usr/sbin/slurmd"):
+            raise SandboxError(f"the Debian {self.suite} root has no slurmd")
+
     def _add_later(self, say: Callable[[str], None]) -> None:
         """Install into a cached root the packages added to PACKAGES since it was made
         (from the package lists it has: a frozen suite's Release may have expired)."""
-        missing = [name for name, path in LATER.items() if not (self.path / path).exists()]
+        missing = [name for name, path in LATER.items() if not _inside(self.path, path)]
         if not missing:
             return
         say(f"adding {', '.join(missing)} to the Debian {self.suite} root")
@@ -386,14 +390,8 @@ def deactivate() -> None:
 def mounts_under(prefix: str) -> list[str]:
     """Mount points that start with ``prefix``, from /proc/mounts."""
     try:
-        text = Path("/proc/mounts").read_text()
+        lines = Path("/proc/mounts").read_text().splitlines()
     except OSError:
         return []
-    out = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 2:
-            point = fields[1].replace("\\040", " ")
-            if point.startswith(prefix):
-                out.append(point)
-    return out
+    points = [f[1].replace("\\040", " ") for f in map(str.split, lines) if len(f) >= 2]
+    return [point for point in points if point.startswith(prefix)]

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from slurmpre.errors import UsageError
+from slurmpre.errors import SandboxError, UsageError
 from slurmpre.sandbox import roots
 from slurmpre.sandbox.roots import Root, deactivate, suite_of
 
@@ -176,3 +176,20 @@ def test_a_python_the_sandboxs_root_does_not_see_is_refused_in_one_line(tmp_path
     (host / "sbatch").write_text("#!/bin/sh\n")
     assert unseen("/work/other/.venv/bin/python", f"{host}:{shims}", roots) is None
     assert unseen("/work/other/.venv/bin/python", "", roots) is None
+
+
+def test_a_root_whose_slurmd_is_a_debian_alternative_is_made(tmp_path: Path) -> None:
+    """sid's slurmd is ``/usr/sbin/slurmd -> /etc/alternatives/slurmd -> slurmd-wlm``:
+    absolute links that name paths of the root. Looked up on the host, where no Slurm is
+    installed yet (a fresh machine), they lead nowhere and the root was refused."""
+    work = tmp_path / "sid.incoming"
+    (work / "usr/sbin").mkdir(parents=True)
+    (work / "etc/alternatives").mkdir(parents=True)
+    (work / "usr/sbin/slurmd-wlm").write_text("")
+    (work / "usr/sbin/slurmd").symlink_to("/etc/alternatives/slurmd")
+    (work / "etc/alternatives/slurmd").symlink_to("/usr/sbin/slurmd-wlm")
+    root = Root("sid", tmp_path / "sid")
+    root._check_made(work)  # no error
+    (work / "usr/sbin/slurmd-wlm").unlink()
+    with pytest.raises(SandboxError, match="the Debian sid root has no slurmd"):
+        root._check_made(work)
