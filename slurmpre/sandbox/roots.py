@@ -28,7 +28,6 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-import slurmpre
 from slurmpre import environment
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
@@ -73,7 +72,7 @@ def suite_of(version: str) -> str:
 
 def source_dir() -> Path:
     """The folder that holds the ``slurmpre`` package (bound into the root)."""
-    return Path(slurmpre.__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]  # slurmpre/sandbox/roots.py
 
 
 @dataclass(frozen=True)
