@@ -8,12 +8,39 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from slurmpre.placement.policy import STANDARD
 
-if TYPE_CHECKING:
-    from slurmpre.login.status import AttemptRow, Prices
+
+class Row(Protocol):
+    """What a resize reads of an attempt (`slurmpre.login.status.AttemptRow`)."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def ended(self) -> str: ...
+    @property
+    def gap_s(self) -> float | None: ...
+    @property
+    def on(self) -> str: ...
+    @property
+    def spares(self) -> tuple[str, ...]: ...
+    @property
+    def spares_in(self) -> tuple[str, ...]: ...
+    @property
+    def spares_lost(self) -> tuple[tuple[float | None, tuple[str, ...]], ...]: ...
+
+
+class Prices(Protocol):
+    """The price per GPU-hour and the preemptible discount (`slurmpre.login.status.Prices`)."""
+
+    @property
+    def price(self) -> float: ...
+    @property
+    def discount(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +65,7 @@ class Resize:
         )
 
 
-def resizes(rows: Sequence[AttemptRow], prices: Prices, gpus_per_node: int = 0) -> list[Resize]:
+def resizes(rows: Sequence[Row], prices: Prices, gpus_per_node: int = 0) -> list[Resize]:
     out = []
     for before, after in itertools.pairwise(rows):
         out += [
