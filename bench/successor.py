@@ -52,7 +52,7 @@ from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.drill.verdict import times_better
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Notice
+from slurmpre.folder.records import InPlace, Notice, Successor
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
@@ -78,6 +78,20 @@ RETURN_AFTER = 15
 def last_job(folder: Path, first: str) -> str:
     """The run's last job: ``first``, or the successor that took over from it."""
     return chain(Ledger(folder).records(), first)[-1]
+
+
+def restarts(records: list[Any]) -> str:
+    """How slurmpre's run went on, in order: "in place", "successor" or "grow" (a grow
+    follows the drained node's return)."""
+    out, kind = [], None
+    for r in records:
+        if isinstance(r, Notice):
+            kind = r.kind
+        elif isinstance(r, InPlace):
+            out.append("in place")
+        elif isinstance(r, Successor):
+            out.append("grow" if kind == "grow" else "successor")
+    return ", ".join(out) or "none"
 
 
 def measure(events: list[dict[str, Any]], drained_at: float) -> dict[str, float]:
@@ -185,8 +199,8 @@ def run(
     final = box.client.job(last)
     if final.state != "COMPLETED":
         raise SystemExit(f"bench: {name} ({mode}) ended {final.state}; logs in {folder / 'logs'}")
-    how = "requeue" if mode == "seeds" else "successor" if last != first else "in place"
     records = Ledger(folder).records() if mode == "slurmpre" else []
+    how = "requeue" if mode == "seeds" else restarts(records)
     jobs = chain(records, first) if mode == "slurmpre" else [first]
     measured = measure(jsonl(log), events[0].at)
     # The target counts from the drain being seen (the watcher's notice), as the issue has it.
@@ -235,11 +249,11 @@ def main() -> int:
         f"cred_expire + 1: {floor} s); window {args.window:g} s; checkpoint every {EVERY} "
         f"steps of {opts.step_seconds:g} s, a save takes {opts.save_seconds:g} s"
     )
-    print(f"  {'scenario':<22} {'run':<9} {'how':<10} {'drain→step s':>12} {'lost steps':>10} "
+    print(f"  {'scenario':<22} {'run':<9} {'how':<20} {'drain→step s':>12} {'lost steps':>10} "
           f"{'no-train s':>10} {'train lost s':>12}")  # fmt: skip
     for (name, mode), r in results.items():
         print(
-            f"  {name:<22} {mode:<9} {r['how']:<10} {r['drain_to_step_s']:>12.1f} "
+            f"  {name:<22} {mode:<9} {r['how']:<20} {r['drain_to_step_s']:>12.1f} "
             f"{r['steps_lost']:>10} {r['gap_s']:>10.1f} {r['lost_s']:>12.1f}"
         )
     print("\ntimes better for slurmpre (seeds' recipe / slurmpre), in this run:")
