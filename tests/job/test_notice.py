@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from slurmpre.job.watch.notice import (
+    CHECKPOINT,
+    HURRY,
+    NO_NOTICE,
+    STOP,
     Notice,
     NoticeGate,
     notice_path,
@@ -64,26 +69,25 @@ def test_without_distributed_it_is_the_local_check(tmp_path: Path) -> None:
     assert gate(None) is True  # once requested, stays requested
 
 
-def test_ranks_agree_on_the_same_call_and_sync_about_once_a_second() -> None:
+def two_ranks(
+    level_at: Callable[[int, int], int], calls: int
+) -> tuple[list[list[int]], TwoRankAllReduce]:
+    """Two ranks (threads) asking their gates once per 100 ms step for ``calls`` steps; rank
+    r's node reads level_at(r, call) in the notice file. The level each agreed, per call."""
     reduce = TwoRankAllReduce()
-    results: list[list[bool]] = [[], []]
-    # Rank 0's node sees the notice file at call 50, rank 1's at call 57.
-    sees_at = [50, 57]
+    results: list[list[int]] = [[], []]
 
     def rank(r: int) -> None:
         clock = FakeClock()
-        calls = {"n": 0}
+        n = {"call": 0}
         gate = NoticeGate(
-            lambda: "notice",
-            clock=clock,
-            exists=lambda _: calls["n"] >= sees_at[r],
-            check_every=0.0,
+            lambda: "notice", clock=clock, level=lambda _: level_at(r, n["call"]), check_every=0.0
         )
         agree = reduce.agree_for(r)
-        for _ in range(200):
-            calls["n"] += 1
+        for _ in range(calls):
+            n["call"] += 1
             clock.now += 0.1  # 100 ms steps
-            results[r].append(gate(agree))
+            results[r].append(gate.agree(agree))
 
     errors: list[BaseException] = []
 
@@ -101,12 +105,35 @@ def test_ranks_agree_on_the_same_call_and_sync_about_once_a_second() -> None:
     assert not any(t.is_alive() for t in threads), "a rank hung"
     if errors:
         raise errors[0]
-    first = [res.index(True) for res in results]
+    return results, reduce
+
+
+def test_ranks_agree_on_the_same_call_and_sync_about_once_a_second() -> None:
+    # Rank 0's node sees the notice file at call 50, rank 1's at call 57.
+    sees_at = [50, 57]
+    results, reduce = two_ranks(lambda r, call: STOP if call >= sees_at[r] else NO_NOTICE, 200)
+    first = [[level >= CHECKPOINT for level in res].index(True) for res in results]
     assert first[0] == first[1]  # the same call on both ranks
     assert 49 <= first[0] <= 49 + 11  # within about a second of 100 ms steps
     assert all(results[0][first[0] :]) and all(results[1][first[1] :])
     # Amortised: far fewer collectives than calls before the notice.
     assert reduce.calls[0] == reduce.calls[1] < first[0] // 5
+
+
+def test_once_the_ranks_agree_on_a_notice_they_agree_on_the_stop_within_a_hurry() -> None:
+    """A hand-over: the notice (save and go on) at call 50, the stop (the successor is up)
+    at call 150 on one node, 153 on the other. Before the notice the ranks sync about once
+    a second; after it every HURRY seconds, so the stop is agreed within about HURRY, not a
+    second (each second of it the successor waits for the predecessor)."""
+
+    def level_at(r: int, call: int) -> int:
+        return STOP if call >= 150 + 3 * r else CHECKPOINT if call >= 50 else NO_NOTICE
+
+    results, _ = two_ranks(level_at, 200)
+    stop = [res.index(STOP) for res in results]
+    assert stop[0] == stop[1]  # the same call on both ranks
+    assert 149 <= stop[0] <= 149 + round(HURRY / 0.1) + 1  # rank 0 sees it at call 150
+    assert results[0].index(CHECKPOINT) > 49
 
 
 def test_a_script_that_passes_env_keeps_one_gate_and_is_asked_to_save_once(

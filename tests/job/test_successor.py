@@ -16,9 +16,14 @@ import pytest
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Checkpoint, Successor, Waiting
+from slurmpre.folder.records import Checkpoint, End, Successor, Waiting
 from slurmpre.folder.script import record, recorded
-from slurmpre.job.handover.successor import submit_env, wait_for_predecessor
+from slurmpre.job.handover.successor import (
+    POLL,
+    QUICK_POLL,
+    submit_env,
+    wait_for_predecessor,
+)
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.slurm.parse import parse_jobs
@@ -177,6 +182,23 @@ def test_the_successor_chooses_nothing_until_its_predecessor_has_ended(tmp_path:
     ledger, said, slept = handed_over(tmp_path), [], []
     wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, said.append, sleep=slept.append)
     assert len(slept) == 3 and any("has ended (CANCELLED): taking over" in s for s in said)
+
+
+def test_once_the_predecessors_training_has_exited_its_end_is_looked_for_sooner(
+    tmp_path: Path,
+) -> None:
+    """Its node 0 records the end of its training: Slurm ends the job within a second or
+    two, and the successor looks every QUICK_POLL instead of every POLL (each second it
+    looks later is training time lost)."""
+    ledger, slept = handed_over(tmp_path), []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        if len(slept) == 2:
+            ledger.append(End(job="42", attempt=0, exit_code=0, seconds=9.0))
+
+    wait_for_predecessor(ledger, Ending(5), SUCCESSOR, 100, print, sleep=sleep)
+    assert slept == [POLL, POLL, QUICK_POLL, QUICK_POLL, QUICK_POLL] and QUICK_POLL < POLL
 
 
 def test_a_predecessor_that_does_not_end_in_time_is_never_trained_beside(tmp_path: Path) -> None:

@@ -27,12 +27,16 @@ from slurmpre.errors import CommandError, JobEnvironmentError, JobNotFound
 from slurmpre.folder import script as script_file
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Successor
+from slurmpre.folder.record import Record
+from slurmpre.folder.records import End, Successor
 from slurmpre.job.start.env import JobEnv
 from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 
 POLL = 1.0  # seconds between looks at the predecessor
+# Once its training has exited (its node 0 recorded the end), Slurm ends the job within
+# a second or two, and each second the successor looks later is training time lost.
+QUICK_POLL = 0.2
 RECORD_GRACE = 30.0  # seconds a hand-over record may take to follow the successor's start
 # What Slurm (and the MPI/PMI layer under srun) sets in a job or a step: a successor gets
 # its own. The GPU lists are Slurm's gres binding of this allocation.
@@ -128,7 +132,8 @@ def wait_for_predecessor(
             return
         # The predecessor records the hand-over just after its sbatch returns: only a
         # job that the ledger names as handing over to this one is waited for.
-        if not _handed_over(ledger, predecessor, job.tag) and clock() >= named_by:
+        records = ledger.records()
+        if not _handed_over(records, predecessor, job.tag) and clock() >= named_by:
             say(
                 f"{environment.PREDECESSOR}={predecessor}, but the ledger records no hand-over "
                 "from that job to this one: not waiting for it"
@@ -142,11 +147,12 @@ def wait_for_predecessor(
         if not said:
             say(f"waiting for job {predecessor} to commit its checkpoint and end")
             said = True
-        sleep(POLL)
+        sleep(QUICK_POLL if any(isinstance(r, End) and r.job == predecessor for r in records)
+              else POLL)  # fmt: skip
 
 
-def _handed_over(ledger: Ledger, predecessor: str, successor: str) -> bool:
+def _handed_over(records: Sequence[Record], predecessor: str, successor: str) -> bool:
     return any(
         isinstance(r, Successor) and r.job == predecessor and r.successor == successor
-        for r in ledger.records()
+        for r in records
     )
