@@ -67,8 +67,9 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     Call it once per step on every rank. When torch.distributed is initialized
     all ranks agree through one small all_reduce, so they all see True at the
     same step and a collective checkpoint cannot deadlock or mix steps; the
-    all_reduce runs about once a second of steps, not every step, so it costs
-    next to nothing (see slurmpre.job.watch.notice.NoticeGate):
+    all_reduce runs about once a second of steps (every 0.2 s once a notice is
+    known), not every step, so it costs next to nothing (see
+    slurmpre.job.watch.notice.NoticeGate):
 
         if slurmpre.preemption_requested():
             with slurmpre.checkpoint(step) as path:
