@@ -52,7 +52,7 @@ from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.drill.verdict import times_better
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import InPlace, Notice, Successor
+from slurmpre.folder.records import InPlace, Notice, Start
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
@@ -81,16 +81,17 @@ def last_job(folder: Path, first: str) -> str:
 
 
 def restarts(records: list[Any]) -> str:
-    """How slurmpre's run went on, in order: "in place", "successor" or "grow" (a grow
-    follows the drained node's return)."""
-    out, kind = [], None
+    """How slurmpre's run went on, in order: "in place", "successor", or "grow" (a new job
+    on more nodes than the attempt before, once the drained node is back)."""
+    out: list[str] = []
+    job, nodes = None, 0
     for r in records:
-        if isinstance(r, Notice):
-            kind = r.kind
-        elif isinstance(r, InPlace):
+        if isinstance(r, InPlace):
             out.append("in place")
-        elif isinstance(r, Successor):
-            out.append("grow" if kind == "grow" else "successor")
+        elif isinstance(r, Start):
+            if job is not None and r.job != job:
+                out.append("grow" if r.num_nodes > nodes else "successor")
+            job, nodes = r.job, r.num_nodes
     return ", ".join(out) or "none"
 
 
