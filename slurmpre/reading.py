@@ -17,6 +17,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
 
 from slurmpre.errors import SlurmpreError
@@ -35,6 +36,16 @@ class UnsafeFile(SlurmpreError, OSError):
     def __init__(self, path: str | os.PathLike[str], why: str) -> None:
         OSError.__init__(self, errno.EINVAL, why, str(path))
         self.message = OSError.__str__(self)
+
+
+def reachable(path: str | os.PathLike[str]) -> bool:
+    """``path`` exists and this user may reach it: False, not an error, for a folder on the
+    way the user may not search (another user's ~/bin on PATH) or a name too long."""
+    try:
+        Path(path).stat()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def real_inside(path: str | os.PathLike[str], root: str) -> bool:

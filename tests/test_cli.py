@@ -139,3 +139,26 @@ def test_a_path_longer_than_the_file_system_holds_is_bad_input_not_a_crash(
     assert main(["status", "j", "--checkpoint-dir", str(tmp_path / ("z" * 300))]) == 2
     err = capsys.readouterr().err
     assert "File name too long" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_path_this_user_may_not_reach_is_bad_input_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status --checkpoint-dir /root/x/ckpt` by another user: EACCES on the ledger exited 3
+    ("unexpected PermissionError"); it is one line naming the path, and exit 2. (Simulated:
+    the tests run as root, who may reach anything.)"""
+    from slurmpre.cli import main
+
+    folder = tmp_path / "theirs"
+    real = Path.is_file
+
+    def is_file(self: Path) -> bool:
+        if self.is_relative_to(folder):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    assert main(["status", "j", "--checkpoint-dir", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "unexpected" not in err
+    assert f"'{folder}/.slurmpre/attempts.jsonl': Permission denied (uid" in err

@@ -331,3 +331,28 @@ def test_two_submissions_into_one_folder_are_one_at_a_time(
     with pytest.raises(UsageError, match="in use by job 101"):
         submit(spec, client, fresh=True)
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("ck.")]) == 1
+
+
+def test_a_checkpoint_folder_this_user_may_not_reach_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder on the way that the user may not search (``/root/x/ckpt`` for another user):
+    Path.is_dir() raises EACCES, and submit exited 3 with "unexpected PermissionError".
+    (Tests run as root, who may search anything: the error is the file system's here.)"""
+    folder = tmp_path / "locked" / "ck"
+    spec = load(spec_in(tmp_path, folder), ())
+    real = Path.is_dir
+
+    def is_dir(self: Path) -> bool:
+        if self == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    client = Submits()
+    with pytest.raises(UsageError) as refused:
+        submit(spec, client)
+    assert str(refused.value) == (
+        f"checkpoint_dir = {str(folder)!r}: cannot reach it (Permission denied)"
+    )
+    assert client.scripts == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -99,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
             # A path the user gave, longer than the file system holds: bad input.
             err(f"{exc.filename!r}: {exc.strerror} (a name holds {NAME_MAX} bytes at most)")
+            return EXIT_USAGE
+        if isinstance(exc, PermissionError) and exc.filename:
+            # A path the user gave (or one under it) that this user may not reach.
+            err(f"{exc.filename!r}: {exc.strerror} (uid {os.getuid()} may not reach it)")
             return EXIT_USAGE
         err(f"unexpected {type(exc).__name__}: {exc}")
         if debug:

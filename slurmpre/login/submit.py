@@ -226,7 +226,13 @@ def _refusals(
     a live job in the folder, a finished run without --resume, --fresh on a folder that
     is not the job's own. Touches nothing."""
     folder = Path(spec.checkpoint_dir)
-    holders = live_holders(Ledger(folder), client) if folder.is_dir() else []
+    try:
+        is_dir = folder.is_dir()
+    except OSError as exc:  # a folder on the way this user may not search
+        raise UsageError(
+            f"checkpoint_dir = {spec.checkpoint_dir!r}: cannot reach it ({exc.strerror})"
+        ) from None
+    holders = live_holders(Ledger(folder), client) if is_dir else []
     if holders and (fresh or not force):
         also = " (--fresh never moves a folder a live job uses)" if fresh else ""
         raise UsageError(

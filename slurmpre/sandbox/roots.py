@@ -31,6 +31,7 @@ from filelock import FileLock, Timeout
 from slurmpre import environment
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
+from slurmpre.reading import reachable
 
 ROOTS_DIR = Path(os.environ.get(environment.ROOTS_DIR, "/var/cache/slurmpre/roots"))
 MIRROR = os.environ.get(environment.DEBIAN_MIRROR, "http://deb.debian.org/debian")
@@ -332,7 +333,7 @@ def unseen(python: str, path: str, roots_dir: Path = ROOTS_DIR) -> str | None:
     /tmp, /home and the environment that brought the sandbox up, not another checkout's
     venv. None otherwise (the host's Slurm, or a python the root sees)."""
     for part in path.split(os.pathsep) if path else []:
-        if not part or not (Path(part) / "sbatch").exists():
+        if not part or not reachable(Path(part) / "sbatch"):
             continue
         shims = Path(part)
         if shims.parent != roots_dir or not shims.name.endswith("-bin"):

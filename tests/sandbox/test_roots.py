@@ -193,3 +193,19 @@ def test_a_root_whose_slurmd_is_a_debian_alternative_is_made(tmp_path: Path) -> 
     (work / "usr/sbin/slurmd-wlm").unlink()
     with pytest.raises(SandboxError, match="the Debian sid root has no slurmd"):
         root._check_made(work)
+
+
+def test_a_path_folder_that_cannot_be_looked_into_is_passed_over(tmp_path: Path) -> None:
+    """PATH may name folders this user cannot search (another user's ~/.cargo/bin: EACCES)
+    or names the system refuses (ENAMETOOLONG): `submit` exited 3 on them with a traceback
+    line (seen on 22.05, whose PATH has no root's shims first)."""
+    from slurmpre.sandbox.roots import unseen
+
+    roots = tmp_path / "roots"
+    shims = roots / "sid-bin"
+    shims.mkdir(parents=True)
+    (shims / "sbatch").write_text("#!/bin/sh\n")
+    odd = "/" + "x" * 5000
+    assert unseen("/usr/bin/python3", odd, roots) is None
+    why = unseen("/work/other/.venv/bin/python", f"{odd}:{shims}", roots)
+    assert why is not None and "is not inside the sandbox's" in why
