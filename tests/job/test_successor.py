@@ -201,6 +201,20 @@ def test_once_the_predecessors_training_has_exited_its_end_is_looked_for_sooner(
     assert slept == [POLL, POLL, QUICK_POLL, QUICK_POLL, QUICK_POLL] and QUICK_POLL < POLL
 
 
+def test_an_end_before_the_hand_over_is_an_earlier_steps_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A predecessor that restarted in place recorded the end of its first step before it
+    handed over: its training still runs, and Slurm is asked once a second, not five times."""
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append(End(job="42", attempt=0, exit_code=0, seconds=9.0))
+    handed_over(tmp_path)
+    slept: list[float] = []
+    wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, print, sleep=slept.append)
+    assert slept == [POLL, POLL, POLL]
+
+
 def test_a_predecessor_that_does_not_end_in_time_is_never_trained_beside(tmp_path: Path) -> None:
     ledger, now = handed_over(tmp_path), [0.0]
 

@@ -132,8 +132,8 @@ def wait_for_predecessor(
             return
         # The predecessor records the hand-over just after its sbatch returns: only a
         # job that the ledger names as handing over to this one is waited for.
-        records = ledger.records()
-        if not _handed_over(records, predecessor, job.tag) and clock() >= named_by:
+        after = _after_hand_over(ledger.records(), predecessor, job.tag)
+        if after is None and clock() >= named_by:
             say(
                 f"{environment.PREDECESSOR}={predecessor}, but the ledger records no hand-over "
                 "from that job to this one: not waiting for it"
@@ -147,12 +147,18 @@ def wait_for_predecessor(
         if not said:
             say(f"waiting for job {predecessor} to commit its checkpoint and end")
             said = True
-        sleep(QUICK_POLL if any(isinstance(r, End) and r.job == predecessor for r in records)
-              else POLL)  # fmt: skip
+        # An End before the hand-over is an earlier step's (a restart in place).
+        ended = after is not None and any(isinstance(r, End) and r.job == predecessor
+                                          for r in after)  # fmt: skip
+        sleep(QUICK_POLL if ended else POLL)
 
 
-def _handed_over(records: Sequence[Record], predecessor: str, successor: str) -> bool:
-    return any(
-        isinstance(r, Successor) and r.job == predecessor and r.successor == successor
-        for r in records
-    )
+def _after_hand_over(
+    records: Sequence[Record], predecessor: str, successor: str
+) -> Sequence[Record] | None:
+    """What the ledger holds after ``predecessor`` handed over to ``successor``; None
+    while it records no such hand-over."""
+    for i, r in enumerate(records):
+        if isinstance(r, Successor) and r.job == predecessor and r.successor == successor:
+            return records[i + 1 :]
+    return None
