@@ -8,7 +8,6 @@ The job side imports this module: it imports nothing but the standard library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurmpre.folder.record import (
@@ -18,12 +17,13 @@ from slurmpre.folder.record import (
     Other,
     Record,
     describe_notice,
+    record_type,
 )
 
 __all__ = ["EVENTS", "AttemptId", "AttemptRecord", "Other", "Record", "describe_notice"]
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Submitted(Record):
     """`slurmpre submit` queued the job (written on the login node)."""
 
@@ -37,7 +37,7 @@ class Submitted(Record):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code", "array", "tasks"})
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Start(AttemptRecord):
     """Node 0 chose the checkpoint to resume from; the attempt starts on these nodes."""
 
@@ -53,7 +53,7 @@ class Start(AttemptRecord):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "code", "spares"})
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Notice(AttemptRecord):
     """The watcher saw a drain or the time-limit warning (or chose to move: back to
     preemptible nodes, or grow onto idle ones). The first notice of an attempt also says
@@ -100,7 +100,7 @@ class Notice(AttemptRecord):
         return describe_notice(self.kind, self.node, self.reason)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Checkpoint(AttemptRecord):
     """``slurmpre.checkpoint()`` committed a checkpoint (rank 0)."""
 
@@ -115,7 +115,7 @@ class Checkpoint(AttemptRecord):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "seconds", "stopping"})
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Committed(AttemptRecord):
     """The watcher saw the checkpoint that answers the notice."""
 
@@ -125,7 +125,7 @@ class Committed(AttemptRecord):
     committed_seen_at: float
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Requeued(AttemptRecord):
     EVENT: ClassVar[str] = "requeued"
     why: str | None
@@ -136,13 +136,13 @@ class Requeued(AttemptRecord):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "expedited"})
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class RequeueSkipped(AttemptRecord):
     EVENT: ClassVar[str] = "requeue_skipped"
     why: str | None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class InPlaceRequested(AttemptRecord):
     """The watcher asked the batch script's supervisor to go on without ``release``."""
 
@@ -157,7 +157,7 @@ class InPlaceRequested(AttemptRecord):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in", "early"})
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class InPlace(AttemptRecord):
     """The supervisor released the nodes; the next step runs on ``kept``."""
 
@@ -173,7 +173,7 @@ class InPlace(AttemptRecord):
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in"})
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class SpareReleased(AttemptRecord):
     """A spare drained (`spare_nodes`): the supervisor released it from the job while the
     training went on (``error``: Slurm refused, and the job holds it until it ends)."""
@@ -185,7 +185,7 @@ class SpareReleased(AttemptRecord):
     error: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Successor(AttemptRecord):
     """The watcher submitted a new job to take over from this one (instead of a requeue),
     after making this one not requeueable."""
@@ -197,7 +197,7 @@ class Successor(AttemptRecord):
     submitted_at: float
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Waiting(AttemptRecord):
     """A successor's training has started up and waits in `slurmpre.resume_path()` for
     ``predecessor`` to commit its last checkpoint and end (rank 0 writes it)."""
@@ -207,7 +207,7 @@ class Waiting(AttemptRecord):
     waiting_at: float
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Stopping(AttemptRecord):
     """The watcher told a script that went on training after its notice checkpoint to
     take its last checkpoint and stop: its successor waits, or the deadline nears."""
@@ -217,13 +217,13 @@ class Stopping(AttemptRecord):
     asked_at: float
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class InPlaceFailed(AttemptRecord):
     EVENT: ClassVar[str] = "in_place_failed"
     why: str | None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class GaveUp(AttemptRecord):
     """The run stops restarting (`slurmpre.job.start.limits`): this attempt did not train."""
 
@@ -231,7 +231,7 @@ class GaveUp(AttemptRecord):
     why: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Placed(AttemptRecord):
     """Where the run's next job trains (`slurmpre.placement.policy`): preemptible or
     standard nodes, why, and the facts the decision was made on."""
@@ -253,7 +253,7 @@ class Placed(AttemptRecord):
     twin_from: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class Claimed(AttemptRecord):
     """A successor took over from ``predecessor``: of the jobs that predecessor submitted
     for one hand-over (a successor and its twin), the first to claim trains."""
@@ -262,7 +262,7 @@ class Claimed(AttemptRecord):
     predecessor: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@record_type
 class End(AttemptRecord):
     """The training of the attempt (or step) exited."""
 

@@ -106,3 +106,22 @@ def test_a_record_of_the_wrong_shape_is_refused_naming_the_key(line: object, why
         data = line
     with pytest.raises(ShapeError, match=why.replace("[", r"\[").replace("]", r"\]")):
         Record.from_json(data)  # type: ignore[arg-type]
+
+
+def test_a_record_is_frozen_and_made_only_from_its_own_keys() -> None:
+    """Record types share one ``__init__`` (`slurmpre.folder.record.record_type`): it must
+    keep what a frozen, keyword-only dataclass promises."""
+    end = records.End(job="7", attempt=1, exit_code=0, seconds=2.5)
+    assert (end.in_place, end.time, dict(end.extra)) == (0, None, {})  # the defaults
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        end.job = "8"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del end.job  # type: ignore[misc]
+    with pytest.raises(TypeError, match="End needs 'seconds'"):
+        records.End(job="7", attempt=1, exit_code=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="End has no field 'sconds'"):
+        records.End(job="7", attempt=1, exit_code=0, seconds=1, sconds=2)  # type: ignore[call-arg]
+    stamped = end.stamped(5.0)
+    assert (stamped.time, end.time) == (5.0, None)
+    assert stamped == dataclasses.replace(end, time=5.0) and stamped != end
+    assert records.End(job="7", attempt=1, exit_code=0, seconds=2.5).extra is not end.extra
