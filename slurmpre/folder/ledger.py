@@ -68,6 +68,8 @@ class Ledger:
         self.path = self.layout.ledger
         self.clock = clock
         self.warn = warn or (lambda message: print(message, file=sys.stderr, flush=True))
+        # What `records` has read: the whole lines, how many, and their records.
+        self._read: tuple[bytes, int, list[Record]] = (b"", 0, [])
 
     def _lock(self, timeout: float = 60.0) -> FolderLock:
         return self._file_lock(self.layout.ledger_lock, timeout)
@@ -141,7 +143,11 @@ class Ledger:
 
     def records(self) -> list[Record]:
         """Every whole record, in order; torn and binary lines, and records of the wrong
-        shape, are skipped with a warning (once per line per process)."""
+        shape, are skipped with a warning (once per line per process).
+
+        The file is read whole every time (with its checks), but the lines read before are
+        not parsed again: a record never changes once its line is whole, and the ledger
+        is only appended to (a file that does not begin with what was read is read anew)."""
         try:
             data = trust.read(self.path, LARGE, view=self.view)
         except FileNotFoundError:
@@ -150,8 +156,19 @@ class Ledger:
             raise CheckpointError(
                 f"cannot read the ledger {str(self.path)!r}: {exc.strerror or exc}"
             ) from None
+        seen, lines, done = self._read
+        if not data.startswith(seen):
+            seen, lines, done = b"", 0, []
+        whole = data.rfind(b"\n") + 1  # a last line without its newline may still grow
+        if whole > len(seen):
+            done = done + self._parse(data[len(seen) : whole], lines)
+            seen, lines = data[:whole], lines + data.count(b"\n", len(seen), whole)
+            self._read = (seen, lines, done)
+        return done + self._parse(data[whole:], lines)
+
+    def _parse(self, data: bytes, lines_before: int) -> list[Record]:
         out = []
-        for number, raw in enumerate(data.split(b"\n"), start=1):
+        for number, raw in enumerate(data.split(b"\n"), start=lines_before + 1):
             if not raw.strip():
                 continue
             try:

@@ -190,3 +190,58 @@ def test_the_step_before_an_in_place_restart_is_the_previous_start(tmp_path: Pat
         )
     prev = ledger.previous_start("7", AttemptId(1, 1))
     assert prev is not None and prev.world_size == 2
+
+
+def test_lines_read_before_are_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's start reads the ledger several times: each whole line is parsed once."""
+    from slurmpre.folder import ledger as ledger_module
+
+    start, end, again = (
+        record({"event": "start", "job": "7", "attempt": 0}),
+        record({"event": "end", "job": "7", "attempt": 0, "exit_code": 0}),
+        record({"event": "start", "job": "7", "attempt": 1}),
+    )
+    parsed: list[str] = []
+    real = ledger_module.Record.from_json
+    monkeypatch.setattr(
+        ledger_module.Record, "from_json", lambda d: parsed.append(d["event"]) or real(d)
+    )
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append(start)
+    ledger.append(end)
+    assert len(ledger.records()) == 2 and len(ledger.records()) == 2
+    ledger.append(again)
+    assert [r.EVENT for r in ledger.records()] == ["start", "end", "start"]
+    assert parsed == ["start", "end", "start"]
+
+
+def test_a_line_still_being_written_is_read_again_once_whole(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
+    end = record({"event": "end", "job": "7", "attempt": 0, "exit_code": 0}).stamped(1.0)
+    line = json.dumps(end.to_json())
+    with ledger.path.open("a") as fh:
+        fh.write(line[:10])
+    assert [r.EVENT for r in ledger.records()] == ["start"]
+    with ledger.path.open("a") as fh:
+        fh.write(line[10:] + "\n")
+    assert [r.EVENT for r in ledger.records()] == ["start", "end"]
+
+
+def test_a_ledger_replaced_under_the_reader_is_read_anew(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
+    assert [r.job for r in ledger.records()] == ["7"]
+    other = tmp_path / "other.jsonl"
+    other.write_text(
+        json.dumps(record({"event": "start", "job": "8", "attempt": 0}).stamped(1.0).to_json())
+        + "\n"
+    )
+    other.chmod(ledger.path.stat().st_mode & 0o777)
+    other.replace(ledger.path)
+    assert [r.job for r in ledger.records()] == ["8"]
