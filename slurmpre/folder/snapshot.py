@@ -10,13 +10,16 @@ anything runs from it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder import trust
+
+if TYPE_CHECKING:
+    import hashlib
 
 NAME_LENGTH = 16
 CHUNK = 1 << 20
@@ -31,6 +34,8 @@ def file_mode(mode: int) -> int:
 def digest(root: Path, *, check: bool = False) -> str:
     """The sha256 of every entry below ``root``, in order of path; with ``check``, each one
     must be the user's own and writable by no one else (`trust.Untrusted` otherwise)."""
+    import hashlib  # here: loading OpenSSL is 2 ms of every wrapper's start-up otherwise
+
     h = hashlib.sha256()
     top = os.lstat(root)
     if check:

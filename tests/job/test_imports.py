@@ -39,3 +39,24 @@ def test_the_package_offers_the_whole_training_api_and_each_name_resolves() -> N
         assert getattr(slurmpre, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         slurmpre.nope  # noqa: B018
+
+
+def test_the_wrapper_loads_what_it_needs_to_launch_and_no_more() -> None:
+    """Each of these costs milliseconds of every attempt's start; the watcher loads its
+    own in its thread once the training is launched (`slurmpre.job.start.run.Watching`)."""
+    later = (
+        "slurmpre.job.watch.watcher",
+        "slurmpre.job.handover.placing",
+        "slurmpre.placement.facts",
+        "slurmpre.placement.deadline",
+        "hashlib",
+        "datetime",
+    )
+    code = (
+        "import slurmpre.job.start.entry, slurmpre.job.start.run\nimport sys\n"
+        f"print(sorted(m for m in {later!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stdout

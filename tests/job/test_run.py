@@ -9,12 +9,14 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.ledger import Ledger
+from slurmpre.job.start.run import Watching
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -314,3 +316,55 @@ def test_the_requeue_is_recorded_though_slurm_ends_the_step_before_scontrol_retu
     assert proc.returncode == 0, proc.stderr
     events = [r["event"] for r in dicts(Ledger(tmp_path))]
     assert events[-2:] == ["requeued", "end"], (events, proc.stderr)
+
+
+class _Built:
+    """A stand-in for the watcher: says when it was built, started and stopped."""
+
+    def __init__(self) -> None:
+        self.built = threading.Event()
+        self.started = threading.Event()
+        self.stopped = False
+
+    def build(self) -> _Built:
+        self.built.set()
+        return self
+
+    def start(self) -> None:
+        self.started.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_watcher_is_built_once_the_training_is_launched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Watching, "GIVE_WAY", 3600.0)
+    fake = _Built()
+    watching = Watching(fake.build, say=print)  # type: ignore[arg-type]
+    assert not fake.built.wait(0.3)  # gives way to the launch ...
+    watching.launched()
+    assert fake.started.wait(60)  # ... and is built and started once it is done
+    assert watching.get() is fake
+    watching.stop()
+    assert fake.stopped
+
+
+def test_a_launch_held_up_does_not_hold_up_the_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 0 held in its choice (a successor waiting for its predecessor) is watched."""
+    monkeypatch.setattr(Watching, "GIVE_WAY", 0.05)
+    fake = _Built()
+    watching = Watching(fake.build, say=print)  # type: ignore[arg-type]
+    assert fake.started.wait(60)
+    watching.stop()
+
+
+def test_a_wrapper_that_ends_before_the_launch_builds_no_watcher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Watching, "GIVE_WAY", 3600.0)
+    fake = _Built()
+    watching = Watching(fake.build, say=print)  # type: ignore[arg-type]
+    watching.stop()
+    assert watching.get() is None and not fake.started.is_set()

@@ -21,7 +21,6 @@ from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.job.start import options
 from slurmpre.job.start.options import WatchConfig
-from slurmpre.placement import deadline
 from slurmpre.placement.policy import Goals
 
 _T = TypeVar("_T")
@@ -80,6 +79,8 @@ def _config_file(text: str) -> str:
 def _goals(ns: argparse.Namespace) -> Goals:
     """The spec's deadline and budgets (checked as at submit: the wrapper can be run by hand)."""
     if ns.deadline:
+        from slurmpre.placement import deadline  # here: datetime only for a deadline
+
         try:
             deadline.parse(ns.deadline, first_submit=0.0, key="--deadline")
         except UsageError as exc:

@@ -32,7 +32,6 @@ from slurmpre.folder.records import (
     Start,
     Successor,
 )
-from slurmpre.placement.facts import cost
 
 
 def run_jobs(records: Sequence[Record], job: str) -> list[str]:
@@ -152,6 +151,8 @@ def over_budget(
     """Why the run may not start another attempt: its cost so far reached ``max_cost``."""
     if max_cost is None:
         return None
+    from slurmpre.placement.facts import cost  # here: only a run with a budget needs it
+
     spent = cost(records, now, gpus_per_node=gpus)
     if spent < max_cost:
         return None

@@ -21,7 +21,6 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
-from slurmpre.job.handover.placing import ReturnSource
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.resume import (
@@ -65,19 +64,29 @@ class Watching:
     It must watch from the start: a drain or the time-limit warning while node 0 is
     still choosing (or held in its choice) must lead to a requeue, or a job whose
     training never started could end at its time limit, not requeued. Its imports and
-    its first Slurm query (the requeue flag) run in this thread, beside the choice
-    and the launch, not before them.
+    its first Slurm query (the requeue flag) run in this thread, not before the choice.
+    They give way to the launch (`launched`), and wait for it at most ``GIVE_WAY``
+    seconds: a node's drain and a held signal stay to be seen, and the launch, which the
+    training waits for, is not slowed by a thread that shares the interpreter with it.
     """
+
+    GIVE_WAY = 1.0
 
     def __init__(self, build: Callable[[], Watcher], say: Callable[[str], None]) -> None:
         self.build, self.say = build, say
         self.watcher: Watcher | None = None
         self.ready = threading.Event()
+        self.going = threading.Event()
         self.lock = threading.RLock()  # stop() may run again from a signal handler
         self.stopped = False
         quiet_thread(self._start, name="slurmpre-watch-start")
 
+    def launched(self) -> None:
+        """The training is launched (or will not be): build the watcher now."""
+        self.going.set()
+
     def _start(self) -> None:
+        self.going.wait(self.GIVE_WAY)
         try:
             watcher = self.build()
             with self.lock:  # a wrapper that ended before it was built: never started
@@ -95,6 +104,7 @@ class Watching:
         return self.watcher
 
     def stop(self) -> None:
+        self.going.set()
         with self.lock:
             self.stopped = True
             if self.watcher is not None:
@@ -165,7 +175,9 @@ def grow_source(at: AttemptContext, drain: DrainSource) -> NoticeSource:
 
 def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
     def build() -> Watcher:
-        from slurmpre.job.watch.watcher import Watcher  # here: in the watcher's own thread
+        # Here, in the watcher's own thread: none of it is needed to launch the training.
+        from slurmpre.job.handover.placing import ReturnSource
+        from slurmpre.job.watch.watcher import Watcher
 
         drain = drain_source(at)
         sources: list[NoticeSource] = [drain, SignalSource(warning)]
@@ -231,7 +243,7 @@ def run_attempt(
     stop_relay = threading.Event()
     started_at = time.time()
     try:
-        code = _train(at, agree(at), env, stop_relay)
+        code = _train(at, agree(at), env, stop_relay, watching)
 
         # The child is gone. A signal now (Slurm ending the step on the requeue the
         # watcher just asked for) must not cut its records short: it stops the watcher,
@@ -263,7 +275,11 @@ def run_attempt(
 
 
 def _train(
-    at: AttemptContext, choice: Choice, env: Mapping[str, str], stop_relay: threading.Event
+    at: AttemptContext,
+    choice: Choice,
+    env: Mapping[str, str],
+    stop_relay: threading.Event,
+    watching: Watching | None,
 ) -> int:
     """Run the training from ``choice`` to its end; its exit code (128 + the signal, when
     one stopped it before it started). Node 0 also takes over early when it may, and
@@ -273,6 +289,8 @@ def _train(
         child = supervisor.start(
             child_command(opts, job, choice, env), child_env(env, opts, job, folder, choice)
         )
+        if watching is not None:
+            watching.launched()
         if child is None:
             at.say(f"stopped by signal {supervisor.stopped} before the training started")
             return 128 + (supervisor.stopped or 15)
