@@ -7,7 +7,8 @@ query with `--json` (24.05 and later), this measures in one run: wall time per
 call (command and parse, best and median of N), the bytes each answer carries,
 and whether the JSON's schema is the one the previous release printed.
 
-Usage, as root with a sandbox up (`slurmpre sandbox up [--slurm RELEASE]`):
+Usage, as root, with the sandbox of the release to measure up (`slurmpre sandbox up
+[--slurm RELEASE]`; with none up, it brings up the default one):
     python bench/slurm_json.py [N]
 Prints ratios json / text. Sandbox timings do not matter here (no requeue).
 """
@@ -43,7 +44,8 @@ def main() -> int:
     given = [a for a in sys.argv[1:] if a != "--quick"]
     n = int(given[0]) if given else 3 if quick else 40
     box = Sandbox(DEFAULT_STATE_DIR)
-    box.current()
+    if box.load() is None:  # any running shape will do
+        box.up(say=print)
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     version = parse_version(
         subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout

@@ -8,7 +8,7 @@ preempted twice), then times, in the same run, best and median of R runs each:
   - `squeue` alone (the reference: what a user types today),
 each as a whole command, Python's start-up included. Prints ratios against squeue.
 
-Usage, as root, with the sandbox up (any timings: nothing is requeued):
+Usage, as root (brings the sandbox up when it is down; any timings: nothing is requeued):
     python bench/status.py [N] [R]
 """
 
@@ -80,7 +80,9 @@ def main() -> int:
     n = int(given[0]) if given else 20 if quick else 1000
     repeat = int(given[1]) if len(given) > 1 else 2 if quick else 7
     box = Sandbox(DEFAULT_STATE_DIR)
-    state = box.current()
+    state = box.load()
+    if state is None:  # any running shape will do: nothing is requeued
+        state = box.up(say=print)
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     work = Path(tempfile.mkdtemp(prefix="bench-status-"))
     env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
