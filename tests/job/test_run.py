@@ -337,34 +337,35 @@ class _Built:
         self.stopped = True
 
 
+def watching(monkeypatch: pytest.MonkeyPatch, give_way: float) -> tuple[_Built, Watching]:
+    """A `Watching` of a stand-in watcher that waits at most ``give_way`` s for the launch."""
+    monkeypatch.setattr(Watching, "GIVE_WAY", give_way)
+    fake = _Built()
+    return fake, Watching(fake.build, say=print)  # type: ignore[arg-type]
+
+
 def test_the_watcher_is_built_once_the_training_is_launched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(Watching, "GIVE_WAY", 3600.0)
-    fake = _Built()
-    watching = Watching(fake.build, say=print)  # type: ignore[arg-type]
+    fake, w = watching(monkeypatch, 3600.0)
     assert not fake.built.wait(0.3)  # gives way to the launch ...
-    watching.launched()
+    w.launched()
     assert fake.started.wait(60)  # ... and is built and started once it is done
-    assert watching.get() is fake
-    watching.stop()
+    assert w.get() is fake
+    w.stop()
     assert fake.stopped
 
 
 def test_a_launch_held_up_does_not_hold_up_the_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
     """Node 0 held in its choice (a successor waiting for its predecessor) is watched."""
-    monkeypatch.setattr(Watching, "GIVE_WAY", 0.05)
-    fake = _Built()
-    watching = Watching(fake.build, say=print)  # type: ignore[arg-type]
+    fake, w = watching(monkeypatch, 0.05)
     assert fake.started.wait(60)
-    watching.stop()
+    w.stop()
 
 
 def test_a_wrapper_that_ends_before_the_launch_builds_no_watcher(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(Watching, "GIVE_WAY", 3600.0)
-    fake = _Built()
-    watching = Watching(fake.build, say=print)  # type: ignore[arg-type]
-    watching.stop()
-    assert watching.get() is None and not fake.started.is_set()
+    fake, w = watching(monkeypatch, 3600.0)
+    w.stop()
+    assert w.get() is None and not fake.started.is_set()
