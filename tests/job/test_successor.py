@@ -70,12 +70,13 @@ def test_a_successor_gets_this_jobs_environment_without_what_slurm_set_for_it() 
     env = {"PATH": "/opt/py/bin:/usr/bin:/opt/py/bin", "HF_TOKEN": "t", "SLURM_JOB_ID": "5",
            "SLURM_NODELIST": "n1", "SLURMD_NODENAME": "n1", "PMI_RANK": "0",
            "CUDA_VISIBLE_DEVICES": "0,1", "SBATCH_PARTITION": "p", "SLURMPRE_PREDECESSOR": "4",
-           "LD_LIBRARY_PATH": "/a:/b:/a"}  # fmt: skip
+           "LD_LIBRARY_PATH": "/a:/b:/a", "SLURM_CONF": "/etc/slurm/b/slurm.conf"}  # fmt: skip
     assert submit_env(env) == {
         "PATH": "/opt/py/bin:/usr/bin",  # the script puts its python first at each hand-over
         "HF_TOKEN": "t",  # the training's own environment: it needs it, and it is not written
         "SBATCH_PARTITION": "p",
         "LD_LIBRARY_PATH": "/a:/b",
+        "SLURM_CONF": "/etc/slurm/b/slurm.conf",  # the same cluster as this job's
     }
 
 

@@ -41,6 +41,9 @@ RECORD_GRACE = 30.0  # seconds a hand-over record may take to follow the success
 # What Slurm (and the MPI/PMI layer under srun) sets in a job or a step: a successor gets
 # its own. The GPU lists are Slurm's gres binding of this allocation.
 SLURM_SET = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")
+# Of those, what the user set for Slurm's commands: the successor is submitted to the same
+# cluster as this job (a site, or a sandbox beside the first, names its slurm.conf so).
+KEPT = frozenset({"SLURM_CONF"})
 GRES_SET = frozenset(
     {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"}
 )
@@ -53,7 +56,7 @@ def submit_env(env: Mapping[str, str]) -> dict[str, str]:
     out = {}
     for k, v in env.items():
         if (
-            k.startswith(SLURM_SET)
+            (k.startswith(SLURM_SET) and k not in KEPT)
             or k in GRES_SET
             or k in (environment.PREDECESSOR, environment.EARLIER_RESTARTS)
         ):
