@@ -49,7 +49,7 @@ def main() -> int:
         steps=args.steps,
         workdir=args.workdir,
     )
-    result = run_drill(Sandbox(), opts, say=print)
+    result = run_drill(Sandbox.here(), opts, say=print)
     # The table's last column is each figure's ratio, as times better for slurmpre.
     for line in render(result):
         print(line)

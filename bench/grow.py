@@ -164,7 +164,7 @@ def main() -> int:
     if not (low.isdigit() and high.isdigit() and 1 <= int(low) < int(high)):
         raise SystemExit(f"bench: --nodes {args.nodes!r}: give MIN-MAX, 1 <= MIN < MAX")
     args.low, args.high = int(low), int(high)
-    box = Sandbox()
+    box = Sandbox.here()
     if args.quick:
         args.steps, args.back_at = 300, 40
     if args.quick and box.load() is not None:

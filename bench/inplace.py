@@ -119,7 +119,7 @@ def main() -> int:
         "--quick", action="store_true", help="CI's smoke test: the timings that are up"
     )
     args = parser.parse_args()
-    box = Sandbox()
+    box = Sandbox.here()
     if args.quick and box.load() is not None:
         timings = box.current().timings  # whatever runs: the restarts are what is checked
     else:

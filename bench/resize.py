@@ -147,7 +147,7 @@ def main() -> int:
         args.nodes, args.steps, args.at, args.back = 2, 400, 60, 15.0
     if args.nodes < 2:
         raise SystemExit("bench: --nodes must be 2 or more (one shrinks to one fewer)")
-    box = Sandbox()
+    box = Sandbox.here()
     total = args.nodes + 1
     current = box.load()
     if args.quick and current is not None:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version, parse_jobs, parse_nodes, parse_version
 
 NODES = "gpu-preemptible-dp-1,gpu-preemptible-dp-2"
@@ -43,7 +43,7 @@ def main() -> int:
     quick = "--quick" in sys.argv[1:]
     given = [a for a in sys.argv[1:] if a != "--quick"]
     n = int(given[0]) if given else 3 if quick else 40
-    box = Sandbox(DEFAULT_STATE_DIR)
+    box = Sandbox.here()
     if box.load() is None:  # any running shape will do
         box.up(say=print)
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)

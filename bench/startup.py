@@ -55,7 +55,7 @@ def main() -> int:
     # commands (a host's 22.05 scontrol against 26.05's slurmctld retries for 2 s). With
     # no cluster to answer, each attempt's watcher waited out Slurm's timeouts: brought up
     # as it is (tuned; nothing is requeued here, so timings do not matter).
-    box = Sandbox()
+    box = Sandbox.here()
     state = box.load()
     if state is None or not box.daemons_alive(state):
         state = box.up(say=print)

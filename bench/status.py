@@ -25,7 +25,7 @@ from pathlib import Path
 
 from slurmpre.folder import records
 from slurmpre.login import jobs
-from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
 
 TARGET_S = 1.0
@@ -79,7 +79,7 @@ def main() -> int:
     given = [a for a in sys.argv[1:] if a != "--quick"]
     n = int(given[0]) if given else 20 if quick else 1000
     repeat = int(given[1]) if len(given) > 1 else 2 if quick else 7
-    box = Sandbox(DEFAULT_STATE_DIR)
+    box = Sandbox.here()
     state = box.load()
     if state is None:  # any running shape will do: nothing is requeued
         state = box.up(say=print)

@@ -57,7 +57,8 @@ from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
-from slurmpre.sandbox.roots import SUITES, job_python
+from slurmpre.sandbox.roots import SUITES
+from slurmpre.sandbox.seen import job_python
 from slurmpre.slurm.parse import format_version, requeue_floor
 
 from inplace import ROOT, jsonl, wait  # bench/: the same helpers as the in-place bench
@@ -226,7 +227,7 @@ def main() -> int:
     # Checkpoints every 500 steps of 0.15 s: 75 s, longer than the window, as the
     # provider's recipe has them; long enough to drain after step 60 and end after.
     opts = DrillOptions(window=args.window, steps=900, step_seconds=0.15, every=EVERY)
-    box = Sandbox()
+    box = Sandbox.here()
     timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), print, args.slurm)
     box.use()
     floor = requeue_floor(box.client.config())

@@ -52,7 +52,7 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.roots import job_python
+from slurmpre.sandbox.seen import job_python
 
 SCRIPT = """
 import json, time, slurmpre
@@ -252,7 +252,7 @@ def main() -> int:
     if args.quick:
         args.jobs, args.seconds, args.settle, args.nodes, args.wave = "2", 10.0, 2.0, 4, 1
     counts = [int(x) for x in args.jobs.split(",")]
-    box = Sandbox()
+    box = Sandbox.here()
     box.down()
     time.sleep(5)  # the last slurmd let go of its port
     box.up(args.nodes, args.nodes - 1, slurm=args.slurm, rate_limit=args.rate_limit,

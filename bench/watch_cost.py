@@ -129,7 +129,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.minutes, args.pairs, args.steps, args.work_ms = 0.25, 1, 20, 10.0
-    box = Sandbox()
+    box = Sandbox.here()
     if box.load() is None:  # any running shape will do
         box.up()
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)

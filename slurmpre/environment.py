@@ -49,10 +49,13 @@ RESUME_TIMEOUT = "SLURMPRE_RESUME_TIMEOUT"
 # What a user may set.
 SHARED_WATCH = "SLURMPRE_SHARED_WATCH"  # "0": every job polls Slurm for itself
 SHARED_DIR = "SLURMPRE_SHARED_DIR"  # the user's drain board folder
+SANDBOX = "SLURMPRE_SANDBOX"  # which of this machine's sandboxes (0-9; 0 when unset)
 SANDBOX_DIR = "SLURMPRE_SANDBOX_DIR"  # where the sandbox keeps its state
 ROOTS_DIR = "SLURMPRE_ROOTS_DIR"  # where the sandbox's Debian roots are cached
 SANDBOX_PROFILE = "SLURMPRE_SANDBOX_PROFILE"  # the login-shell file that puts a root's Slurm first
 DEBIAN_MIRROR = "SLURMPRE_DEBIAN_MIRROR"  # the mirror those roots come from
+# Set in every task on a sandbox node (its TaskProlog): the node's own folder, a node-local disk.
+NODE_LOCAL_DIR = "SLURMPRE_NODE_LOCAL_DIR"
 
 
 def text(env: Mapping[str, str], name: str) -> str:

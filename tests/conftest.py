@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import random
+import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre import environment
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.config import node_specs
+from slurmpre.sandbox.instance import Instance
 from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -19,6 +24,58 @@ DATA = Path(__file__).parent / "data"
 # Slurm releases with captures in tests/data/slurm-<release>/ (tests/data/capture.py).
 RELEASES = ("22.05", "24.11", "26.05")
 T = TypeVar("T")
+
+# -- input drawn at random ----------------------------------------------------------------
+# A test whose input is drawn at random takes it from `seed` (an int) or `rng` (a
+# random.Random on that seed): a fresh seed each run, or SLURMPRE_TEST_SEED's when set,
+# printed before the test runs, so a failing test's output says how to draw the same
+# input again (#49).
+SEED_VARIABLE = "SLURMPRE_TEST_SEED"
+
+
+def draw_seed(nodeid: str, env: Mapping[str, str] = os.environ) -> int:
+    """The seed for the input of test ``nodeid``: ``SLURMPRE_TEST_SEED`` in ``env`` when
+    set, else a fresh one. Printed with the command that draws the same input again."""
+    given = env.get(SEED_VARIABLE, "").strip()
+    if given:
+        try:
+            seed = int(given)
+        except ValueError:
+            raise pytest.UsageError(f"{SEED_VARIABLE}={given!r}: not an integer") from None
+    else:
+        seed = random.SystemRandom().randrange(2**32)
+    rerun = f"{SEED_VARIABLE}={seed} .venv/bin/python -m pytest {shlex.quote(nodeid)}"
+    print(f"seed {seed} (rerun with: {rerun})")
+    return seed
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """This test's seed (see draw_seed); the test draws all its random input from it."""
+    return draw_seed(request.node.nodeid)
+
+
+@pytest.fixture
+def rng(seed: int) -> random.Random:
+    """A random.Random on this test's seed: use it for every value the test draws."""
+    return random.Random(seed)
+
+
+def worker_instance() -> Instance:
+    """The sandbox this test process uses: one Slurm cluster per pytest-xdist worker (gw0
+    the default sandbox, gw1 sandbox 1, ...), so the cluster's tests run side by side;
+    $SLURMPRE_SANDBOX when it is set and no worker is named; else 0."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        return Instance(int(worker[2:]))
+    given = os.environ.get(environment.SANDBOX, "")
+    return Instance(int(given)) if given.isdigit() else Instance(0)
+
+
+# Set before any test runs, so that every `slurmpre` command and job a test starts (they
+# inherit it) reaches this worker's cluster.
+INSTANCE = worker_instance()
+os.environ[environment.SANDBOX] = str(INSTANCE.number)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -131,7 +188,7 @@ def sandbox() -> Iterator[Sandbox]:
     # run on `slurmpre sandbox up --nodes 5 --preemptible 4`); else the suite's own.
     if os.environ.get("SANDBOX_AS_IS") != "1":
         slurmpre_cli("sandbox", "up", *(["--stock-timings"] if stock else []), check=True)
-    box = Sandbox(DEFAULT_STATE_DIR)
+    box = Sandbox.here()
     box.current()
     box.use()  # its Slurm commands (a root's, on the default 26.05) first on PATH
     # Every timeout in the integration tests assumes the tuned timings (a requeued job
@@ -160,7 +217,9 @@ def shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-PREEMPTIBLE = ["gpu-preemptible-dp-1", "gpu-preemptible-dp-2"]
+# The default sandbox's nodes, as named in this worker's cluster.
+PREEMPTIBLE = [n.name for n in node_specs(3, 2, INSTANCE) if n.preemptible]
+STANDARD = [n.name for n in node_specs(3, 2, INSTANCE) if not n.preemptible]
 
 
 def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
@@ -186,7 +245,7 @@ def wait_preemptible_idle(slurm: CommandLineSlurm) -> None:
 
 def set_tracking(tracking: str) -> None:
     """Restart the sandbox with ``--tracking`` (auto, cgroup or pgid) unless it runs it already."""
-    state = Sandbox(DEFAULT_STATE_DIR).load()
+    state = Sandbox.here().load()
     if state is not None and tracking != "auto" and state.tracking == tracking:
         return
     from slurmpre.sandbox.tracking import choose_tracking

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from slurmpre import defaults, environment
+from slurmpre import defaults
 from slurmpre.errors import UsageError
 
 
@@ -79,10 +78,10 @@ def folder_arg(value: str) -> Path:
 
 
 def sandbox_here() -> Any:
-    """The sandbox of this machine ($SLURMPRE_SANDBOX_DIR, else the default state folder)."""
-    from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+    """The sandbox of this machine that $SLURMPRE_SANDBOX names (0, the default, unless set)."""
+    from slurmpre.sandbox.cluster import Sandbox
 
-    return Sandbox(Path(os.environ.get(environment.SANDBOX_DIR, DEFAULT_STATE_DIR)))
+    return Sandbox.here()
 
 
 def prices(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -51,6 +51,15 @@ def sandbox() -> None:
     help="Allow expedited requeues (SlurmctldParameters=enable_expedited_requeue; Slurm "
     "25.11+): a job submitted with --requeue=expedite may start again at once.",
 )  # fmt: skip
+@click.option(
+    "--shared-dir", metavar="DIR", default=None,
+    help="Make DIR (empty or new) a shared filesystem every node and this host see (FUSE; "
+    "its files lie beside it in .DIR.slowfs and outlive `down`).",
+)  # fmt: skip
+@click.option(
+    "--shared-mbps", metavar="N", type=float, default=None,
+    help="Cap --shared-dir's reads and writes together at N MB/s (10**6 bytes a second).",
+)  # fmt: skip
 def sandbox_up(
     nodes: int,
     preemptible: int,
@@ -60,6 +69,8 @@ def sandbox_up(
     timeout: float,
     rate_limit: str | None,
     expedite: bool,
+    shared_dir: str | None,
+    shared_mbps: float | None,
 ) -> None:
     """Install (if needed) and start munge, slurmctld and one slurmd per node."""
     box = sandbox_here()
@@ -73,6 +84,8 @@ def sandbox_up(
         say=click.echo,
         rate_limit=rate_limit,
         expedite=expedite,
+        shared_dir=shared_dir,
+        shared_mbps=shared_mbps,
     )
     if box.root is not None:
         click.echo(

@@ -99,8 +99,8 @@ def check_python(
 
 def check_interpreter(spec: JobSpec) -> None:
     """What the nodes' python must do before a job waits for its nodes; on the sandbox of
-    another Slurm release, also be there (`slurmpre.sandbox.roots.unseen`)."""
-    from slurmpre.sandbox.roots import unseen
+    another Slurm release, also be there (`slurmpre.sandbox.seen.unseen`)."""
+    from slurmpre.sandbox.seen import unseen
 
     if (why := unseen(spec.python, os.environ.get("PATH", ""))) is not None:
         raise UsageError(why)

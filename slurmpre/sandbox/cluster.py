@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -21,12 +20,10 @@ from filelock import FileLock
 from slurmpre import procs
 from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
-from slurmpre.errors import CommandError, SandboxError, UsageError
+from slurmpre.errors import SandboxError
+from slurmpre.sandbox import shared_fs
+from slurmpre.sandbox.asked import Asked, refuse_another_shape, shared_words
 from slurmpre.sandbox.config import (
-    CTLD_PORT,
-    STOCK,
-    TUNED,
-    NodeSpec,
     SandboxConfig,
     State,
     expedite_parameter,
@@ -35,61 +32,76 @@ from slurmpre.sandbox.config import (
     rate_limit_parameters,
 )
 from slurmpre.sandbox.daemons import (
-    log_excerpt,
     require_multiple_slurmd,
     running,
     spawn_detached,
     start_munge,
     wait_ctld,
+    wait_nodes_up,
 )
 from slurmpre.sandbox.files import lay_out, refuse_foreign_config
 from slurmpre.sandbox.host import (
-    SLURM_ETC,
     ensure_installed,
     host_suite,
     port_in_use,
     require_root,
 )
+from slurmpre.sandbox.instance import FIRST, Instance, from_env, sandbox_env, state_dir_of
 from slurmpre.sandbox.roots import DEFAULT_RELEASE, ROOTS_DIR, Root, slurm_path, suite_of
+from slurmpre.sandbox.sharing import MOUNTS_LOCK, leave, others_up
 from slurmpre.sandbox.tracking import choose_tracking, clean_cgroups, slurm_plugins
 from slurmpre.slurm.client import CommandLineSlurm
-from slurmpre.slurm.parse import NodeInfo, format_version, parse_version
+from slurmpre.slurm.parse import format_version, parse_version
 
-DEFAULT_STATE_DIR = Path("/var/lib/slurmpre/sandbox")
+DEFAULT_STATE_DIR = FIRST.state_dir
 
 
 class Sandbox:
-    def __init__(self, state_dir: Path = DEFAULT_STATE_DIR, *, etc: Path = SLURM_ETC) -> None:
-        self.state_dir = state_dir
-        self.etc = self.host_etc = etc
+    def __init__(self, state_dir: Path | None = None, *, instance: Instance = FIRST) -> None:
+        self.instance = instance
+        self.state_dir = instance.state_dir if state_dir is None else state_dir
         self.hostname = socket.gethostname().split(".")[0]
         self.root: Root | None = None  # set from the state: a Slurm other than the host's
         self.client = CommandLineSlurm(timeout=15, env=self.env)
+
+    @classmethod
+    def here(cls, env: dict[str, str] | None = None) -> Sandbox:
+        """The sandbox this environment names: ``$SLURMPRE_SANDBOX`` (0 unless set), its
+        state in ``$SLURMPRE_SANDBOX_DIR`` when that is set."""
+        given = dict(os.environ) if env is None else env
+        return cls(state_dir_of(given), instance=from_env(given))
 
     def _enter(self, root: Root | None) -> None:
         """This object's Slurm commands and config are the root's from now on (or the
         host's); the process's own PATH is left as it is (see `use`)."""
         self.root = root
-        self.etc = self.host_etc if root is None else root.path / "etc" / "slurm"
         self.client = CommandLineSlurm(timeout=15, env=self.env)
 
     @property
+    def etc(self) -> Path:
+        """The folder of this sandbox's configuration, as the host reaches it."""
+        inside = self.instance.etc
+        return inside if self.root is None else self.root.path / inside.relative_to("/")
+
+    @property
     def env(self) -> dict[str, str]:
-        """This process's environment, with the sandbox's Slurm commands first on PATH:
-        what a command the sandbox runs gets."""
-        return {**os.environ, "PATH": slurm_path(os.environ.get("PATH", ""), self.root)}
+        """This process's environment, with the sandbox's Slurm commands first on PATH and
+        its slurm.conf named: what a command the sandbox runs gets (and a job it submits)."""
+        path = slurm_path(os.environ.get("PATH", ""), self.root)
+        return {**os.environ, "PATH": path, **sandbox_env(self.instance)}
 
     def use(self) -> None:
-        """Put the sandbox's Slurm commands first on this process's PATH, for a caller
-        that runs them itself, or submits jobs (which inherit PATH). Only this does."""
-        os.environ["PATH"] = self.env["PATH"]
+        """Put the sandbox's Slurm commands first on this process's PATH, and its
+        configuration in SLURM_CONF, for a caller that runs them itself, or submits jobs
+        (which inherit both). Only this does."""
+        env = self.env
+        for key in ("PATH", *sandbox_env(self.instance)):
+            os.environ[key] = env[key]
 
     @property
     def conf_arg(self) -> str:
         """slurm.conf as the daemons see it (inside the root, when there is one)."""
-        return (
-            str(SLURM_ETC / "slurm.conf") if self.root is not None else str(self.etc / "slurm.conf")
-        )
+        return str(self.instance.conf)
 
     def _argv(self, argv: list[str]) -> list[str]:
         return argv if self.root is None else self.root.argv(argv)
@@ -111,6 +123,7 @@ class Sandbox:
         except (OSError, ValueError) as exc:
             raise SandboxError(f"cannot read {self.state_file}: {exc}") from None
         state = State(**data)
+        self.instance = Instance(state.instance)
         has_root = state.root is not None and state.suite is not None
         self._enter(Root(state.suite, Path(state.root)) if has_root else None)  # type: ignore[arg-type]
         return state
@@ -150,68 +163,54 @@ class Sandbox:
         say: Callable[[str], None] = lambda _: None,
         rate_limit: str | None = None,
         expedite: bool = False,
+        shared_dir: str | None = None,
+        shared_mbps: float | None = None,
     ) -> State:
-        specs = node_specs(nodes, preemptible)
+        specs = node_specs(nodes, preemptible, self.instance)
+        shared = shared_fs.checked(shared_dir, shared_mbps, self.state_dir, self.instance)
         if rate_limit is not None:
             rate_limit_parameters(rate_limit, (99, 0, 0))  # its form, before anything starts
         suite: str | None = suite_of(slurm or DEFAULT_RELEASE)  # none asked: the one up
         if suite == host_suite():
             suite = None  # the host's own packages are that release
+        asked = Asked(specs, stock_timings, tracking, suite, slurm is not None, rate_limit,
+                      expedite, shared)  # fmt: skip
         require_root()
         with self.lock():
             state = self.load()
-            if state is not None and self.daemons_alive(state):
-                want = [(s.name, s.preemptible) for s in specs]
-                have = [(n["name"], n["preemptible"]) for n in state.nodes]
-                timings = "stock" if stock_timings else "tuned"
-                if (
-                    want != have
-                    or state.timings != timings
-                    or state.rate_limit != rate_limit
-                    or state.expedite != expedite
-                    or (tracking != "auto" and tracking != state.tracking)
-                    or (slurm is not None and suite != state.suite)
-                ):
-                    raise UsageError(
-                        f"the sandbox is up with {len(have)} nodes "
-                        f"({sum(p for _, p in have)} preemptible, {state.timings} timings, "
-                        f"proctrack/{state.tracking}, Slurm {format_version(state.version)}); "
-                        "run `slurmpre sandbox down` first to change its shape"
-                    )
-                self._wait_nodes_up(state, timeout)
+            if (
+                state is not None
+                and self.daemons_alive(state)
+                and shared_fs.alive(state.shared, self.instance)
+            ):
+                refuse_another_shape(state, asked)
+                wait_nodes_up(self.client, state, self.state_dir / "log", timeout)
                 say("sandbox already up")
                 return state
             if state is not None:
                 say("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
             self._stop_strays(say)
-            return self._cold_start(
-                specs, stock_timings, tracking, suite, timeout, say, rate_limit, expedite
-            )
+            with FileLock(str(MOUNTS_LOCK)):  # a root shared with others is not remounted
+                return self._cold_start(asked, timeout, say)
 
-    def _cold_start(
-        self,
-        specs: tuple[NodeSpec, ...],
-        stock_timings: bool,
-        tracking: str,
-        suite: str | None,
-        timeout: float,
-        say: Callable[[str], None],
-        rate_limit: str | None = None,
-        expedite: bool = False,
-    ) -> State:
-        root = self._install(suite, say)
+    def _cold_start(self, asked: Asked, timeout: float, say: Callable[[str], None]) -> State:
+        specs, shared, rate_limit = asked.specs, asked.shared, asked.rate_limit
+        if shared is not None:
+            shared_fs.ensure_fuse(say)  # before anything starts
+        root = self._install(asked.suite, say)
         version = parse_version(run(self._argv(["slurmd", "-V"]), error=SandboxError).stdout)
         cfg = SandboxConfig(
             hostname=self.hostname,
             state_dir=self.state_dir,
             version=version,
             nodes=specs,
-            timings=STOCK if stock_timings else TUNED,
-            tracking=choose_tracking(tracking, say, slurm_plugins(root)),
+            timings=asked.timings,
+            tracking=choose_tracking(asked.tracking, say, slurm_plugins(root)),
             topology=parse_topology(run(self._argv(["slurmd", "-C"]), error=SandboxError).stdout),
             rate_limit=None if rate_limit is None else rate_limit_parameters(rate_limit, version),
-            expedite=expedite_parameter(expedite, version),
+            expedite=expedite_parameter(asked.expedite, version),
+            instance=self.instance,
         )
         lay_out(cfg, self.state_dir, self.etc)
         state = State(
@@ -220,17 +219,24 @@ class Sandbox:
             nodes=[{**asdict(s), "pid": None} for s in specs],
             tracking=cfg.tracking.name,
             root=None if root is None else str(root.path),
-            suite=suite,
+            suite=asked.suite,
             rate_limit=rate_limit,
-            expedite=expedite,
+            expedite=asked.expedite,
+            instance=self.instance.number,
+            shared=None if shared is None else shared.record(),
         )
         self.save(state)
+        if shared is not None:  # mounted before any node starts: every job sees it
+            pid = shared_fs.mount(shared, self.instance, root, cfg.log_dir / "slowfs.out")
+            state.shared = shared.record(pid)
+            self.save(state)
         self._start_daemons(cfg, state, root, timeout)
         say(
             f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
             f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings, "
             f"proctrack/{cfg.tracking.proctrack}, TaskPlugin={cfg.tracking.task_plugin}"
             + (f", SlurmctldParameters={cfg.ctld_parameters}" if cfg.ctld_parameters else "")
+            + (f"; {shared_words(state.shared)} (FUSE)" if state.shared else "")
         )
         return state
 
@@ -245,13 +251,15 @@ class Sandbox:
             root.ensure(say)
         self._enter(root)
         refuse_foreign_config(self.etc)
-        if port_in_use(CTLD_PORT):
+        port = self.instance.ctld_port
+        if port_in_use(port):
             raise SandboxError(
-                f"port {CTLD_PORT} is in use: another slurmctld runs here that the sandbox did not "
+                f"port {port} is in use: another slurmctld runs here that the sandbox did not "
                 "start; stop it first"
             )
         if root is not None:
-            root.mount(self.state_dir)
+            # Another sandbox of this release has the root mounted already: keep its mounts.
+            root.mount(self.state_dir, keep=bool(others_up(self.state_dir, root.path)))
         return root
 
     def _start_daemons(
@@ -271,7 +279,7 @@ class Sandbox:
         for node in state.nodes:
             node["pid"] = self.start_slurmd(cfg, node["name"])
         self.save(state)
-        self._wait_nodes_up(state, timeout)
+        wait_nodes_up(self.client, state, self.state_dir / "log", timeout)
 
     def _spawn(self, argv: list[str], log: Path) -> int:
         return spawn_detached(self._argv(argv), log)
@@ -282,27 +290,6 @@ class Sandbox:
         return self._spawn(
             ["slurmd", "-D", "-N", name, "-f", self.conf_arg],
             cfg.log_dir / f"slurmd-{name}.out",
-        )
-
-    def _wait_nodes_up(self, state: State, timeout: float) -> None:
-        """Wait until every node has registered and is not DOWN or unknown."""
-        names = {n["name"] for n in state.nodes}
-        deadline = time.monotonic() + timeout
-        last: list[NodeInfo] = []
-        while time.monotonic() < deadline:
-            try:
-                last = [n for n in self.client.nodes() if n.name in names]
-            except CommandError:
-                last = []
-            if len(last) == len(names) and all(
-                not n.down and n.state not in ("UNKNOWN", "FUTURE") for n in last
-            ):
-                return
-            time.sleep(0.2)
-        seen = ", ".join(f"{n.name}={n.state}" for n in last) or "no answer"
-        raise SandboxError(
-            f"sandbox nodes did not come up within {timeout:g} s ({seen})"
-            f"{log_excerpt(self.state_dir / 'log')}"
         )
 
     # -- down ---------------------------------------------------------------
@@ -322,7 +309,8 @@ class Sandbox:
             return True
 
     def _stop_strays(self, say: Callable[[str], None]) -> bool:
-        stray = running()
+        shared_fs.take_down(self.instance)  # one no state records, or a stale mount
+        stray = running(conf=self.conf_arg)
         if not stray:
             return False
         jobs = procs.descendants(stray)
@@ -344,12 +332,19 @@ class Sandbox:
         procs.stop(daemons, grace=10.0)
         if state.slurmctld and procs.is_process_of(state.slurmctld, "slurmctld"):
             procs.stop([state.slurmctld, *procs.descendants([state.slurmctld])], grace=10.0)
-        if state.munged and procs.is_process_of(state.munged, "munged"):
-            procs.stop([state.munged], grace=5.0)
-        if self.root is not None:
-            self.root.unmount()
+        shared_fs.take_down(self.instance)  # after the jobs that used it; also when its server died
+        with FileLock(str(MOUNTS_LOCK)):
+            leave(self.state_dir, self.root, state.munged, lambda o, p: Sandbox(o).adopt_munged(p))
         clean_cgroups([n["name"] for n in state.nodes])
         self.state_file.unlink(missing_ok=True)
+
+    def adopt_munged(self, pid: int) -> None:
+        """Record a munged another sandbox started and left running for this one."""
+        with self.lock():
+            state = self.load()
+            if state is not None and state.munged is None:
+                state.munged = pid
+                self.save(state)
 
     # -- the controller, for outage drills ----------------------------------
     def stop_controller(self) -> None:

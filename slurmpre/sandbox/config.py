@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmpre import environment
 from slurmpre.defaults import PREEMPTIBLE_FEATURE
 from slurmpre.errors import UsageError
+from slurmpre.sandbox.instance import FIRST, Instance
 
 MARKER = "# Managed by `slurmpre sandbox`: rewritten by `sandbox up`, do not edit."
 STANDARD_FEATURE = "standard"
-CTLD_PORT = 6817
-FIRST_NODE_PORT = 6818
 GPUS_PER_NODE = 2
 
 
@@ -128,6 +129,7 @@ class SandboxConfig:
     rate_limit: str | None = None
     # Expedited requeue allowed (Slurm 25.11+): "enable_expedited_requeue", or None.
     expedite: str | None = None
+    instance: Instance = FIRST  # which of this machine's sandboxes
 
     @property
     def ctld_parameters(self) -> str:
@@ -155,12 +157,26 @@ class SandboxConfig:
     def spool_dir(self, node: str) -> Path:
         return self.spool_root / node
 
+    @property
+    def local_root(self) -> Path:
+        return self.state_dir / "local"
+
+    def local_dir(self, node: str) -> Path:
+        """The node's own folder (a node-local disk): its jobs find it in
+        ``$SLURMPRE_NODE_LOCAL_DIR``, which `render_task_prolog` sets."""
+        return self.local_root / node
+
+    @property
+    def task_prolog(self) -> Path:
+        return self.state_dir / "task-prolog"
+
     def gpu_files(self, node: str) -> list[Path]:
         return [self.dev_dir / f"{node}-gpu{i}" for i in range(GPUS_PER_NODE)]
 
 
-def node_specs(total: int, preemptible: int) -> tuple[NodeSpec, ...]:
-    """Provider-style names: ``gpu-preemptible-dp-N`` for preemptible, ``gpu-dp-N`` for standard."""
+def node_specs(total: int, preemptible: int, instance: Instance = FIRST) -> tuple[NodeSpec, ...]:
+    """Provider-style names: ``gpu-preemptible-dp-N`` for preemptible, ``gpu-dp-N`` for
+    standard (numbered from 1 in sandbox 0, from 101 in sandbox 1, and so on)."""
     if total < 1:
         raise UsageError(f"--nodes must be at least 1, got {total}")
     if total > 64:
@@ -170,11 +186,11 @@ def node_specs(total: int, preemptible: int) -> tuple[NodeSpec, ...]:
     if preemptible > total:
         raise UsageError(f"--preemptible {preemptible} is larger than --nodes {total}")
     specs = [
-        NodeSpec(f"gpu-preemptible-dp-{i + 1}", True, FIRST_NODE_PORT + i)
+        NodeSpec(f"gpu-preemptible-dp-{instance.node_number(i)}", True, instance.node_port(i))
         for i in range(preemptible)
     ]
     specs += [
-        NodeSpec(f"gpu-dp-{i + 1}", False, FIRST_NODE_PORT + preemptible + i)
+        NodeSpec(f"gpu-dp-{instance.node_number(i)}", False, instance.node_port(preemptible + i))
         for i in range(total - preemptible)
     ]
     return tuple(specs)
@@ -185,9 +201,9 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
     d = cfg.state_dir
     lines = [
         MARKER,
-        "ClusterName=sandbox",
+        f"ClusterName={cfg.instance.cluster_name}",
         f"SlurmctldHost={cfg.hostname}",
-        f"SlurmctldPort={CTLD_PORT}",
+        f"SlurmctldPort={cfg.instance.ctld_port}",
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
@@ -198,6 +214,7 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={cfg.log_dir / 'slurmctld.log'}",
         f"SlurmdLogFile={cfg.log_dir / 'slurmd-%n.log'}",
+        f"TaskProlog={cfg.task_prolog}",
         f"ProctrackType=proctrack/{cfg.tracking.proctrack}",
         f"TaskPlugin={cfg.tracking.task_plugin}",
         "SelectType=select/cons_tres",
@@ -227,6 +244,17 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         )
     lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def render_task_prolog(cfg: SandboxConfig) -> str:
+    """Every task (a batch script, each srun task) starts behind it, on its node, as its
+    user: slurmstepd puts the ``export NAME=value`` lines it prints into the task's
+    environment, as a site exports a node's local scratch. Here: the node's own folder."""
+    return (
+        f"#!/bin/sh\n{MARKER}\n"
+        f"printf 'export {environment.NODE_LOCAL_DIR}=%s/%s\\n' "
+        f'{shlex.quote(str(cfg.local_root))} "$SLURMD_NODENAME"\n'
+    )
 
 
 def render_gres_conf(cfg: SandboxConfig) -> str:
@@ -302,6 +330,9 @@ class State:
     suite: str | None = None  # that root's Debian suite
     rate_limit: str | None = None  # `up --rate-limit`: "on" or "BUCKET/REFILL"; None: off
     expedite: bool = False  # `up --expedited-requeue`
+    instance: int = 0  # which of this machine's sandboxes (`instance.Instance`)
+    # `up --shared-dir`: dir, mbps (None: no cap), backing, pid (`asked.SharedDir.record`)
+    shared: dict[str, Any] | None = None
 
     def config(self, state_dir: Path, hostname: str) -> SandboxConfig:
         return SandboxConfig(
@@ -311,4 +342,5 @@ class State:
             nodes=tuple(NodeSpec(n["name"], n["preemptible"], n["port"]) for n in self.nodes),
             timings=STOCK if self.timings == "stock" else TUNED,
             tracking=TRACKINGS.get(self.tracking, PGID),
+            instance=Instance(self.instance),
         )

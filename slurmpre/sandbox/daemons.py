@@ -12,9 +12,13 @@ from typing import Any
 
 from slurmpre import procs
 from slurmpre.cmd import run
-from slurmpre.errors import SandboxError
-from slurmpre.sandbox.host import EXECUTABLES, SLURM_ETC
+from slurmpre.errors import CommandError, SandboxError
+from slurmpre.sandbox.config import State
+from slurmpre.sandbox.host import EXECUTABLES
+from slurmpre.sandbox.instance import FIRST
 from slurmpre.sandbox.roots import ROOTS_DIR, Root
+from slurmpre.slurm.client import CommandLineSlurm
+from slurmpre.slurm.parse import NodeInfo
 
 
 def spawn_detached(argv: list[str], log: Path) -> int:
@@ -105,15 +109,15 @@ def log_excerpt(log_dir: Path, lines: int = 12) -> str:
     return "\nlog lines that matter:\n" + "\n".join(picked[-lines:])
 
 
-def running(node: str | None = None) -> set[int]:
+def running(node: str | None = None, conf: str = str(FIRST.conf)) -> set[int]:
     """The sandbox's daemons running (with no state, strays), or only the slurmds of
     ``node`` (whatever pid the state recorded for it): a slurmd or slurmctld started as
     the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf; a slurmd with
     ``-N``, one of several on the host), on the host or in one of the sandbox's Debian
     roots. A killed drill's or test run's helper can leave one behind, holding a port
     the next sandbox needs. A system's own daemons (systemd runs them without ``-f``)
-    are not among them."""
-    conf = str(SLURM_ETC / "slurm.conf")
+    are not among them. ``conf``: the slurm.conf of the sandbox they belong to (a
+    sandbox's strays, not another's beside it)."""
     roots = str(ROOTS_DIR).rstrip("/") + "/"
     found = set()
     for pid in procs.pids():
@@ -164,3 +168,24 @@ def wait_ctld(env: dict[str, str], log_dir: Path, timeout: float) -> None:
                     f"slurmctld did not answer within {timeout:g} s{log_excerpt(log_dir)}"
                 ) from None
         time.sleep(0.2)
+
+
+def wait_nodes_up(client: CommandLineSlurm, state: State, log_dir: Path, timeout: float) -> None:
+    """Wait until every node has registered and is not DOWN or unknown."""
+    names = {n["name"] for n in state.nodes}
+    deadline = time.monotonic() + timeout
+    last: list[NodeInfo] = []
+    while time.monotonic() < deadline:
+        try:
+            last = [n for n in client.nodes() if n.name in names]
+        except CommandError:
+            last = []
+        if len(last) == len(names) and all(
+            not n.down and n.state not in ("UNKNOWN", "FUTURE") for n in last
+        ):
+            return
+        time.sleep(0.2)
+    seen = ", ".join(f"{n.name}={n.state}" for n in last) or "no answer"
+    raise SandboxError(
+        f"sandbox nodes did not come up within {timeout:g} s ({seen}){log_excerpt(log_dir)}"
+    )

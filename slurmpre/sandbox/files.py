@@ -8,6 +8,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from slurmpre.atomic import write_atomic
 from slurmpre.errors import SandboxError
 from slurmpre.sandbox.config import (
     MARKER,
@@ -15,6 +16,7 @@ from slurmpre.sandbox.config import (
     render_cgroup_conf,
     render_gres_conf,
     render_slurm_conf,
+    render_task_prolog,
 )
 from slurmpre.sandbox.host import remove_managed, write_managed
 from slurmpre.sandbox.tracking import clean_cgroups
@@ -35,7 +37,7 @@ def lay_out(cfg: SandboxConfig, state_dir: Path, etc: Path) -> None:
     # Job ids start again at 1 on a fresh state: a job's cgroups left by a killed
     # slurmstepd would make the new job of that id fail to start (cpuset busy).
     clean_cgroups([n.name for n in cfg.nodes])
-    for sub in ("state", "spool", "run", "dev"):
+    for sub in ("state", "spool", "run", "dev", "local"):
         shutil.rmtree(state_dir / sub, ignore_errors=True)
         (state_dir / sub).mkdir(parents=True)
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
@@ -46,6 +48,10 @@ def lay_out(cfg: SandboxConfig, state_dir: Path, etc: Path) -> None:
         for dev in cfg.gpu_files(node.name):
             # Stand-in GPUs: the device numbers of /dev/null (1, 3).
             os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        # The node's own folder, fresh as a new node's disk; any job user writes there.
+        cfg.local_dir(node.name).mkdir()
+        cfg.local_dir(node.name).chmod(0o1777)
+    write_atomic(cfg.task_prolog, render_task_prolog(cfg), mode=0o755)
     etc.mkdir(parents=True, exist_ok=True)
     write_managed(etc / "slurm.conf", render_slurm_conf(cfg))
     write_managed(etc / "gres.conf", render_gres_conf(cfg))

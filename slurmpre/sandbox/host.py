@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slurmpre.atomic import write_atomic
@@ -15,7 +15,6 @@ from slurmpre.errors import SandboxError
 from slurmpre.sandbox.config import MARKER
 from slurmpre.sandbox.roots import SUITES
 
-SLURM_ETC = Path("/etc/slurm")  # where Slurm reads its configuration, on the host and in a root
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
 EXECUTABLES = {
     "munged": "/usr/sbin/munged",
@@ -53,18 +52,24 @@ def port_in_use(port: int) -> bool:
 
 def ensure_installed(say: Callable[[str], None]) -> None:
     missing = [name for name, path in EXECUTABLES.items() if not Path(path).exists()]
-    if not missing:
-        return
+    if missing:
+        apt_install(PACKAGES, "Slurm", missing, say)
+
+
+def apt_install(
+    packages: Sequence[str], what: str, missing: Sequence[str], say: Callable[[str], None]
+) -> None:
+    """Install Debian ``packages`` with apt-get: ``what`` they are, for the ``missing`` files."""
     if shutil.which("apt-get") is None:
         raise SandboxError(
-            f"Slurm is not installed ({', '.join(missing)} missing) and there is no apt-get"
+            f"{what} is not installed ({', '.join(missing)} missing) and there is no apt-get"
         )
-    say(f"installing {' '.join(PACKAGES)} (missing: {', '.join(missing)})")
+    say(f"installing {' '.join(packages)} (missing: {', '.join(missing)})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
         run(["apt-get", "update", "-qq"], timeout=600, env=env, error=SandboxError)
         run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
             timeout=900,
             env=env,
             error=SandboxError,
@@ -72,7 +77,7 @@ def ensure_installed(say: Callable[[str], None]) -> None:
     except SandboxError as exc:
         first = str(exc).splitlines()
         detail = next((ln.strip() for ln in reversed(first) if ln.strip()), str(exc))
-        raise SandboxError(f"could not install Slurm with apt-get: {detail}") from None
+        raise SandboxError(f"could not install {what} with apt-get: {detail}") from None
 
 
 def host_suite() -> str | None:

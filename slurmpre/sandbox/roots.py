@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,12 +28,14 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from slurmpre import environment
+from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
-from slurmpre.reading import reachable
 
 ROOTS_DIR = Path(os.environ.get(environment.ROOTS_DIR, "/var/cache/slurmpre/roots"))
 MIRROR = os.environ.get(environment.DEBIAN_MIRROR, "http://deb.debian.org/debian")
+# The kernel's folders a root sees, and whether their own mounts come along (rbind).
+SYSTEM_BINDS = ((Path("/proc"), False), (Path("/sys"), True), (Path("/dev"), True))
 # Slurm release -> the Debian suite that ships it.
 SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
 # The provider's release (Slinky needs 25.11 or later): what the sandbox, the drill and
@@ -173,13 +174,13 @@ class Root:
     def _check_made(self, work: Path) -> None:
         # Looked up inside the root: sid's slurmd is a link to /etc/alternatives/slurmd,
         # a path of the root that a fresh host does not have.
-        if not _inside(work, "/usr/sbin/slurmd"):
+        if not inside(work, "/usr/sbin/slurmd"):
             raise SandboxError(f"the Debian {self.suite} root has no slurmd")
 
     def _add_later(self, say: Callable[[str], None]) -> None:
         """Install into a cached root the packages added to PACKAGES since it was made
         (from the package lists it has: a frozen suite's Release may have expired)."""
-        missing = [name for name, path in LATER.items() if not _inside(self.path, path)]
+        missing = [name for name, path in LATER.items() if not inside(self.path, path)]
         if not missing:
             return
         say(f"adding {', '.join(missing)} to the Debian {self.suite} root")
@@ -217,17 +218,16 @@ class Root:
     def _write_shims(self) -> None:
         self.shims.mkdir(parents=True, exist_ok=True)
         for name in CLIENTS:
-            shim = self.shims / name
             # The command runs in the caller's folder: every folder a job uses is bound
             # into the root at its own path.
-            shim.write_text(
+            _write_script(
+                self.shims / name,
                 "#!/bin/sh\n"
                 f"# slurmpre sandbox: {name} of the Debian {self.suite} root\n"
                 f"exec chroot {self.path} /bin/sh -c "
                 '\'cd "$1" 2>/dev/null || cd /; shift; exec "$0" "$@"\' '
-                f'{name} "$PWD" "$@"\n'
+                f'{name} "$PWD" "$@"\n',
             )
-            shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
     @staticmethod
     def python(state_dir: Path) -> Path:
@@ -237,16 +237,15 @@ class Root:
     def _write_python(self, state_dir: Path) -> None:
         # Inside the root (a job's nodes) it is the root's python; on the host (where
         # `slurmpre submit` checks the spec's python) it enters the root first.
-        shim = self.python(state_dir)
-        shim.write_text(
+        _write_script(
+            self.python(state_dir),
             "#!/bin/sh\n"
             f"# slurmpre sandbox: the python of the Debian {self.suite} root, with slurmpre\n"
             f'if [ -e /{READY} ]; then exec /usr/bin/python3 "$@"; fi\n'
             f"exec chroot {self.path} /bin/sh -c "
             '\'cd "$1" 2>/dev/null || cd /; shift; exec /usr/bin/python3 "$@"\' '
-            'python3 "$PWD" "$@"\n'
+            'python3 "$PWD" "$@"\n',
         )
-        shim.chmod(0o755)
 
     # -- mounts ---------------------------------------------------------------
     def binds(self, state_dir: Path) -> list[Path]:
@@ -258,20 +257,26 @@ class Root:
                 out.append(p)
         return out
 
-    def mount(self, state_dir: Path) -> None:
-        """Bind /proc, /sys, /dev and the shared folders (`unmount` finds them all again)."""
-        self.unmount()
-        try:
-            for src, rbind in ((Path("/proc"), False), (Path("/sys"), True), (Path("/dev"), True)):
-                self._bind(src, rbind=rbind)
-            for src in self.binds(state_dir):
-                src.mkdir(parents=True, exist_ok=True)
-                self._bind(src, rbind=False, read_only=src in interpreter())
-        except SandboxError:
+    def mount(self, state_dir: Path, *, keep: bool = False) -> None:
+        """Bind /proc, /sys, /dev and the shared folders (`unmount` finds them all again);
+        ``keep``: another sandbox runs in this root, whose mounts stay as they are."""
+        if not keep:
             self.unmount()
-            raise
+            try:
+                for src, rbind in (
+                    (Path("/proc"), False),
+                    (Path("/sys"), True),
+                    (Path("/dev"), True),
+                ):
+                    self._bind(src, rbind=rbind)
+                for src in self.binds(state_dir):
+                    src.mkdir(parents=True, exist_ok=True)
+                    self._bind(src, rbind=False, read_only=src in interpreter())
+            except SandboxError:
+                self.unmount()
+                raise
         self._write_python(state_dir)
-        self._write_profile()
+        self.write_profile()
         # Names resolve as on the host (the sandbox's nodes all live at its hostname).
         for name in ("hosts", "resolv.conf"):
             with_host = Path("/etc", name)
@@ -295,7 +300,7 @@ class Root:
         self._unmount_under(self.path)
         PROFILE.unlink(missing_ok=True)
 
-    def _write_profile(self) -> None:
+    def write_profile(self) -> None:
         """A new login shell finds this root's Slurm commands first (the host's own would
         talk to no controller), until `down`."""
         if PROFILE.parent.is_dir():
@@ -327,30 +332,7 @@ def interpreter(prefixes: tuple[str, ...] | None = None) -> list[Path]:
     return out
 
 
-def unseen(python: str, path: str, roots_dir: Path = ROOTS_DIR) -> str | None:
-    """Why the nodes of a sandbox cannot run ``python``, when the first Slurm commands on
-    ``path`` (a PATH) are a root's (`slurm_path`) and ``python`` is not there: a root sees
-    /tmp, /home and the environment that brought the sandbox up, not another checkout's
-    venv. None otherwise (the host's Slurm, or a python the root sees)."""
-    for part in path.split(os.pathsep) if path else []:
-        if not part or not reachable(Path(part) / "sbatch"):
-            continue
-        shims = Path(part)
-        if shims.parent != roots_dir or not shims.name.endswith("-bin"):
-            return None  # the host's Slurm: the nodes see what this machine sees
-        root = roots_dir / shims.name.removesuffix("-bin")
-        if _inside(root, python):
-            return None
-        return (
-            f"python = {python!r} is not inside the sandbox's Debian {root.name} root, so "
-            "its nodes cannot run it (the root sees /tmp, /home and the environment that "
-            "brought the sandbox up): run `slurmpre sandbox down` and `slurmpre sandbox up` "
-            "from this environment, or keep it under /home"
-        )
-    return None
-
-
-def _inside(root: Path, path: str, hops: int = 40) -> bool:
+def inside(root: Path, path: str, hops: int = 40) -> bool:
     """``path`` exists inside ``root``, its links followed there (an absolute link names a
     path of the root, not of the host)."""
     here = os.path.normpath(path)
@@ -364,16 +346,6 @@ def _inside(root: Path, path: str, hops: int = 40) -> bool:
     return False
 
 
-def job_python(root: Root | None, state_dir: Path) -> str:
-    """The interpreter a job on this sandbox runs: this one, on the host's Slurm or where
-    a root carries it (`interpreter`); else the root's own python with slurmpre."""
-    if root is None or all(
-        not Path(p).resolve().is_relative_to("/usr") for p in (sys.prefix, sys.base_prefix)
-    ):
-        return sys.executable
-    return str(Root.python(state_dir))
-
-
 def slurm_path(path: str, root: Root | None) -> str:
     """``path`` (a PATH) with the root's Slurm commands first, and no other root's;
     with no root, the host's commands again (no root's shims)."""
@@ -385,6 +357,17 @@ def slurm_path(path: str, root: Root | None) -> str:
 def deactivate() -> None:
     """No root's Slurm commands on PATH: the host's again (or none)."""
     os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), None)
+
+
+def _write_script(path: Path, text: str) -> None:
+    """An executable script, replaced whole (never truncated while another sandbox beside
+    this one runs it), and only when its text changes."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    write_atomic(path, text, mode=0o755)
 
 
 def mounts_under(prefix: str) -> list[str]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurmpre import procs
+from slurmpre import environment, procs
 from slurmpre.errors import CommandError
+from slurmpre.sandbox import shared_fs
+from slurmpre.sandbox.asked import shared_words
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
 
@@ -52,6 +54,12 @@ def describe(sandbox: Sandbox) -> dict[str, Any]:
         "munged": proc(state.munged, "munged") if state.munged else {"pid": None, "ours": False},
         "slurmctld": proc(state.slurmctld, "slurmctld"),
         "helpers": [p for p in state.helpers if procs.alive(p)],
+        # `up --shared-dir`: dir, mbps, backing, and whether it is served and mounted
+        "shared": None
+        if state.shared is None
+        else {**state.shared, "mounted": shared_fs.alive(state.shared, sandbox.instance)},
+        # each node's own folder is <this>/<node> (None: a sandbox up from before they were)
+        "local_dirs": str(cfg.local_root) if cfg.local_root.is_dir() else None,
         "nodes": nodes,
         "slurmctld_error": error,
     }
@@ -81,6 +89,17 @@ def format_report(report: dict[str, Any]) -> str:
         + (pid(report["munged"]) if report["munged"]["pid"] else "not ours (was running)"),
         f"  slurmctld  {pid(report['slurmctld'])}",
     ]
+    if report.get("shared"):
+        shared = report["shared"]
+        health = "mounted" if shared["mounted"] else "NOT SERVED OR NOT MOUNTED"
+        lines.append(
+            f"  shared     {shared_words(shared).removeprefix('shared ')} (FUSE, pid "
+            f"{shared['pid']} {health}; its files in {shared['backing']})"
+        )
+    if report.get("local_dirs"):
+        lines.append(
+            f"  local      {report['local_dirs']}/<node>, in jobs ${environment.NODE_LOCAL_DIR}"
+        )
     if report["helpers"]:
         lines.append(f"  helpers    {', '.join(map(str, report['helpers']))} (background preempt)")
     if report["slurmctld_error"]:

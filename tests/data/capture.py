@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import parse_jobs, parse_version
 
 HERE = Path(__file__).parent
@@ -45,7 +45,7 @@ def job_state(job_id: str) -> str:
 
 
 def main() -> int:
-    box = Sandbox(DEFAULT_STATE_DIR)
+    box = Sandbox.here()
     box.current()
     box.use()  # the root's Slurm commands first on PATH
     version = parse_version(sh("sinfo", "--version").stdout)

@@ -150,7 +150,7 @@ def test_a_python_the_sandboxs_root_does_not_see_is_refused_in_one_line(tmp_path
     """A root (a folder here) whose shims are first on PATH: a venv under a bound folder is
     seen, another checkout's is not; a venv whose link points to an interpreter the root
     lacks is not either (the link is followed inside the root, not on the host)."""
-    from slurmpre.sandbox.roots import unseen
+    from slurmpre.sandbox.seen import unseen
 
     roots = tmp_path / "roots"
     root = roots / "sid"
@@ -199,7 +199,7 @@ def test_a_path_folder_that_cannot_be_looked_into_is_passed_over(tmp_path: Path)
     """PATH may name folders this user cannot search (another user's ~/.cargo/bin: EACCES)
     or names the system refuses (ENAMETOOLONG): `submit` exited 3 on them with a traceback
     line (seen on 22.05, whose PATH has no root's shims first)."""
-    from slurmpre.sandbox.roots import unseen
+    from slurmpre.sandbox.seen import unseen
 
     roots = tmp_path / "roots"
     shims = roots / "sid-bin"

@@ -15,11 +15,12 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import restore_node
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import slurmpre_cli, wait_for
+from tests.conftest import INSTANCE, PREEMPTIBLE, STANDARD, slurmpre_cli, wait_for
 
 pytestmark = pytest.mark.sandbox
 
-PREEMPTIBLE = {"gpu-preemptible-dp-1", "gpu-preemptible-dp-2"}
+P1, P2 = PREEMPTIBLE  # this worker's sandbox's nodes (gpu-preemptible-dp-1 in sandbox 0)
+(S1,) = STANDARD
 
 # Each attempt appends a line; a TERM before the node is removed would be logged.
 ATTEMPT_SCRIPT = """#!/bin/bash
@@ -61,19 +62,28 @@ def test_slurm_commands_work_in_a_fresh_shell(sandbox: Sandbox) -> None:
     """The host's commands, or a root's: a login shell finds them first (up wrote
     /etc/profile.d/slurmpre-sandbox.sh; down removes it)."""
     out = subprocess.run(
-        ["env", "-i", "PATH=/usr/bin:/bin", "bash", "-lc", "sinfo -h -N -o '%N %f'"],
+        # Sandboxes beside the first are named by SLURM_CONF (as `sandbox_env` sets it).
+        [
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+            f"SLURM_CONF={INSTANCE.conf}",
+            "bash",
+            "-lc",
+            "sinfo -h -N -o '%N %f'",
+        ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert "gpu-preemptible-dp-1 preemptible" in out
-    assert "gpu-dp-1 standard" in out
+    assert f"{P1} preemptible" in out
+    assert f"{S1} standard" in out
 
 
 def test_status_says_what_runs_where(sandbox: Sandbox) -> None:
     proc = slurmpre_cli("sandbox", "status", check=True)
     assert proc.stdout.startswith("sandbox: up; Slurm ")
-    for node in ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2", "gpu-dp-1"):
+    for node in (P1, P2, S1):
         assert re.search(rf"{node}\s+\w+\s+pid \d+ running", proc.stdout)
 
 
@@ -81,10 +91,9 @@ def test_bad_input_gets_one_line_and_exit_2(sandbox: Sandbox) -> None:
     proc = slurmpre_cli("sandbox", "preempt", "no-such-node", "--window", "1")
     assert proc.returncode == 2
     assert proc.stderr == (
-        "slurmpre: error: unknown sandbox node 'no-such-node' "
-        "(nodes: gpu-preemptible-dp-1, gpu-preemptible-dp-2, gpu-dp-1)\n"
+        f"slurmpre: error: unknown sandbox node 'no-such-node' (nodes: {P1}, {P2}, {S1})\n"
     )
-    proc = slurmpre_cli("sandbox", "preempt", "gpu-dp-1", "--window", "-3")
+    proc = slurmpre_cli("sandbox", "preempt", S1, "--window", "-3")
     assert proc.returncode == 2
     assert proc.stderr == "slurmpre: error: --window must be 0 seconds or more, got -3\n"
 
@@ -108,7 +117,7 @@ def test_preemptible_constraint_places_jobs_only_there(
     wait_for("jobs to finish", lambda: all(slurm.job(i).finished for i in ids), timeout=90)
     assert {slurm.job(i).state for i in ids} == {"COMPLETED"}
     seen = set(log.read_text().split())
-    assert seen and seen <= PREEMPTIBLE
+    assert seen and seen <= set(PREEMPTIBLE)
 
 
 def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
@@ -125,7 +134,7 @@ def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
     )
     wait_for("the job on both preemptible nodes", lambda: len(slurm.job(job).nodes) == 2)
     wait_for("the first attempt to start", lambda: log.exists() and log.read_text())
-    victim = "gpu-preemptible-dp-2"
+    victim = P2
     try:
         timeline = subprocess.Popen(
             [sys.executable, "-m", "slurmpre", "sandbox", "preempt", victim, "--window", "5"],
@@ -139,7 +148,7 @@ def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
         out, err = timeline.communicate(timeout=60)
         assert timeline.returncode == 0, err
         lines = out.strip().splitlines()
-        assert re.search(r"T\+0\.\ds drain gpu-preemptible-dp-2 \(reason: preempted\)", lines[0])
+        assert re.search(rf"T\+0\.\ds drain {P2} \(reason: preempted\)", lines[0])
         assert f"running jobs: {job}" in lines[0]
         removal = float(re.search(r"T\+(\d+\.\d)s remove", lines[1]).group(1))  # type: ignore[union-attr]
         assert 5.0 <= removal < 7.0
@@ -159,12 +168,12 @@ def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
             "the restart",
             lambda: (j := slurm.job(job)).state == "RUNNING" and j.restarts == 1 and j,
         )
-        assert info.nodes == ("gpu-preemptible-dp-1",)
+        assert info.nodes == (P1,)
         attempts = wait_for(
             "the second attempt's line",
             lambda: log.read_text().count("attempt") == 2 and log.read_text(),
         )
-        assert "attempt restart=1 nodes=gpu-preemptible-dp-1 n=1" in attempts
+        assert f"attempt restart=1 nodes={P1} n=1" in attempts
     finally:
         slurm.cancel(job)
         restore_node(sandbox, victim)
@@ -174,7 +183,7 @@ def test_preempt_drains_then_removes_and_the_job_restarts_on_the_rest(
 def test_preempt_in_the_background_brings_a_replacement_back(
     sandbox: Sandbox, slurm: CommandLineSlurm
 ) -> None:
-    node = "gpu-dp-1"
+    node = S1
     proc = slurmpre_cli(
         "sandbox",
         "preempt",
@@ -187,14 +196,14 @@ def test_preempt_in_the_background_brings_a_replacement_back(
         check=True,
     )
     m = re.match(
-        r"preempting gpu-dp-1 in the background \(pid (\d+)\); timeline in (\S+)", proc.stdout
+        rf"preempting {S1} in the background \(pid (\d+)\); timeline in (\S+)", proc.stdout
     )
     assert m, proc.stdout
     state = sandbox.load()
     assert state is not None and int(m.group(1)) in state.helpers
     log = Path(m.group(2))
     text = wait_for(
-        "the replacement", lambda: "return gpu-dp-1" in log.read_text() and log.read_text()
+        "the replacement", lambda: f"return {S1}" in log.read_text() and log.read_text()
     )
     kinds = [re.search(r"T\+[\d.]+s (\w+)", ln).group(1) for ln in text.splitlines()]  # type: ignore[union-attr]
     assert kinds == ["drain", "remove", "return"]
@@ -210,7 +219,7 @@ def test_once_empty_removes_a_node_without_jobs_at_once(
     sandbox: Sandbox, slurm: CommandLineSlurm
 ) -> None:
     """`--once-empty` does not wait out a 300 s window for a node no job runs on."""
-    node = "gpu-dp-1"
+    node = S1
     try:
         proc = slurmpre_cli(
             "sandbox", "preempt", node, "--once-empty", "--return-after", "0", timeout=120

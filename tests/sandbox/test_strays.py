@@ -66,3 +66,17 @@ def test_a_nodes_slurmds_are_found_whatever_pid_the_state_recorded(
     assert not {other, ctld} & daemons.running("gpu-preemptible-dp-2")
     assert other in daemons.running("gpu-preemptible-dp-1")
     assert not daemons.running("gpu-dp-1") & {first, second, other, ctld}
+
+
+def test_a_sandbox_beside_the_first_is_not_taken_for_its_strays(
+    spawn: list[subprocess.Popen[bytes]],
+) -> None:
+    """Sandboxes side by side (`SLURMPRE_SANDBOX`): `up` of one stops its own strays, never
+    the daemons of another, which read another slurm.conf."""
+    beside = "/etc/slurm/sandbox1/slurm.conf"
+    mine = named(spawn, "slurmctld", "-D", "-i", "-f", CONF)
+    theirs = named(spawn, "slurmctld", "-D", "-i", "-f", beside)
+    their_node = named(spawn, "slurmd", "-D", "-N", "gpu-dp-101", "-f", beside)
+    assert mine in daemons.running() and not {theirs, their_node} & daemons.running()
+    assert {theirs, their_node} <= daemons.running(conf=beside)
+    assert mine not in daemons.running(conf=beside)

@@ -18,14 +18,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from slurmpre.sandbox.cluster import DEFAULT_STATE_DIR, Sandbox
+from slurmpre import procs
+from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.host import host_suite
 from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.sandbox.roots import DEFAULT_RELEASE, PROFILE, SUITES, Root, mounts_under
+from slurmpre.sandbox.sharing import others_up
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import JobInfo, format_version
 
-from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
+from tests.conftest import PREEMPTIBLE, STANDARD, slurmpre_cli, wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     final_weights,
     preempt_until_done,
@@ -103,7 +105,7 @@ def release(request: pytest.FixtureRequest, host_back: None) -> Iterator[str]:
 
 @pytest.fixture
 def box(release: str) -> Sandbox:
-    box = Sandbox(DEFAULT_STATE_DIR)
+    box = Sandbox.here()
     box.current()
     box.use()  # the root's Slurm commands first on PATH, here and in what we start
     return box
@@ -119,9 +121,9 @@ def test_the_sandbox_runs_that_release(release: str, box: Sandbox) -> None:
     assert format_version(slurm.version()).startswith(release)
     assert (box.root.suite if box.root is not None else host_suite()) == SUITES[release]
     nodes = {n.name: n for n in slurm.nodes()}
-    assert set(nodes) == {*PREEMPTIBLE, "gpu-dp-1"}
+    assert set(nodes) == {*PREEMPTIBLE, *STANDARD}
     assert all(nodes[n].features == ("preemptible",) for n in PREEMPTIBLE)
-    assert nodes["gpu-dp-1"].features == ("standard",)
+    assert nodes[STANDARD[0]].features == ("standard",)
     assert all(n.usable for n in nodes.values())
 
 
@@ -306,7 +308,7 @@ def test_the_standard_node_options_keep_a_job_off_every_preemptible_node(
     proc = subprocess.run(
         ["sbatch", "--test-only", *args, str(script)], capture_output=True, text=True, timeout=30
     )
-    assert "gpu-dp-1" in proc.stderr and "preemptible" not in proc.stderr, proc.stderr
+    assert STANDARD[0] in proc.stderr and "preemptible" not in proc.stderr, proc.stderr
     negated = subprocess.run(
         ["sbatch", "--test-only", "--constraint=!preemptible", str(script)],
         capture_output=True, text=True, timeout=30,
@@ -336,20 +338,27 @@ def test_torchrun_preempted_on_that_release_matches_an_uninterrupted_run(
 
 
 def test_down_unmounts_what_up_mounted_and_leaves_no_process(release: str, box: Sandbox) -> None:
+    """Down stops this sandbox's daemons and job steps, and, when no other sandbox runs in
+    its root (the suite's workers run theirs beside it, on 26.05), unmounts the root."""
     root = box.root
+    shared = bool(others_up(box.state_dir, root.path if root is not None else None))
+    steps = procs.holders_of_sockets_under(box.state_dir / "spool")
     slurmpre_cli("sandbox", "down", check=True)
     daemons = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
             inside = root is not None and (entry / "root").readlink() == root.path
         except OSError:
             continue
-        if inside or Path(argv0).name in ("slurmctld", "slurmd", "slurmstepd"):
-            daemons.append((int(entry.name), argv0))
+        ours = str(box.instance.conf) in argv or int(entry.name) in steps
+        if (inside and not shared) or (ours and Path(argv[0]).name.startswith("slurm")):
+            daemons.append((int(entry.name), argv[0]))
     assert daemons == []
-    if root is not None:
+    assert not procs.holders_of_sockets_under(box.state_dir / "spool")
+    if root is not None and not shared:
         assert mounts_under(str(root.path) + "/") == []
-        assert not PROFILE.exists()  # login shells find the host's commands again
+        if not others_up(box.state_dir):
+            assert not PROFILE.exists()  # login shells find the host's commands again
