@@ -46,10 +46,9 @@ def iter_steps(s: ElasticSampler):
         yield [next(it) for _ in range(s.batching.accumulation)]
 
 
-def test_every_sample_once_per_epoch_across_any_sequence_of_world_sizes() -> None:
-    seed = random.SystemRandom().randrange(2**32)
-    print(f"seed {seed}")
-    rng = random.Random(seed)
+def test_every_sample_once_per_epoch_across_any_sequence_of_world_sizes(
+    rng: random.Random,
+) -> None:
     size, gb = 600, 24
     seen: list[int] = []
     consumed = 0

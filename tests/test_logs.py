@@ -13,11 +13,8 @@ from slurmpre.login.logs import show, tail_offset
 
 @pytest.mark.parametrize("ending", ["\n", ""])
 def test_the_last_n_lines_whatever_the_chunks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str, rng: random.Random
 ) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed {seed}")
-    rng = random.Random(seed)
     lines = [f"line {i} " + "x" * rng.randrange(0, 40) for i in range(200)]
     path = tmp_path / "job.out"
     path.write_text("\n".join(lines) + ending)

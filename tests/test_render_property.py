@@ -4,7 +4,8 @@ Safe means: the script passes ``bash -n``; its ``#SBATCH`` lines are exactly the
 ones the spec asks for (no value adds a directive or changes a managed one);
 every environment line is one ``export NAME=VALUE`` word that gives back the
 value; the wrapper's command line reads back the spec's values. Hypothesis
-prints the failing example (and its seed with --hypothesis-seed) when one breaks.
+prints the failing example when one breaks; its random draws come from the test's
+`seed` (printed first; SLURMPRE_TEST_SEED draws the same examples again).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from slurmpre.errors import UsageError
@@ -123,13 +125,21 @@ def sbatch_lines(script: str) -> list[str]:
     return out
 
 
-@settings(
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@given(raw_specs())
-def test_hostile_specs_are_refused_or_rendered_safely(raw: dict[str, Any]) -> None:
+def test_hostile_specs_are_refused_or_rendered_safely(seed: int) -> None:
+    @hypothesis.seed(seed)
+    @settings(
+        max_examples=2000,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(raw_specs())
+    def check(raw: dict[str, Any]) -> None:
+        refused_or_rendered_safely(raw)
+
+    check()
+
+
+def refused_or_rendered_safely(raw: dict[str, Any]) -> None:
     try:
         spec = validate(raw, user="alice", python="/opt/venv/bin/python")
         script = render(spec)

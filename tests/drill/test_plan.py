@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from slurmpre.drill.plan import KINDS, schedule
 
 
 @pytest.mark.parametrize("count", [3, 4, 10])
-def test_three_or_more_include_start_up_and_a_checkpoint(count: int) -> None:
-    seed = random.SystemRandom().randrange(2**32)
-    print(f"seed {seed}")
+def test_three_or_more_include_start_up_and_a_checkpoint(count: int, seed: int) -> None:
     moments = schedule(count, seed)
     kinds = [m.kind for m in moments]
     assert len(moments) == count
@@ -33,15 +29,13 @@ def test_fewer_than_three_are_drawn_freely(count: int) -> None:
 @pytest.mark.parametrize("baseline", [False, True])
 @pytest.mark.parametrize("window", [5.0, 10.0, 15.0, 60.0])
 def test_the_run_is_long_enough_for_every_preemption_of_either_recipe(
-    baseline: bool, window: float
+    baseline: bool, window: float, seed: int
 ) -> None:
     """Replays the worst a schedule can do: each attempt's moment as late as it can come,
     the seeds' recipe training through the window and keeping only its last periodic save.
     Every drain must come while the run still trains."""
     from slurmpre.drill.options import DrillOptions
 
-    seed = random.SystemRandom().randrange(2**32)
-    print(f"seed {seed}")
     for count in range(0, 12):
         opts = DrillOptions(preemptions=count, window=window, baseline=baseline, seed=seed)
         steps, every = opts.training_steps(), opts.every

@@ -25,7 +25,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -100,13 +99,10 @@ def same_weights(a: Path, b: Path) -> bool:
 
 
 def test_trainer_and_lightning_requeue_after_their_own_save_and_end_identical(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, rng: random.Random
 ) -> None:
     pytest.importorskip("transformers", reason="the e2e extra (transformers) is not installed")
     pytest.importorskip("lightning", reason="the e2e extra (lightning) is not installed")
-    seed = time.time_ns()
-    print(f"seed {seed}")
-    rng = random.Random(seed)
     jobs = [
         Job("hf", "hf_job.py", tmp_path / "hf", rng.randint(3, STEPS - 8)),
         Job("lightning", "lightning_job.py", tmp_path / "lightning", rng.randint(3, STEPS - 8)),
@@ -182,7 +178,7 @@ def check(job: Job, victim: str, drained_at: float) -> None:
 
 
 def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_hands_over(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, rng: random.Random
 ) -> None:
     """The HF Trainer with slurmpre's callback, one node, no free node for its successor:
     it saves on the notice and trains on (the callback asks checkpoint_requested()),
@@ -190,9 +186,6 @@ def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_han
     node returns) resumes from that last save; no step lost, the uninterrupted run's
     weights bit for bit."""
     pytest.importorskip("transformers", reason="the e2e extra (transformers) is not installed")
-    seed = time.time_ns()
-    print(f"seed {seed}")
-    rng = random.Random(seed)
     window = 25  # the deadline: 25 - 5 (margin) - the notice save's time; a step a second
     job = Job("hf-goes-on", "hf_job.py", tmp_path / "hf", rng.randint(3, 8), nodes=1)
     slurm = CommandLineSlurm()
@@ -266,7 +259,7 @@ def test_the_trainer_trains_on_after_its_notice_save_until_the_deadline_then_han
 
 
 def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_twice(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, rng: random.Random
 ) -> None:
     """The zero-line recipe (examples/hf-trainer-jit.toml): no slurmpre line in the
     script; the Trainer's enable_jit_checkpoint saves on the SIGTERM slurmpre relays to
@@ -277,9 +270,6 @@ def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_t
     after the restart, from the random state its first computation left: with dropout
     on, the final weights are not the uninterrupted run's."""
     pytest.importorskip("transformers", reason="the e2e extra (transformers) is not installed")
-    seed = time.time_ns()
-    print(f"seed {seed}")
-    rng = random.Random(seed)
     job = Job("hf-jit", "hf_job.py", tmp_path / "hf", rng.randint(3, 8), nodes=1)
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
@@ -331,7 +321,7 @@ def test_the_trainers_own_jit_save_with_zero_lines_resumes_but_computes_a_step_t
 
 
 def test_lightnings_own_requeue_signal_with_zero_lines_saves_and_resumes(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, rng: random.Random
 ) -> None:
     """The zero-line recipe for Lightning (examples/lightning-requeue-signal.toml): no
     slurmpre line in the script; SLURMEnvironment(requeue_signal=SIGUSR1) saves
@@ -340,9 +330,6 @@ def test_lightnings_own_requeue_signal_with_zero_lines_saves_and_resumes(
     over, the requeued predecessor ends at once, and Lightning resumes from its own
     save, which slurmpre counts as the run's progress (no stalled restarts)."""
     pytest.importorskip("lightning", reason="the e2e extra (lightning) is not installed")
-    seed = time.time_ns()
-    print(f"seed {seed}")
-    rng = random.Random(seed)
     job = Job("lightning-usr1", "lightning_job.py", tmp_path / "l", rng.randint(3, 8), nodes=1)
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)

@@ -84,9 +84,7 @@ def run_ranks(
     return out
 
 
-def test_four_processes_checkpoint_together_fifty_times(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 30)
-    print(f"seed {seed}")
+def test_four_processes_checkpoint_together_fifty_times(tmp_path: Path, seed: int) -> None:
     keys = random.Random(seed).choice([("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")])
     results = run_ranks(tmp_path, world=4, steps=50, seed=seed, keys=keys)
     assert all(r["outcomes"] == ["ok"] * 50 for r in results), results
