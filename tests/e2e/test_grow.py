@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurmpre.job.watch.drainboard import GRACE, READ_EVERY
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -33,6 +34,11 @@ pytest.importorskip("torch", reason="the e2e extra (torch==2.13.0) is not instal
 pytestmark = [pytest.mark.sandbox, pytest.mark.e2e]
 
 SETTLE = 8
+POLL = 1  # the spec's poll_interval: the drain board's holder polls Slurm this often
+# The grow source reads the board every 2 * READ_EVERY (slurmpre/job/start/run.py), and a
+# board serves while it is at most POLL + GRACE old: after a drain, the source can go on
+# seeing the node idle this long, and no longer (two of its reads, as a margin).
+STALE_VIEW = POLL + GRACE + 2 * (2 * READ_EVERY)
 
 
 def test_a_job_on_fewer_nodes_than_its_range_grows_back_and_loses_nothing(
@@ -54,11 +60,17 @@ def test_a_job_on_fewer_nodes_than_its_range_grows_back_and_loses_nothing(
         # Back for less than the settle time, then taken again: not chased.
         slurm.update_node(spare, state="RESUME")
         wait_for("the node idle", lambda: slurm.nodes([spare])[0].state == "IDLE", timeout=30)
+        # Not a wait: how long the node is back, the scene's premise. Shorter than the
+        # settle time, longer than a board poll and a read (POLL + 2 * READ_EVERY = 3 s):
+        # the source has seen it idle.
         time.sleep(SETTLE / 2)
         slurm.update_node(spare, state="DRAIN", reason="taken again")
-        # The watcher reads the board every 2 s: a grow that chased it would come
-        # within the settle time and two reads of it; none does.
-        time.sleep(SETTLE + 6)
+        # A negative check, so a fixed window: the source can decide a grow only while it
+        # sees the node idle, i.e. before the drain plus STALE_VIEW (a decision is its
+        # ledger notice at once); the settle time runs from the resume, inside that. A
+        # grow that chased the node (settle ignored or counted from the wrong moment)
+        # would be in the ledger by now; none is.
+        time.sleep(STALE_VIEW)
         assert not any(r["event"] == "notice" for r in ledger(tmp_path))
         assert slurm.job(job).nodes == (PREEMPTIBLE[0],)
         # Back for good: after the settle time the job hands over to a 2-node job.

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurmpre.defaults import POLL_INTERVAL
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.config import TUNED
 from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -56,11 +58,9 @@ def assert_zero_steps_lost(folder: Path, baseline: Any) -> int:
 
 
 def test_drain_at_a_random_moment_loses_zero_steps(
-    sandbox: Sandbox, baseline: Any, tmp_path: Path
+    sandbox: Sandbox, baseline: Any, tmp_path: Path, rng: random.Random
 ) -> None:
-    seed = time.time_ns()
-    print(f"seed {seed}")
-    at_step = random.Random(seed).randint(3, 35)
+    at_step = rng.randint(3, 35)
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     # The training waits at that step until the notice reaches it: the drain below can
@@ -205,7 +205,10 @@ def test_controller_outage_of_30_s_is_no_notice(sandbox: Sandbox, tmp_path: Path
     sandbox.stop_controller()
     try:
         at = step_reached(tmp_path)
-        time.sleep(30)
+        # Not a wait: the outage is the scene, and a negative check (no notice in it), so
+        # a fixed length, from the code's own clocks: two failed queries at least, each
+        # an interval apart and failing after the sandbox's MessageTimeout (30 s).
+        time.sleep(2 * (POLL_INTERVAL + TUNED.message_timeout))
         assert step_reached(tmp_path) > at + 20  # training went on undisturbed
     finally:
         sandbox.start_controller()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from slurmpre.drill.driver import read_jsonl
 from slurmpre.folder.layout import FolderLayout
-from slurmpre.job.watch.drainboard import GRACE, READ_EVERY
+from slurmpre.job.watch.drainboard import GRACE, LEASE_INTERVALS, READ_EVERY
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
@@ -94,7 +94,19 @@ def test_three_jobs_poll_slurm_as_one_and_a_drain_reaches_both_on_the_node(
             ),
             timeout=60,
         )
-        time.sleep(3 * POLL)  # polls enough to tell one poller from three
+        # Polls enough to tell one poller from three: a lease's length of the board's
+        # polls (one per POLL while one job polls for all), waited for, not slept through.
+        # A holder that did not renew would have lost the lease to another job, which
+        # says so in its log, within that.
+        polls: set[float] = set()
+
+        def a_lease_of_polls() -> bool:
+            latest = read_json(board / "board.json")
+            if latest is not None:
+                polls.add(latest["polled_at"])
+            return len(polls) > LEASE_INTERVALS  # the one seen first, then a lease's worth
+
+        wait_for(f"{LEASE_INTERVALS} more polls of the board", a_lease_of_polls, timeout=60)
         logs = [attempt_logs(f) for f in folders]
         pollers = [i for i, text in enumerate(logs) if "this job polls Slurm for its user" in text]
         assert len(pollers) == 1, logs
