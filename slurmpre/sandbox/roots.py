@@ -259,22 +259,26 @@ class Root:
 
     def mount(self, state_dir: Path, *, keep: bool = False) -> None:
         """Bind /proc, /sys, /dev and the shared folders (`unmount` finds them all again);
-        ``keep``: another sandbox runs in this root, whose mounts stay as they are."""
+        ``keep``: another sandbox runs in this root, whose mounts stay as they are (the
+        folders this one needs and the other's lack, such as another checkout's venv,
+        are bound beside them)."""
         if not keep:
             self.unmount()
-            try:
-                for src, rbind in (
-                    (Path("/proc"), False),
-                    (Path("/sys"), True),
-                    (Path("/dev"), True),
-                ):
+        try:
+            if not keep:
+                for src, rbind in ((Path("/proc"), False), (Path("/sys"), True)):
                     self._bind(src, rbind=rbind)
-                for src in self.binds(state_dir):
-                    src.mkdir(parents=True, exist_ok=True)
-                    self._bind(src, rbind=False, read_only=src in interpreter())
-            except SandboxError:
+                self._bind(Path("/dev"), rbind=True)
+            there = set(mounts_under(str(self.path).rstrip("/") + "/"))
+            for src in self.binds(state_dir):
+                if str(self.path / src.relative_to("/")) in there:
+                    continue
+                src.mkdir(parents=True, exist_ok=True)
+                self._bind(src, rbind=False, read_only=src in interpreter())
+        except SandboxError:
+            if not keep:
                 self.unmount()
-                raise
+            raise
         self._write_python(state_dir)
         self.write_profile()
         # Names resolve as on the host (the sandbox's nodes all live at its hostname).
