@@ -50,6 +50,9 @@ RESUME_TIMEOUT = "SLURMPRE_RESUME_TIMEOUT"
 SHARED_WATCH = "SLURMPRE_SHARED_WATCH"  # "0": every job polls Slurm for itself
 SHARED_DIR = "SLURMPRE_SHARED_DIR"  # the user's drain board folder
 SANDBOX = "SLURMPRE_SANDBOX"  # which of this machine's sandboxes (0-9; 0 when unset)
+# Added to the rendezvous port a job derives from its id: set by clusters whose nodes
+# share one host (the sandboxes side by side), whose job ids repeat from cluster to cluster.
+PORT_OFFSET = "SLURMPRE_PORT_OFFSET"
 SANDBOX_DIR = "SLURMPRE_SANDBOX_DIR"  # where the sandbox keeps its state
 ROOTS_DIR = "SLURMPRE_ROOTS_DIR"  # where the sandbox's Debian roots are cached
 SANDBOX_PROFILE = "SLURMPRE_SANDBOX_PROFILE"  # the login-shell file that puts a root's Slurm first

@@ -23,7 +23,8 @@ SEEDS_SCRIPT = """#!/bin/bash
 #SBATCH --open-mode=append
 #SBATCH --output={log}
 # The provider's recipe (the seeds' docs): --requeue, periodic checkpoints, and
-# after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1.
+# after a restart the latest one. The sandbox's nodes all answer on 127.0.0.1 (sandboxes
+# side by side set their ports apart: environment.PORT_OFFSET).
 export GLOO_SOCKET_IFNAME=lo
 export {checkpoint_dir}={ckpt}
 srun --ntasks-per-node=1 {python} {launch}-m slurmpre.drill.train {args} --mode seeds
@@ -31,7 +32,8 @@ srun --ntasks-per-node=1 {python} {launch}-m slurmpre.drill.train {args} --mode 
 TORCHRUN = (
     "-m torch.distributed.run \\\n"
     "  --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=1 --rdzv_id=$SLURM_JOB_ID \\\n"
-    "  --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 \\\n  "
+    "  --rdzv_backend=c10d "
+    f"--rdzv_endpoint=127.0.0.1:$((29500 + ${{{environment.PORT_OFFSET}:-0}})) \\\n  "
 )
 
 

@@ -26,6 +26,7 @@ SLURM_ETC = Path("/etc/slurm")  # where Slurm reads its configuration, on the ho
 MAX = 9  # sandboxes 0-9
 CTLD_PORT = 6817  # sandbox 0's; sandbox n's is 100 n higher, its nodes' ports follow it
 PORT_STEP = 100  # so up to 99 nodes a sandbox (64 at most: config.node_specs)
+PORT_OFFSET_STEP = 1000  # its jobs' rendezvous ports (`job.start.rendezvous.port_for`)
 
 
 @dataclass(frozen=True)
@@ -90,5 +91,11 @@ def state_dir_of(env: Mapping[str, str]) -> Path:
 
 
 def sandbox_env(instance: Instance) -> dict[str, str]:
-    """What a process (and the jobs it submits) needs to reach this sandbox's Slurm."""
-    return {environment.SANDBOX: str(instance.number), "SLURM_CONF": str(instance.conf)}
+    """What a process (and the jobs it submits) needs to reach this sandbox's Slurm, and
+    its jobs' rendezvous ports apart from other sandboxes' (every node is this host, and
+    job ids start at 1 in each)."""
+    return {
+        environment.SANDBOX: str(instance.number),
+        "SLURM_CONF": str(instance.conf),
+        environment.PORT_OFFSET: str(PORT_OFFSET_STEP * instance.number),
+    }

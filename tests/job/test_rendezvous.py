@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
+from slurmpre.job.start.env import read_job_env
 from slurmpre.job.start.rendezvous import (
     PORT_BASE,
     PORT_SPAN,
@@ -99,6 +100,16 @@ def test_a_step_after_an_in_place_restart_meets_on_another_port() -> None:
     first, second = port_for("4242"), port_for("4242", in_place=1)
     assert first != second
     assert all(20000 <= p < 30000 for p in (first, second, port_for("4242", in_place=9)))
+
+
+def test_clusters_whose_nodes_share_a_host_meet_on_ports_apart() -> None:
+    """Sandboxes side by side: job 7 of one and job 7 of another run on the same host
+    (SLURMPRE_PORT_OFFSET, which each sandbox sets 1000 apart, and jobs read)."""
+    ports = {port_for("7", offset=1000 * n) for n in range(10)}
+    assert len(ports) == 10 and all(20000 <= p < 30000 for p in ports)
+    step = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURMD_NODENAME": "n1"}
+    assert read_job_env({**step, "SLURMPRE_PORT_OFFSET": "3000"}).port_offset == 3000
+    assert read_job_env(step).port_offset == 0
 
 
 def test_accelerate_gets_the_allocations_machines_ranks_and_rendezvous(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ def test_the_second_sandbox_is_numbered_apart() -> None:
     assert sandbox_env(box) == {
         "SLURMPRE_SANDBOX": "2",
         "SLURM_CONF": "/etc/slurm/sandbox2/slurm.conf",
+        "SLURMPRE_PORT_OFFSET": "2000",
     }
 
 

@@ -39,6 +39,7 @@ class JobEnv:
     earlier_restarts: int = 0  # the run's restarts in the jobs before this one
     allocation: tuple[str, ...] = ()  # the job's nodes, the step's and the spares (`spares`)
     releasing: tuple[str, ...] = ()  # drained nodes the job releases once the step before ends
+    port_offset: int = 0  # added to the rendezvous port (SLURMPRE_PORT_OFFSET)
 
     def __post_init__(self) -> None:
         if not self.allocation:  # a step on the whole job
@@ -126,4 +127,5 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         earlier_restarts=_int(env, environment.EARLIER_RESTARTS, default=0),
         allocation=tuple(n for n in expand(whole) if n not in releasing) if whole else (),
         releasing=releasing,
+        port_offset=_int(env, environment.PORT_OFFSET, default=0),
     )

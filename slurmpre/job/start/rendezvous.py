@@ -20,12 +20,13 @@ PORT_BASE = 20000
 PORT_SPAN = 10000
 
 
-def port_for(job_id: str, in_place: int = 0) -> int:
+def port_for(job_id: str, in_place: int = 0, offset: int = 0) -> int:
     """The rendezvous port: derived from the job id, so every node computes the same one.
     A step after an in-place restart starts seconds after the last one's store closed on
-    the same host: it takes another port rather than race that socket's release."""
+    the same host: it takes another port rather than race that socket's release.
+    ``offset`` (SLURMPRE_PORT_OFFSET) sets apart clusters whose nodes share a host."""
     digits = re.sub(r"\D", "", job_id) or "0"
-    return PORT_BASE + (int(digits) + in_place * 4099) % PORT_SPAN
+    return PORT_BASE + (int(digits) + in_place * 4099 + offset) % PORT_SPAN
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,8 @@ def take_over(at: AttemptContext) -> Choice:
 
 def _endpoint(client: SlurmClient, job: JobEnv) -> str:
     """torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command."""
-    return f"{node_address(client, job.nodes[0])}:{port_for(job.job_id, job.in_place)}"
+    port = port_for(job.job_id, job.in_place, job.port_offset)
+    return f"{node_address(client, job.nodes[0])}:{port}"
 
 
 def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
