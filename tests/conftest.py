@@ -86,6 +86,14 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="slurmpre-test-state-")
 
 
+@pytest.fixture(autouse=True)
+def no_sandbox_reached(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that does not use the cluster finds no sandbox up (`slurmpre.sandbox.reach`),
+    whatever this machine runs: the Slurm commands it puts on PATH are the ones that run."""
+    if request.node.get_closest_marker("sandbox") is None:
+        monkeypatch.setenv(environment.SANDBOX_DIR, "/nonexistent/slurmpre-sandbox")
+
+
 # Fixtures that stand for the running cluster: a test that uses one (itself or through
 # another fixture) is a sandbox test, whatever file it sits in.
 CLUSTER_FIXTURES = frozenset({"sandbox", "release"})

@@ -20,7 +20,7 @@ import click
 
 from slurmpre._version import __version__
 from slurmpre.cli import capacity, ckpt, drill, generate, jobs, sandbox
-from slurmpre.cli.common import err
+from slurmpre.cli.common import FIND_THEIR_OWN_SLURM, err, reach_sandbox
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.login.values import NAME_MAX
 
@@ -46,6 +46,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.call_on_close(lambda: setattr(progress, "STREAM", before))
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="slurmpre: %(name)s: %(message)s")
+    if ctx.invoked_subcommand not in FIND_THEIR_OWN_SLURM:
+        reach_sandbox(ctx)  # the sandbox that is up, from the shell that brought it up
 
 
 for command in (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,38 @@ def sandbox_here() -> Any:
     from slurmpre.sandbox.cluster import Sandbox
 
     return Sandbox.here()
+
+
+# The commands that find the sandbox's Slurm by themselves (`Sandbox.env`, `Sandbox.use`).
+FIND_THEIR_OWN_SLURM = frozenset({"sandbox", "drill"})
+
+
+def reach_sandbox(ctx: click.Context) -> None:
+    """Slurm's commands of the sandbox that is up for this command, from any shell
+    (`slurmpre.sandbox.reach`): its shims first on PATH and its slurm.conf, put back as
+    they were when the command ends. What someone else could have written is said in
+    one line and not followed."""
+    from slurmpre.errors import SandboxError
+    from slurmpre.sandbox.reach import needed
+
+    try:
+        changes = needed(os.environ)
+    except SandboxError as exc:
+        click.echo(f"slurmpre: warning: {exc}; running the Slurm on PATH", err=True)
+        return
+    if not changes:
+        return
+    before = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)  # this process's, and the jobs it submits inherit it
+    ctx.call_on_close(lambda: _put_back(before))
+
+
+def _put_back(before: dict[str, str | None]) -> None:
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def prices(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -46,7 +46,14 @@ from slurmpre.sandbox.host import (
     port_in_use,
     require_root,
 )
-from slurmpre.sandbox.instance import FIRST, Instance, from_env, sandbox_env, state_dir_of
+from slurmpre.sandbox.instance import (
+    FIRST,
+    STATE_FILE,
+    Instance,
+    from_env,
+    sandbox_env,
+    state_dir_of,
+)
 from slurmpre.sandbox.roots import DEFAULT_RELEASE, ROOTS_DIR, Root, slurm_path, suite_of
 from slurmpre.sandbox.sharing import MOUNTS_LOCK, leave, others_up
 from slurmpre.sandbox.tracking import choose_tracking, clean_cgroups, slurm_plugins
@@ -109,7 +116,7 @@ class Sandbox:
     # -- state file ---------------------------------------------------------
     @property
     def state_file(self) -> Path:
-        return self.state_dir / "sandbox.json"
+        return self.state_dir / STATE_FILE
 
     def lock(self) -> FileLock:
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ MAX = 9  # sandboxes 0-9
 CTLD_PORT = 6817  # sandbox 0's; sandbox n's is 100 n higher, its nodes' ports follow it
 PORT_STEP = 100  # so up to 99 nodes a sandbox (64 at most: config.node_specs)
 PORT_OFFSET_STEP = 1000  # its jobs' rendezvous ports (`job.start.rendezvous.port_for`)
+STATE_FILE = "sandbox.json"  # in its state folder: what `up` started (`config.State`)
 
 
 @dataclass(frozen=True)

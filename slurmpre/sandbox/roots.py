@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from slurmpre import environment
 from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
@@ -113,6 +111,8 @@ class Root:
         One maker at a time: a second `up --slurm` or `sandbox fetch` of the same
         release waits for the first, then finds the root made.
         """
+        from filelock import FileLock, Timeout  # here: `reach` reads this module as commands start
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.path.with_name(self.path.name + ".lock")))
         try:

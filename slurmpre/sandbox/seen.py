@@ -3,11 +3,10 @@ a python the login side names would not be found on the nodes (`slurmpre submit`
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from slurmpre.reading import reachable
+from slurmpre.sandbox.reach import slurm_dir
 from slurmpre.sandbox.roots import ROOTS_DIR, Root, inside
 
 
@@ -16,22 +15,18 @@ def unseen(python: str, path: str, roots_dir: Path = ROOTS_DIR) -> str | None:
     ``path`` (a PATH) are a root's (`slurm_path`) and ``python`` is not there: a root sees
     /tmp, /home and the environment that brought the sandbox up, not another checkout's
     venv. None otherwise (the host's Slurm, or a python the root sees)."""
-    for part in path.split(os.pathsep) if path else []:
-        if not part or not reachable(Path(part) / "sbatch"):
-            continue
-        shims = Path(part)
-        if shims.parent != roots_dir or not shims.name.endswith("-bin"):
-            return None  # the host's Slurm: the nodes see what this machine sees
-        root = roots_dir / shims.name.removesuffix("-bin")
-        if inside(root, python):
-            return None
-        return (
-            f"python = {python!r} is not inside the sandbox's Debian {root.name} root, so "
-            "its nodes cannot run it (the root sees /tmp, /home and the environment that "
-            "brought the sandbox up): run `slurmpre sandbox down` and `slurmpre sandbox up` "
-            "from this environment, or keep it under /home"
-        )
-    return None
+    shims = slurm_dir(path)
+    if shims is None or shims.parent != roots_dir or not shims.name.endswith("-bin"):
+        return None  # the host's Slurm (or none): the nodes see what this machine sees
+    root = roots_dir / shims.name.removesuffix("-bin")
+    if inside(root, python):
+        return None
+    return (
+        f"python = {python!r} is not inside the sandbox's Debian {root.name} root, so "
+        "its nodes cannot run it (the root sees /tmp, /home and the environment that "
+        "brought the sandbox up): run `slurmpre sandbox down` and `slurmpre sandbox up` "
+        "from this environment, or keep it under /home"
+    )
 
 
 def job_python(root: Root | None, state_dir: Path) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmpre import procs
-from slurmpre.sandbox.instance import STATE_ROOT
+from slurmpre.sandbox.instance import STATE_FILE, STATE_ROOT
 from slurmpre.sandbox.roots import Root
 
 # Held while a sandbox comes up (mounts a root) or goes down (may unmount it).
@@ -45,7 +45,7 @@ def others_up(state_dir: Path, root: Path | None = None) -> list[Path]:
 def root_of(state_dir: Path) -> Root | None:
     """The root a sandbox's state records (None: the host's Slurm, or no state)."""
     try:
-        data = json.loads((state_dir / "sandbox.json").read_text())
+        data = json.loads((state_dir / STATE_FILE).read_text())
         root, suite = data.get("root"), data.get("suite")
     except (OSError, ValueError, AttributeError):
         return None
