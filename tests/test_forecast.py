@@ -17,7 +17,8 @@ from tests.conftest import slurmpre_cli
 T0 = 1_800_000_000.0
 H = 3600.0
 GIVEN = ["--total-steps", "100000", "--rate", "4", "--mtbf", "7200", "--wait-seconds", "1800",
-         "--restart-seconds", "120", "--checkpoint-seconds", "30"]  # fmt: skip
+         "--restart-seconds", "120", "--checkpoint-seconds", "30",
+         "--gpus-per-node", "8"]  # fmt: skip
 
 
 def a_run(folder: Path) -> None:
@@ -44,7 +45,7 @@ def test_a_real_ledger_gives_every_figure_and_a_fixed_seed_gives_the_same_answer
     tmp_path: Path,
 ) -> None:
     a_run(tmp_path)
-    asked = Asked(deadline="10h", total_steps=100_000, traces=50, seed=7)
+    asked = Asked(deadline="10h", total_steps=100_000, traces=50, seed=7, gpus_per_node=8)
     got = forecast([tmp_path], asked, now=T0 + 2.1 * H)
     s = got.scene
     assert s.work_s == pytest.approx((100_000 - 36_000) / 5)  # the measured rate
@@ -88,3 +89,43 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], named: str) -> None:
 def test_a_folder_without_a_ledger_is_named(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="has no ledger"):
         forecast([tmp_path], Asked(deadline="1h", total_steps=10))
+
+
+def _policies(*args: str) -> tuple[dict[str, float], str]:
+    doc = slurmpre_cli("plan", "--deadline", "12h", *args, "--seed", "3", "--json")
+    assert doc.returncode == 0, doc.stderr
+    text = slurmpre_cli("plan", "--deadline", "12h", *args, "--seed", "3")
+    found = json.loads(doc.stdout)
+    return {p: r["cost"] for p, r in found["policies"].items()}, text.stdout
+
+
+def test_costs_carry_the_currency_and_a_node_its_own_gpus(tmp_path: Path) -> None:
+    rates = GIVEN[:-2]  # without its --gpus-per-node
+    eight, text = _policies(*rates, "--gpus-per-node", "8")
+    standard = next(line for line in text.splitlines() if line.startswith("always-standard"))
+    assert f"${eight['always-standard']:,.2f}" in standard
+    assert "cost at $16.00 a standard node-hour (8 GPU(s))" in text
+    four, text = _policies(*rates, "--gpus-per-node", "4")
+    assert four["always-standard"] == pytest.approx(eight["always-standard"] / 2)
+    assert "$8.00 a standard node-hour (4 GPU(s))" in text
+    spec = tmp_path / "job.toml"
+    spec.write_text('command = ["python", "t.py"]\nnodes = "2-4"\ngpus_per_node = 4\n')
+    from_spec, _ = _policies(*rates, "--spec", str(spec))
+    assert from_spec == four
+    spec.write_text('command = ["python", "t.py"]\nnodes = 2\ngpus = 8\n')
+    assert _policies(*rates, "--spec", str(spec))[0] == four  # 8 GPUs over 2 nodes
+    spec.write_text('command = ["python", "t.py"]\nnodes = 2\n')
+    assert "(no GPU: priced per node-hour)" in _policies(*rates, "--spec", str(spec))[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [([], "give --gpus-per-node N, or --spec"),
+     (["--gpus-per-node", "-1"], "--gpus-per-node -1: must be from 0 to 1024"),
+     (["--spec", "no-such.toml"], "'no-such.toml' does not exist")],
+)  # fmt: skip
+def test_no_node_is_assumed_to_hold_8_gpus(args: list[str], named: str) -> None:
+    rates = GIVEN[:-2]  # without its --gpus-per-node
+    proc = slurmpre_cli("plan", "--deadline", "12h", *rates, *args)
+    assert proc.returncode == 2, proc.stderr
+    assert named in proc.stderr and "Traceback" not in proc.stderr

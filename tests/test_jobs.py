@@ -47,3 +47,24 @@ def test_locate_through_a_checkpoint_folders_ledger(tmp_path: Path) -> None:
 def test_the_index_follows_xdg_state_home() -> None:
     assert jobs.index_path({"XDG_STATE_HOME": "/s"}) == Path("/s/slurmpre/jobs.jsonl")
     assert jobs.index_path({"HOME": "/h"}) == Path("/h/.local/state/slurmpre/jobs.jsonl")
+
+
+def test_status_without_jobs_says_there_are_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from slurmpre.cli import main
+
+    class NoJobs:
+        def jobs(self, user: str | None = None) -> list[object]:
+            return []
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # nothing submitted
+    monkeypatch.setattr("slurmpre.slurm.client.default_client", NoJobs)
+    assert main(["status"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "no slurmpre jobs from this account yet: `slurmpre submit SPEC` queues one\n"
+    assert out.err == ""
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"schema": "slurmpre/jobs/1", "jobs": []}

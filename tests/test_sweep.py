@@ -27,10 +27,32 @@ def test_a_grid_is_every_combination_last_key_fastest() -> None:
     ]  # fmt: skip
     with pytest.raises(SpecError, match=r"grid env\.LR: give a list"):
         sweep.grid({"env.LR": "0.1"})
-    assert sweep.parse_axis("env.LR=0.1,0.01") == ("env.LR", [0.1, 0.01])
+    assert sweep.parse_axis("env.LR=0.1,0.01") == ("env.LR", ["0.1", "0.01"])
+    assert sweep.parse_axis("nodes=1,2") == ("nodes", [1, 2])
     assert sweep.parse_axis('command=["a b", "c,d"]') == ("command", ["a b", "c,d"])
     with pytest.raises(SpecError, match="expected key=value1,value2"):
         sweep.parse_axis("nodes")
+
+
+@pytest.mark.parametrize(
+    ("axis", "exported"),
+    [
+        ("env.LR=1e-5,3e-4", ["1e-5", "3e-4"]),  # TOML's floats would be 1e-05 and 0.0003
+        ("env.LR=[1e-5, 3e-4]", ["1e-5", "3e-4"]),
+        ("env.STEPS=1_000,0x10,+1", ["1_000", "0x10", "+1"]),
+        ("env.FLAG=true,False", ["true", "False"]),
+        ('env.NAME="a b",c', ["a b", "c"]),  # a quoted string gives its text
+        ('env.NAME=["a,b", "c"]', ["a,b", "c"]),
+    ],
+)
+def test_a_variables_values_are_exported_as_written(axis: str, exported: list[str]) -> None:
+    key, values = sweep.parse_axis(axis)
+    assert values == exported
+    points = sweep.grid({key: values})
+    assert [sweep.apply({"env": {"A": "1"}}, p)["env"] for p in points] == [
+        {"A": "1", key[4:]: v} for v in exported
+    ]
+    assert [sweep.label(p) for p in points] == [f"{key}={v}" for v in exported]
 
 
 def test_specs_differing_in_command_env_and_name_are_one_array(tmp_path: Path) -> None:

@@ -58,6 +58,19 @@ def nodes(as_json: bool) -> None:
     "--nodes", "node_count", type=int, default=None, help="Training nodes (--deadline, --spares)."
 )
 @click.option(
+    "--gpus-per-node",
+    type=int,
+    default=None,
+    help="(--deadline) A node's GPUs, which --price is per (else --spec's gpus_per_node).",
+)
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="(--deadline) The job's spec: its gpus_per_node.",
+)
+@click.option(
     "--spares",
     type=int,
     default=None,
@@ -94,6 +107,8 @@ def plan(
     rate: float | None,
     wait_seconds: float | None,
     node_count: int | None,
+    gpus_per_node: int | None,
+    spec_file: Path | None,
     spares: int | None,
     swap_seconds: float | None,
     return_seconds: float | None,
@@ -124,7 +139,7 @@ def plan(
             deadline=deadline, total_steps=total_steps, steps_done=steps_done, rate=rate,
             mtbf_s=mtbf, wait_s=wait_seconds, restart_s=restart_seconds,
             checkpoint_s=checkpoint_seconds, nodes=node_count, price=price, discount=discount,
-            traces=traces, seed=seed,
+            traces=traces, seed=seed, gpus_per_node=gpus_per_node, spec=spec_file,
         )  # fmt: skip
         _forecast(folders, asked, as_json)
         return

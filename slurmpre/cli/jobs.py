@@ -80,6 +80,9 @@ def _list_jobs(rows: list[dict[str, object]], as_json: bool) -> None:
     if as_json:
         click.echo(json_document("jobs", {"jobs": rows}))
         return
+    if not rows:  # a header over nothing would read as a listing that failed
+        click.echo("no slurmpre jobs from this account yet: `slurmpre submit SPEC` queues one")
+        return
     click.echo(f"{'job':>10}  {'name':<24} {'state':<17} {'restarts':>8}  checkpoints")
     for r in rows:
         click.echo(

@@ -66,6 +66,7 @@ class DrillResult:
     runs: dict[str, timeline.Observed]
     identical: dict[str, bool]
     workdir: Path
+    slurm: str | None = None  # the sandbox's Slurm release (None: a run recorded before it was)
 
     def save(self) -> Path:
         """Everything the report needs, to ``timelines.json`` in the run's folder."""
@@ -73,6 +74,7 @@ class DrillResult:
         about = {
             "seed": self.seed,
             "timings": self.timings,
+            "slurm": self.slurm,
             "schedule": [asdict(m) for m in self.schedule],
             "identical_weights": self.identical,
             "options": {
@@ -92,7 +94,8 @@ class DrillResult:
             opts = DrillOptions(**given, prices=prices, workdir=path.parent)
             schedule = [Moment(**m) for m in about["schedule"]]
             return cls(about["seed"], opts, about["timings"], schedule, runs,
-                       dict(about["identical_weights"]), path.parent)  # fmt: skip
+                       dict(about["identical_weights"]), path.parent,
+                       about.get("slurm"))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{path} is not a drill's timelines.json: {exc!r}") from None
 
@@ -150,6 +153,7 @@ class DrillResult:
         return {
             "seed": self.seed,
             "timings": self.timings,
+            "slurm": self.slurm,
             "window_s": self.options.window,
             "return_after_s": self.options.return_after,
             "steps": self.options.training_steps(),

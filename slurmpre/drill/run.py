@@ -26,6 +26,7 @@ from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import restore_all
+from slurmpre.slurm.parse import format_version
 
 
 def _timeout(opts: DrillOptions, timings: str) -> float:
@@ -54,7 +55,8 @@ def bring_up(
     sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None], slurm: str | None = None
 ) -> str:
     """The sandbox with the drill's timings (and that Slurm release, if given); restarted
-    only when no job is queued on it."""
+    only when no job is queued on it. Says the release and timings it runs on, whether it
+    started the sandbox or found it up (where `up` says only that)."""
     try:
         state = sandbox.up(stock_timings=opts.stock_timings, slurm=slurm, say=say)
     except UsageError:
@@ -63,6 +65,7 @@ def bring_up(
         say("restarting the sandbox with the drill's timings and shape (no job was queued)")
         sandbox.down(say=say)
         state = sandbox.up(stock_timings=opts.stock_timings, slurm=slurm, say=say)
+    say(f"sandbox: Slurm {format_version(state.version)}, {state.timings} timings")
     return state.timings
 
 
@@ -84,8 +87,8 @@ def run_drill(
         say(f"  preemption {i}: {m.describe()}")
     raw = load_example()
     timings = bring_up(sandbox, opts, say)
+    release = format_version(sandbox.current().version)
     sandbox.use()  # the jobs it submits, and what they run, use the sandbox's Slurm
-    say(f"sandbox timings: {timings}")
     work = opts.workdir / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     work.mkdir(parents=True, exist_ok=True)
     say(f"folders: {work}")
@@ -99,7 +102,7 @@ def run_drill(
         _clean_up(sandbox, jobs, say)
         raise
     identical = _compare(work, runs, opts.training_steps())
-    result = DrillResult(seed, opts, timings, moments, runs, identical, work)
+    result = DrillResult(seed, opts, timings, moments, runs, identical, work, release)
     say(f"timelines: {result.save()} (slurmpre drill --report reads them again)")
     wait_whole(sandbox)
     return result

@@ -107,7 +107,8 @@ def render(result: DrillResult) -> list[str]:
     summaries = [report.summarize(result.runs[n], ref, prices=result.options.prices) for n in order]
     lines += [
         "",
-        f"summary (sandbox timings: {result.timings}; window {result.options.window:g} s;"
+        f"summary ({'' if result.slurm is None else f'Slurm {result.slurm}, '}"
+        f"sandbox timings: {result.timings}; window {result.options.window:g} s;"
         f" seed {result.seed})",
         *summary_lines(summaries),
     ]

@@ -26,8 +26,6 @@ from slurmpre.placement import deadline as deadlines
 from slurmpre.placement import facts as run_facts
 from slurmpre.placement.replay import POLICIES, Scene, replay_all
 
-GPUS_PER_NODE = 8  # the provider's nodes (the seeds' `--gres=gpu:8`)
-
 
 @dataclass(frozen=True)
 class Asked:
@@ -42,7 +40,9 @@ class Asked:
     restart_s: float | None = None
     checkpoint_s: float | None = None
     nodes: int | None = None
-    price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour on demand
+    gpus_per_node: int | None = None  # None: the spec's (0: no GPU, a node-hour's price)
+    spec: Path | None = None  # the job's spec, for its GPUs a node
+    price: float = defaults.ON_DEMAND_PRICE  # $ per GPU-hour on demand
     discount: float = defaults.PREEMPTIBLE_DISCOUNT
     traces: int = 200
     seed: int | None = None  # None: drawn (and said) by the caller
@@ -52,7 +52,8 @@ class Asked:
 class Forecast:
     scene: Scene
     nodes: int
-    price_node_s: float  # standard price of one node-second
+    gpus_per_node: int
+    price_node_s: float  # standard price of one node-second, in $
     sources: tuple[str, ...]
     results: dict[str, dict[str, float]]
 
@@ -66,6 +67,7 @@ class Forecast:
             "restart_s": s.restart_s,
             "checkpoint_s": s.checkpoint_s,
             "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
             "sources": list(self.sources),
             "policies": self.results,
         }
@@ -93,6 +95,7 @@ def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> 
     for flag, value in (("--rate", rate), ("--mtbf", mtbf), ("--wait-seconds", wait)):
         if not math.isfinite(value) or value <= 0:
             raise UsageError(f"{flag} {value:g}: must be a finite number, more than 0")
+    gpus = _gpus_per_node(asked)
     nodes = asked.nodes or _nodes(records) or 1
     scene = Scene(
         work_s=max(0, int(total) - done) / rate,
@@ -104,7 +107,7 @@ def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> 
         discount=asked.discount,
     )
     runs = replay_all(scene, asked.traces, asked.seed or 0)
-    price_node_s = asked.price * GPUS_PER_NODE / 3600
+    price_node_s = asked.price * max(gpus, 1) / 3600  # as `status` counts a run's cost
     results = {}
     for policy in POLICIES:
         outs = runs[policy]
@@ -116,7 +119,34 @@ def forecast(folders: list[Path], asked: Asked, *, now: float | None = None) -> 
             "finish_s": median,
             "moves": statistics.mean(o.moves for o in outs),
         }
-    return Forecast(scene, nodes, price_node_s, tuple(found.lines), results)
+    return Forecast(scene, nodes, gpus, price_node_s, tuple(found.lines), results)
+
+
+def _gpus_per_node(asked: Asked) -> int:
+    """A node's GPUs, which its price is counted by: --gpus-per-node, else the spec's
+    (its gpus_per_node, or its gpus over its nodes when their count is fixed); never
+    assumed (providers' nodes hold 1 to 8 and more)."""
+    given = asked.gpus_per_node
+    if given is not None:
+        if (why := defaults.in_range("gpus_per_node", given)) is not None:
+            raise UsageError(f"--gpus-per-node {given}: {why}")
+        return given
+    if asked.spec is None:
+        raise UsageError(
+            "no GPUs per node to price a node by: give --gpus-per-node N, or --spec with "
+            "the job's spec (its gpus_per_node)"
+        )
+    from slurmpre.login.spec import load
+
+    spec = load(asked.spec)
+    if not spec.gpus:
+        return spec.gpus_per_node
+    if spec.nodes.min != spec.nodes.max:
+        raise UsageError(
+            f"{asked.spec}: gpus = {spec.gpus} over {spec.nodes.min}-{spec.nodes.max} nodes "
+            "is no one count a node: give --gpus-per-node"
+        )
+    return -(-spec.gpus // spec.nodes.max)
 
 
 def lines(f: Forecast) -> list[str]:
@@ -130,10 +160,12 @@ def lines(f: Forecast) -> list[str]:
     ]
     for policy, r in f.results.items():
         finish = "never" if math.isinf(r["finish_s"]) else f"{r['finish_s'] / 3600:.1f} h"
-        out.append(f"{policy:<20} {r['chance']:>9.0%} {r['cost']:>14,.2f} {finish:>16}")
+        cost = f"${r['cost']:,.2f}"
+        out.append(f"{policy:<20} {r['chance']:>9.0%} {cost:>14} {finish:>16}")
+    gpus = f"{f.gpus_per_node} GPU(s)" if f.gpus_per_node else "no GPU: priced per node-hour"
     out.append(
         "fallback is what a job with this deadline does (docs/deadlines.md); cost at "
-        f"{f.price_node_s * 3600:.2f} a standard node-hour"
+        f"${f.price_node_s * 3600:,.2f} a standard node-hour ({gpus})"
     )
     return out
 

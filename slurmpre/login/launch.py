@@ -1,12 +1,14 @@
 """Queue jobs from Python: ``slurmpre.submit`` and ``slurmpre.sweep``, as `slurmpre
-submit` and `slurmpre sweep` do; each returns the `Job` handles of what it queued.
+submit` and `slurmpre sweep` do; each returns the `Job` handles of what it queued
+(``submit(..., dry_run=True)``: what it would queue, queueing nothing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from slurmpre import arguments
 from slurmpre.errors import UsageError
@@ -14,6 +16,39 @@ from slurmpre.login.handle import Job
 from slurmpre.slurm.client import SlurmClient, default_client
 
 
+@dataclass(frozen=True)
+class DryRun:
+    """What ``submit(..., dry_run=True)`` would queue, every check of `submit` passed (one
+    that fails raises the error `submit` would): the spec as checked, and its script."""
+
+    spec: Any  # JobSpec
+    script: str
+
+
+@overload
+def submit(
+    spec: str | Path | Mapping[str, Any],
+    *,
+    force: bool = ...,
+    resume: bool = ...,
+    fresh: bool = ...,
+    client: SlurmClient | None = ...,
+    say: Callable[[str], None] = ...,
+    dry_run: Literal[False] = ...,
+    **overrides: Any,
+) -> Job: ...
+@overload
+def submit(
+    spec: str | Path | Mapping[str, Any],
+    *,
+    force: bool = ...,
+    resume: bool = ...,
+    fresh: bool = ...,
+    client: SlurmClient | None = ...,
+    say: Callable[[str], None] = ...,
+    dry_run: Literal[True],
+    **overrides: Any,
+) -> DryRun: ...
 def submit(
     spec: str | Path | Mapping[str, Any],
     *,
@@ -22,24 +57,44 @@ def submit(
     fresh: bool = False,
     client: SlurmClient | None = None,
     say: Callable[[str], None] = lambda _: None,
+    dry_run: bool = False,
     **overrides: Any,
-) -> Job:
+) -> Job | DryRun:
     """Queue ``spec`` (a TOML file's path, or the spec as a mapping) with ``overrides``
     on top (``nodes="1-2"``, ``env={"SEED": "1"}``, merged into the spec's env), as
-    `slurmpre submit` does; the `Job`."""
+    `slurmpre submit` does; the `Job`. With ``dry_run``, as `submit --dry-run`: every
+    check, and the script, in a `DryRun`; nothing is queued, no folder made."""
     from slurmpre.login import spec as specs
     from slurmpre.login.submit import submit as queue
 
     for flag, value in (("force", force), ("resume", resume), ("fresh", fresh)):
         arguments.flag(flag, value)
+    arguments.flag("dry_run", dry_run)
     raw, where = _raw(spec)
     if "env" in overrides and isinstance(raw.get("env"), Mapping):
         overrides = {**overrides, "env": {**raw["env"], **overrides["env"]}}
     raw.update(overrides)
     loaded = specs.from_raw(raw, where)
     client = client or default_client()
+    if dry_run:
+        return _rehearse(loaded, client, force=force, resume=resume, fresh=fresh, say=say)
     done = queue(loaded, client, force=force, resume=resume, fresh=fresh, say=say)
     return Job(done.job_id, loaded.name, Path(loaded.checkpoint_dir), Path(loaded.log_dir), client)
+
+
+def _rehearse(
+    spec: Any, client: SlurmClient, *, force: bool, resume: bool, fresh: bool,
+    say: Callable[[str], None],
+) -> DryRun:  # fmt: skip
+    """Submit's own checks, touching nothing (`slurmpre.login.submit.check`: the nodes'
+    python, the folder's state, a deadline past, Slurm's ``sbatch --test-only``), then
+    the script `submit --dry-run` prints. Called, not copied: a check added to submit
+    is a check here."""
+    from slurmpre.login.render import render
+    from slurmpre.login.submit import check
+
+    check(spec, client, force=force, resume=resume, fresh=fresh, say=say)
+    return DryRun(spec, render(spec))
 
 
 def _raw(spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:

@@ -102,8 +102,10 @@ def _check_value(key: str, value: Any) -> None:
 
 
 def parse_axis(item: str) -> tuple[str, list[Any]]:
-    """``--grid env.LR=0.1,0.01`` -> ("env.LR", ["0.1", "0.01"]); a TOML list
-    (``nodes=[1, 2]``, ``command=["a b", "c d"]``) when a value holds a comma."""
+    """``--grid env.LR=1e-5,3e-4`` -> ("env.LR", ["1e-5", "3e-4"]); a TOML list
+    (``nodes=[1, 2]``, ``command=["a b", "c d"]``) when a value holds a comma. A variable
+    (``env.NAME``) is text, exported as written: ``1e-5`` stays ``1e-5`` (TOML would
+    read a float, exported ``1e-05``); a quoted TOML string gives its text."""
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key or not text.strip():
@@ -112,17 +114,32 @@ def parse_axis(item: str) -> tuple[str, list[Any]]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = None
-    values = value if isinstance(value, list) else [_scalar(p) for p in text.split(",")]
+    written = key.startswith("env.")
+    if isinstance(value, list):
+        values = _listed(text, value) if written else value
+    else:
+        values = [_scalar(p, written) for p in text.split(",")]
     if not values:
         raise SpecError(f"--grid {item!r}: no values")
     return key, values
 
 
-def _scalar(text: str) -> Any:
+def _scalar(text: str, written: bool) -> Any:
     try:
-        return tomllib.loads(f"v = {text.strip()}")["v"]
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         return text.strip()
+    return text.strip() if written and not isinstance(value, str) else value
+
+
+def _listed(text: str, values: list[Any]) -> list[Any]:
+    """A TOML list of a variable's values, each as written: a list of numbers and
+    true/false (none holds a comma or a quote) is its text split at the commas; one
+    with text or tables in it is TOML's."""
+    if any(isinstance(v, str | list | dict) for v in values):
+        return values
+    inside = text.strip()[1:-1]
+    return [part.strip() for part in inside.split(",") if part.strip()]
 
 
 def label(overrides: Mapping[str, Any]) -> str:
