@@ -1,0 +1,107 @@
+"""What submit checks before a job waits for its nodes, and that `submit --dry-run` and
+`--test-only` check the same: the nodes' python has what the launcher runs; a deadline is
+ahead, and one without a zone is pinned in the login node's. No cluster: a fake Slurm
+client, and a fake `sbatch` on PATH for the command line."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import slurmpre
+from slurmpre import cmd
+from slurmpre.errors import UsageError
+from slurmpre.launchers import Launcher
+from slurmpre.login import submit as submitting
+from slurmpre.login.render import launch_argv, render
+from slurmpre.login.spec import load
+
+from tests.conftest import slurmpre_cli
+from tests.test_resuming import Submits, ledger_of
+from tests.test_submit import toml_path, write_spec
+
+
+def python_without_site(tmp_path: Path) -> Path:
+    """A python that imports slurmpre (this checkout) but sees no site-packages: no
+    torch, no accelerate, as a venv made without them."""
+    root = Path(slurmpre.__file__).resolve().parent.parent
+    exe = tmp_path / "bare" / "bin" / "python"
+    exe.parent.mkdir(parents=True)
+    exe.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONPATH={shlex.quote(str(root))} exec {shlex.quote(sys.executable)} -S "$@"\n'
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def job_spec(
+    tmp_path: Path, *lines: str, python: Path = Path(sys.executable), launcher: str = "plain"
+) -> Path:
+    return write_spec(
+        tmp_path / "job.toml",
+        [
+            'name = "exp"',
+            'command = ["train.py"]',
+            f"checkpoint_dir = {toml_path(tmp_path / 'ck')}",
+            f"python = {toml_path(python)}",
+            f'launcher = "{launcher}"',
+            *lines,
+        ],
+    )
+
+
+# -- the nodes' python has what the launcher runs -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launcher", "module"), [(Launcher.TORCHRUN, "torch"), (Launcher.ACCELERATE, "accelerate")]
+)
+def test_a_python_without_the_launchers_module_is_refused_in_one_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher: Launcher, module: str
+) -> None:
+    python = python_without_site(tmp_path)
+    runs: list[list[str]] = []
+    real = cmd.run
+
+    def counted(argv: list[str], **kw: object) -> object:
+        runs.append(argv)
+        return real(argv, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cmd, "run", counted)
+    with pytest.raises(UsageError) as info:
+        submitting.check_python(str(python), cwd=tmp_path, launcher=launcher)
+    assert str(info.value) == (
+        f"python = '{python}' has no {module}, which launcher = '{launcher.value}' needs: "
+        f"pip install {module} into that environment, or set python to the interpreter "
+        "that has it"
+    )
+    assert len(runs) == 1  # slurmpre and the launcher's module: one interpreter start
+    runs.clear()
+    submitting.check_python(str(python), cwd=tmp_path, launcher=Launcher.PLAIN)
+    assert len(runs) == 1
+
+
+def test_every_launcher_names_what_it_needs() -> None:
+    assert {launcher: launcher.needs for launcher in Launcher} == {
+        Launcher.TORCHRUN: "torch", Launcher.ACCELERATE: "accelerate", Launcher.PLAIN: None,
+    }  # fmt: skip
+
+
+def test_a_python_with_the_launchers_module_passes(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    submitting.check_python(sys.executable, cwd=tmp_path, launcher=Launcher.TORCHRUN)
+
+
+def test_submit_checks_the_specs_launcher(tmp_path: Path) -> None:
+    spec = load(job_spec(tmp_path, python=python_without_site(tmp_path), launcher="torchrun"), ())
+    client = Submits()
+    with pytest.raises(UsageError, match=r"has no torch, which launcher = 'torchrun' needs"):
+        submitting.submit(spec, client)
+    assert client.scripts == []
