@@ -105,3 +105,58 @@ def test_submit_checks_the_specs_launcher(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"has no torch, which launcher = 'torchrun' needs"):
         submitting.submit(spec, client)
     assert client.scripts == []
+
+
+# -- a deadline: pinned in the login node's zone, refused when past ----------------------
+
+
+@pytest.fixture
+def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The login node's zone: UTC+9 (a POSIX TZ, no tz database needed)."""
+    monkeypatch.setenv("TZ", "JST-9")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("tokyo")
+@pytest.mark.parametrize(
+    ("written", "carried"),
+    [
+        ("2036-12-06T09:00", "2036-12-06T09:00:00+09:00"),
+        ("2036-12-06 09:00:30", "2036-12-06T09:00:30+09:00"),
+        ("2036-12-06T09:00Z", "2036-12-06T09:00Z"),
+        ("2036-12-06T09:00-05:00", "2036-12-06T09:00-05:00"),
+        ("8h", "8h"),
+    ],
+)
+def test_a_deadline_without_a_zone_reaches_the_job_as_an_instant(
+    tmp_path: Path, written: str, carried: str
+) -> None:
+    spec = load(job_spec(tmp_path, f'deadline = "{written}"', "total_steps = 10"), ())
+    assert spec.deadline == written  # the spec keeps it as written, for its messages
+    assert f"--deadline={carried}" in launch_argv(spec)
+    assert f"--deadline={carried}" in render(spec)
+
+
+@pytest.mark.usefixtures("tokyo")
+def test_a_past_moment_is_named_as_written_and_beside_now_without_fresh(tmp_path: Path) -> None:
+    spec = load(job_spec(tmp_path, 'deadline = "2020-01-01T00:00"', "total_steps = 10"), ())
+    client = Submits()
+    with pytest.raises(UsageError) as info:
+        submitting.submit(spec, client)
+    message = str(info.value)
+    assert message.startswith(
+        "deadline = '2020-01-01T00:00': 2020-01-01T00:00+09:00 is in the past (it is now 20"
+    )
+    assert message.endswith("): give a later one")
+    assert "--fresh" not in message
+    assert client.scripts == []
+
+
+def test_a_duration_past_since_the_first_submission_suggests_fresh(tmp_path: Path) -> None:
+    ledger_of(tmp_path / "ck", {"event": "submitted", "job": "41", "name": "exp"})
+    spec = load(job_spec(tmp_path, 'deadline = "8h"', "total_steps = 10"), ())
+    with pytest.raises(UsageError, match=r"counted from the run's first submission .* --fresh"):
+        submitting.submit(spec, Submits())

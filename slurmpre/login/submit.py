@@ -276,16 +276,26 @@ def _refusals(
 
 def _deadline_ahead(text: str, folder: Path | None) -> None:
     """Refuse a deadline already past: a moment, or a duration from the run's first
-    submission into ``folder`` (None, or a folder with none: from now)."""
+    submission into ``folder`` (None, or a folder with none: from now). A moment is
+    named as written and as the login node reads it, beside now."""
     now = time.time()
     first = None
     if folder is not None and folder.is_dir():
         submits = [r.time for r in Ledger(folder).records() if isinstance(r, records.Submitted)]
         first = min((t for t in submits if t is not None), default=None)
     when = deadline.parse(text, first_submit=first if first is not None else now)
-    if when <= now:
-        since = "" if first is None else ", counted from the run's first submission"
-        raise UsageError(f"deadline = {text!r}: already past{since} (use --fresh to start over)")
+    if when > now:
+        return
+    if first is None or not deadline.is_duration(text):
+        raise UsageError(
+            f"deadline = {as_written(text)}: {deadline.stamp(when)} is in the past (it is now "
+            f"{deadline.stamp(now)}): give a later one"
+        )
+    raise UsageError(
+        f"deadline = {as_written(text)}: counted from the run's first submission into this "
+        f"folder ({deadline.stamp(first)}), it ended at {deadline.stamp(when)} (it is now "
+        f"{deadline.stamp(now)}): give a longer one, or --fresh to start the run over"
+    )
 
 
 def check(
