@@ -160,3 +160,78 @@ def test_a_duration_past_since_the_first_submission_suggests_fresh(tmp_path: Pat
     spec = load(job_spec(tmp_path, 'deadline = "8h"', "total_steps = 10"), ())
     with pytest.raises(UsageError, match=r"counted from the run's first submission .* --fresh"):
         submitting.submit(spec, Submits())
+
+
+# -- submit --dry-run (and --test-only) check what submit checks --------------------------
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path: Path) -> dict[str, str]:
+    """A PATH whose sbatch, squeue, sacct and scontrol only write down that they ran."""
+    folder = tmp_path / "fakebin"
+    folder.mkdir()
+    for name in ("sbatch", "squeue", "sacct", "scontrol"):
+        tool = folder / name
+        tool.write_text(f'#!/bin/sh\necho "{name} $*" >> {shlex.quote(str(tmp_path))}/ran\n')
+        tool.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("flag", ["--dry-run", "--test-only"])
+@pytest.mark.parametrize(
+    ("lines", "python", "message"),
+    [
+        (['deadline = "2020-01-01T00:00"', "total_steps = 10"], None, "is in the past"),
+        ([], Path("/nonexistent/bin/python"), "python = '/nonexistent/bin/python' cannot run"),
+        ([], "bare", "has no torch, which launcher = 'torchrun' needs"),
+    ],
+)
+def test_dry_run_refuses_what_submit_refuses(
+    tmp_path: Path,
+    fake_sbatch: dict[str, str],
+    flag: str,
+    lines: list[str],
+    python: Path | str | None,
+    message: str,
+) -> None:
+    if python == "bare":
+        python = python_without_site(tmp_path)
+    assert not isinstance(python, str)
+    spec = job_spec(tmp_path, *lines, python=python or Path(sys.executable), launcher="torchrun")
+    proc = slurmpre_cli("submit", str(spec), flag, env=fake_sbatch, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert message in line
+    assert not (tmp_path / "ran").exists()  # no sbatch, not even --test-only
+
+
+def test_dry_run_says_what_it_resumes_and_touches_nothing(
+    tmp_path: Path, fake_sbatch: dict[str, str]
+) -> None:
+    spec = job_spec(tmp_path, 'deadline = "8h"', "total_steps = 10")
+    state = tmp_path / "state"
+    env = {**fake_sbatch, "XDG_STATE_HOME": str(state)}
+    proc = slurmpre_cli("submit", str(spec), "--dry-run", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("#!/bin/bash")
+    assert "starts at step 0: no complete checkpoint in the folder" in proc.stderr
+    assert not (tmp_path / "ck").exists()  # no folder, no ledger
+    assert not state.exists()  # no job index, no submission lock
+    assert not (tmp_path / "ran").exists()  # no sbatch
+
+
+def test_sweep_dry_run_checks_every_job_before_it_prints_one(
+    tmp_path: Path, fake_sbatch: dict[str, str]
+) -> None:
+    spec = job_spec(tmp_path)
+    args = ["sweep", str(spec), "--grid", "env.LR=1,2", "--dry-run"]
+    proc = slurmpre_cli(*args, env=fake_sbatch, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("#!/bin/bash")
+    past = ["--set", "deadline=2020-01-01T00:00", "--set", "total_steps=10"]
+    proc = slurmpre_cli(*args, *past, env=fake_sbatch, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert "deadline = '2020-01-01T00:00': " in proc.stderr
+    assert not (tmp_path / "ran").exists()

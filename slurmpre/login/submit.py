@@ -317,6 +317,39 @@ def check(
     client.submit(render(spec, code.Code(), tasks), test_only=True)
 
 
-def test_only(spec: JobSpec, client: SlurmClient) -> str:
-    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``)."""
+def dry_run(
+    spec: JobSpec,
+    client: SlurmClient,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+    tasks: Sequence[Task] = (),
+) -> str:
+    """The script `submit` would queue, after every check `submit` makes (the nodes'
+    python, a live job in the folder, a finished run, a deadline past); ``say`` hears
+    what the job would resume from. It writes nothing, so it takes no lock and makes no
+    folder, and it never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
+    check_interpreter(spec)
+    plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
+    if plan.move_aside:
+        say(f"would move the earlier {Path(spec.checkpoint_dir).name} aside; starts at step 0")
+    for line in plan.lines:
+        say(line)
+    return render(spec, None, tasks)
+
+
+def test_only(
+    spec: JobSpec,
+    client: SlurmClient,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+) -> str:
+    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``), after
+    every check of `dry_run`."""
+    dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say)
     return client.submit(render(spec), test_only=True)
