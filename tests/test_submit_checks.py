@@ -235,3 +235,23 @@ def test_sweep_dry_run_checks_every_job_before_it_prints_one(
     assert proc.stdout == ""
     assert "deadline = '2020-01-01T00:00': " in proc.stderr
     assert not (tmp_path / "ran").exists()
+
+
+def test_dry_run_refuses_a_snapshot_past_its_limit_and_copies_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_code import git
+
+    work = tmp_path / "repo"
+    work.mkdir()
+    git(work, "init", "-q")
+    (work / "weights.pt").write_bytes(b"w" * 1_500_000)
+    git(work, "add", "weights.pt")
+    monkeypatch.chdir(work)
+    spec = load(job_spec(tmp_path, 'snapshot = "git"', "snapshot_max_mb = 1"), ())
+    with pytest.raises(UsageError, match=r"over snapshot_max_mb = 1 \(largest: weights.pt"):
+        submitting.dry_run(spec, Submits())
+    assert not (tmp_path / "ck").exists()
+    spec = load(job_spec(tmp_path, 'snapshot = "git"', "snapshot_max_mb = 2"), ())
+    assert submitting.dry_run(spec, Submits()).startswith("#!/bin/bash")
+    assert not (tmp_path / "ck").exists()

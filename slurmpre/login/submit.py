@@ -328,11 +328,15 @@ def dry_run(
     tasks: Sequence[Task] = (),
 ) -> str:
     """The script `submit` would queue, after every check `submit` makes (the nodes'
-    python, a live job in the folder, a finished run, a deadline past); ``say`` hears
+    python, a live job in the folder, a finished run, a deadline past, a snapshot's
+    size); ``say`` hears
     what the job would resume from. It writes nothing, so it takes no lock and makes no
     folder, and it never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
     check_interpreter(spec)
     plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
+    if spec.snapshot == "git":  # what it would copy, and no more than snapshot_max_mb
+        folder, logs = Path(spec.checkpoint_dir), Path(spec.log_dir)
+        code.to_copy(Path.cwd(), folder, spec.snapshot_max_mb, log_dir=logs)
     if plan.move_aside:
         say(f"would move the earlier {Path(spec.checkpoint_dir).name} aside; starts at step 0")
     for line in plan.lines:
