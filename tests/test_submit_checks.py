@@ -255,3 +255,15 @@ def test_dry_run_refuses_a_snapshot_past_its_limit_and_copies_nothing(
     spec = load(job_spec(tmp_path, 'snapshot = "git"', "snapshot_max_mb = 2"), ())
     assert submitting.dry_run(spec, Submits()).startswith("#!/bin/bash")
     assert not (tmp_path / "ck").exists()
+
+
+def test_dry_run_refuses_a_checkpoint_folder_submit_could_not_create(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder\n")
+    spec = load(job_spec(tmp_path), [f"checkpoint_dir={tmp_path}/file/ck"])
+    said = (
+        f"checkpoint_dir = '{tmp_path}/file/ck': cannot create it ({tmp_path}/file is not a folder)"
+    )
+    for check in (submitting.dry_run, submitting.submit):
+        with pytest.raises(UsageError) as info:
+            check(spec, Submits())
+        assert str(info.value) == said

@@ -42,6 +42,7 @@ class Submitted:
 def _make_dirs(spec: JobSpec, mode: Access) -> Ledger:
     """The checkpoint and log folders, made with the spec's access, and the ledger."""
     for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
+        _creatable(key, Path(path))
         try:
             make_dirs(Path(path), mode)
         except OSError as exc:
@@ -334,6 +335,8 @@ def dry_run(
     folder, and it never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
     check_interpreter(spec)
     plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
+    for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
+        _creatable(key, Path(path))
     if spec.snapshot == "git":  # what it would copy, and no more than snapshot_max_mb
         folder, logs = Path(spec.checkpoint_dir), Path(spec.log_dir)
         code.to_copy(Path.cwd(), folder, spec.snapshot_max_mb, log_dir=logs)
@@ -342,6 +345,22 @@ def dry_run(
     for line in plan.lines:
         say(line)
     return render(spec, None, tasks)
+
+
+def _creatable(key: str, path: Path) -> None:
+    """What `_make_dirs` would refuse, judged without making anything: the nearest folder
+    that exists on the way to ``path`` must be one this user may create folders in."""
+    at = path
+    while not at.is_dir() and at.parent != at:
+        if at.exists() or at.is_symlink():  # a file (or a dangling link) on the way
+            raise UsageError(
+                f"{key} = {as_written(str(path))}: cannot create it ({at} is not a folder)"
+            )
+        at = at.parent
+    if at != path and not os.access(at, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{key} = {as_written(str(path))}: cannot create it ({at} is not writable)"
+        )
 
 
 def test_only(
