@@ -3,7 +3,6 @@ option it becomes (`slurmpre.keys` holds the table of them)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import math
 import re
@@ -80,8 +79,8 @@ def as_written(value: Any) -> str:
         return repr(value) if math.isfinite(value) else str(value)  # inf, -inf, nan
     if isinstance(value, str):
         return _toml_string(value)
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
+    if callable(getattr(value, "isoformat", None)):  # a TOML date or time (datetime's)
+        return str(value.isoformat())
     if isinstance(value, list | tuple):
         return "[" + ", ".join(as_written(item) for item in value) + "]"
     if isinstance(value, Mapping):
