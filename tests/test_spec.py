@@ -59,10 +59,10 @@ def test_values_are_normalised() -> None:
         ({"time": "1:2:3:4"}, "time = '1:2:3:4': must be a Slurm time"),
         ({"gpus_per_node": -1}, "gpus_per_node = -1: must be 0 or more"),
         ({"gpus_per_node": "eight"}, "gpus_per_node = 'eight': must be a whole number"),
-        ({"gpus_per_node": True}, "gpus_per_node = True: must be a whole number"),
+        ({"gpus_per_node": True}, "gpus_per_node = true: must be a whole number"),
         ({"nproc_per_node": 0}, "nproc_per_node = 0: must be 1 or more"),
         ({"mem": "lots"}, "mem = 'lots': must be a size such as 64G or 512M"),
-        ({"name": "a\nb"}, "name = 'a\\nb': must be one line without control characters"),
+        ({"name": "a\nb"}, 'name = "a\\nb": must be one line without control characters'),
         ({"name": "a/b"}, "name = 'a/b': names a folder of checkpoints: no '/', '.' or '..'"),
         ({"name": ""}, "name = '': must not be empty"),
         ({"nodez": 2}, "unknown key 'nodez' (did you mean 'nodes'?)"),
@@ -95,10 +95,10 @@ def test_values_are_normalised() -> None:
         ({"gpus_per_node": 10**12}, "gpus_per_node = 1000000000000: must be 1024 or less"),
         ({"resume_arg": "--"}, "resume_arg = '--': cannot be right"),
         ({"resume_arg": "--launcher"}, "resume_arg = '--launcher': cannot be right"),
-        ({"name": "a\u2028b"}, "name = 'a\\u2028b': must be one line"),
-        ({"name": "a\x85b"}, "name = 'a\\x85b': must be one line"),
-        ({"setup": ["echo \0"]}, "setup = 'echo \\x00': must not contain NUL"),
-        ({"setup": ["echo a\u2029b"]}, "setup = 'echo a\\u2029b': must not contain NUL"),
+        ({"name": "a\u2028b"}, 'name = "a\\u2028b": must be one line'),
+        ({"name": "a\x85b"}, 'name = "a\\u0085b": must be one line'),
+        ({"setup": ["echo \0"]}, 'setup = "echo \\u0000": must not contain NUL'),
+        ({"setup": ["echo a\u2029b"]}, 'setup = "echo a\\u2029b": must not contain NUL'),
         ({"poll_interval": "soon"}, "poll_interval = 'soon': must be a number of seconds"),
         ({"preempt_window": 0}, "preempt_window = 0: must be 1 or more"),
         (
@@ -537,3 +537,71 @@ def test_the_runs_bounds_read_as_a_user_writes_them() -> None:
     )  # fmt: skip
     assert (spec.fallback_after, spec.max_preemptions) == (3, 40)
     assert validate({"name": "x", "command": ["a"], "max_wait": 90}, user="a").max_wait == 90.0
+
+
+def test_string_keys_take_set_values_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text('name = "job"\ncommand = ["x"]\n')
+    sets = ["time=12:00:00", "account=12345", "partition=2024", 'qos="a-b"', "mem=64G"]
+    s = load(path, sets, user="u")
+    assert (s.time, s.account, s.partition, s.qos, s.mem) == (
+        "12:00:00",
+        "12345",
+        "2024",
+        "a-b",
+        "64G",
+    )
+    assert load(path, ["time=90"], user="u").time == "90"  # 90 minutes, as Slurm reads it
+    assert load(path, ["nodes=4", "requeue=false"], user="u").nodes == NodeRange(4, 4)  # TOML
+
+
+def test_string_keys_take_bare_toml_values_from_the_file_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text(
+        'name = "job"\ncommand = ["x"]\ntime = 90\naccount = 12345\n'
+        "deadline = 2026-12-06T09:00:00\ntotal_steps = 10\n"
+    )
+    s = load(path, user="u")
+    assert (s.time, s.account, s.deadline) == ("90", "12345", "2026-12-06T09:00:00")
+    path.write_text('name = "job"\ncommand = ["x"]\ntime = 12:00:00\n')
+    assert load(path, user="u").time == "12:00:00"
+
+
+@pytest.mark.parametrize(
+    ("text", "sets", "message"),
+    [
+        ("time = 12:00:00.5\n", [], "time = 12:00:00.500000: must be a Slurm time"),
+        ("", ["time=12:61:xx"], "time = '12:61:xx': must be a Slurm time"),
+        ("mem = 1.5\n", [], "mem = 1.5: must be a string"),
+        ("nodes = 12:00:00\n", [], "nodes = 12:00:00: must be a count"),
+        ("requeue = 2026-12-06\n", [], "requeue = 2026-12-06: must be true or false"),
+        ('command = ["x", 1]\n', [], "command = ['x', 1]: must be a string or a list of strings"),
+        ("launcher = 7\n", [], "launcher = 7: must be 'torchrun', 'accelerate' or 'plain'"),
+        ('name = "it\'s"\n', ["nodes=0"], "nodes = 0: needs at least 1 node"),
+    ],
+)
+def test_values_in_messages_are_as_the_spec_writes_them(
+    tmp_path: Path, text: str, sets: list[str], message: str
+) -> None:
+    path = tmp_path / "job.toml"
+    base = [line for line in ('name = "j"', 'command = ["x"]') if line.split()[0] not in text]
+    path.write_text("\n".join([*base, text]))
+    with pytest.raises(SpecError) as info:
+        load(path, sets, user="u")
+    assert str(info.value).startswith(message)
+    assert "datetime" not in str(info.value)
+
+
+def test_as_written_shows_a_value_as_toml_writes_it() -> None:
+    import datetime as dt
+
+    from slurmpre.keys import as_written
+
+    table = [
+        ("a b", "'a b'"), ("it's", '"it\'s"'), ("a\nb", '"a\\nb"'), ("x\u202ey", '"x\\u202Ey"'),
+        (12, "12"), (1.5, "1.5"), (float("inf"), "inf"), (True, "true"),
+        (dt.time(12, 0), "12:00:00"), (dt.date(2026, 12, 6), "2026-12-06"),
+        (["python", "x"], "['python', 'x']"), ({"A": "1", "b c": 2}, "{A = '1', 'b c' = 2}"),
+        (Launcher.TORCHRUN, "'torchrun'"),
+    ]  # fmt: skip
+    assert [as_written(value) for value, _ in table] == [shown for _, shown in table]

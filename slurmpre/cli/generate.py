@@ -41,7 +41,9 @@ def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> N
 @click.command("submit")
 @_spec_arg
 @_set_opt
-@click.option("--dry-run", is_flag=True, help="Print the script; submit nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Make every check of submit, print the script; queue nothing."
+)
 @click.option("--test-only", is_flag=True, help="Ask Slurm to validate it (sbatch --test-only).")
 @click.option(
     "--force", is_flag=True, help="Submit even while another live job uses the checkpoint folder."
@@ -62,21 +64,24 @@ def submit_cmd(
     fresh: bool,
 ) -> None:
     """Render SPEC.toml and submit it with sbatch; print the job id."""
-    from slurmpre.login.render import render
+    from slurmpre.login import submit as submitting
     from slurmpre.login.spec import load
-    from slurmpre.login.submit import submit
-    from slurmpre.login.submit import test_only as sbatch_test_only
     from slurmpre.slurm.client import default_client
 
     spec = load(spec_file, sets)
-    if dry_run:
-        click.echo(render(spec), nl=False)
+    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    client = default_client()
+    if dry_run:  # every check of submit, then the script instead of the queue
+        script = submitting.dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say)
+        click.echo(script, nl=False)
         return
     if test_only:
-        click.echo(sbatch_test_only(spec, default_client()))
+        verdict = submitting.test_only(
+            spec, client, force=force, resume=resume, fresh=fresh, say=say
+        )
+        click.echo(verdict)
         return
-    say = lambda line: click.echo(line, err=True)  # noqa: E731
-    done = submit(spec, default_client(), force=force, resume=resume, fresh=fresh, say=say)
+    done = submitting.submit(spec, client, force=force, resume=resume, fresh=fresh, say=say)
     click.echo(done.job_id)
     click.echo(f"log: {done.log}  script: {done.script_copy}", err=True)
 
@@ -113,7 +118,11 @@ def run_cmd(args: tuple[str, ...]) -> None:
 @_set_opt
 @click.option("--name", default=None, help="The array's name (else the specs' common name).")
 @click.option("--max-running", type=int, default=None, help="At most N tasks at a time.")
-@click.option("--dry-run", is_flag=True, help="Print each job's script; submit nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check each job as submit would, print its script; queue nothing.",
+)
 @click.option("--force", is_flag=True, help="Submit even while a live job uses a folder.")
 @click.option("--resume", is_flag=True, help="Go on from folders whose last run finished.")
 @click.option("--fresh", is_flag=True, help="Move earlier folders aside and start at step 0.")
@@ -132,11 +141,10 @@ def sweep_cmd(
     or one with --grid. Specs differing only in command, env and name are the tasks of
     one array (task i in <checkpoint_dir>/task-i); the rest are jobs of their own.
     Prints each job's id (an array's stands for its tasks: 123 all, 123_0 one)."""
+    from slurmpre.login import submit as submitting
     from slurmpre.login import sweep as sweeps
     from slurmpre.login.launch import plan_sweep
-    from slurmpre.login.render import render
     from slurmpre.login.spec import parse_sets
-    from slurmpre.login.submit import check, submit
     from slurmpre.slurm.client import default_client
 
     overrides = parse_sets(sets)
@@ -145,16 +153,24 @@ def sweep_cmd(
         raise UsageError(f"--grid sweeps one spec, and {len(spec_files)} were given")
     specs: Path | list[Path] = spec_files[0] if grid is not None else list(spec_files)
     groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
-    if dry_run:
-        for g in groups:
-            click.echo(render(g.spec, None, g.tasks), nl=False)
-        return
 
     def say(line: str) -> None:
         click.echo(line, err=True)
 
+    if dry_run:  # every job checked as submit checks it, then the scripts
+        client = default_client()
+        scripts = [
+            submitting.dry_run(
+                g.spec, client, force=force, resume=resume, fresh=fresh, say=say, tasks=g.tasks
+            )
+            for g in groups
+        ]
+        click.echo("".join(scripts), nl=False)
+        return
+
     done = sweeps.submit_groups(
-        groups, default_client(), submit_one=submit, check_one=check, force=force,
+        groups, default_client(), submit_one=submitting.submit,
+        check_one=submitting.check, force=force,
         resume=resume, fresh=fresh, say=say,
     )  # fmt: skip
     for q in done:

@@ -13,10 +13,13 @@ import warnings
 from slurmpre import defaults
 from slurmpre.keys.code import CODE
 from slurmpre.keys.job import JOB
-from slurmpre.keys.key import REQUIRED, Key, as_text
+from slurmpre.keys.key import REQUIRED, Key, as_text, as_written
 from slurmpre.keys.run import RUN
 
-__all__ = ["BY_NAME", "FLAGS", "KEYS", "REQUIRED", "WRAPPER_ONLY", "WRITTEN", "Key", "as_text"]
+__all__ = [
+    "BY_NAME", "FLAGS", "KEYS", "REQUIRED", "WRAPPER_ONLY", "WRITTEN", "Key", "as_text",
+    "as_written",
+]  # fmt: skip
 
 # The one table, in the order docs/spec.md and `JobSpec` follow.
 KEYS: tuple[Key, ...] = (*JOB, *RUN, *CODE)

@@ -63,7 +63,9 @@ CODE: tuple[Key, ...] = (
         help='who may read what slurmpre creates: owner (default) or group',
     ),
     Key('python', "", 'path', 'the interpreter running `slurmpre`',
-        'the interpreter with slurmpre installed, as the nodes see it; a path key',
+        'the interpreter with slurmpre installed, as the nodes see it, and what the launcher '
+        'runs (torch for `torchrun`, accelerate for `accelerate`): `submit` checks both in '
+        'one run of it; a path key',
     ),
     Key('template', None, 'template', 'the default',
         'your own Jinja template; `{% extends "default.sbatch.j2" %}` and override a block '

@@ -4,6 +4,9 @@ option it becomes (`slurmpre.keys` holds the table of them)."""
 from __future__ import annotations
 
 import enum
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,3 +63,60 @@ def as_text(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return str(value.value)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def as_written(value: Any) -> str:
+    """``value`` as a spec's TOML writes it, for a message that names what the user
+    wrote: ``'a b'`` (or ``"it's"``, escaped where a literal string cannot hold it),
+    ``12:00:00``, ``true``, ``["python", "x"]``; never a Python repr."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)  # inf, -inf, nan
+    if isinstance(value, str):
+        return _toml_string(value)
+    if callable(getattr(value, "isoformat", None)):  # a TOML date or time (datetime's)
+        return str(value.isoformat())
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(as_written(item) for item in value) + "]"
+    if isinstance(value, Mapping):
+        items = (f"{_bare(str(k))} = {as_written(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    return _toml_string(str(value))
+
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _bare(key: str) -> str:
+    return key if _BARE.fullmatch(key) else _toml_string(key)
+
+
+def _toml_string(text: str) -> str:
+    """A literal string (``'...'``) when it can hold ``text`` as it is, else a basic
+    string (``"..."``) with every character a terminal would not show as itself escaped."""
+    if "'" not in text and text.isprintable():
+        return f"'{text}'"
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}")
+    return '"' + "".join(out) + '"'

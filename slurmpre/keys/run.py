@@ -96,7 +96,9 @@ RUN: tuple[Key, ...] = (
     Key(
         'deadline', None, 'deadline', 'unset',
         'when the run must be done: an ISO 8601 time (`"2026-12-10T18:00"`, the login '
-        "node's local time unless it has an offset: `\"...+01:00\"`, `\"...Z\"`) or a duration "
+        "node's local time unless it has an offset: `\"...+01:00\"`, `\"...Z\"`; `submit` pins "
+        "a time without one to the login node's offset, so every node reads the same instant) "
+        'or a duration '
         'from the first submission of the name into its checkpoint folder (`"90m"`, `"8h"`, '
         '`"2d"`, `"1d12h"`). A run with a deadline may use standard nodes when it must: at each '
         'hand-over slurmpre decides (Uniform Progress with a safety net: '

@@ -31,7 +31,7 @@ from slurmpre.folder import snapshot as snapshots
 from slurmpre.folder import trust
 from slurmpre.folder.access import Access, make_dirs
 from slurmpre.folder.layout import FolderLayout
-from slurmpre.gitstate import git_state, run_git
+from slurmpre.gitstate import GitState, git_state, run_git
 
 CHUNK = 1 << 20
 
@@ -117,23 +117,7 @@ def snapshot(
     """Copy the code of the work tree ``cwd`` is in to the checkpoint folder (once per
     content), and say where the job starts in it. ``mode`` is the checkpoint folder's
     access; the copy is the user's alone whatever it is."""
-    state = git_state(cwd)
-    if state is None:
-        raise UsageError(
-            f"snapshot = 'git': {str(cwd)!r} is not in a git work tree (submit from your "
-            "repository, or set snapshot = 'none')"
-        )
-    leave_out = (checkpoint_dir,) + ((log_dir,) if log_dir is not None else ())
-    entries = _entries(state.root, listed(state.root, leave_out=leave_out))
-    total = sum(e.size for e in entries)
-    if total > max_mb * 1_000_000:
-        largest = sorted(entries, key=lambda e: -e.size)[:3]
-        names = ", ".join(f"{e.rel} {_mb(e.size)}" for e in largest)
-        raise UsageError(
-            f"snapshot = 'git': the files to copy from {str(state.root)!r} come to "
-            f"{_mb(total)}, over snapshot_max_mb = {max_mb} (largest: {names}): ignore "
-            "data and outputs in .gitignore, or raise snapshot_max_mb"
-        )
+    state, entries = to_copy(cwd, checkpoint_dir, max_mb, log_dir=log_dir)
     layout = FolderLayout(checkpoint_dir)
     make_dirs(checkpoint_dir, mode)
     trust.make_own_dir(layout.meta, mode.meta_mode)
@@ -159,6 +143,32 @@ def snapshot(
         root=str(final),
         workdir=str(final / rel),
     )
+
+
+def to_copy(
+    cwd: Path, checkpoint_dir: Path, max_mb: int, *, log_dir: Path | None = None
+) -> tuple[GitState, list[_Entry]]:
+    """What a snapshot of the work tree ``cwd`` is in would copy, refused (one line) when
+    ``cwd`` is in none or the files come to more than ``max_mb``: copies nothing, so
+    `submit --dry-run` checks it too."""
+    state = git_state(cwd)
+    if state is None:
+        raise UsageError(
+            f"snapshot = 'git': {str(cwd)!r} is not in a git work tree (submit from your "
+            "repository, or set snapshot = 'none')"
+        )
+    leave_out = (checkpoint_dir,) + ((log_dir,) if log_dir is not None else ())
+    entries = _entries(state.root, listed(state.root, leave_out=leave_out))
+    total = sum(e.size for e in entries)
+    if total > max_mb * 1_000_000:
+        largest = sorted(entries, key=lambda e: -e.size)[:3]
+        names = ", ".join(f"{e.rel} {_mb(e.size)}" for e in largest)
+        raise UsageError(
+            f"snapshot = 'git': the files to copy from {str(state.root)!r} come to "
+            f"{_mb(total)}, over snapshot_max_mb = {max_mb} (largest: {names}): ignore "
+            "data and outputs in .gitignore, or raise snapshot_max_mb"
+        )
+    return state, entries
 
 
 def _copy_all(root: Path, into: Path, entries: list[_Entry]) -> None:

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurmpre import keys
+from slurmpre.errors import SpecError
 from slurmpre.launchers import Launcher
 from slurmpre.login import bounds, variables
 from slurmpre.login import values as v
@@ -19,8 +21,8 @@ def _unset(value: object) -> bool:
 
 
 def _choice(key: str, value: Any, environ: Mapping[str, str]) -> str:
-    names = [repr(n) for n in keys.BY_NAME[key].choices or ()]
-    if not isinstance(value, str) or repr(value) not in names:
+    names = [keys.as_written(n) for n in keys.BY_NAME[key].choices or ()]
+    if not isinstance(value, str) or keys.as_written(value) not in names:
         either = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
         raise v.bad(key, value, f"must be {either}")
     return value
@@ -81,9 +83,38 @@ PARSERS: dict[str, Parser] = {
 }
 
 
+# The parsers of values that are strings. TOML reads some bare words as other kinds
+# (`account = 12345` an integer, `time = 12:00:00` a time of day, a date and time for a
+# deadline): for these keys such a value is taken as it is written; `--set KEY=VALUE`
+# takes VALUE as written (`spec.parse_sets`).
+TEXT = frozenset({
+    "name", "gpu_type", "mem", "time_limit", "word", "constraint", "array", "path",
+    "pattern", "signal_name", "launcher", "restart", "snapshot", "file_access",
+    "resume_arg", "accelerate_config", "template", "deadline",
+})  # fmt: skip
+
+
+def takes_text(key: str) -> bool:
+    """Whether the spec key ``key`` is a string (an unknown key is not)."""
+    found = keys.BY_NAME.get(key)
+    return found is not None and found.parse in TEXT
+
+
 def parse(key: str, value: Any, environ: Mapping[str, str]) -> Any:
-    """``value`` of the spec key ``key``, by the parser its row names."""
-    return PARSERS[keys.BY_NAME[key].parse](key, value, environ)
+    """``value`` of the spec key ``key``, by the parser its row names; for a string key,
+    a whole number or a TOML date or time as it is written (``account = 12345`` is
+    ``"12345"``, ``time = 90`` is 90 minutes as Slurm reads it)."""
+    parser = PARSERS[keys.BY_NAME[key].parse]
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not (takes_text(key) and (whole or isinstance(value, dt.date | dt.time))):
+        return parser(key, value, environ)
+    try:
+        return parser(key, keys.as_written(value), environ)
+    except SpecError as exc:  # named bare, as the file has it: launcher = 7, not '7'
+        quoted = f"{key} = {keys.as_written(keys.as_written(value))}"
+        if not str(exc).startswith(quoted):
+            raise
+        raise SpecError(f"{key} = {keys.as_written(value)}{str(exc)[len(quoted) :]}") from None
 
 
 def gpu_types(raw: Mapping[str, Any], kw: dict[str, Any]) -> None:

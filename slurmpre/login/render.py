@@ -19,11 +19,13 @@ from slurmpre._version import __version__
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.folder.layout import LogLayout
+from slurmpre.keys import as_written
 from slurmpre.login import sbatch_options, variables
 from slurmpre.login.code import Code
 from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
 from slurmpre.noderange import NodeRange
+from slurmpre.placement import deadline
 from slurmpre.signals import WARN_SIGNAL
 
 DEFAULT_TEMPLATE = "default.sbatch.j2"
@@ -93,7 +95,9 @@ def jinja(extra_dirs: tuple[Path, ...] = ()) -> jinja2.Environment:
 def _slurm_pattern_escape(path: str) -> str:
     """Escape '%' so Slurm's filename patterns (%j, %a) apply only where we put them."""
     if "\\" in path:
-        raise UsageError(f"log_dir = {path!r}: Slurm disables %-patterns in paths with '\\'")
+        raise UsageError(
+            f"log_dir = {as_written(path)}: Slurm disables %-patterns in paths with '\\'"
+        )
     return path.replace("%", "%%")
 
 
@@ -117,7 +121,10 @@ def launch_argv(spec: JobSpec) -> list[str]:
     """
     argv = [spec.python, "-m", "slurmpre.job", "run"]
     for name in keys.WRITTEN:  # the table says how each is written, and when
-        argv += keys.BY_NAME[name].written(getattr(spec, name), spec.nodes)
+        value = getattr(spec, name)
+        if name == "deadline" and value:  # the login node's zone, as an absolute instant
+            value = deadline.pinned(value)
+        argv += keys.BY_NAME[name].written(value, spec.nodes)
     return [*argv, "--", *spec.command]
 
 
@@ -219,7 +226,7 @@ def render(
     if spec.template:
         path = Path(spec.template)
         if not path.is_file():
-            raise UsageError(f"template = {spec.template!r}: no such file")
+            raise UsageError(f"template = {as_written(spec.template)}: no such file")
         env = jinja((path.parent,))
         name = path.name
     else:

@@ -39,6 +39,7 @@ from slurmpre.folder.records import (
     Start,
     Successor,
 )
+from slurmpre.keys import as_written
 
 TASK_PREFIX = "task-"
 
@@ -94,7 +95,9 @@ def earlier(folder: Path) -> Earlier | None:
         found = latest(folder).checkpoint
         records = [] if found is None else Ledger(folder).records()
     except SlurmpreError as exc:
-        raise UsageError(f"checkpoint_dir = {str(folder)!r}: cannot read it ({exc})") from None
+        raise UsageError(
+            f"checkpoint_dir = {as_written(str(folder))}: cannot read it ({exc})"
+        ) from None
     if found is None:
         return None
     writer: Checkpoint | Committed | None = None
@@ -139,7 +142,7 @@ def folders(checkpoint_dir: Path, is_array: bool) -> list[Path]:
         return []
     except OSError as exc:
         raise UsageError(
-            f"checkpoint_dir = {str(checkpoint_dir)!r}: cannot list it ({exc.strerror})"
+            f"checkpoint_dir = {as_written(str(checkpoint_dir))}: cannot list it ({exc.strerror})"
         ) from None
     return [checkpoint_dir / n for n in names]
 
@@ -174,7 +177,7 @@ def check(
         e = finished[0]
         where = "" if not is_array else f" (in {e.folder.name})"
         raise UsageError(
-            f"checkpoint_dir = {str(checkpoint_dir)!r}: job {e.finished_by} finished its "
+            f"checkpoint_dir = {as_written(str(checkpoint_dir))}: job {e.finished_by} finished its "
             f"training there{where}; its last checkpoint is {e.describe()}. Pass --resume "
             "to go on from it, --fresh to move the folder aside and start at step 0, or "
             "set another checkpoint_dir"
@@ -203,12 +206,12 @@ def move_aside(folder: Path, *, now: float | None = None) -> Path:
     it points at, and nothing there is touched)."""
     if folder.is_symlink():
         raise UsageError(
-            f"--fresh: checkpoint_dir = {str(folder)!r} is a link to "
+            f"--fresh: checkpoint_dir = {as_written(str(folder))} is a link to "
             f"{str(folder.readlink())!r}: move that folder aside yourself, or set another "
             "checkpoint_dir"
         )
     if not folder.is_dir():
-        raise UsageError(f"--fresh: checkpoint_dir = {str(folder)!r} is not a folder")
+        raise UsageError(f"--fresh: checkpoint_dir = {as_written(str(folder))} is not a folder")
     job_own(folder)
     target = aside_name(folder, time.time() if now is None else now)
     try:
@@ -228,7 +231,7 @@ def job_own(folder: Path) -> None:
     folder under a renamed spec is what ``--fresh`` is for."""
     real = os.path.realpath(folder)
     home = os.path.realpath(Path.home())
-    where = f"--fresh: checkpoint_dir = {str(folder)!r}"
+    where = f"--fresh: checkpoint_dir = {as_written(str(folder))}"
     if real == os.sep or real == home or home.startswith(real.rstrip(os.sep) + os.sep):
         raise UsageError(f"{where} is {real}: never moved (it is not one job's folder)")
     try:

@@ -185,7 +185,8 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     """``["nodes=2-4", "env.SEED=1"]`` -> {"nodes": "2-4", "env": {"SEED": "1"}}.
 
     A value is read as TOML when it parses (``requeue=false``, ``nodes=4``),
-    else taken as a plain string.
+    else taken as a plain string; a key whose value is a string takes it as written
+    (``time=12:00:00``, ``account=12345``), or as a TOML string when it is quoted.
     """
     out: dict[str, Any] = {}
     for item in items:
@@ -199,6 +200,8 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
             value = text
         if key.startswith("env."):
             out.setdefault("env", {})[key[4:]] = value if isinstance(value, str) else text
+        elif parsers.takes_text(key):
+            out[key] = value if isinstance(value, str) else text
         else:
             out[key] = value
     return out

@@ -21,6 +21,8 @@ from slurmpre.folder.layout import FolderLayout, LogLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.locks import FolderLock, LockTimeout
 from slurmpre.folder.owner import describe, live_holders
+from slurmpre.keys import as_written
+from slurmpre.launchers import Launcher
 from slurmpre.login import code, jobs, progress, resuming
 from slurmpre.login.render import render
 from slurmpre.login.spec import JobSpec
@@ -40,17 +42,22 @@ class Submitted:
 def _make_dirs(spec: JobSpec, mode: Access) -> Ledger:
     """The checkpoint and log folders, made with the spec's access, and the ledger."""
     for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
+        _creatable(key, Path(path))
         try:
             make_dirs(Path(path), mode)
         except OSError as exc:
-            raise UsageError(f"{key} = {path!r}: cannot create it ({exc.strerror})") from None
+            raise UsageError(
+                f"{key} = {as_written(path)}: cannot create it ({exc.strerror})"
+            ) from None
     ledger = Ledger(Path(spec.checkpoint_dir), access=mode)
     ledger.ensure()
     return ledger
 
 
-# Run by the nodes' python: exit 10 when slurmpre does not import; then Accelerate reads
-# the config named (as strictly as on every node: an unknown key is an error).
+# Run by the nodes' python: exit 10 when slurmpre does not import, 11 when the launcher's
+# module (argv[1], "" for none) is not installed (found, not imported: torch takes
+# seconds to import); then Accelerate reads the config named in argv[2] (as strictly as
+# on every node: an unknown key is an error).
 _CHECK = """\
 import sys
 try:
@@ -58,24 +65,36 @@ try:
 except BaseException as exc:
     print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
     sys.exit(10)
-if len(sys.argv) > 1:
+if sys.argv[1]:
+    import importlib.util
+    if importlib.util.find_spec(sys.argv[1]) is None:
+        sys.exit(11)
+if len(sys.argv) > 2:
     from accelerate.commands.config.config_args import load_config_from_file
-    load_config_from_file(sys.argv[1])
+    load_config_from_file(sys.argv[2])
 """
 NO_SLURMPRE = 10
+NO_LAUNCHER = 11
 
 
 def check_python(
-    python: str, cwd: Path | None = None, *, accelerate_config: str | None = None
+    python: str,
+    cwd: Path | None = None,
+    *,
+    launcher: Launcher = Launcher.PLAIN,
+    accelerate_config: str | None = None,
 ) -> None:
     """The nodes run the wrapper with ``python``: it must import slurmpre, or every node
-    fails at once after the job has waited for its allocation; and Accelerate must read
-    ``accelerate_config``. Checked here, in one run, on the login node, which sees the
-    same shared volume, from the folder the job will run in (sbatch's default: this
-    one); up to a minute on a slow volume, shown as a wait."""
-    argv = [python, "-c", _CHECK, *([accelerate_config] if accelerate_config else [])]
+    fails at once after the job has waited for its allocation; it must have what
+    ``launcher`` runs (torch for torchrun, accelerate for accelerate launch); and
+    Accelerate must read ``accelerate_config``. Checked here, in one run of ``python``,
+    on the login node, which sees the same shared volume, from the folder the job will
+    run in (sbatch's default: this one); up to a minute on a slow volume, shown as a wait."""
+    needs = launcher.needs or ""
+    argv = [python, "-c", _CHECK, needs, *([accelerate_config] if accelerate_config else [])]
+    what = f"slurmpre and {needs}" if needs else "slurmpre"
     try:
-        with progress.waiting(f"checking that {python} imports slurmpre"):
+        with progress.waiting(f"checking that {python} imports {what}"):
             proc = cmd.run(
                 argv,
                 timeout=120 if accelerate_config else 60,
@@ -84,16 +103,23 @@ def check_python(
                 error=UsageError,
             )
     except UsageError as exc:
-        raise UsageError(f"python = {python!r} cannot run: {exc}") from None
+        raise UsageError(f"python = {as_written(python)} cannot run: {exc}") from None
     last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode == NO_LAUNCHER:
+        raise UsageError(
+            f"python = {as_written(python)} has no {needs}, which launcher = "
+            f"{as_written(launcher.value)} needs: pip install {needs} into that environment, "
+            "or set python to the interpreter that has it"
+        )
     if proc.returncode == NO_SLURMPRE or (proc.returncode and not accelerate_config):
         raise UsageError(
-            f"python = {python!r} cannot import slurmpre ({last}): install slurmpre into it, "
-            "or set python to the interpreter that has it"
+            f"python = {as_written(python)} cannot import slurmpre ({last}): install slurmpre "
+            "into it, or set python to the interpreter that has it"
         )
     if proc.returncode:
         raise UsageError(
-            f"accelerate_config = {accelerate_config!r}: accelerate cannot read it ({last})"
+            f"accelerate_config = {as_written(accelerate_config)}: accelerate cannot read "
+            f"it ({last})"
         )
 
 
@@ -104,7 +130,9 @@ def check_interpreter(spec: JobSpec) -> None:
 
     if (why := unseen(spec.python, os.environ.get("PATH", ""))) is not None:
         raise UsageError(why)
-    check_python(spec.python, accelerate_config=spec.accelerate_config or None)
+    check_python(
+        spec.python, launcher=spec.launcher, accelerate_config=spec.accelerate_config or None
+    )
 
 
 def submit(
@@ -230,7 +258,7 @@ def _refusals(
         is_dir = folder.is_dir()
     except OSError as exc:  # a folder on the way this user may not search
         raise UsageError(
-            f"checkpoint_dir = {spec.checkpoint_dir!r}: cannot reach it ({exc.strerror})"
+            f"checkpoint_dir = {as_written(spec.checkpoint_dir)}: cannot reach it ({exc.strerror})"
         ) from None
     holders = live_holders(Ledger(folder), client) if is_dir else []
     if holders and (fresh or not force):
@@ -249,16 +277,26 @@ def _refusals(
 
 def _deadline_ahead(text: str, folder: Path | None) -> None:
     """Refuse a deadline already past: a moment, or a duration from the run's first
-    submission into ``folder`` (None, or a folder with none: from now)."""
+    submission into ``folder`` (None, or a folder with none: from now). A moment is
+    named as written and as the login node reads it, beside now."""
     now = time.time()
     first = None
     if folder is not None and folder.is_dir():
         submits = [r.time for r in Ledger(folder).records() if isinstance(r, records.Submitted)]
         first = min((t for t in submits if t is not None), default=None)
     when = deadline.parse(text, first_submit=first if first is not None else now)
-    if when <= now:
-        since = "" if first is None else ", counted from the run's first submission"
-        raise UsageError(f"deadline = {text!r}: already past{since} (use --fresh to start over)")
+    if when > now:
+        return
+    if first is None or not deadline.is_duration(text):
+        raise UsageError(
+            f"deadline = {as_written(text)}: {deadline.stamp(when)} is in the past (it is now "
+            f"{deadline.stamp(now)}): give a later one"
+        )
+    raise UsageError(
+        f"deadline = {as_written(text)}: counted from the run's first submission into this "
+        f"folder ({deadline.stamp(first)}), it ended at {deadline.stamp(when)} (it is now "
+        f"{deadline.stamp(now)}): give a longer one, or --fresh to start the run over"
+    )
 
 
 def check(
@@ -280,6 +318,61 @@ def check(
     client.submit(render(spec, code.Code(), tasks), test_only=True)
 
 
-def test_only(spec: JobSpec, client: SlurmClient) -> str:
-    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``)."""
+def dry_run(
+    spec: JobSpec,
+    client: SlurmClient,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+    tasks: Sequence[Task] = (),
+) -> str:
+    """The script `submit` would queue, after every check `submit` makes (the nodes'
+    python, a live job in the folder, a finished run, a deadline past, a snapshot's
+    size); ``say`` hears
+    what the job would resume from. It writes nothing, so it takes no lock and makes no
+    folder, and it never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
+    check_interpreter(spec)
+    plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
+    for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
+        _creatable(key, Path(path))
+    if spec.snapshot == "git":  # what it would copy, and no more than snapshot_max_mb
+        folder, logs = Path(spec.checkpoint_dir), Path(spec.log_dir)
+        code.to_copy(Path.cwd(), folder, spec.snapshot_max_mb, log_dir=logs)
+    if plan.move_aside:
+        say(f"would move the earlier {Path(spec.checkpoint_dir).name} aside; starts at step 0")
+    for line in plan.lines:
+        say(line)
+    return render(spec, None, tasks)
+
+
+def _creatable(key: str, path: Path) -> None:
+    """What `_make_dirs` would refuse, judged without making anything: the nearest folder
+    that exists on the way to ``path`` must be one this user may create folders in."""
+    at = path
+    while not at.is_dir() and at.parent != at:
+        if at.exists() or at.is_symlink():  # a file (or a dangling link) on the way
+            raise UsageError(
+                f"{key} = {as_written(str(path))}: cannot create it ({at} is not a folder)"
+            )
+        at = at.parent
+    if at != path and not os.access(at, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{key} = {as_written(str(path))}: cannot create it ({at} is not writable)"
+        )
+
+
+def test_only(
+    spec: JobSpec,
+    client: SlurmClient,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    fresh: bool = False,
+    say: Callable[[str], None] = lambda _: None,
+) -> str:
+    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``), after
+    every check of `dry_run`."""
+    dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say)
     return client.submit(render(spec), test_only=True)

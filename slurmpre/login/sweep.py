@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.errors import SpecError
+from slurmpre.keys import as_written
 from slurmpre.slurm.client import SlurmClient
 
 if sys.version_info >= (3, 11):
@@ -165,7 +166,7 @@ def apply(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any
             touched = True
         elif key == "env":
             if not isinstance(value, Mapping):
-                raise SpecError(f"env = {value!r}: must be a table of NAME = value")
+                raise SpecError(f"env = {as_written(value)}: must be a table of NAME = value")
             env.update(value)
             touched = True
         else:
@@ -206,13 +207,13 @@ def group(
         isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
     ):
         raise SpecError(
-            f"max_running = {max_running!r}: a whole number of tasks at a time, 1 or more"
+            f"max_running = {as_written(max_running)}: a whole number of tasks at a time, 1 or more"
         )
     for spec in specs:
         if spec.is_array:
             raise SpecError(
-                f"array = {spec.array!r} in spec {spec.name!r}: a sweep makes the array "
-                "itself (its tasks are the specs); leave array out"
+                f"array = {as_written(spec.array)} in spec {as_written(spec.name)}: a sweep makes "
+                "the array itself (its tasks are the specs); leave array out"
             )
     buckets: list[tuple[Any, list[int]]] = []  # specs are not hashable (env is a dict)
     for i, spec in enumerate(specs):

@@ -25,7 +25,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def bad(key: str, value: object, why: str) -> SpecError:
-    return SpecError(f"{key} = {value!r}: {why}")
+    return SpecError(f"{key} = {keys.as_written(value)}: {why}")
 
 
 def whole(key: str, value: object) -> int:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 
 from slurmpre.errors import SpecError
+from slurmpre.keys import as_written
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _TOKEN = re.compile(rf"\$(?:\$|(?P<bare>{_NAME})|\{{(?P<braced>{_NAME})\}})")
@@ -38,12 +39,14 @@ def _parts(key: str, text: str) -> list[tuple[str, str]]:
         if m is None:
             shown = text[at : at + 3]
             raise SpecError(
-                f"{key} = {text!r}: {shown!r} is not $NAME, ${{NAME}} or $$ "
+                f"{key} = {as_written(text)}: {shown!r} is not $NAME, ${{NAME}} or $$ "
                 "(write $$ for a literal $)"
             )
         name = m.group("bare") or m.group("braced")
         if name == "_":
-            raise SpecError(f"{key} = {text!r}: $_ is the shell's last argument, not a variable")
+            raise SpecError(
+                f"{key} = {as_written(text)}: $_ is the shell's last argument, not a variable"
+            )
         out.append(("var", name) if name else ("text", "$"))
         pos = m.end()
     if pos < len(text):
@@ -92,19 +95,23 @@ def expand_path(key: str, text: str, environ: Mapping[str, str]) -> str:
     if text == "~" or text.startswith("~/"):
         text = "${HOME}" + text[1:]
     elif text.startswith("~"):
-        raise SpecError(f"{key} = {given!r}: only ~ alone (your $HOME) is read, not ~user")
+        raise SpecError(
+            f"{key} = {as_written(given)}: only ~ alone (your $HOME) is read, not ~user"
+        )
     out = []
     for kind, value in _parts(key, text):
         if kind == "var":
             if value not in environ:
-                raise SpecError(f"{key} = {given!r}: ${value} is not set where you submit")
+                raise SpecError(
+                    f"{key} = {as_written(given)}: ${value} is not set where you submit"
+                )
             if not environ[value].strip():
                 # "~/checkpoints/$EXP" with EXP empty is ~/checkpoints: somewhere else.
-                raise SpecError(f"{key} = {given!r}: ${value} is empty where you submit")
+                raise SpecError(f"{key} = {as_written(given)}: ${value} is empty where you submit")
             if not plain_line(environ[value]):
                 raise SpecError(
-                    f"{key} = {given!r}: ${value} holds a line break or a control character "
-                    "where you submit"
+                    f"{key} = {as_written(given)}: ${value} holds a line break or a control "
+                    "character where you submit"
                 )
             value = environ[value]
         out.append(value)
