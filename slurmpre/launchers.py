@@ -25,6 +25,14 @@ class Launcher(str, Enum):
 NAMES = tuple(launcher.value for launcher in Launcher)
 DEFAULT = Launcher.TORCHRUN
 
+# What ``plain`` sets for the command on every node (unless the job sets it), so a script
+# that calls ``init_process_group()`` itself meets the other nodes: node 0's address and
+# the port, this node's rank, the nodes, one process per node.
+PLAIN_ENV = (
+    "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+)  # fmt: skip
+
 # A python interpreter by the name a command gives it (python, python3, python3.11, pypy3).
 PYTHON = re.compile(r"(?:python|pypy)[0-9.]*", re.ASCII)
 

@@ -1,8 +1,8 @@
 """``$VAR`` in spec values: one small syntax, expanded where its value is known.
 
-The syntax is ``$NAME`` and ``${NAME}`` (a letter or ``_``, then letters, digits, ``_``),
-and ``$$`` for a literal ``$``; any other ``$`` is an error, so a value never reaches a
-shell that would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
+The syntax is ``$NAME`` and ``${NAME}``, and ``$$`` for a literal ``$``
+(`slurmpre.dollars`); any other ``$`` is an error, so a value never reaches a shell that
+would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
 
 - ``env`` values expand on the node, from the job's environment as it starts (the
   batch script assigns them in bash double quotes, where a ``${NAME}`` is replaced and
@@ -21,34 +21,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmpre.errors import SpecError
-
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_TOKEN = re.compile(rf"\$(?:\$|(?P<bare>{_NAME})|\{{(?P<braced>{_NAME})\}})")
+from slurmpre import dollars
+from slurmpre.errors import SpecError, UsageError
 
 
 def _parts(key: str, text: str) -> list[tuple[str, str]]:
-    """``text`` cut into ("text", literal) and ("var", NAME) parts."""
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while (at := text.find("$", pos)) >= 0:
-        if at > pos:
-            out.append(("text", text[pos:at]))
-        m = _TOKEN.match(text, at)
-        if m is None:
-            shown = text[at : at + 3]
-            raise SpecError(
-                f"{key} = {text!r}: {shown!r} is not $NAME, ${{NAME}} or $$ "
-                "(write $$ for a literal $)"
-            )
-        name = m.group("bare") or m.group("braced")
-        if name == "_":
-            raise SpecError(f"{key} = {text!r}: $_ is the shell's last argument, not a variable")
-        out.append(("var", name) if name else ("text", "$"))
-        pos = m.end()
-    if pos < len(text):
-        out.append(("text", text[pos:]))
-    return out
+    """``text`` cut into ("text", literal) and ("var", NAME) parts (`slurmpre.dollars`)."""
+    try:
+        return dollars.parts(text)
+    except UsageError as exc:
+        raise SpecError(f"{key} = {text!r}: {exc}") from None
 
 
 # Characters that reorder how text is shown: a name or path holding one reads on a
