@@ -42,6 +42,11 @@ _LAUNCHERS = {
     "accelerate": "accelerate",
     "accelerate-launch": "accelerate",
     "deepspeed": "deepspeed",
+    "srun": "srun",
+    "mpirun": "mpirun",
+    "orterun": "mpirun",
+    "mpiexec": "mpiexec",
+    "mpiexec.hydra": "mpiexec",
 }
 _LAUNCHER_MODULES = {
     "torch.distributed.run": "torchrun",
@@ -66,14 +71,24 @@ NESTED = {
     "deepspeed": "starts the deepspeed launcher, which reaches other nodes over ssh, not "
     "through Slurm. Give the script itself (python train.py ...) with launcher = "
     "'torchrun': deepspeed.initialize() reads torchrun's environment",
+    "srun": "starts srun: slurmpre already runs one task per node under srun and starts the "
+    "launcher there (launcher = 'torchrun', the default). Give the script itself "
+    "(python train.py ...), or launcher = 'plain' to run it as is, once per node",
+    **{
+        mpi: f"starts {mpi}, an MPI launcher that reaches the nodes itself: slurmpre starts one "
+        "launcher per node (launcher = 'torchrun', the default). Give the script itself "
+        "(python train.py ...), or launcher = 'plain' to run it as is, once per node, with "
+        "MASTER_ADDR, RANK and WORLD_SIZE set"
+        for mpi in ("mpirun", "mpiexec")
+    },
 }
 
 
 def own(command: Sequence[str]) -> str | None:
     """The launcher a command starts by itself (``torchrun``, ``accelerate``, ``deepspeed``,
-    or ``python -m torch.distributed.run``), or None. Read through what only runs the
-    next word (``env`` with its settings, ``nice``), and python's own flags (``-u``,
-    ``-X opt``, ``-mtorch.distributed.run``)."""
+    ``python -m torch.distributed.run``, ``srun``, ``mpirun``, ``mpiexec``), or None.
+    Read through what only runs the next word (``env`` with its settings, ``nice``), and
+    python's own flags (``-u``, ``-X opt``, ``-mtorch.distributed.run``)."""
     words = list(command)
     while words and PurePosixPath(words[0]).name in _PASS_THROUGH:
         words = _after_pass_through(words)

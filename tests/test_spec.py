@@ -156,6 +156,10 @@ def test_values_are_normalised() -> None:
         ({"command": "env A=1 python3 -u -m torch.distributed.launch t.py"}, "starts torchrun"),
         ({"command": ["nice", "-n", "5", "accelerate", "launch", "t.py"]}, "accelerate launch"),
         ({"command": ["python3.11", "-X", "dev", "-m", "deepspeed", "t.py"]}, "deepspeed"),
+        ({"command": "srun python train.py"}, "starts srun: slurmpre already runs one task"),
+        ({"command": ["/usr/bin/srun", "-n", "8", "python", "t.py"]}, "starts srun"),
+        ({"command": ["env", "OMP_NUM_THREADS=1", "mpirun", "-np", "8", "t"]}, "starts mpirun"),
+        ({"command": ["/opt/mpi/bin/mpiexec.hydra", "t"]}, "starts mpiexec, an MPI launcher"),
         # Slurm's own ranges.
         ({"time": "99999999"}, "is longer than Slurm can hold"),
         ({"time": "24856-00:00:00"}, "is longer than Slurm can hold"),
@@ -275,6 +279,10 @@ def test_the_default_checkpoint_folder_follows_home(monkeypatch: pytest.MonkeyPa
             "accelerate",
         ),
         (["deepspeed", "train.py"], "the deepspeed launcher", "torchrun"),
+        (["srun", "python", "train.py"], "srun", "torchrun"),
+        (["/usr/bin/env", "srun", "--mpi=pmix", "train.py"], "srun", "torchrun"),
+        (["mpirun", "-np", "16", "python", "train.py"], "mpirun", "torchrun"),
+        (["mpiexec", "python", "train.py"], "mpiexec", "torchrun"),
     ],
 )
 @pytest.mark.parametrize("given", ["torchrun", "accelerate", "plain"])
@@ -434,7 +442,7 @@ def test_path_variables_that_cannot_expand_are_one_line_errors(
 
 @pytest.mark.parametrize("value", ["$(id)", "${A:-b}", "$1", "a$", "${A", "$-", "`x` $_"])
 def test_env_values_with_other_shell_syntax_are_refused(value: str) -> None:
-    with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument)"):
+    with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument|no closing)"):
         validate({"name": "j", "command": ["python"], "env": {"X": value}})
 
 
@@ -537,3 +545,17 @@ def test_the_runs_bounds_read_as_a_user_writes_them() -> None:
     )  # fmt: skip
     assert (spec.fallback_after, spec.max_preemptions) == (3, 40)
     assert validate({"name": "x", "command": ["a"], "max_wait": 90}, user="a").max_wait == 90.0
+
+
+def test_a_nested_srun_or_mpirun_is_one_line_saying_what_to_write() -> None:
+    with pytest.raises(SpecError) as err:
+        spec(command="srun python train.py")
+    assert str(err.value) == (
+        "command = 'srun python train.py': starts srun: slurmpre already runs one task per "
+        "node under srun and starts the launcher there (launcher = 'torchrun', the default). "
+        "Give the script itself (python train.py ...), or launcher = 'plain' to run it as "
+        "is, once per node"
+    )
+    for command in (["srunner", "x"], ["python", "srun"], ["mpirun.sh"], ["./my_mpirun"]):
+        assert spec(command=command).command == tuple(command)  # none is one of them
+

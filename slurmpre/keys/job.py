@@ -93,8 +93,9 @@ JOB: tuple[Key, ...] = (
         '`LOCAL_WORLD_SIZE=1` set unless the job sets them, so a script that calls '
         '`init_process_group()` itself meets the other nodes. A command that starts a launcher '
         'of its own (`torchrun`, `python -m torch.distributed.run`, `accelerate launch`, '
-        '`deepspeed`) is refused, naming the key to use: it would run a launcher inside a '
-        "launcher, or (DeepSpeed's) reach nodes over ssh instead of through Slurm",
+        '`deepspeed`, `srun`, `mpirun`, `mpiexec`; also after `env` or a path) is refused, '
+        'naming the key to use: it would run a launcher inside a launcher, or reach nodes '
+        "over ssh (DeepSpeed's) or through MPI instead of through slurmpre's allocation",
         flag='--launcher', kind='choice', writes='always', choices=launchers.NAMES,
         help=(
             'torchrun: one torchrun per node, c10d rendezvous on node 0 (default); '
