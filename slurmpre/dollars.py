@@ -28,6 +28,8 @@ def parts(text: str) -> list[tuple[str, str]]:
         if at > pos:
             out.append((TEXT, text[pos:at]))
         m = _TOKEN.match(text, at)
+        if m is None and text.startswith("${", at) and "}" not in text[at:]:
+            raise UsageError(f"{text[at:]!r} has no closing }} (write $$ for a literal $)")
         if m is None:
             shown = text[at : at + 3]
             raise UsageError(f"{shown!r} is not $NAME, ${{NAME}} or $$ (write $$ for a literal $)")

@@ -160,6 +160,11 @@ def test_values_are_normalised() -> None:
         ({"command": ["/usr/bin/srun", "-n", "8", "python", "t.py"]}, "starts srun"),
         ({"command": ["env", "OMP_NUM_THREADS=1", "mpirun", "-np", "8", "t"]}, "starts mpirun"),
         ({"command": ["/opt/mpi/bin/mpiexec.hydra", "t"]}, "starts mpiexec, an MPI launcher"),
+        # $NAME in the command expands on the node: its grammar is checked here.
+        ({"command": ["python", "t.py", "--x=$(id)"]}, "in '--x=$(id)', '$(i' is not $NAME"),
+        ({"command": "python t.py --out ${OUT"}, "in '${OUT', '${OUT' has no closing }"),
+        ({"command": ["python", "t.py", "costs $5"]}, "'$5' is not $NAME, ${NAME} or $$"),
+        ({"command": ["python", "t.py", "a$"]}, "(write $$ for a literal $)"),
         # Slurm's own ranges.
         ({"time": "99999999"}, "is longer than Slurm can hold"),
         ({"time": "24856-00:00:00"}, "is longer than Slurm can hold"),
@@ -559,3 +564,71 @@ def test_a_nested_srun_or_mpirun_is_one_line_saying_what_to_write() -> None:
     for command in (["srunner", "x"], ["python", "srun"], ["mpirun.sh"], ["./my_mpirun"]):
         assert spec(command=command).command == tuple(command)  # none is one of them
 
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "train.py", "--output_dir", "$SLURMPRE_CHECKPOINT_DIR"],
+        ["python", "t.py", "--out=${SLURMPRE_CHECKPOINT_DIR}/x", "price $$5", "$$"],
+        ["python", "t.py", "`id`", "a;b", "*"],  # no $: kept as written, never run
+    ],
+)
+def test_a_command_keeps_its_variables_for_the_nodes(command: list[str]) -> None:
+    assert spec(command=command).command == tuple(command)
+
+
+def _unknown(command: list[str], **kw: object) -> list[str]:
+    from slurmpre.login import variables
+
+    s = spec(command=command, **kw)
+    plain = s.launcher is Launcher.PLAIN
+    return variables.unknown_in_command(s.command, s.env, {"HOME": "/h"}, plain=plain)
+
+
+def test_a_variable_nothing_is_known_to_set_is_named() -> None:
+    """Known: slurmpre's own for every training, Slurm's, the spec's env, where you
+    submit, and (launcher = "plain") the rendezvous variables slurmpre sets."""
+    known = ["$SLURMPRE_CHECKPOINT_DIR", "${SLURMPRE_RESUME_FROM}", "$SLURM_JOB_ID",
+             "$SLURMD_NODENAME", "$HOME/x", "$SEED", "$$NOT_A_VARIABLE"]  # fmt: skip
+    assert _unknown(["python", "t.py", *known], env={"SEED": "1"}) == []
+    assert _unknown(["python", "t.py", "$RANK", "$OUT", "${OUT}", "$SLURMPRE_CKPT"]) == [
+        "RANK", "OUT", "SLURMPRE_CKPT",  # under torchrun, RANK is set per worker, not here
+    ]  # fmt: skip
+    assert _unknown(["python", "t.py", "$RANK", "$MASTER_ADDR"], launcher="plain") == []
+
+
+def test_the_warning_is_one_line() -> None:
+    from slurmpre.login.variables import command_warning
+
+    assert command_warning([]) is None
+    assert command_warning(["OUT"]) == (
+        "warning: command names $OUT, which is not set here, nor in the spec's env, nor one "
+        "slurmpre or Slurm sets: the job stops at its start unless the nodes set it"
+    )
+    assert command_warning(["A", "B"]).startswith(  # type: ignore[union-attr]
+        "warning: command names $A, $B, which are not set here"
+    )
+
+
+def test_submit_warns_of_a_variable_nothing_sets_and_queues_anyway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmpre.login.submit import submit
+
+    from tests.test_resuming import Submits, spec_in
+
+    monkeypatch.delenv("OUTPUT_DIR", raising=False)
+    command = '["python", "train.py", "--out", "$OUTPUT_DIR", "$SLURMPRE_CHECKPOINT_DIR"]'
+    s = load(spec_in(tmp_path, tmp_path / "ck"), [f"command={command}"])
+    said: list[str] = []
+    client = Submits()
+    assert submit(s, client, say=said.append).job_id == "101"
+    assert said[0] == (
+        "warning: command names $OUTPUT_DIR, which is not set here, nor in the spec's env, "
+        "nor one slurmpre or Slurm sets: the job stops at its start unless the nodes set it"
+    )
+    assert "'$OUTPUT_DIR' '$SLURMPRE_CHECKPOINT_DIR'" in client.scripts[0]  # for the nodes
+    monkeypatch.setenv("OUTPUT_DIR", "/scratch/out")  # set where you submit: sbatch hands it on
+    said.clear()
+    submit(s, client, say=said.append)
+    assert not [line for line in said if line.startswith("warning:")]

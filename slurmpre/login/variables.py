@@ -8,6 +8,11 @@ would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
   batch script assigns them in bash double quotes, where a ``${NAME}`` is replaced and
   nothing else is run, split or globbed); a variable that is not set there is empty,
   as in a shell.
+- ``command`` expands on every node, from the environment the training gets (the
+  job's, with slurmpre's own variables), each argument staying one argument
+  (`slurmpre.job.start.expand`); a variable that is not set there stops the run. Here
+  its grammar is checked, and a variable nothing is known to set is a warning
+  (`command_warning`).
 - Path keys (``checkpoint_dir``, ``log_dir``, ``python``, ``template``) expand at
   submit, from the environment there (the login node's: on a cluster ``$USER`` and
   ``$HOME`` are the same on the nodes), and a leading ``~`` is ``$HOME``; a variable
@@ -19,9 +24,9 @@ would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from slurmpre import dollars
+from slurmpre import dollars, environment, launchers
 from slurmpre.errors import SpecError, UsageError
 
 
@@ -50,6 +55,46 @@ def check(key: str, text: str) -> str:
     """``text``, unchanged, once its every ``$`` is of the syntax above."""
     _parts(key, text)
     return text
+
+
+def check_word(key: str, value: object, word: str) -> None:
+    """One word of a list value (``value``, as written) is of the grammar."""
+    try:
+        dollars.parts(word)
+    except UsageError as exc:
+        raise SpecError(f"{key} = {value!r}: in {word!r}, {exc}") from None
+
+
+# Besides slurmpre's, what Slurm sets in every job and step (SLURM_JOB_ID, SLURMD_NODENAME).
+_SLURM = ("SLURM_", "SLURMD_")
+
+
+def unknown_in_command(
+    command: Sequence[str], env: Iterable[str], environ: Mapping[str, str], *, plain: bool
+) -> list[str]:
+    """The variables a checked command names that nothing is known to set where it runs:
+    neither slurmpre (for every training: `environment.ALWAYS`; for a ``plain`` launcher,
+    its rendezvous variables too), nor Slurm, nor the spec's ``env``, nor ``environ``
+    (where you submit: sbatch hands it on to the job)."""
+    known = {*environment.ALWAYS, *env, *environ, *(launchers.PLAIN_ENV if plain else ())}
+    out: list[str] = []
+    for word in command:
+        for name in dollars.names(word) if "$" in word else ():
+            if name not in known and not name.startswith(_SLURM) and name not in out:
+                out.append(name)
+    return out
+
+
+def command_warning(unknown: Sequence[str]) -> str | None:
+    """One line for `unknown_in_command`'s answer: not an error, the nodes may set them."""
+    if not unknown:
+        return None
+    shown = ", ".join(f"${name}" for name in unknown)
+    it, isnt = ("it", "is") if len(unknown) == 1 else ("them", "are")
+    return (
+        f"warning: command names {shown}, which {isnt} not set here, nor in the spec's env, "
+        f"nor one slurmpre or Slurm sets: the job stops at its start unless the nodes set {it}"
+    )
 
 
 def names(text: str) -> list[str]:

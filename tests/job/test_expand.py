@@ -53,7 +53,7 @@ def test_an_unset_variable_is_one_line_naming_it_and_the_argument() -> None:
 
 @pytest.mark.parametrize(
     ("word", "said"),
-    [("$(id)", "'$(i' is not $NAME"), ("${D", "'${D' is not $NAME"), ("$1", "'$1' is not")],
+    [("$(id)", "'$(i' is not $NAME"), ("${D", "'${D' has no closing }"), ("$1", "'$1' is not")],
 )
 def test_a_dollar_of_no_variable_is_refused(word: str, said: str) -> None:
     with pytest.raises(UsageError) as caught:
