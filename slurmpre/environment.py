@@ -61,6 +61,16 @@ DEBIAN_MIRROR = "SLURMPRE_DEBIAN_MIRROR"  # the mirror those roots come from
 NODE_LOCAL_DIR = "SLURMPRE_NODE_LOCAL_DIR"
 
 
+# What every training process finds set: the batch script's exports and `Training`'s
+# (a test holds it to `Training.to_env`). A command's $NAME may name these: the wrapper
+# expands it from the training's environment (`slurmpre.job.start.expand`).
+ALWAYS = frozenset({
+    JOB_NAME, CHECKPOINT_DIR, LOG_DIR, RESUME_FROM, RESUME_STEP, RESTART_COUNT, RESTARTS,
+    JOB_TAG, WORLD_SIZE, PREVIOUS_WORLD_SIZE, NOTICE_FILE, LISTENING_FILE, TAKEN_FILE,
+    GOES_ON_FILE, MEETS_AT_RESUME_FILE, FILE_ACCESS,
+})  # fmt: skip
+
+
 def text(env: Mapping[str, str], name: str) -> str:
     """The variable's value ("" when unset)."""
     return env.get(name, "")

@@ -39,6 +39,14 @@ _NEEDS: dict[Launcher, str | None] = {
 NAMES = tuple(launcher.value for launcher in Launcher)
 DEFAULT = Launcher.TORCHRUN
 
+# What ``plain`` sets for the command on every node (unless the job sets it), so a script
+# that calls ``init_process_group()`` itself meets the other nodes: node 0's address and
+# the port, this node's rank, the nodes, one process per node.
+PLAIN_ENV = (
+    "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+)  # fmt: skip
+
 # A python interpreter by the name a command gives it (python, python3, python3.11, pypy3).
 PYTHON = re.compile(r"(?:python|pypy)[0-9.]*", re.ASCII)
 
@@ -48,6 +56,11 @@ _LAUNCHERS = {
     "accelerate": "accelerate",
     "accelerate-launch": "accelerate",
     "deepspeed": "deepspeed",
+    "srun": "srun",
+    "mpirun": "mpirun",
+    "orterun": "mpirun",
+    "mpiexec": "mpiexec",
+    "mpiexec.hydra": "mpiexec",
 }
 _LAUNCHER_MODULES = {
     "torch.distributed.run": "torchrun",
@@ -72,14 +85,24 @@ NESTED = {
     "deepspeed": "starts the deepspeed launcher, which reaches other nodes over ssh, not "
     "through Slurm. Give the script itself (python train.py ...) with launcher = "
     "'torchrun': deepspeed.initialize() reads torchrun's environment",
+    "srun": "starts srun: slurmpre already runs one task per node under srun and starts the "
+    "launcher there (launcher = 'torchrun', the default). Give the script itself "
+    "(python train.py ...), or launcher = 'plain' to run it as is, once per node",
+    **{
+        mpi: f"starts {mpi}, an MPI launcher that reaches the nodes itself: slurmpre starts one "
+        "launcher per node (launcher = 'torchrun', the default). Give the script itself "
+        "(python train.py ...), or launcher = 'plain' to run it as is, once per node, with "
+        "MASTER_ADDR, RANK and WORLD_SIZE set"
+        for mpi in ("mpirun", "mpiexec")
+    },
 }
 
 
 def own(command: Sequence[str]) -> str | None:
     """The launcher a command starts by itself (``torchrun``, ``accelerate``, ``deepspeed``,
-    or ``python -m torch.distributed.run``), or None. Read through what only runs the
-    next word (``env`` with its settings, ``nice``), and python's own flags (``-u``,
-    ``-X opt``, ``-mtorch.distributed.run``)."""
+    ``python -m torch.distributed.run``, ``srun``, ``mpirun``, ``mpiexec``), or None.
+    Read through what only runs the next word (``env`` with its settings, ``nice``), and
+    python's own flags (``-u``, ``-X opt``, ``-mtorch.distributed.run``)."""
     words = list(command)
     while words and PurePosixPath(words[0]).name in _PASS_THROUGH:
         words = _after_pass_through(words)

@@ -156,6 +156,15 @@ def test_values_are_normalised() -> None:
         ({"command": "env A=1 python3 -u -m torch.distributed.launch t.py"}, "starts torchrun"),
         ({"command": ["nice", "-n", "5", "accelerate", "launch", "t.py"]}, "accelerate launch"),
         ({"command": ["python3.11", "-X", "dev", "-m", "deepspeed", "t.py"]}, "deepspeed"),
+        ({"command": "srun python train.py"}, "starts srun: slurmpre already runs one task"),
+        ({"command": ["/usr/bin/srun", "-n", "8", "python", "t.py"]}, "starts srun"),
+        ({"command": ["env", "OMP_NUM_THREADS=1", "mpirun", "-np", "8", "t"]}, "starts mpirun"),
+        ({"command": ["/opt/mpi/bin/mpiexec.hydra", "t"]}, "starts mpiexec, an MPI launcher"),
+        # $NAME in the command expands on the node: its grammar is checked here.
+        ({"command": ["python", "t.py", "--x=$(id)"]}, "in '--x=$(id)', '$(i' is not $NAME"),
+        ({"command": "python t.py --out ${OUT"}, "in '${OUT', '${OUT' has no closing }"),
+        ({"command": ["python", "t.py", "costs $5"]}, "'$5' is not $NAME, ${NAME} or $$"),
+        ({"command": ["python", "t.py", "a$"]}, "(write $$ for a literal $)"),
         # Slurm's own ranges.
         ({"time": "99999999"}, "is longer than Slurm can hold"),
         ({"time": "24856-00:00:00"}, "is longer than Slurm can hold"),
@@ -275,6 +284,10 @@ def test_the_default_checkpoint_folder_follows_home(monkeypatch: pytest.MonkeyPa
             "accelerate",
         ),
         (["deepspeed", "train.py"], "the deepspeed launcher", "torchrun"),
+        (["srun", "python", "train.py"], "srun", "torchrun"),
+        (["/usr/bin/env", "srun", "--mpi=pmix", "train.py"], "srun", "torchrun"),
+        (["mpirun", "-np", "16", "python", "train.py"], "mpirun", "torchrun"),
+        (["mpiexec", "python", "train.py"], "mpiexec", "torchrun"),
     ],
 )
 @pytest.mark.parametrize("given", ["torchrun", "accelerate", "plain"])
@@ -434,7 +447,7 @@ def test_path_variables_that_cannot_expand_are_one_line_errors(
 
 @pytest.mark.parametrize("value", ["$(id)", "${A:-b}", "$1", "a$", "${A", "$-", "`x` $_"])
 def test_env_values_with_other_shell_syntax_are_refused(value: str) -> None:
-    with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument)"):
+    with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument|no closing)"):
         validate({"name": "j", "command": ["python"], "env": {"X": value}})
 
 
@@ -605,3 +618,85 @@ def test_as_written_shows_a_value_as_toml_writes_it() -> None:
         (Launcher.TORCHRUN, "'torchrun'"),
     ]  # fmt: skip
     assert [as_written(value) for value, _ in table] == [shown for _, shown in table]
+
+
+def test_a_nested_srun_or_mpirun_is_one_line_saying_what_to_write() -> None:
+    with pytest.raises(SpecError) as err:
+        spec(command="srun python train.py")
+    assert str(err.value) == (
+        "command = 'srun python train.py': starts srun: slurmpre already runs one task per "
+        "node under srun and starts the launcher there (launcher = 'torchrun', the default). "
+        "Give the script itself (python train.py ...), or launcher = 'plain' to run it as "
+        "is, once per node"
+    )
+    for command in (["srunner", "x"], ["python", "srun"], ["mpirun.sh"], ["./my_mpirun"]):
+        assert spec(command=command).command == tuple(command)  # none is one of them
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "train.py", "--output_dir", "$SLURMPRE_CHECKPOINT_DIR"],
+        ["python", "t.py", "--out=${SLURMPRE_CHECKPOINT_DIR}/x", "price $$5", "$$"],
+        ["python", "t.py", "`id`", "a;b", "*"],  # no $: kept as written, never run
+    ],
+)
+def test_a_command_keeps_its_variables_for_the_nodes(command: list[str]) -> None:
+    assert spec(command=command).command == tuple(command)
+
+
+def _unknown(command: list[str], **kw: object) -> list[str]:
+    from slurmpre.login import variables
+
+    s = spec(command=command, **kw)
+    plain = s.launcher is Launcher.PLAIN
+    return variables.unknown_in_command(s.command, s.env, {"HOME": "/h"}, plain=plain)
+
+
+def test_a_variable_nothing_is_known_to_set_is_named() -> None:
+    """Known: slurmpre's own for every training, Slurm's, the spec's env, where you
+    submit, and (launcher = "plain") the rendezvous variables slurmpre sets."""
+    known = ["$SLURMPRE_CHECKPOINT_DIR", "${SLURMPRE_RESUME_FROM}", "$SLURM_JOB_ID",
+             "$SLURMD_NODENAME", "$HOME/x", "$SEED", "$$NOT_A_VARIABLE"]  # fmt: skip
+    assert _unknown(["python", "t.py", *known], env={"SEED": "1"}) == []
+    assert _unknown(["python", "t.py", "$RANK", "$OUT", "${OUT}", "$SLURMPRE_CKPT"]) == [
+        "RANK", "OUT", "SLURMPRE_CKPT",  # under torchrun, RANK is set per worker, not here
+    ]  # fmt: skip
+    assert _unknown(["python", "t.py", "$RANK", "$MASTER_ADDR"], launcher="plain") == []
+
+
+def test_the_warning_is_one_line() -> None:
+    from slurmpre.login.variables import command_warning
+
+    assert command_warning([]) is None
+    assert command_warning(["OUT"]) == (
+        "warning: command names $OUT, which is not set here, nor in the spec's env, nor one "
+        "slurmpre or Slurm sets: the job stops at its start unless the nodes set it"
+    )
+    assert command_warning(["A", "B"]).startswith(  # type: ignore[union-attr]
+        "warning: command names $A, $B, which are not set here"
+    )
+
+
+def test_submit_warns_of_a_variable_nothing_sets_and_queues_anyway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmpre.login.submit import submit
+
+    from tests.test_resuming import Submits, spec_in
+
+    monkeypatch.delenv("OUTPUT_DIR", raising=False)
+    command = '["python", "train.py", "--out", "$OUTPUT_DIR", "$SLURMPRE_CHECKPOINT_DIR"]'
+    s = load(spec_in(tmp_path, tmp_path / "ck"), [f"command={command}"])
+    said: list[str] = []
+    client = Submits()
+    assert submit(s, client, say=said.append).job_id == "101"
+    assert said[0] == (
+        "warning: command names $OUTPUT_DIR, which is not set here, nor in the spec's env, "
+        "nor one slurmpre or Slurm sets: the job stops at its start unless the nodes set it"
+    )
+    assert "'$OUTPUT_DIR' '$SLURMPRE_CHECKPOINT_DIR'" in client.scripts[0]  # for the nodes
+    monkeypatch.setenv("OUTPUT_DIR", "/scratch/out")  # set where you submit: sbatch hands it on
+    said.clear()
+    submit(s, client, say=said.append)
+    assert not [line for line in said if line.startswith("warning:")]

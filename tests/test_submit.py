@@ -24,6 +24,7 @@ HOSTILE_NAME = "job 'q' \"dq\" $(touch pwned) `touch pwned2`; echo x é中 50%"
 HOSTILE_ARGS = ["a b", "$(touch pwned3)", "`id`", "; rm -rf ~", "'", '"', "é中", "new\nline", ""]
 HOSTILE_ENV = "$(touch pwned4) `id` 'single' \"double\" ; & | \\ é中\nsecond line"
 HOSTILE_ENV_SPEC = HOSTILE_ENV.replace("$", "$$")  # a literal $ in the spec is $$
+HOSTILE_ARGS_SPEC = [a.replace("$", "$$") for a in HOSTILE_ARGS]  # the command's too
 
 DUMP = (
     "import json, os, sys; "
@@ -90,7 +91,7 @@ def test_hostile_values_do_exactly_what_they_say(
         [
             f"name = {toml_str(HOSTILE_NAME)}",
             "command = "
-            + json.dumps([sys.executable, "-c", DUMP, *HOSTILE_ARGS], ensure_ascii=False),
+            + json.dumps([sys.executable, "-c", DUMP, *HOSTILE_ARGS_SPEC], ensure_ascii=False),
             'launcher = "plain"',
             f"checkpoint_dir = {toml_path(ckpt)}",
             f"env = {{ TRICKY = {toml_str(HOSTILE_ENV_SPEC)} }}",

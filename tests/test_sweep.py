@@ -118,7 +118,7 @@ def _run_task(script: str, task: int, tmp_path: Path) -> subprocess.CompletedPro
 def test_each_task_of_the_script_runs_its_own_command_and_environment(tmp_path: Path) -> None:
     specs = [
         _spec(tmp_path, command=["python", "t.py", "--lr", "1 2"], env={"A": "1", "B": "$HOME/x"}),
-        _spec(tmp_path, command=["python", "t.py", "--name", "it's $(id)"], env={"A": "1"}),
+        _spec(tmp_path, command=["python", "t.py", "--name", "it's $$(id) $HOME"], env={"A": "1"}),
     ]
     (group,) = sweep.group(specs, ["first", "second\nlabel"])
     script = render(group.spec, None, group.tasks)
@@ -129,7 +129,8 @@ def test_each_task_of_the_script_runs_its_own_command_and_environment(tmp_path: 
     assert f"B={tmp_path}/x A=1" in first.stdout
     second = _run_task(script, 1, tmp_path)
     argv = [line.removeprefix("argv=") for line in second.stdout.splitlines() if "argv=" in line]
-    assert argv[-3:] == ["t.py", "--name", "it's $(id)"]  # nothing of it ran
+    # Nothing of it ran, nor expanded: the wrapper expands it on the node.
+    assert argv[-3:] == ["t.py", "--name", "it's $$(id) $HOME"]
     assert "B=unset A=1" in second.stdout
     stray = _run_task(script, 2, tmp_path)
     assert stray.returncode == 1

@@ -11,7 +11,13 @@ JOB: tuple[Key, ...] = (
     Key('name', REQUIRED, 'name', "the file's stem",
         'job name; one line, no `/` (it names the checkpoint folder)'),
     Key('command', REQUIRED, 'command', 'required',
-        'argv list, or a string split like a shell would (no shell runs it)'),
+        'argv list, or a string split like a shell would (no shell runs it). `$NAME` and '
+        "`${NAME}` in an argument expand on every node as the job starts, from the "
+        "training's environment (the job's, with slurmpre's own such as "
+        '`$SLURMPRE_CHECKPOINT_DIR`), as in double quotes: each argument stays one, nothing '
+        'else is read, `$$` is a `$`. Another `$` is refused at submit; a variable nothing '
+        'is known to set (not slurmpre\'s, Slurm\'s, in `env`, nor where you submit) is a '
+        'warning; one unset on the node stops the run at its start (exit 2, no restart)'),
     Key(
         'nodes', NodeRange(1, 1), 'nodes', '`1`',
         'a count, or an elastic range `"2-4"` (the job starts on MIN free nodes, uses up to '
@@ -93,8 +99,9 @@ JOB: tuple[Key, ...] = (
         '`LOCAL_WORLD_SIZE=1` set unless the job sets them, so a script that calls '
         '`init_process_group()` itself meets the other nodes. A command that starts a launcher '
         'of its own (`torchrun`, `python -m torch.distributed.run`, `accelerate launch`, '
-        '`deepspeed`) is refused, naming the key to use: it would run a launcher inside a '
-        "launcher, or (DeepSpeed's) reach nodes over ssh instead of through Slurm",
+        '`deepspeed`, `srun`, `mpirun`, `mpiexec`; also after `env` or a path) is refused, '
+        'naming the key to use: it would run a launcher inside a launcher, or reach nodes '
+        "over ssh (DeepSpeed's) or through MPI instead of through slurmpre's allocation",
         flag='--launcher', kind='choice', writes='always', choices=launchers.NAMES,
         help=(
             'torchrun: one torchrun per node, c10d rendezvous on node 0 (default); '

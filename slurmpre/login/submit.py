@@ -23,7 +23,7 @@ from slurmpre.folder.locks import FolderLock, LockTimeout
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.keys import as_written
 from slurmpre.launchers import Launcher
-from slurmpre.login import code, jobs, progress, resuming
+from slurmpre.login import code, jobs, progress, resuming, variables
 from slurmpre.login.render import render
 from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
@@ -155,8 +155,22 @@ def submit(
     (`slurmpre.login.sweep`).
     """
     check_interpreter(spec)
+    if (line := _unknown_variables(spec, tasks)) is not None:
+        say(line)
     with one_at_a_time(Path(spec.checkpoint_dir)):
         return _submit(spec, client, force, resume, fresh, say, tasks)
+
+
+def _unknown_variables(spec: JobSpec, tasks: Sequence[Task]) -> str | None:
+    """A warning for the variables the command (each task's) names that nothing is known
+    to set on the nodes (`variables.unknown_in_command`)."""
+    plain = spec.launcher == Launcher.PLAIN
+    runs = [(t.command, {**spec.env, **t.env}) for t in tasks]
+    unknown: list[str] = []
+    for command, env in runs or [(spec.command, dict(spec.env))]:
+        found = variables.unknown_in_command(command, env, os.environ, plain=plain)
+        unknown += [name for name in found if name not in unknown]
+    return variables.command_warning(unknown)
 
 
 SUBMIT_WAIT = 120.0  # seconds a submission waits for another one into the same folder

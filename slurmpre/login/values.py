@@ -116,6 +116,9 @@ def parse_command(value: object) -> tuple[str, ...]:
         raise bad("command", value, "must name a program to run")
     if any("\0" in a for a in argv):
         raise bad("command", value, "must not contain NUL bytes")
+    for word in argv:
+        # $NAME expands on the node (`slurmpre.job.start.expand`): its grammar, checked here.
+        variables.check_word("command", value, word)
     return tuple(argv)
 
 

@@ -1,13 +1,18 @@
 """``$VAR`` in spec values: one small syntax, expanded where its value is known.
 
-The syntax is ``$NAME`` and ``${NAME}`` (a letter or ``_``, then letters, digits, ``_``),
-and ``$$`` for a literal ``$``; any other ``$`` is an error, so a value never reaches a
-shell that would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
+The syntax is ``$NAME`` and ``${NAME}``, and ``$$`` for a literal ``$``
+(`slurmpre.dollars`); any other ``$`` is an error, so a value never reaches a shell that
+would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
 
 - ``env`` values expand on the node, from the job's environment as it starts (the
   batch script assigns them in bash double quotes, where a ``${NAME}`` is replaced and
   nothing else is run, split or globbed); a variable that is not set there is empty,
   as in a shell.
+- ``command`` expands on every node, from the environment the training gets (the
+  job's, with slurmpre's own variables), each argument staying one argument
+  (`slurmpre.job.start.expand`); a variable that is not set there stops the run. Here
+  its grammar is checked, and a variable nothing is known to set is a warning
+  (`command_warning`).
 - Path keys (``checkpoint_dir``, ``log_dir``, ``python``, ``template``) expand at
   submit, from the environment there (the login node's: on a cluster ``$USER`` and
   ``$HOME`` are the same on the nodes), and a leading ``~`` is ``$HOME``; a variable
@@ -19,39 +24,19 @@ shell that would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from slurmpre.errors import SpecError
+from slurmpre import dollars, environment, launchers
+from slurmpre.errors import SpecError, UsageError
 from slurmpre.keys import as_written
-
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_TOKEN = re.compile(rf"\$(?:\$|(?P<bare>{_NAME})|\{{(?P<braced>{_NAME})\}})")
 
 
 def _parts(key: str, text: str) -> list[tuple[str, str]]:
-    """``text`` cut into ("text", literal) and ("var", NAME) parts."""
-    out: list[tuple[str, str]] = []
-    pos = 0
-    while (at := text.find("$", pos)) >= 0:
-        if at > pos:
-            out.append(("text", text[pos:at]))
-        m = _TOKEN.match(text, at)
-        if m is None:
-            shown = text[at : at + 3]
-            raise SpecError(
-                f"{key} = {as_written(text)}: {shown!r} is not $NAME, ${{NAME}} or $$ "
-                "(write $$ for a literal $)"
-            )
-        name = m.group("bare") or m.group("braced")
-        if name == "_":
-            raise SpecError(
-                f"{key} = {as_written(text)}: $_ is the shell's last argument, not a variable"
-            )
-        out.append(("var", name) if name else ("text", "$"))
-        pos = m.end()
-    if pos < len(text):
-        out.append(("text", text[pos:]))
-    return out
+    """``text`` cut into ("text", literal) and ("var", NAME) parts (`slurmpre.dollars`)."""
+    try:
+        return dollars.parts(text)
+    except UsageError as exc:
+        raise SpecError(f"{key} = {as_written(text)}: {exc}") from None
 
 
 # Characters that reorder how text is shown: a name or path holding one reads on a
@@ -71,6 +56,46 @@ def check(key: str, text: str) -> str:
     """``text``, unchanged, once its every ``$`` is of the syntax above."""
     _parts(key, text)
     return text
+
+
+def check_word(key: str, value: object, word: str) -> None:
+    """One word of a list value (``value``, as written) is of the grammar."""
+    try:
+        dollars.parts(word)
+    except UsageError as exc:
+        raise SpecError(f"{key} = {value!r}: in {word!r}, {exc}") from None
+
+
+# Besides slurmpre's, what Slurm sets in every job and step (SLURM_JOB_ID, SLURMD_NODENAME).
+_SLURM = ("SLURM_", "SLURMD_")
+
+
+def unknown_in_command(
+    command: Sequence[str], env: Iterable[str], environ: Mapping[str, str], *, plain: bool
+) -> list[str]:
+    """The variables a checked command names that nothing is known to set where it runs:
+    neither slurmpre (for every training: `environment.ALWAYS`; for a ``plain`` launcher,
+    its rendezvous variables too), nor Slurm, nor the spec's ``env``, nor ``environ``
+    (where you submit: sbatch hands it on to the job)."""
+    known = {*environment.ALWAYS, *env, *environ, *(launchers.PLAIN_ENV if plain else ())}
+    out: list[str] = []
+    for word in command:
+        for name in dollars.names(word) if "$" in word else ():
+            if name not in known and not name.startswith(_SLURM) and name not in out:
+                out.append(name)
+    return out
+
+
+def command_warning(unknown: Sequence[str]) -> str | None:
+    """One line for `unknown_in_command`'s answer: not an error, the nodes may set them."""
+    if not unknown:
+        return None
+    shown = ", ".join(f"${name}" for name in unknown)
+    it, isnt = ("it", "is") if len(unknown) == 1 else ("them", "are")
+    return (
+        f"warning: command names {shown}, which {isnt} not set here, nor in the spec's env, "
+        f"nor one slurmpre or Slurm sets: the job stops at its start unless the nodes set {it}"
+    )
 
 
 def names(text: str) -> list[str]:

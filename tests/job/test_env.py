@@ -57,7 +57,7 @@ def _child_env(
 
     from slurmpre.folder.ledger import Choice
     from slurmpre.job.start.args import parse_args
-    from slurmpre.job.start.resume import child_env
+    from slurmpre.job.start.launch import child_env
 
     opts = parse_args(["--launcher", launcher, "--checkpoint-dir", "/c", "--", "python", "t.py"])
     choice = Choice("42", 1, None, None, ("gpu-preemptible-dp-1", "gpu-preemptible-dp-2"),
@@ -103,3 +103,14 @@ def test_the_runs_restart_count_goes_on_across_its_jobs() -> None:
     child = {"SLURMPRE_RESTART_COUNT": "1", "SLURMPRE_RESTARTS": "3"}
     assert api.restart_count(child) == 3 and api.attempt.own_attempt(child) == 1
     assert api.restart_count({"SLURM_RESTART_COUNT": "2"}) == 2  # outside a chain, as before
+
+
+def test_what_every_training_finds_set_is_what_the_wrapper_and_script_set() -> None:
+    """`environment.ALWAYS` (what a command's $NAME may name without a warning at submit):
+    `Training`'s every variable, and the batch script's exports."""
+    from slurmpre import environment
+
+    training = _child_env("plain")
+    script = {environment.JOB_NAME, environment.LOG_DIR}
+    assert {k for k in training if k.startswith("SLURMPRE_")} | script >= environment.ALWAYS
+    assert {k for k in training if k.startswith("SLURMPRE_")} <= environment.ALWAYS

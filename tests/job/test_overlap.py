@@ -112,7 +112,7 @@ def test_the_training_of_a_step_started_early_waits_in_resume_path(tmp_path: Pat
     """Its script met at resume_path() before: told to wait there (RESUME_PENDING names
     this job), where the choice comes once the step before has ended."""
     from slurmpre.job.start.args import parse_args
-    from slurmpre.job.start.resume import takes_over_early
+    from slurmpre.job.start.launch import takes_over_early
 
     opts = parse_args([f"--checkpoint-dir={tmp_path}", "--", "python", "train.py"])
     job = read_job_env(ENV)
@@ -129,7 +129,7 @@ def test_in_a_successor_job_a_step_started_early_waits_for_its_own_step_not_the_
 ) -> None:
     """A successor keeps SLURMPRE_PREDECESSOR for good; its step started early still waits
     for this job's step before, whose watcher looks for that name in the Waiting record."""
-    from slurmpre.job.start.resume import waits_for
+    from slurmpre.job.start.launch import waits_for
 
     job = read_job_env({**ENV, environment.PREDECESSOR: "70"})
     assert waits_for(job) == "77"

@@ -193,7 +193,7 @@ def test_only_a_script_that_meets_at_resume_path_is_started_before_its_predecess
     predecessor's resume_path() (or resume_step()) is what says the script meets there."""
     from slurmpre.job.start.args import parse_args
     from slurmpre.job.start.env import JobEnv
-    from slurmpre.job.start.resume import takes_over_early
+    from slurmpre.job.start.launch import takes_over_early
 
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
     successor = JobEnv("77", 0, 0, ("n2",), "n2", 0, predecessor="42")

@@ -3,15 +3,14 @@
 Node 0 clears what dead attempts left in the checkpoint folder, picks the
 newest complete checkpoint and publishes the choice (with the rendezvous
 endpoint); the other nodes wait for that choice. Then each node builds the
-launcher command and the child's environment from it.
+launcher command and the child's environment from it (`launch`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -28,18 +27,22 @@ from slurmpre.errors import (
 from slurmpre.folder import checkpoints, trust
 from slurmpre.folder import snapshot as snapshots
 from slurmpre.folder.access import OWNER, Access, make_dir
-from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
 from slurmpre.gitstate import git_state
 from slurmpre.job.handover import overlap, twins
 from slurmpre.job.handover.successor import wait_for_predecessor
-from slurmpre.job.start import limits
+from slurmpre.job.start import expand, limits
 from slurmpre.job.start.args import RunOptions
 from slurmpre.job.start.env import JobEnv
-from slurmpre.job.start.rendezvous import Rendezvous, accelerate_argv, port_for, torchrun_argv
-from slurmpre.launchers import Launcher
+from slurmpre.job.start.launch import (
+    child_env,
+    nproc_for,
+    predecessor_timeout,
+    takes_over_early,
+)
+from slurmpre.job.start.rendezvous import port_for
 from slurmpre.slurm.client import SlurmClient
 
 
@@ -54,6 +57,11 @@ class AttemptContext:
     ledger: Ledger
     client: SlurmClient
     say: Callable[[str], None]
+    env: Mapping[str, str] | None = None  # the job's environment (None: this process's)
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return os.environ if self.env is None else self.env
 
 
 def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
@@ -77,21 +85,6 @@ def check_checkpoint_dir(path: Path, job: JobEnv, access: Access = OWNER) -> Pat
     return folder
 
 
-def check_command(command: Sequence[str]) -> None:
-    exe = command[0]
-    found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
-    if found is None and not (exe.endswith(".py") and Path(exe).is_file()):
-        raise UsageError(f"command not found: {exe!r}")
-
-
-# Beyond the predecessor's window: its wrapper's teardown and Slurm's end of the job.
-PREDECESSOR_GRACE = 60.0
-
-
-def nproc_for(opts: RunOptions, job: JobEnv) -> int:
-    return opts.nproc_per_node or job.gpus_on_node or 1
-
-
 def node_address(client: SlurmClient, node: str) -> str:
     """Node 0's address as Slurm knows it (NodeAddr), not a guessed hostname."""
     try:
@@ -106,39 +99,12 @@ def attempt_prefix(job: JobEnv) -> str:
     return f"{job.tag}-{job.attempt}-"
 
 
-def takes_over_early(opts: RunOptions, job: JobEnv, folder: Path) -> bool:
-    """A successor starts its training before its predecessor has ended (make before
-    break): the script's start-up overlaps the predecessor's last steps, and
-    `slurmpre.resume_path()` waits for the checkpoint. Only for a script that meets it
-    there: one whose run (its predecessor) asked `resume_path()`. Not with
-    ``resume_arg`` (the path is on the command line), nor for a script that finds its
-    checkpoint by itself (it would load one, and train, while the predecessor still
-    does): for those the launch waits for the predecessor's end. The same for a step
-    started beside the step before it (`overlap`), whose script is this job's own."""
-    before = waits_for(job)
-    if not before or opts.resume_arg:
-        return False
-    return trust.marked(FolderLayout(folder).meets_at_resume(before))
-
-
-def waits_for(job: JobEnv) -> str | None:
-    """Whose end this attempt's training waits for in `resume_path()`: this job's own, in
-    a step started beside the step before (`overlap`; a successor's too: its predecessor
-    ended long ago); else the job it takes over from, if any."""
-    return job.tag if job.releasing else job.predecessor
-
-
 def wait_for_the_one_before(at: AttemptContext) -> None:
     """Before choosing a checkpoint: the job this one takes over from, or the step this
     one started beside, has committed its last checkpoint and ended."""
     timeout = predecessor_timeout(at.opts)
     wait_for_predecessor(at.ledger, at.client, at.job, timeout, at.say)
     overlap.wait_for_previous_step(at.ledger, at.job, timeout, at.say)
-
-
-def predecessor_timeout(opts: RunOptions) -> float:
-    """How long a successor waits for its predecessor to end: its whole window, and more."""
-    return opts.watch.window + PREDECESSOR_GRACE
 
 
 def agree(at: AttemptContext) -> Choice:
@@ -171,6 +137,7 @@ def agree(at: AttemptContext) -> Choice:
             rdzv_endpoint=_endpoint(at.client, job),
             published_at=time.time(),
         )
+        command_or_give_up(at, early)
         ledger.publish(early, timeout=opts.agree_timeout)
         before = "the step before" if job.releasing else f"job {job.predecessor}"
         say(f"starting while {before} ends: resume_path() waits for its checkpoint")
@@ -181,8 +148,9 @@ def agree(at: AttemptContext) -> Choice:
     return choose(at)
 
 
-def give_up(at: AttemptContext, why: str) -> NoReturn:
-    """End the run here: recorded, made non-requeueable, and exit 1 (`limits`)."""
+def give_up(at: AttemptContext, why: str, error: SlurmpreError | None = None) -> NoReturn:
+    """End the run here: recorded, made non-requeueable, and exit 1 (`limits`), or
+    ``error``'s code."""
     job = at.job
     at.ledger.append(
         GaveUp(job=job.tag, attempt=job.restart_count, in_place=job.in_place, why=why),
@@ -192,7 +160,19 @@ def give_up(at: AttemptContext, why: str) -> NoReturn:
         at.client.set_requeue(job.job_id, False)
     except SlurmpreError as exc:
         at.say(f"could not make the job non-requeueable: {exc}")
-    raise RestartLimit(f"giving up: {why}")
+    raise error if error is not None else RestartLimit(f"giving up: {why}")
+
+
+def command_or_give_up(at: AttemptContext, choice: Choice) -> None:
+    """Node 0, before it publishes ``choice``: every variable the command names is set
+    in the environment the training would get from it (`expand`). If one is not, the
+    run stops here, recorded and not requeued (`give_up`), with the wrapper's exit 2:
+    a restart would build the same command again, and fail the same way."""
+    training = child_env(at.environ, at.opts, at.job, at.folder, choice)
+    try:
+        expand.command(at.opts.command, training)
+    except UsageError as exc:
+        give_up(at, str(exc), exc)
 
 
 def take_over(at: AttemptContext) -> Choice:
@@ -230,6 +210,8 @@ def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
         rdzv_endpoint=_endpoint(client, job),
         published_at=time.time(),
     )
+    if not resume:  # with resume, the training runs already: its command was built
+        command_or_give_up(at, choice)
     ledger.publish(choice, timeout=opts.agree_timeout, resume=resume)
     ledger.append(
         Start(
@@ -312,75 +294,3 @@ def code_run(env: Mapping[str, str]) -> str | None:
         return submitted
     state = git_state(Path.cwd(), timeout=GIT_TIMEOUT)
     return submitted if state is None else state.describe()
-
-
-def child_command(
-    opts: RunOptions, job: JobEnv, choice: Choice, env: Mapping[str, str] | None = None
-) -> list[str]:
-    command = list(opts.command)
-    if opts.resume_arg and choice.resume_from:
-        command += [opts.resume_arg, choice.resume_from]
-    if opts.launcher == Launcher.PLAIN:
-        return command
-    host, _, port = choice.rdzv_endpoint.rpartition(":")
-    rdzv = Rendezvous(
-        host=host,
-        port=int(port),
-        run_id=f"{job.tag}-{job.attempt}",
-        nnodes=job.num_nodes,
-        nproc_per_node=nproc_for(opts, job),
-        node_rank=job.node_id,
-    )
-    if opts.launcher == Launcher.ACCELERATE:
-        return accelerate_argv(
-            command, rdzv, os.environ if env is None else env, opts.accelerate_config
-        )
-    return torchrun_argv(command, rdzv)
-
-
-def child_env(
-    env: Mapping[str, str], opts: RunOptions, job: JobEnv, folder: Path, choice: Choice
-) -> dict[str, str]:
-    """What the training process sees, on top of the job's own environment."""
-    tag, attempt = job.tag, job.attempt
-    layout = FolderLayout(folder)
-    training = environment.Training(
-        checkpoint_dir=str(folder),
-        resume_from=choice.resume_from,
-        resume_step=choice.step,
-        restart_count=job.restart_count,
-        restarts=job.run_restarts,
-        job_tag=tag,
-        world_size=choice.world_size,
-        previous_world_size=choice.previous_world_size,
-        notice_file=str(layout.notice(tag, attempt)),
-        listening_file=str(layout.listening(tag, attempt)),
-        taken_file=str(layout.taken(tag, attempt)),
-        goes_on_file=str(layout.goes_on(tag, attempt)),
-        meets_at_resume_file=str(layout.meets_at_resume(tag)),
-        file_access=opts.file_access.name,
-    )
-    out = {**env, **training.to_env()}
-    out.pop(environment.RESUME_PENDING, None)
-    if takes_over_early(opts, job, folder):
-        out[environment.RESUME_PENDING] = str(waits_for(job))
-        out[environment.RESUME_TIMEOUT] = str(predecessor_timeout(opts) + opts.agree_timeout)
-    if opts.launcher == Launcher.ACCELERATE and job.gpus_on_node == 0:
-        # Slurm gave this node no GPU: Accelerate must be told, or each process counts
-        # itself alone (DistributedType.NO) inside a torch.distributed world of many.
-        out.setdefault("ACCELERATE_USE_CPU", "true")
-    if opts.launcher == Launcher.PLAIN and choice.rdzv_endpoint:
-        # One process per node: what torch.distributed's env:// needs, so a script (or
-        # a launcher of its own) can meet the other nodes. A value the job set wins.
-        host, _, port = choice.rdzv_endpoint.rpartition(":")
-        for key, value in (
-            ("MASTER_ADDR", host),
-            ("MASTER_PORT", port),
-            ("NODE_RANK", str(job.node_id)),
-            ("RANK", str(job.node_id)),
-            ("WORLD_SIZE", str(job.num_nodes)),
-            ("LOCAL_RANK", "0"),
-            ("LOCAL_WORLD_SIZE", "1"),
-        ):
-            out.setdefault(key, value)
-    return out

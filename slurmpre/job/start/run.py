@@ -23,16 +23,13 @@ from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
+from slurmpre.job.start.launch import check_command, launch, takes_over_early
 from slurmpre.job.start.resume import (
     AttemptContext,
     agree,
     attempt_prefix,
     check_checkpoint_dir,
-    check_command,
-    child_command,
-    child_env,
     take_over,
-    takes_over_early,
 )
 from slurmpre.job.start.supervise import Supervisor, relay_notice
 from slurmpre.job.watch.notice import (
@@ -231,11 +228,11 @@ def run_attempt(
 
     say = say or log
     warning = warning or Latch()
-    check_command(opts.command)
+    check_command(opts.command, env)
     folder = check_checkpoint_dir(opts.checkpoint_dir, job, opts.file_access)
     ledger = Ledger(folder, access=opts.file_access)
     ledger.ensure()
-    at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), say)
+    at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), say, env)
     watching: Watching | None = None
     if job.is_first_node and opts.watching:
         # Watching starts before the choice: a drain or a warning during start-up counts.
@@ -286,9 +283,7 @@ def _train(
     every node relays the notice to a script that asked for a signal."""
     opts, job, folder = at.opts, at.job, at.folder
     with Supervisor() as supervisor:
-        child = supervisor.start(
-            child_command(opts, job, choice, env), child_env(env, opts, job, folder, choice)
-        )
+        child = supervisor.start(*launch(opts, job, choice, env, folder))
         if watching is not None:
             watching.launched()
         if child is None:
