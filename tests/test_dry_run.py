@@ -47,7 +47,7 @@ def test_a_dry_run_returns_the_script_and_queues_nothing(
     assert isinstance(got, DryRun)
     assert got.spec.name == "exp" and str(got.spec.nodes) == "1-2"
     assert got.script == render(got.spec)  # what `submit --dry-run` prints
-    assert len(client.tested) == 1  # Slurm's own verdict, and no job
+    assert client.tested == []  # as `submit --dry-run`: no job, and no sbatch at all
     assert not folder.exists() and not (tmp_path / "state").exists()  # no folder, no index
 
 

@@ -700,3 +700,20 @@ def test_submit_warns_of_a_variable_nothing_sets_and_queues_anyway(
     said.clear()
     submit(s, client, say=said.append)
     assert not [line for line in said if line.startswith("warning:")]
+
+
+def test_a_dry_run_warns_of_a_variable_nothing_sets_as_submit_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmpre.login.submit import dry_run
+
+    from tests.test_resuming import Submits, spec_in
+
+    monkeypatch.delenv("OUTPUT_DIR", raising=False)
+    command = '["python", "train.py", "--out", "$OUTPUT_DIR"]'
+    s = load(spec_in(tmp_path, tmp_path / "ck"), [f"command={command}"])
+    said: list[str] = []
+    client = Submits()
+    script = dry_run(s, client, say=said.append)
+    assert said[0].startswith("warning: command names $OUTPUT_DIR, which is not set here")
+    assert "'$OUTPUT_DIR'" in script and client.scripts == []

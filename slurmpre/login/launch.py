@@ -86,15 +86,12 @@ def _rehearse(
     spec: Any, client: SlurmClient, *, force: bool, resume: bool, fresh: bool,
     say: Callable[[str], None],
 ) -> DryRun:  # fmt: skip
-    """Submit's own checks, touching nothing (`slurmpre.login.submit.check`: the nodes'
-    python, the folder's state, a deadline past, Slurm's ``sbatch --test-only``), then
-    the script `submit --dry-run` prints. Called, not copied: a check added to submit
-    is a check here."""
-    from slurmpre.login.render import render
-    from slurmpre.login.submit import check
+    """What `submit --dry-run` does (`slurmpre.login.submit.dry_run`: every check of
+    submit, touching nothing), and the script it prints. Called, not copied: a check
+    added to submit is a check here."""
+    from slurmpre.login.submit import dry_run
 
-    check(spec, client, force=force, resume=resume, fresh=fresh, say=say)
-    return DryRun(spec, render(spec))
+    return DryRun(spec, dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say))
 
 
 def _raw(spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:

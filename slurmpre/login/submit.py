@@ -348,6 +348,8 @@ def dry_run(
     what the job would resume from. It writes nothing, so it takes no lock and makes no
     folder, and it never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
     check_interpreter(spec)
+    if (line := _unknown_variables(spec, tasks)) is not None:
+        say(line)
     plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
     for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
         _creatable(key, Path(path))
