@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import slurmpre
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.instance import sandbox_env
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -97,8 +98,10 @@ def as_user(team: dict[str, Any], user: str, argv: Sequence[str], **kw: Any) -> 
     """``argv`` run as ``user`` of the team, where that user would run it: on the host, or
     inside the Debian root of the sandbox's release."""
     box: Sandbox = team["box"]
+    # This worker's sandbox (its SLURM_CONF), as the user's shell would name it.
     env = {"HOME": f"/home/{user}", "USER": user, "LANG": "C.UTF-8",
-           "PATH": box.env["PATH"] if box.root is None else "/usr/bin:/bin"}  # fmt: skip
+           "PATH": box.env["PATH"] if box.root is None else "/usr/bin:/bin",
+           **sandbox_env(box.instance)}  # fmt: skip
     if box.root is None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={TEAM}", "--init-groups", "--"]
     else:
