@@ -323,13 +323,11 @@ def check(
     tasks: Sequence[Task] = (),
     say: Callable[[str], None] = lambda _: None,
 ) -> None:
-    """Everything `submit` would refuse, refused now, touching nothing: the nodes'
-    python, the folder's state, and Slurm's own verdict on the script (``--test-only``).
-    A sweep checks every job before it queues the first."""
+    """Everything `submit` would refuse, refused now, touching nothing (`test_only`, said
+    to no one: `submit` says it once the job is queued). A sweep checks every job before
+    it queues the first."""
     del say
-    check_interpreter(spec)
-    _refusals(spec, client, force=force, resume=resume, fresh=fresh)
-    client.submit(render(spec, code.Code(), tasks), test_only=True)
+    test_only(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks)
 
 
 def dry_run(
@@ -387,8 +385,9 @@ def test_only(
     resume: bool = False,
     fresh: bool = False,
     say: Callable[[str], None] = lambda _: None,
+    tasks: Sequence[Task] = (),
 ) -> str:
     """Slurm's verdict on the script, without queuing it (``sbatch --test-only``), after
     every check of `dry_run`."""
-    dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say)
-    return client.submit(render(spec), test_only=True)
+    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say, tasks=tasks)
+    return client.submit(script, test_only=True)
