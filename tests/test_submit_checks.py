@@ -5,6 +5,7 @@ client, and a fake `sbatch` on PATH for the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -267,3 +268,28 @@ def test_dry_run_refuses_a_checkpoint_folder_submit_could_not_create(tmp_path: P
         with pytest.raises(UsageError) as info:
             check(spec, Submits())
         assert str(info.value) == said
+
+
+@pytest.mark.parametrize(
+    ("command", "setup", "checked"),
+    [
+        (["python", "train.py"], [], True),
+        (["python3.11", "train.py"], [], True),
+        (["train.py"], [], True),  # torchrun from PATH: the spec's python's folder first
+        (["python", "train.py"], ["module load pytorch"], False),  # another env may come first
+        (["/opt/torch/bin/python", "train.py"], [], False),  # another interpreter runs it
+    ],
+)
+def test_the_launchers_module_is_checked_where_the_specs_python_runs_it(
+    tmp_path: Path, command: list[str], setup: list[str], checked: bool
+) -> None:
+    lines = [f"command = {json.dumps(command)}", f"setup = {json.dumps(setup)}"]
+    path = job_spec(tmp_path, python=python_without_site(tmp_path), launcher="torchrun")
+    text = path.read_text().replace('command = ["train.py"]\n', "")
+    path.write_text(text + "\n".join(lines) + "\n")
+    spec = load(path, ())
+    if checked:
+        with pytest.raises(UsageError, match=r"has no torch, which launcher = 'torchrun'"):
+            submitting.check_interpreter(spec)
+    else:
+        submitting.check_interpreter(spec)  # slurmpre is checked (it imports it), torch not

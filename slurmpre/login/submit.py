@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -130,8 +131,16 @@ def check_interpreter(spec: JobSpec) -> None:
 
     if (why := unseen(spec.python, os.environ.get("PATH", ""))) is not None:
         raise UsageError(why)
+    # The launcher runs under the command's interpreter (`python train.py`), or is the one
+    # on PATH (`train.py`): the spec's python's own when the command names python bare or
+    # a script, since the script puts that python's folder first on PATH, and no setup
+    # line may put another environment before it (a `module load`, a venv's activate).
+    first = spec.command[0]
+    own = not spec.setup and (re.fullmatch(r"python[0-9.]*", first) or first.endswith(".py"))
     check_python(
-        spec.python, launcher=spec.launcher, accelerate_config=spec.accelerate_config or None
+        spec.python,
+        launcher=spec.launcher if own else Launcher.PLAIN,
+        accelerate_config=spec.accelerate_config or None,
     )
 
 
