@@ -249,11 +249,14 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
 def render_task_prolog(cfg: SandboxConfig) -> str:
     """Every task (a batch script, each srun task) starts behind it, on its node, as its
     user: slurmstepd puts the ``export NAME=value`` lines it prints into the task's
-    environment, as a site exports a node's local scratch. Here: the node's own folder."""
+    environment, as a site exports a node's local scratch. Here: the node's own folder,
+    and the rendezvous ports of this sandbox's jobs, apart from the other sandboxes' on
+    this host (whatever environment the job was submitted from)."""
     return (
         f"#!/bin/sh\n{MARKER}\n"
         f"printf 'export {environment.NODE_LOCAL_DIR}=%s/%s\\n' "
         f'{shlex.quote(str(cfg.local_root))} "$SLURMD_NODENAME"\n'
+        f"echo 'export {environment.PORT_OFFSET}={cfg.instance.port_offset}'\n"
     )
 
 

@@ -63,6 +63,12 @@ class Instance:
         return PORT_STEP * self.number + index + 1
 
     @property
+    def port_offset(self) -> int:
+        """Its jobs' rendezvous ports are in a band of their own (`port_for`); sandbox 0's
+        too, for its jobs run beside the others' (an offset of 0 is a real cluster's)."""
+        return PORT_OFFSET_STEP * (self.number + 1)
+
+    @property
     def etc(self) -> Path:
         """Its configuration folder as the daemons see it (on the host, or in a root)."""
         return SLURM_ETC if self.number == 0 else SLURM_ETC / self.cluster_name
@@ -98,5 +104,5 @@ def sandbox_env(instance: Instance) -> dict[str, str]:
     return {
         environment.SANDBOX: str(instance.number),
         "SLURM_CONF": str(instance.conf),
-        environment.PORT_OFFSET: str(PORT_OFFSET_STEP * instance.number),
+        environment.PORT_OFFSET: str(instance.port_offset),
     }

@@ -104,9 +104,15 @@ def test_a_step_after_an_in_place_restart_meets_on_another_port() -> None:
 
 def test_clusters_whose_nodes_share_a_host_meet_on_ports_apart() -> None:
     """Sandboxes side by side: job 7 of one and job 7 of another run on the same host
-    (SLURMPRE_PORT_OFFSET, which each sandbox sets 1000 apart, and jobs read)."""
-    ports = {port_for("7", offset=1000 * n) for n in range(10)}
-    assert len(ports) == 10 and all(20000 <= p < 30000 for p in ports)
+    (SLURMPRE_PORT_OFFSET, which each sandbox sets 1000 apart, and jobs read). Each keeps
+    to its band of 1000 ports, in-place restarts included."""
+    bands = [
+        {port_for(str(job), k, offset=1000 * (n + 1)) for job in range(1, 400) for k in range(4)}
+        for n in range(10)
+    ]
+    assert sum(map(len, bands)) == len(set().union(*bands))  # no port in two bands
+    assert all(20000 <= p < 30000 for band in bands for p in band)
+    assert port_for("7") == port_for("7", offset=0) == 20007  # a real cluster's: unchanged
     step = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURMD_NODENAME": "n1"}
     assert read_job_env({**step, "SLURMPRE_PORT_OFFSET": "3000"}).port_offset == 3000
     assert read_job_env(step).port_offset == 0

@@ -59,7 +59,7 @@ def test_the_second_sandbox_is_numbered_apart() -> None:
     assert sandbox_env(box) == {
         "SLURMPRE_SANDBOX": "2",
         "SLURM_CONF": "/etc/slurm/sandbox2/slurm.conf",
-        "SLURMPRE_PORT_OFFSET": "2000",
+        "SLURMPRE_PORT_OFFSET": "3000",
     }
 
 
@@ -111,11 +111,15 @@ def test_the_last_sandbox_down_stops_munged_and_an_earlier_one_hands_it_over(
         stopped: list[list[int]] = []
         monkeypatch.setattr(sharing.procs, "stop", lambda pids, grace: stopped.append(pids))
         root = Root("sid", Path("/roots/sid"))
-        sharing.leave(me, root, alive.pid, lambda o, p: handed.append((o, p)))
+        sharing.leave(me, root, alive.pid, lambda o, p: handed.append((o, p)) or True)
         assert handed == [(other, alive.pid)] and not stopped and not unmounted
+        # The other could not take it (going down too, its lock held): stopped, as by the last.
+        sharing.leave(me, root, alive.pid, lambda o, p: False)
+        assert stopped == [[alive.pid]] and not unmounted
+        stopped.clear()
         # The host's Slurm: the other on the host is up, the one in the root is not its.
         (other / "sandbox.json").unlink()
-        sharing.leave(me, root, alive.pid, lambda o, p: handed.append((o, p)))
+        sharing.leave(me, root, alive.pid, lambda o, p: handed.append((o, p)) or True)
         assert stopped == [[alive.pid]] and unmounted == [root]
     finally:
         alive.kill()

@@ -102,7 +102,9 @@ def test_a_sandbox_up_with_another_shared_dir_is_refused_in_one_line() -> None:
 
 
 def test_each_node_is_told_its_own_folder(tmp_path: Path) -> None:
-    cfg = SandboxConfig("vm", tmp_path / "state dir", (26, 5, 5), node_specs(2, 1, OWN))
+    cfg = SandboxConfig(
+        "vm", tmp_path / "state dir", (26, 5, 5), node_specs(2, 1, OWN), instance=OWN
+    )
     assert f"TaskProlog={tmp_path / 'state dir' / 'task-prolog'}" in render_slurm_conf(cfg)
     prolog = tmp_path / "prolog"
     prolog.write_text(render_task_prolog(cfg))
@@ -113,7 +115,10 @@ def test_each_node_is_told_its_own_folder(tmp_path: Path) -> None:
         text=True,
         check=True,
     ).stdout
-    assert out == f"export SLURMPRE_NODE_LOCAL_DIR={cfg.local_dir('gpu-dp-701')}\n"
+    assert out == (
+        f"export SLURMPRE_NODE_LOCAL_DIR={cfg.local_dir('gpu-dp-701')}\n"
+        f"export SLURMPRE_PORT_OFFSET={OWN.port_offset}\n"  # whatever the job was submitted with
+    )
     assert cfg.local_dir("gpu-dp-701") == tmp_path / "state dir" / "local" / "gpu-dp-701"
 
 

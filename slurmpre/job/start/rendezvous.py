@@ -18,15 +18,19 @@ from slurmpre.launchers import PYTHON
 # Outside Linux's ephemeral range (32768-60999) and Slurm's own ports.
 PORT_BASE = 20000
 PORT_SPAN = 10000
+PORT_BAND = 1000  # a cluster's band when it sets an offset
 
 
 def port_for(job_id: str, in_place: int = 0, offset: int = 0) -> int:
     """The rendezvous port: derived from the job id, so every node computes the same one.
     A step after an in-place restart starts seconds after the last one's store closed on
     the same host: it takes another port rather than race that socket's release.
-    ``offset`` (SLURMPRE_PORT_OFFSET) sets apart clusters whose nodes share a host."""
+    ``offset`` (SLURMPRE_PORT_OFFSET): clusters whose nodes share a host (the sandboxes
+    side by side) each keep to a band of ``PORT_BAND`` ports from it."""
     digits = re.sub(r"\D", "", job_id) or "0"
-    return PORT_BASE + (int(digits) + in_place * 4099 + offset) % PORT_SPAN
+    if offset:
+        return PORT_BASE + (offset + (int(digits) + in_place * 4099) % PORT_BAND) % PORT_SPAN
+    return PORT_BASE + (int(digits) + in_place * 4099) % PORT_SPAN
 
 
 @dataclass(frozen=True)
