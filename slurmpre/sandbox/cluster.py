@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from slurmpre import procs
 from slurmpre.atomic import write_atomic
@@ -345,13 +345,19 @@ class Sandbox:
         clean_cgroups([n["name"] for n in state.nodes])
         self.state_file.unlink(missing_ok=True)
 
-    def adopt_munged(self, pid: int) -> None:
-        """Record a munged another sandbox started and left running for this one."""
-        with self.lock():
-            state = self.load()
-            if state is not None and state.munged is None:
+    def adopt_munged(self, pid: int, timeout: float = 5.0) -> bool:
+        """Record a munged another sandbox started and left running for this one; False
+        when this one is busy (going down itself) beyond ``timeout``, or not up."""
+        try:
+            with self.lock().acquire(timeout=timeout):
+                state = self.load()
+                if state is None or state.munged is not None:
+                    return False
                 state.munged = pid
                 self.save(state)
+                return True
+        except Timeout:
+            return False
 
     # -- the controller, for outage drills ----------------------------------
     def stop_controller(self) -> None:

@@ -19,6 +19,7 @@ click and filelock (``Root.python``), for a host whose interpreter lives in ``/u
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Callable
@@ -208,12 +209,14 @@ class Root:
             raise SandboxError(f"the root {self.path} has no python3")
         site = Path("/usr/local/lib") / found[-1].name / "dist-packages"
         (self.path / site.relative_to("/")).mkdir(parents=True, exist_ok=True)
-        (self.path / site.relative_to("/") / "slurmpre-source.pth").write_text(f"{source_dir()}\n")
-        cli = self.path / "usr/local/bin/slurmpre"
-        cli.write_text(
-            "#!/usr/bin/python3\nimport sys\nfrom slurmpre.cli import main\nsys.exit(main())\n"
+        # Replaced whole, only when changed: a sandbox beside may be starting python in it.
+        # (Its `root-python3` names its own checkout's source first: `_write_python`.)
+        pth = self.path / site.relative_to("/") / "slurmpre-source.pth"
+        _write_script(pth, f"{source_dir()}\n", mode=0o644)
+        _write_script(
+            self.path / "usr/local/bin/slurmpre",
+            "#!/usr/bin/python3\nimport sys\nfrom slurmpre.cli import main\nsys.exit(main())\n",
         )
-        cli.chmod(0o755)
 
     def _write_shims(self) -> None:
         self.shims.mkdir(parents=True, exist_ok=True)
@@ -236,11 +239,15 @@ class Root:
 
     def _write_python(self, state_dir: Path) -> None:
         # Inside the root (a job's nodes) it is the root's python; on the host (where
-        # `slurmpre submit` checks the spec's python) it enters the root first.
+        # `slurmpre submit` checks the spec's python) it enters the root first. Either way
+        # with the slurmpre of the checkout that brought this sandbox up (another sandbox
+        # in the same root may come from another checkout).
         _write_script(
             self.python(state_dir),
             "#!/bin/sh\n"
             f"# slurmpre sandbox: the python of the Debian {self.suite} root, with slurmpre\n"
+            f"PYTHONPATH={shlex.quote(str(source_dir()))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            "export PYTHONPATH\n"
             f'if [ -e /{READY} ]; then exec /usr/bin/python3 "$@"; fi\n'
             f"exec chroot {self.path} /bin/sh -c "
             '\'cd "$1" 2>/dev/null || cd /; shift; exec /usr/bin/python3 "$@"\' '
@@ -285,7 +292,7 @@ class Root:
         for name in ("hosts", "resolv.conf"):
             with_host = Path("/etc", name)
             if with_host.exists():
-                shutil.copyfile(with_host, self.path / "etc" / name)
+                _write_script(self.path / "etc" / name, with_host.read_text(), mode=0o644)
 
     def _bind(self, src: Path, *, rbind: bool, read_only: bool = False) -> None:
         target = self.path / src.relative_to("/")
@@ -363,15 +370,15 @@ def deactivate() -> None:
     os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), None)
 
 
-def _write_script(path: Path, text: str) -> None:
-    """An executable script, replaced whole (never truncated while another sandbox beside
-    this one runs it), and only when its text changes."""
+def _write_script(path: Path, text: str, mode: int = 0o755) -> None:
+    """A script, or a file a running root reads: replaced whole (never truncated while a
+    sandbox beside this one reads it), and only when its text changes."""
     try:
         if path.read_text() == text:
             return
     except OSError:
         pass
-    write_atomic(path, text, mode=0o755)
+    write_atomic(path, text, mode=mode)
 
 
 def mounts_under(prefix: str) -> list[str]:

@@ -56,18 +56,18 @@ def leave(
     state_dir: Path,
     root: Root | None,
     munged: int | None,
-    hand_over: Callable[[Path, int], None],
+    hand_over: Callable[[Path, int], bool],
 ) -> None:
     """A sandbox goes down: its munged (``munged``: the pid it started, if any) and its
     root's mounts go too, unless another sandbox on the same Slurm is still up; then
-    ``hand_over(other_state_dir, pid)`` records the munged as the other's."""
+    ``hand_over(other_state_dir, pid)`` records the munged as the other's. It says False
+    when it could not within a few seconds (the other is going down too, and may be
+    handing its own to this one): then the munged is stopped, as by the last one."""
     up = others_up(state_dir)
     others = [o for o in up if root_of(o) == root]
-    if munged and procs.is_process_of(munged, "munged"):
-        if others:
-            hand_over(others[0], munged)
-        else:
-            procs.stop([munged], grace=5.0)
+    ours = munged is not None and procs.is_process_of(munged, "munged")
+    if ours and not (others and hand_over(others[0], munged)):  # type: ignore[arg-type]
+        procs.stop([munged], grace=5.0)  # type: ignore[list-item]
     if root is not None and not others:
         root.unmount()  # and the login shells' profile that named it
         # A login shell finds the commands of a sandbox still up, in a root of another release.
