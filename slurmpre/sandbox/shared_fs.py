@@ -148,13 +148,26 @@ def mount(
 ) -> int:
     """Serve DIR (made if missing) from its backing folder, and bind it into ``root`` at
     its own path: the pid of the server."""
-    shared.dir.mkdir(parents=True, exist_ok=True)
     backing = shared.backing
-    if not backing.exists():  # new: it takes DIR's owner and mode, which the mount shows
-        backing.mkdir()
+    try:
+        shared.dir.mkdir(parents=True, exist_ok=True)
         st = shared.dir.stat()
-        os.chown(backing, st.st_uid, st.st_gid)
-        backing.chmod(stat.S_IMODE(st.st_mode))
+        if not backing.exists() and not backing.is_symlink():
+            # New: it takes DIR's owner and mode, which the mount shows.
+            backing.mkdir()
+            os.chown(backing, st.st_uid, st.st_gid)
+            backing.chmod(stat.S_IMODE(st.st_mode))
+        held = backing.lstat()
+    except OSError as exc:
+        raise SandboxError(
+            f"--shared-dir {shared.dir}: {exc.strerror or exc} ({exc.filename})"
+        ) from None
+    # Root acts on what is in it: only a folder of root's or DIR's owner, never a link.
+    if not stat.S_ISDIR(held.st_mode) or held.st_uid not in (0, st.st_uid):
+        raise SandboxError(
+            f"--shared-dir {shared.dir}: its backing folder {backing} is not a folder of "
+            "root's or of the folder's owner (a link, or another user's): move it aside"
+        )
     name = fs_name(instance)
     argv = [sys.executable, "-m", MODULE, str(backing), str(shared.dir), "--name", name]
     if shared.mbps is not None:

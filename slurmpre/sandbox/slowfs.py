@@ -13,7 +13,7 @@ Ownership and modes are the backing files': the mount uses ``default_permissions
 (the kernel checks each caller against them) and ``allow_other`` (every user sees it);
 what a caller creates is made theirs.
 
-Run by `slurmpre.sandbox.shared` as::
+Run by `slurmpre.sandbox.shared_fs` as::
 
     python -m slurmpre.sandbox.slowfs BACKING MOUNTPOINT --mbps N --name NAME
 
@@ -24,6 +24,7 @@ and the Python package mfusepy; this module imports without them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import os
@@ -31,7 +32,8 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 MB = 1_000_000  # --mbps N is N * MB bytes a second
 BURST_S = 0.05  # the bucket holds this many seconds of bandwidth when idle
@@ -109,6 +111,29 @@ def _renameat2(old: str, new: str, flags: int) -> None:
         raise _oserror(errno.EINVAL)
     if call(_AT_FDCWD, os.fsencode(old), _AT_FDCWD, os.fsencode(new), flags) != 0:
         raise _oserror(ctypes.get_errno())
+
+
+@contextlib.contextmanager
+def as_caller(uid: int, gid: int) -> Iterator[None]:
+    """This thread's filesystem identity is the caller's while it acts for them.
+
+    The kernel checked the caller against the file it looked up (``default_permissions``);
+    the server, root, then acts on a path in the backing folder, which a caller may have
+    changed meanwhile (a name swapped for a link to /etc/shadow, through the mount in
+    another thread). With the caller's fsuid and fsgid (Linux: per thread; a non-zero
+    fsuid drops root's file capabilities) the host kernel judges that path as the caller,
+    so no operation can reach what the caller could not, and what it makes is theirs.
+    The process has no supplementary groups (`main`): a caller's are not honoured."""
+    if uid == 0:
+        yield
+        return
+    _libc.setfsgid(gid)
+    _libc.setfsuid(uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(0)
+        _libc.setfsgid(0)
 
 
 StatAttrs = dict[str, int]
@@ -312,6 +337,12 @@ def _mount(ops: SlowFS, mountpoint: str, name: str) -> None:
     import mfusepy
 
     class FUSE(mfusepy.FUSE):  # type: ignore[misc]
+        def _wrapper(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            # Every operation on the backing folder as its caller (`as_caller`).
+            uid, gid, _pid = mfusepy.fuse_get_context()
+            with as_caller(int(uid), int(gid)):
+                return super()._wrapper(func, *args, **kwargs)
+
         # mfusepy drops rename's flags (RENAME_NOREPLACE, RENAME_EXCHANGE): pass them on.
         def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
             def decode(name: bytes) -> str:
@@ -354,6 +385,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     os.umask(0)  # the modes callers ask for (the kernel applied their umask already)
+    os.setgroups([])  # root's groups never lend a caller theirs (`as_caller`)
     bucket = None if args.mbps is None else TokenBucket(bytes_per_second(args.mbps))
     _mount(SlowFS(args.backing, bucket), args.mountpoint, args.name)
     return 0
