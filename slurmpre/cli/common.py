@@ -86,7 +86,7 @@ def sandbox_here() -> Any:
 
 
 # The commands that find the sandbox's Slurm by themselves (`Sandbox.env`, `Sandbox.use`).
-FIND_THEIR_OWN_SLURM = frozenset({"sandbox", "drill"})
+FIND_THEIR_OWN_SLURM = frozenset({"sandbox", "drill", "run"})  # run: the job side's own
 
 
 def reach_sandbox(ctx: click.Context) -> None:

@@ -63,7 +63,7 @@ def check_word(key: str, value: object, word: str) -> None:
     try:
         dollars.parts(word)
     except UsageError as exc:
-        raise SpecError(f"{key} = {value!r}: in {word!r}, {exc}") from None
+        raise SpecError(f"{key} = {as_written(value)}: in {as_written(word)}, {exc}") from None
 
 
 # Besides slurmpre's, what Slurm sets in every job and step (SLURM_JOB_ID, SLURMD_NODENAME).
