@@ -229,8 +229,8 @@ def test_test_only_asks_slurm_without_queuing(slurm: CommandLineSlurm, shared_tm
         ['name = "t"', 'command = ["true"]', "nodes = 9", 'launcher = "plain"'],
     )
     proc = slurmpre_cli("submit", str(bad), "--test-only")
-    assert proc.returncode == 1
-    assert proc.stderr.startswith("slurmpre: error: command failed (exit 1): sbatch --test-only")
+    assert proc.returncode == 1  # every check of submit first, then Slurm's verdict
+    assert "slurmpre: error: command failed (exit 1): sbatch --test-only" in proc.stderr
     assert "Requested node configuration is not available" in proc.stderr
 
 
@@ -241,7 +241,7 @@ def test_log_keeps_every_attempt_across_a_preemption(
         shared_tmp / "ticks.toml",
         [
             'name = "ticks"',
-            'command = ["bash", "-c", "for i in $(seq 1 300); do echo tick $i; sleep 0.5; done"]',
+            'command = ["bash", "-c", "for i in $$(seq 1 300); do echo tick $$i; sleep 0.5; done"]',
             'launcher = "plain"',
             # Slurm's requeue is what this test follows: with the default successor, a
             # drain the watcher sees within the 2 s window hands over to another job.
@@ -290,7 +290,9 @@ def test_one_live_job_per_checkpoint_folder(
     job's wrapper refuses to train over the first's checkpoints; once the first is gone, a
     resubmission trains (a dead holder never blocks)."""
     ckpt = shared_tmp / "twice"
-    started = 'echo started > "$SLURMPRE_CHECKPOINT_DIR/started-$SLURM_JOB_ID"; sleep 300'
+    # $$: bash expands them, not slurmpre (the folder's name holds `$(echo)`, which bash
+    # would run again were it pasted into the script)
+    started = 'echo started > "$$SLURMPRE_CHECKPOINT_DIR/started-$$SLURM_JOB_ID"; sleep 300'
     spec = write_spec(
         shared_tmp / "twice.toml",
         [
