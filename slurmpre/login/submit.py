@@ -350,10 +350,9 @@ def dry_run(
     tasks: Sequence[Task] = (),
 ) -> str:
     """The script `submit` would queue, after every check `submit` makes (the nodes'
-    python, a live job in the folder, a finished run, a deadline past, a snapshot's
-    size); ``say`` hears
-    what the job would resume from. It writes nothing, so it takes no lock and makes no
-    folder, and it never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
+    python, a live job in the folder, a finished run, a deadline past, a snapshot's size);
+    ``say`` hears what the job would resume from. It writes nothing (no lock, no folder)
+    and never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
     check_interpreter(spec)
     if (line := _unknown_variables(spec, tasks)) is not None:
         say(line)
@@ -381,9 +380,7 @@ def _creatable(key: str, path: Path) -> None:
             )
         at = at.parent
     if at != path and not os.access(at, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"{key} = {as_written(str(path))}: cannot create it ({at} is not writable)"
-        )
+        raise UsageError(f"{key} = {as_written(str(path))}: cannot create it ({at} unwritable)")
 
 
 def test_only(
