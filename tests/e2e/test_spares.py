@@ -59,7 +59,10 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
     job = submit(
         tmp_path,
         nodes="1",
-        extra=["--honor-notice", "--go-on", "--hold-at", "12"],
+        # A step a second: the 28 steps after the hold outlast the next step's start on the
+        # spare on a loaded machine (at 0.25 s the training finished before it was told to
+        # stop, and recorded no notice).
+        extra=["--honor-notice", "--go-on", "--hold-at", "12", "--step-seconds", "1"],
         spec_lines=[
             'restart = "successor"',
             'constraint = ""',  # the standard node too: three nodes, one trains
