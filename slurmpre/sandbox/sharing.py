@@ -60,14 +60,18 @@ def leave(
 ) -> None:
     """A sandbox goes down: its munged (``munged``: the pid it started, if any) and its
     root's mounts go too, unless another sandbox on the same Slurm is still up; then
-    ``hand_over(other_state_dir, pid)`` records the munged as the other's. It says False
-    when it could not within a few seconds (the other is going down too, and may be
-    handing its own to this one): then the munged is stopped, as by the last one."""
+    ``hand_over(other_state_dir, pid)`` records the munged as the other's; it says False
+    when it could not within a few seconds (the other is busy coming up or going down),
+    and the munged then runs on unrecorded: stopping it would break the other."""
     up = others_up(state_dir)
     others = [o for o in up if root_of(o) == root]
     ours = munged is not None and procs.is_process_of(munged, "munged")
-    if ours and not (others and hand_over(others[0], munged)):  # type: ignore[arg-type]
+    if ours and not others:
         procs.stop([munged], grace=5.0)  # type: ignore[list-item]
+    elif ours:
+        # Another uses it: never stopped under it. Not taken (its lock busy: going down, or
+        # coming up), it runs on unrecorded, which only `up` on a host with none would see.
+        hand_over(others[0], munged)  # type: ignore[arg-type]
     if root is not None and not others:
         root.unmount()  # and the login shells' profile that named it
         # A login shell finds the commands of a sandbox still up, in a root of another release.
