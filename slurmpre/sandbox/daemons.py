@@ -43,11 +43,11 @@ def _detached(argv: list[str], log: Path, **ids: Any) -> subprocess.Popen[bytes]
             raise SandboxError(f"cannot start {argv[0]}: {exc}") from None
 
 
-def munge_works(root: Root | None = None) -> bool:
+def munge_works(root: Root | None = None, timeout: float = 15.0) -> bool:
     wrap = (lambda argv: argv) if root is None else root.argv
     try:
-        encoded = run(wrap(["munge", "-n"]), timeout=5, error=SandboxError).stdout
-        run(wrap(["unmunge"]), input=encoded, timeout=5, error=SandboxError)
+        encoded = run(wrap(["munge", "-n"]), timeout=timeout, error=SandboxError).stdout
+        run(wrap(["unmunge"]), input=encoded, timeout=timeout, error=SandboxError)
     except SandboxError:
         return False
     return True
@@ -62,12 +62,32 @@ def _ids_in(root: Root, user: str) -> tuple[int, int]:
     raise SandboxError(f"the root {root.path} has no user {user}")
 
 
+def _live_munged(run_dir: Path) -> int | None:
+    """The pid of the munged that holds ``run_dir``'s socket, while it lives."""
+    try:
+        pid = int((run_dir / "munged.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if procs.is_process_of(pid, "munged") else None
+
+
 def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
-    """Start munged as user munge, unless a working munged is already there (then None)."""
+    """Start munged as user munge, unless a munged is already there (then None)."""
     if munge_works(root):
         return None
+    run_dir = Path("/run/munge") if root is None else root.path / "run/munge"
+    live = _live_munged(run_dir)
+    if live is not None:
+        # Alive but slow to answer (a loaded machine): never a second one beside it. With
+        # --force it would take the socket, and remove it on exit, leaving every sandbox
+        # that shares this munged without one.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if munge_works(root):
+                return None
+            time.sleep(1.0)
+        raise SandboxError(f"munged (pid {live}) runs but has not answered for a minute")
     if root is None:
-        run_dir = Path("/run/munge")
         run_dir.mkdir(parents=True, exist_ok=True)
         shutil.chown(run_dir, "munge", "munge")
         argv = [EXECUTABLES["munged"], "-F", "--force"]
@@ -83,10 +103,10 @@ def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
     proc = _detached(argv, log_dir / "munged.out", **ids)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if munge_works(root):
-            return proc.pid
         if proc.poll() is not None:
             break
+        if munge_works(root):
+            return proc.pid
         time.sleep(0.1)
     tail = (log_dir / "munged.out").read_text(errors="replace").strip().splitlines()[-3:]
     raise SandboxError("munged did not start: " + (" | ".join(tail) or "no output"))
