@@ -59,6 +59,9 @@ SANDBOX_PROFILE = "SLURMPRE_SANDBOX_PROFILE"  # the login-shell file that puts a
 DEBIAN_MIRROR = "SLURMPRE_DEBIAN_MIRROR"  # the mirror those roots come from
 # Set in every task on a sandbox node (its TaskProlog): the node's own folder, a node-local disk.
 NODE_LOCAL_DIR = "SLURMPRE_NODE_LOCAL_DIR"
+# Set by the wrapper when the spec's `local_dir` is usable on the node: the run's folder there,
+# where `slurmpre.checkpoint()` writes first (`slurmpre.tier`).
+LOCAL_DIR = "SLURMPRE_LOCAL_DIR"
 
 
 # What every training process finds set: the batch script's exports and `Training`'s

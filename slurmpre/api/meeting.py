@@ -66,6 +66,10 @@ class TorchMeeting:
     def failed(self, exc: BaseException) -> None:
         self._all(False)
 
+    def all_agree(self, ok: bool) -> bool:
+        """Whether every rank says ``ok`` (each learns the same answer)."""
+        return self._all(ok)
+
     def written(self) -> None:
         if not self._all(True):
             raise CheckpointError("another rank failed while writing the checkpoint: not committed")

@@ -29,11 +29,12 @@ from slurmpre.api.meeting import Alone, FolderMeeting, Meeting, TorchMeeting
 from slurmpre.defaults import CHECKPOINT_TIMEOUT
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder import checkpoints
-from slurmpre.folder.access import Access, make_dir, make_dirs
+from slurmpre.folder.access import OWNER, Access, make_dir, make_dirs
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.locks import LockTimeout
-from slurmpre.folder.records import Checkpoint
+from slurmpre.folder.records import Checkpoint, Saved
+from slurmpre.tier import local
 
 _sequence: dict[str, int] = {}
 
@@ -95,6 +96,11 @@ def checkpoint(
     tag = _attempt_tag(env, target)
     incoming = checkpoints.incoming_path(target, step, tag)
     access = access_of(env)
+    run = _local_run(env, dist, world, step)
+    if run is not None:  # the node first; the wrapper's flush commits it here later
+        where = _Where(target, step, local.incoming(run, step, tag), access, timeout)
+        yield from _write_local(where, run, env, dist, rank, sampler)
+        return
     with _writing(target, access, rank, timeout):
         where = _Where(target, step, incoming, access, timeout)
         yield from _write(where, env, dist, rank, world, sampler)
@@ -173,6 +179,85 @@ def _write(
             raise
         _record_commit(env, target, step, final, access, time.time() - began)
     meet.verdict(final, None)
+
+
+def _local_run(env: Mapping[str, str], dist: Any, world: int, step: int) -> Path | None:
+    """The run's node-local folder when the wrapper gave one (`local_dir`) and it has room
+    for one more checkpoint as big as the last on every node; else None: the shared
+    folder, as without it, said in one line. Every rank decides alike (one all_reduce):
+    ranks without a process group cannot agree, and write to the shared folder."""
+    raw = env.get(environment.LOCAL_DIR, "")
+    if not raw or (dist is None and world > 1):
+        return None
+    run = Path(raw)
+    why = local.room_for_one_more(run)
+    if dist is not None:
+        agreed = TorchMeeting(dist).all_agree(why is None)
+        if why is None and not agreed:
+            why = "another node's local folder has no room for it"
+    if why is None:
+        return run
+    line = f"slurmpre: step {step} goes to the checkpoint folder: {why}"
+    print(line, file=sys.stderr, flush=True)
+    return None
+
+
+def _write_local(
+    where: _Where,
+    run: Path,
+    env: Mapping[str, str],
+    dist: Any,
+    rank: int,
+    sampler: ElasticSampler | None,
+) -> Iterator[Path]:
+    """Every rank writes into its node's local folder; each node's first rank seals its
+    part there (`slurmpre.tier.local.seal`); rank 0 records the save."""
+    began = time.time()
+    try:
+        make_dir(where.incoming, OWNER, exist_ok=True)  # every rank of the node may be first
+    except OSError as exc:
+        raise CheckpointError(f"cannot create {str(where.incoming)!r}: {exc.strerror}") from None
+    meet: Meeting = TorchMeeting(dist) if dist is not None else Alone()
+    try:
+        yield where.incoming
+        if sampler is not None and rank == 0:
+            sampler.save(where.incoming)
+    except BaseException as exc:
+        meet.failed(exc)
+        raise
+    meet.written()
+    sealed, error = None, None
+    if environment.number(env, "LOCAL_RANK") in (None, 0):
+        seconds = round(time.time() - began, 3)
+        meta = {
+            "job": env.get(environment.JOB_TAG) or None,
+            "attempt": own_attempt(env),
+            "in_place": in_place_of(env),
+            "after_notice": notices.gate_for(env).agreed,
+            "stopping": notices.stopping(env) or None,
+            "seconds": seconds,
+        }
+        try:
+            sealed = local.seal(where.incoming, run, where.step, meta)
+        except OSError as exc:
+            error = CheckpointError(f"cannot seal {str(where.incoming)!r}: {exc.strerror or exc}")
+    meet.verdict(sealed, error)
+    if error is not None:
+        raise error
+    if rank == 0 and sealed is not None and env.get(environment.JOB_TAG):
+        saved = Saved(
+            job=env[environment.JOB_TAG],
+            attempt=own_attempt(env),
+            in_place=in_place_of(env),
+            step=where.step,
+            path=str(sealed),
+            seconds=round(time.time() - began, 3),
+            after_notice=notices.gate_for(env).agreed,
+        )
+        try:
+            Ledger(where.target, access=where.access).append(saved)
+        except CheckpointError as exc:
+            print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
 
 
 def _record_commit(

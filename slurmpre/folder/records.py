@@ -111,8 +111,25 @@ class Checkpoint(AttemptRecord):
     seconds: float | None = None  # writing and committing it; unknown for another's save
     # preemption_requested() had answered True: the script stops after this checkpoint.
     stopping: bool | None = None
+    # Saved on the node first (`local_dir`): the background copy and commit here took this
+    # long, after the training went on (``seconds`` is then the save on the node).
+    flush_seconds: float | None = None
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "seconds", "stopping"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"time", "seconds", "stopping", "flush_seconds"}
+    )
+
+
+@record_type
+class Saved(AttemptRecord):
+    """``slurmpre.checkpoint()`` sealed a checkpoint in the nodes' local folders (rank 0);
+    the flush commits it in the checkpoint folder later (`Checkpoint`)."""
+
+    EVENT: ClassVar[str] = "saved"
+    step: int
+    path: str  # on the node of rank 0
+    seconds: float  # the training stopped this long
+    after_notice: bool
 
 
 @record_type

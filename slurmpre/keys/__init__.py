@@ -36,7 +36,7 @@ WRITTEN = (
     "launcher", "checkpoint_dir", "nproc_per_node", "resume_arg", "accelerate_config",
     "poll_interval", "preempt_window", "safety_margin", "warn_before_end", "drain_reason",
     "notice_signal", "watch", "nodes", "restart", "grow", "grow_settle", "grow_min_gain",
-    "in_place", "spare_nodes", "spare_overlap", "file_access", "max_restarts",
+    "in_place", "spare_nodes", "spare_overlap", "file_access", "local_dir", "max_restarts",
     "max_stalled_restarts", "max_preemptions", "deadline", "total_steps", "fallback_after",
     "max_wait", "max_cost",
 )  # fmt: skip

@@ -26,6 +26,20 @@ CODE: tuple[Key, ...] = (
         flag='--accelerate-config', kind='text', writes='truthy', joined=True,
         help='launcher accelerate: its config file (--config_file), on every attempt',
     ),
+    Key(
+        'local_dir', "off", 'local_dir', '`"off"`',
+        'where `slurmpre.checkpoint()` writes first, on each node: `"off"` (straight into the '
+        'checkpoint folder), `"auto"` (the node\'s `$SLURMPRE_NODE_LOCAL_DIR`, else '
+        '`/dev/shm`), or an absolute path on the node (`$VAR` read there, e.g. '
+        '`"$TMPDIR"`). The save then costs a local copy; each node\'s wrapper copies it into '
+        'the checkpoint folder in the background and node 0 commits it there whole (saves '
+        'that come faster than the shared volume takes them are skipped, the newest kept). '
+        'A folder that is missing, not writable, nearly full or on the checkpoint folder\'s '
+        'volume is said in one line and the checkpoint folder is used. E.g. '
+        '`local_dir = "auto"`',
+        flag='--local-dir', kind='text', writes='changed', joined=True,
+        help='where checkpoint() writes first on each node: off, auto or a path',
+    ),
     Key('snapshot', "none", 'snapshot', '`"none"`',
         'the code every attempt runs. `"none"`: the folder you submitted from, as it is when '
         'the attempt starts (an edit during a two-day job is what the next restart runs). '

@@ -75,6 +75,7 @@ PARSERS: dict[str, Parser] = {
     "extra_sbatch": lambda k, x, e: v.parse_extra_sbatch(x),
     "resume_arg": lambda k, x, e: None if _unset(x) else v.parse_resume_arg(x),
     "accelerate_config": lambda k, x, e: None if _unset(x) else v.accelerate_config(k, x, e),
+    "local_dir": lambda k, x, e: v.local_dir(k, x),
     "template": _template,
     "deadline": lambda k, x, e: None if _unset(x) else bounds.deadline(k, x),
     "optional_whole": lambda k, x, e: None if _unset(x) else v.whole(k, x),
@@ -90,7 +91,7 @@ PARSERS: dict[str, Parser] = {
 TEXT = frozenset({
     "name", "gpu_type", "mem", "time_limit", "word", "constraint", "array", "path",
     "pattern", "signal_name", "launcher", "restart", "snapshot", "file_access",
-    "resume_arg", "accelerate_config", "template", "deadline",
+    "resume_arg", "accelerate_config", "template", "deadline", "local_dir",
 })  # fmt: skip
 
 

@@ -84,6 +84,7 @@ class JobSpec:
     max_cost: float | None = _default("max_cost")
     resume_arg: str | None = _default("resume_arg")
     accelerate_config: str | None = _default("accelerate_config")
+    local_dir: str = _default("local_dir")
     snapshot: str = _default("snapshot")
     snapshot_max_mb: int = _default("snapshot_max_mb")
     file_access: str = _default("file_access")

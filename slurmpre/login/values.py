@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmpre import defaults, keys, signals
-from slurmpre.errors import SpecError
+from slurmpre import defaults, dollars, keys, signals
+from slurmpre.errors import SpecError, UsageError
 from slurmpre.login import sbatch_options, variables
 from slurmpre.noderange import NodeRange
 from slurmpre.reading import MEDIUM, read_text
@@ -322,6 +322,21 @@ def path(key: str, value: object, environ: Mapping[str, str]) -> str:
         raise bad(key, value, f"has a name of {longest} bytes: a file system holds {NAME_MAX}")
     if len(text.encode()) > PATH_MAX:
         raise bad(key, value, f"is {len(text.encode())} bytes long: more than {PATH_MAX}")
+    return text
+
+
+def local_dir(key: str, value: object) -> str:
+    """``"off"``, ``"auto"``, or an absolute path on the nodes, its ``$VAR`` read there
+    (checked on each node: the login node cannot see a node's own disk)."""
+    text = one_line(key, value)
+    if text in ("off", "auto"):
+        return text
+    try:
+        dollars.parts(text)
+    except UsageError as exc:
+        raise bad(key, value, str(exc)) from None
+    if not text.startswith(("/", "$")):
+        raise bad(key, value, 'must be "off", "auto" or an absolute path on the nodes')
     return text
 
 

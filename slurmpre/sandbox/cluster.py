@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import asdict
@@ -343,6 +344,8 @@ class Sandbox:
         with FileLock(str(MOUNTS_LOCK)):
             leave(self.state_dir, self.root, state.munged, lambda o, p: Sandbox(o).adopt_munged(p))
         clean_cgroups([n["name"] for n in state.nodes])
+        # The nodes' own folders are in RAM: a node gone takes its disk along.
+        shutil.rmtree(state.config(self.state_dir, self.hostname).local_root, ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
 
     def adopt_munged(self, pid: int, timeout: float = 5.0) -> bool:

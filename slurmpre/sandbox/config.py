@@ -18,6 +18,9 @@ STANDARD_FEATURE = "standard"
 GPUS_PER_NODE = 2
 
 
+SHM = Path("/dev/shm")
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
@@ -159,6 +162,11 @@ class SandboxConfig:
 
     @property
     def local_root(self) -> Path:
+        """Where the nodes' own folders lie: in RAM (/dev/shm, which a root sees through
+        its /dev) as a node's /dev/shm or local disk is another volume than the shared
+        one; on the state's disk on a host without it."""
+        if SHM.is_dir():
+            return SHM / f"slurmpre-{self.instance.cluster_name}"
         return self.state_dir / "local"
 
     def local_dir(self, node: str) -> Path:

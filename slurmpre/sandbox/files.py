@@ -43,6 +43,8 @@ def lay_out(cfg: SandboxConfig, state_dir: Path, etc: Path) -> None:
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
     for old in cfg.log_dir.iterdir():
         old.unlink()
+    shutil.rmtree(cfg.local_root, ignore_errors=True)
+    cfg.local_root.mkdir(mode=0o755)
     for node in cfg.nodes:
         cfg.spool_dir(node.name).mkdir(parents=True)
         for dev in cfg.gpu_files(node.name):

@@ -119,7 +119,10 @@ def test_each_node_is_told_its_own_folder(tmp_path: Path) -> None:
         f"export SLURMPRE_NODE_LOCAL_DIR={cfg.local_dir('gpu-dp-701')}\n"
         f"export SLURMPRE_PORT_OFFSET={OWN.port_offset}\n"  # whatever the job was submitted with
     )
-    assert cfg.local_dir("gpu-dp-701") == tmp_path / "state dir" / "local" / "gpu-dp-701"
+    # In RAM, as a node's /dev/shm: another volume than the shared one (`slurmpre.tier`).
+    ram = Path("/dev/shm")
+    root = ram / "slurmpre-sandbox7" if ram.is_dir() else tmp_path / "state dir" / "local"
+    assert cfg.local_dir("gpu-dp-701") == root / "gpu-dp-701"
 
 
 # -- on a sandbox of its own -------------------------------------------------------------

@@ -34,6 +34,7 @@ class RunOptions:
     nproc_per_node: int | None = None
     resume_arg: str | None = None
     accelerate_config: str | None = None  # launcher accelerate: its --config_file
+    local_dir: str = "off"  # where checkpoint() writes first on the node (`slurmpre.tier`)
     agree_timeout: float = defaults.AGREE_TIMEOUT
     watch: WatchConfig = field(default_factory=WatchConfig)
     watching: bool = True
@@ -167,6 +168,7 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
         nproc_per_node=ns.nproc_per_node,
         resume_arg=ns.resume_arg,
         accelerate_config=config,
+        local_dir=ns.local_dir or "off",
         agree_timeout=ns.agree_timeout,
         watch=watch,
         watching=not ns.no_watch,

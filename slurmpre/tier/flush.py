@@ -1,0 +1,290 @@
+"""The flush: each node's wrapper copies the node-local checkpoints into the checkpoint
+folder in the background, in its own process (never the training's), and node 0 commits
+them there under the folder's rules (`slurmpre.folder.checkpoints.commit`): only a
+complete checkpoint is ever published, a cut copy never.
+
+Node 0 leads. It takes the newest sealed part it holds, announces the step by making its
+in-flight folder in the checkpoint folder, copies its own files into it, and waits until
+every node has marked its part copied; then it commits and records the checkpoint in the
+ledger (what the watcher waits for after a notice). The other nodes copy their part of a
+step once node 0 has announced it. Saves that come faster than the shared volume takes
+them are skipped, oldest first, and said so: the newest is flushed, nothing is queued
+without end. At most `local.KEEP` parts stay on a node beside the one in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from slurmpre.errors import SlurmpreError
+from slurmpre.folder import checkpoints
+from slurmpre.folder.access import Access, make_dir, make_dirs
+from slurmpre.folder.layout import FolderLayout
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Checkpoint
+from slurmpre.signals import quiet_thread
+from slurmpre.tier import local
+
+POLL = 0.25  # seconds between looks at the node-local folder
+PEERS_WAIT = 600.0  # seconds node 0 waits for the other nodes' parts of one step
+RETRY = 2.0  # seconds before a flush that failed (the shared volume) is tried again
+LOCK_WAIT = 600.0  # seconds the commit waits for the folder's writing lock (`ckpt prune`)
+
+
+class Flusher:
+    """One node's flush, on a thread of the wrapper: start it before the training, stop
+    it after (`stop` flushes what is newest first)."""
+
+    def __init__(
+        self,
+        run: Path,
+        folder: Path,
+        *,
+        tag: str,
+        node_id: int,
+        nodes: int,
+        access: Access,
+        say: Callable[[str], None],
+    ) -> None:
+        self.run, self.folder, self.tag = run, folder, tag
+        self.node_id, self.nodes, self.access, self.say = node_id, nodes, access, say
+        self.ledger = Ledger(folder, access=access)
+        self.lead = node_id == 0
+        self.durable = _newest_durable(folder)
+        self.copied: set[int] = set()  # steps this node copied (not the lead's)
+        self.busy: int | None = None
+        self.abandoned: set[int] = set()  # steps node 0 gave up on (a node's part never came)
+        self._finish = threading.Event()
+        self._done = threading.Event()
+        self.error: str | None = None
+
+    @classmethod
+    def for_node(
+        cls,
+        setting: str | None,
+        env: Mapping[str, str],
+        folder: Path,
+        *,
+        tag: str,
+        node_id: int,
+        nodes: int,
+        access: Access,
+        say: Callable[[str], None],
+    ) -> Flusher | None:
+        """A node's flush, started, when ``setting`` (the spec's ``local_dir``) names a
+        folder this node can use; else None, and one line when it named one."""
+        try:
+            run = local.prepare(setting, env, folder)
+        except local.Unusable as exc:
+            say(f"{exc}: checkpoints go straight to the checkpoint folder")
+            return None
+        if run is None:
+            return None
+        flusher = cls(run, folder, tag=tag, node_id=node_id, nodes=nodes, access=access, say=say)
+        return flusher.start()
+
+    def start(self) -> Flusher:
+        local.clear_in_flight(self.run, self.tag.rpartition("-flush")[0])
+        quiet_thread(self._loop, name="slurmpre-flush")
+        return self
+
+    def stop(self, timeout: float) -> bool:
+        """Flush the newest part (node 0 waits for the others' too), then stop; True
+        when nothing newer than the folder's newest checkpoint is left on this node:
+        its local copies are then removed (the run's, on this node)."""
+        self._finish.set()
+        self._done.wait(timeout)
+        done = self.settled()
+        if done:
+            local.remove_run(self.run)
+        return done
+
+    def settled(self) -> bool:
+        """Whether this node's newest part is committed (node 0), or copied (the others),
+        or given up on."""
+        held = local.parts(self.run)
+        if not held:
+            return True
+        newest = held[-1].step
+        if newest <= self.durable or newest in self.abandoned:
+            return True
+        return not self.lead and (newest in self.copied or self._committed(newest))
+
+    def _committed(self, step: int) -> bool:
+        return FolderLayout(self.folder).step(step).is_dir()
+
+    # -- the thread -----------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while True:
+                finishing = self._finish.is_set()
+                try:
+                    worked = self._cycle()
+                except Exception as exc:  # noqa: BLE001 - said, and tried again
+                    if str(exc) != self.error:
+                        self.say(f"the flush to the checkpoint folder failed, trying again: {exc}")
+                    self.error, worked = str(exc), False
+                    time.sleep(RETRY)
+                if finishing and self.settled():
+                    return
+                if not worked:
+                    time.sleep(POLL) if finishing else self._finish.wait(POLL)
+        finally:
+            self._done.set()
+
+    def _cycle(self) -> bool:
+        """One look: flush what is due; True when something was done."""
+        held = local.parts(self.run)
+        worked = False
+        if self.lead:
+            due = [p for p in held if p.step > self.durable and p.step not in self.abandoned]
+            if due:
+                newest = due[-1]
+                skipped = [p.step for p in due[:-1]]
+                if skipped:
+                    steps = ", ".join(map(str, skipped))
+                    self.say(f"flush: steps {steps} skipped, step {newest.step} is newer")
+                self._lead(newest)
+                worked = True
+        else:
+            for part in reversed(held):
+                if part.step in self.copied or part.step <= self.durable:
+                    continue
+                incoming = self._incoming(part.step)
+                if incoming.is_dir():
+                    self._copy(part, incoming)
+                    self._mark(incoming)
+                    self.copied.add(part.step)
+                    worked = True
+                    break
+        local.prune(self.run, busy=frozenset({self.busy} if self.busy is not None else ()))
+        return worked
+
+    def _incoming(self, step: int) -> Path:
+        return FolderLayout(self.folder).incoming(step, self.tag)
+
+    def _mark(self, incoming: Path) -> None:
+        marks = FolderLayout.sync(incoming)
+        with contextlib.suppress(FileExistsError):
+            make_dir(marks, self.access)
+        (marks / f"node-{self.node_id}").touch()
+
+    def _marked(self, incoming: Path) -> int:
+        marks = FolderLayout.sync(incoming)
+        return sum((marks / f"node-{n}").exists() for n in range(self.nodes))
+
+    def _lead(self, part: local.Part) -> None:
+        self.busy = part.step
+        began = time.monotonic()
+        incoming = self._incoming(part.step)
+        shutil.rmtree(incoming, ignore_errors=True)  # an earlier try of this attempt's
+        shutil.rmtree(FolderLayout.sync(incoming), ignore_errors=True)
+        make_dirs(self.folder, self.access)
+        make_dir(incoming, self.access)
+        try:
+            self._copy(part, incoming)
+            self._mark(incoming)
+            if not self._wait_peers(part, incoming):
+                return
+            with self.ledger.writing_lock(LOCK_WAIT):
+                final = checkpoints.commit(incoming, self.folder, part.step, access=self.access)
+            flushed = time.monotonic() - began
+            self.durable = part.step
+            self._record(part, final, flushed)
+        finally:
+            shutil.rmtree(FolderLayout.sync(incoming), ignore_errors=True)
+            if incoming.exists():  # not committed: never left for a resume to find
+                shutil.rmtree(incoming, ignore_errors=True)
+            self.busy = None
+
+    def _wait_peers(self, part: local.Part, incoming: Path) -> bool:
+        deadline = time.monotonic() + PEERS_WAIT
+        while self._marked(incoming) < self.nodes:
+            newer = any(p.step > part.step for p in local.parts(self.run))
+            if newer or time.monotonic() > deadline:
+                left = self.nodes - self._marked(incoming)
+                why = "a newer step is due" if newer else f"{PEERS_WAIT:g} s passed"
+                self.say(
+                    f"flush: step {part.step} skipped, {left} node(s) did not copy "
+                    f"their part ({why})"
+                )
+                self.abandoned.add(part.step)
+                return False
+            time.sleep(POLL)
+        return True
+
+    def _copy(self, part: local.Part, incoming: Path) -> None:
+        for rel in part.files:
+            dest = incoming / rel
+            if dest.parent != incoming:
+                make_dirs(dest.parent, self.access)
+            try:
+                copy_file(part.path / rel, dest, self.access.file_mode)
+            except FileExistsError:
+                continue  # another node's file of that name: the first one copied stays
+
+    def _record(self, part: local.Part, final: Path, flushed: float) -> None:
+        meta = part.meta
+        if not meta.get("job"):
+            return
+        try:
+            self.ledger.append(
+                Checkpoint(
+                    job=str(meta["job"]),
+                    attempt=int(meta.get("attempt", 0)),
+                    in_place=int(meta.get("in_place", 0)),
+                    step=part.step,
+                    path=str(final),
+                    after_notice=bool(meta.get("after_notice")),
+                    seconds=meta.get("seconds"),
+                    stopping=meta.get("stopping") or None,
+                    flush_seconds=round(flushed, 3),
+                )
+            )
+        except SlurmpreError as exc:
+            self.say(f"flush: step {part.step} is committed, but not recorded: {exc}")
+        else:
+            self.say(f"flush: step {part.step} committed in the shared folder ({flushed:.1f} s)")
+
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def copy_file(src: Path, dest: Path, mode: int) -> None:
+    """``src`` into a new ``dest`` (never an existing one), neither a link; in the kernel
+    (sendfile) where it can."""
+    fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fout = os.open(dest, _NEW, mode)
+        try:
+            size, done = os.fstat(fin).st_size, 0
+            try:
+                while done < size:
+                    sent = os.sendfile(fout, fin, done, min(size - done, 1 << 30))
+                    if sent == 0:
+                        break
+                    done += sent
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOSYS) or done:
+                    raise
+                with os.fdopen(os.dup(fin), "rb") as a, os.fdopen(os.dup(fout), "wb") as b:
+                    shutil.copyfileobj(a, b, 1 << 22)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def _newest_durable(folder: Path) -> int:
+    with contextlib.suppress(SlurmpreError, OSError):
+        found = checkpoints.latest(folder).checkpoint
+        if found is not None and found.step is not None:
+            return found.step
+    return -1

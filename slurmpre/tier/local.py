@@ -1,0 +1,251 @@
+"""The node-local folder a checkpoint is written to first: where it is, whether it may be
+used, and the sealed parts it holds.
+
+A run's local folder is ``<root>/slurmpre-<uid>/<run>/`` on each node, where ``root`` is
+the spec's ``local_dir`` (``"auto"``: the node's ``$SLURMPRE_NODE_LOCAL_DIR``, else
+``/dev/shm``) and ``<run>`` names the checkpoint folder. A save there costs a memory or
+local-disk copy; the wrapper's flusher (`slurmpre.tier.flush`) then copies it into the
+checkpoint folder and commits it there under the folder's rules. A local copy is never
+what a resume chooses by itself: it is not durable, a node lost takes it along.
+
+Each node seals its own part of a checkpoint (the files its ranks wrote) with one
+rename, beside a ``.slurmpre-part`` file that lists them: a part without it, or whose
+files differ from it, is no part. The folder is the owner's alone (0700), and one that
+another user made in a shared root (``/dev/shm`` is everyone's) is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmpre import dollars, environment
+from slurmpre.errors import UsageError
+from slurmpre.folder.layout import FolderLayout, step_dir_name
+
+PART = ".slurmpre-part"
+OFF, AUTO = "off", "auto"
+SHM = Path("/dev/shm")
+# Below this much free space a node-local folder is not used at all (MB, 10^6 bytes).
+MIN_FREE_MB = 64
+# Sealed parts kept per node beyond the one being flushed: older ones are removed.
+KEEP = 2
+
+
+class Unusable(Exception):
+    """Why a node-local folder is not used: one line; the shared folder is used instead."""
+
+
+def run_dir(root: Path, folder: Path) -> Path:
+    """This run's folder under a node-local ``root``: one per user and checkpoint folder,
+    so an attempt that runs on the same node again finds what the one before left."""
+    try:
+        inode = folder.stat().st_ino
+    except OSError:
+        inode = 0
+    name = f"{zlib.crc32(str(folder).encode()):08x}-{inode:x}"  # no hashlib: every start pays
+    return root / f"slurmpre-{os.geteuid()}" / name
+
+
+def root_of(setting: str | None, env: Mapping[str, str]) -> Path | None:
+    """The node-local root the spec's ``local_dir`` names on this node (None: off)."""
+    if setting in (None, "", OFF):
+        return None
+    if setting == AUTO:
+        named = env.get(environment.NODE_LOCAL_DIR, "")
+        if named:
+            return Path(named)
+        if SHM.is_dir():
+            return SHM
+        raise Unusable("local_dir = 'auto': this node has no $SLURMPRE_NODE_LOCAL_DIR nor /dev/shm")
+    try:
+        text = "".join(
+            env.get(v, "\0") if kind == dollars.VAR else v for kind, v in dollars.parts(setting)
+        )
+    except UsageError as exc:
+        raise Unusable(f"local_dir = {setting!r}: {exc}") from None
+    if "\0" in text:
+        missing = [n for n in dollars.names(setting) if n not in env]
+        raise Unusable(f"local_dir = {setting!r}: ${missing[0]} is not set on this node")
+    return Path(text)
+
+
+def prepare(setting: str | None, env: Mapping[str, str], folder: Path) -> Path | None:
+    """This run's node-local folder, made and checked; None when ``local_dir`` is off.
+    `Unusable` (one line) when it is missing, not writable, full, on the shared volume
+    itself, or another user's: the caller saves to the shared folder as without it."""
+    root = root_of(setting, env)
+    if root is None:
+        return None
+    shown = f"local_dir {str(root)!r}"
+    try:
+        st = root.stat()  # the root an admin names may be a link: judged by where it leads
+    except OSError as exc:
+        raise Unusable(f"{shown} cannot be used: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise Unusable(f"{shown} is not a folder")
+    with contextlib.suppress(OSError):
+        if st.st_dev == folder.stat().st_dev:
+            raise Unusable(f"{shown} is on the volume of the checkpoint folder {str(folder)!r}")
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise Unusable(f"{shown} is not writable")
+    free = free_bytes(root)
+    if free < MIN_FREE_MB * 10**6:
+        raise Unusable(f"{shown} is full ({free // 10**6} MB free)")
+    run = run_dir(root, folder)
+    for path in (run.parent, run):
+        _own_dir(path)
+    return run
+
+
+def _own_dir(path: Path) -> None:
+    """``path`` made 0700, or found a folder (not a link) of this user's that no one else
+    may write: another user may have made it first in a root everyone writes."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise Unusable(f"{str(path)!r} is not a folder of this user's: not used")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise Unusable(f"{str(path)!r} is writable by others: not used")
+
+
+def free_bytes(path: Path) -> int:
+    try:
+        vfs = os.statvfs(path)
+    except OSError:
+        return 0
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def room_for_one_more(run: Path) -> str | None:
+    """None when ``run`` (this user's, not a link) has room for one more checkpoint as
+    big as its newest part (and MIN_FREE_MB); else why not, in words."""
+    try:
+        st = run.lstat()
+    except OSError as exc:
+        return f"the node-local folder {str(run)!r} is gone ({exc.strerror})"
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return f"{str(run)!r} is not a folder of this user's"
+    held = parts(run)
+    need = (held[-1].size * 11 // 10 if held else 0) + MIN_FREE_MB * 10**6
+    free = free_bytes(run)
+    if free < need:
+        last = f", the last checkpoint took {held[-1].size // 10**6} MB" if held else ""
+        return f"the node-local folder {str(run)!r} has {free // 10**6} MB free{last}"
+    return None
+
+
+@dataclass(frozen=True)
+class Part:
+    """One node's sealed part of a checkpoint."""
+
+    step: int
+    path: Path
+    files: dict[str, int]  # relative path -> size
+    meta: dict[str, Any]  # what the durable commit records (`seal`)
+
+    @property
+    def size(self) -> int:
+        return sum(self.files.values())
+
+
+def incoming(run: Path, step: int, tag: str) -> Path:
+    """Where the ranks of this node write a checkpoint before it is sealed."""
+    return FolderLayout(run).incoming(step, tag)
+
+
+def seal(written: Path, run: Path, step: int, meta: Mapping[str, Any]) -> Path:
+    """Seal what this node's ranks wrote into ``written`` as its part of ``step``: the
+    list of its files, then one rename. A part of that step already sealed is kept and
+    ours dropped (a periodic and a just-in-time save of one step). No fsync: a local
+    copy is not durable whatever is done, the flush is."""
+    files = _files(written)
+    record = {"step": step, "files": files, **meta}
+    (written / PART).write_text(json.dumps(record, sort_keys=True) + "\n")
+    final = run / step_dir_name(step)
+    if final.exists():
+        shutil.rmtree(written, ignore_errors=True)
+        return final
+    written.rename(final)
+    return final
+
+
+def _files(folder: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            full = Path(root) / name
+            rel = full.relative_to(folder).as_posix()
+            if rel != PART and not full.is_symlink():
+                out[rel] = full.stat().st_size
+    return out
+
+
+def parts(run: Path) -> list[Part]:
+    """The sealed parts in ``run``, oldest first; a folder whose files are not the ones
+    its seal lists is no part."""
+    found = []
+    try:
+        entries = list(os.scandir(run))
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith("step-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        part = read_part(Path(entry.path))
+        if part is not None:
+            found.append(part)
+    return sorted(found, key=lambda p: p.step)
+
+
+def read_part(path: Path) -> Part | None:
+    try:
+        fd = os.open(path / PART, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd) as f:
+            data = json.load(f)
+        files = {str(k): int(v) for k, v in data.pop("files").items()}
+        step = int(data.pop("step"))
+        for rel, size in files.items():
+            st = (path / rel).lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                return None
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return None
+    if path.name != step_dir_name(step):
+        return None
+    return Part(step, path, files, data)
+
+
+def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> list[int]:
+    """Remove all but the newest ``keep`` parts, never one of ``busy`` (being flushed or
+    served); and what killed saves left in flight. Returns the steps removed."""
+    removed = []
+    held = parts(run)
+    for part in held[: max(0, len(held) - keep)]:
+        if part.step not in busy:
+            shutil.rmtree(part.path, ignore_errors=True)
+            removed.append(part.step)
+    return removed
+
+
+def clear_in_flight(run: Path, live: str) -> None:
+    """What saves that did not finish left (not this attempt's, ``live`` prefix)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(run):
+            if entry.name.startswith(".incoming-") and live not in entry.name:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def remove_run(run: Path) -> None:
+    """The run's local folder and everything in it (the run ended: its copies are durable)."""
+    shutil.rmtree(run, ignore_errors=True)

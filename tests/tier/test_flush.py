@@ -1,0 +1,139 @@
+"""The flush: node-local parts reach the checkpoint folder whole, committed by node 0
+under the folder's rules; the newest goes, the ones between are skipped; a cut copy is
+never chosen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from slurmpre.folder import checkpoints
+from slurmpre.folder.access import OWNER
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Checkpoint
+from slurmpre.tier import flush, local
+
+from tests.conftest import wait_for
+
+
+def _seal(run: Path, step: int, files: dict[str, bytes], job: str = "9") -> None:
+    written = local.incoming(run, step, f"{job}-0-n{step}")
+    written.mkdir(parents=True)
+    for rel, data in files.items():
+        (written / rel).parent.mkdir(parents=True, exist_ok=True)
+        (written / rel).write_bytes(data)
+    local.seal(written, run, step, {"job": job, "attempt": 0, "seconds": 0.5})
+
+
+def _flusher(
+    run: Path, folder: Path, said: list[str], node: int = 0, nodes: int = 1
+) -> flush.Flusher:
+    return flush.Flusher(
+        run, folder, tag="9-0-flush", node_id=node, nodes=nodes, access=OWNER, say=said.append
+    ).start()
+
+
+def _records(folder: Path) -> list[Checkpoint]:
+    return [r for r in Ledger(folder).records() if isinstance(r, Checkpoint)]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    Ledger(out).ensure()
+    return out
+
+
+def test_a_part_is_committed_in_the_folder_and_recorded(tmp_path: Path, folder: Path) -> None:
+    run, said = tmp_path / "run", list[str]()
+    run.mkdir()
+    f = _flusher(run, folder, said)
+    _seal(run, 4, {"model/w.bin": b"w" * 4096, "extra.json": b"{}"})
+    (rec,) = wait_for("the flush's record", lambda: _records(folder) or None)
+    assert rec.step == 4 and rec.seconds == 0.5 and rec.flush_seconds is not None
+    found = checkpoints.latest(folder).checkpoint
+    assert found is not None and found.step == 4 and found.reason  # complete by the rules
+    assert (Path(rec.path) / "model/w.bin").read_bytes() == b"w" * 4096
+    assert f.stop(30) and not run.exists()  # local copies go once durable
+    assert not [p for p in folder.iterdir() if p.name.startswith(".sync")]
+
+
+def test_saves_faster_than_the_flush_skip_to_the_newest(tmp_path: Path, folder: Path) -> None:
+    run, said = tmp_path / "run", list[str]()
+    run.mkdir()
+    for step in (1, 2, 3):
+        _seal(run, step, {"w": bytes([step]) * 100})
+    f = _flusher(run, folder, said)
+    wait_for("step 3 committed", lambda: _records(folder) or None)
+    assert f.stop(30)
+    assert [r.step for r in _records(folder)] == [3]
+    assert "flush: steps 1, 2 skipped, step 3 is newer" in said
+    assert not (folder / "step-00000001").exists()
+
+
+def test_two_nodes_parts_make_one_checkpoint(tmp_path: Path, folder: Path) -> None:
+    run0, run1, said = tmp_path / "n0", tmp_path / "n1", list[str]()
+    run0.mkdir()
+    run1.mkdir()
+    lead = _flusher(run0, folder, said, node=0, nodes=2)
+    other = _flusher(run1, folder, said, node=1, nodes=2)
+    _seal(run0, 8, {"__0_0.distcp": b"a" * 300, ".metadata": b"m"})
+    assert local.parts(run0)
+    # Node 0 announces and copies its part, then waits for node 1's.
+    _seal(run1, 8, {"__1_0.distcp": b"b" * 300})
+    (rec,) = wait_for("the two-node commit", lambda: _records(folder) or None)
+    names = sorted(p.name for p in Path(rec.path).iterdir())
+    assert names == [".metadata", ".slurmpre-complete", "__0_0.distcp", "__1_0.distcp"]
+    assert lead.stop(30) and other.stop(30)
+
+
+def test_a_step_a_node_never_copies_is_skipped_for_a_newer_one(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flush, "POLL", 0.05)
+    run0, run1, said = tmp_path / "n0", tmp_path / "n1", list[str]()
+    run0.mkdir()
+    run1.mkdir()
+    lead = _flusher(run0, folder, said, node=0, nodes=2)
+    _seal(run0, 5, {"a": b"a"})
+    wait_for("step 5 announced", lambda: any(folder.glob(".incoming-step-00000005-*")) or None)
+    _seal(run0, 6, {"a": b"a6"})  # node 1 never saved step 5: a newer step is due
+    other = _flusher(run1, folder, said, node=1, nodes=2)
+    _seal(run1, 6, {"b": b"b6"})
+    (rec,) = wait_for("step 6 committed", lambda: _records(folder) or None)
+    assert rec.step == 6
+    assert any("step 5 skipped, 1 node(s) did not copy their part" in s for s in said)
+    assert not list(folder.glob(".incoming-step-00000005-*"))  # never left to be found
+    assert lead.stop(30) and other.stop(30)
+
+
+def test_a_flush_cut_midway_is_never_chosen(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, said = tmp_path / "run", list[str]()
+    run.mkdir()
+    _seal(run, 1, {"w": b"1"})
+    f = _flusher(run, folder, said)
+    wait_for("step 1", lambda: _records(folder) or None)
+    real = flush.copy_file
+    copied: list[Path] = []
+
+    def cut(src: Path, dest: Path, mode: int) -> None:
+        if copied:
+            raise OSError(5, "Input/output error")  # the shared volume went away midway
+        copied.append(dest)
+        real(src, dest, mode)
+
+    monkeypatch.setattr(flush, "copy_file", cut)
+    _seal(run, 2, {"a": b"a" * 10, "b": b"b" * 10})
+    wait_for("the flush to fail", lambda: f.error)
+    assert "Input/output error" in str(f.error)
+    assert checkpoints.latest(folder).checkpoint.step == 1  # type: ignore[union-attr]
+    assert not list(folder.glob(".incoming-*")) and not list(folder.glob(".sync*"))
+    assert any("the flush to the checkpoint folder failed, trying again" in s for s in said)
+    assert [p.step for p in local.parts(run)] == [1, 2]  # the local copy stays: not durable
+    monkeypatch.setattr(flush, "copy_file", real)  # the volume is back: tried again
+    wait_for("step 2 committed", lambda: len(_records(folder)) == 2 or None)
+    assert checkpoints.latest(folder).checkpoint.step == 2  # type: ignore[union-attr]
+    assert f.stop(30)
