@@ -50,6 +50,10 @@ class CheckpointError(SlurmpreError):
     """No usable checkpoint, or a checkpoint could not be written safely."""
 
 
+class TransferError(CheckpointError):
+    """A checkpoint could not be served or pulled over the network (`slurmpre.tier.transfer`)."""
+
+
 class JobEnvironmentError(SlurmpreError):
     """The process is not inside the Slurm job it expects to be in."""
 

@@ -19,6 +19,7 @@ from slurmpre.folder.access import from_env as access_from_env
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import Waiting
+from slurmpre.tier import local
 
 
 def env_of(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -40,7 +41,8 @@ def resume_path(env: Mapping[str, str] | None = None) -> Path | None:
     _meets_at_resume(e)
     if e.get(environment.RESUME_PENDING):
         choice = taken_over(e)
-        return Path(choice.resume_from) if choice.resume_from else None
+        near = local.nearest(e.get(environment.LOCAL_DIR), choice.resume_from)
+        return Path(near) if near else None
     raw = e.get(environment.RESUME_FROM, "")
     return Path(raw) if raw else None
 

@@ -84,6 +84,11 @@ class FolderLayout:
     def writing_lock(self) -> Path:
         return self.meta / "writing.lock"
 
+    @property
+    def tier_key(self) -> Path:
+        """The run's secret for pulling checkpoints from its nodes (0600, the owner's)."""
+        return self.meta / "tier.key"
+
     def choice(self, job: str, attempt: str) -> Path:
         return self.meta / f"choice-{job}-{attempt}.json"
 

@@ -133,6 +133,57 @@ class Saved(AttemptRecord):
 
 
 @record_type
+class Serving(AttemptRecord):
+    """A node's wrapper serves its local checkpoints to the job that takes over
+    (`slurmpre.tier.handoff`): where to pull them from."""
+
+    EVENT: ClassVar[str] = "serving"
+    node: str
+    host: str
+    port: int
+
+
+@record_type
+class PullAsked(AttemptRecord):
+    """A successor's node 0 asks each of its nodes to pull ``step`` from the nodes of
+    ``predecessor`` (``sources``: host:port of each)."""
+
+    EVENT: ClassVar[str] = "pull_asked"
+    predecessor: str
+    step: int
+    sources: tuple[str, ...]
+
+
+@record_type
+class Pulled(AttemptRecord):
+    """One node of a successor pulled ``step`` (``ok``), or why not."""
+
+    EVENT: ClassVar[str] = "pulled"
+    node: int
+    step: int
+    ok: bool
+    seconds: float
+    bytes: int
+    why: str | None = None
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "why"})
+
+
+@record_type
+class PullDone(AttemptRecord):
+    """A successor's node 0: every node holds ``step`` (``ok``: it resumes from there, and
+    ``predecessor`` may stop serving), or why it resumes from the checkpoint folder."""
+
+    EVENT: ClassVar[str] = "pull_done"
+    predecessor: str
+    step: int
+    ok: bool
+    why: str | None = None
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "why"})
+
+
+@record_type
 class Committed(AttemptRecord):
     """The watcher saw the checkpoint that answers the notice."""
 

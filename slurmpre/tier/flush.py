@@ -62,6 +62,7 @@ class Flusher:
         self.busy: int | None = None
         self.abandoned: set[int] = set()  # steps node 0 gave up on (a node's part never came)
         self._finish = threading.Event()
+        self._quit = threading.Event()  # a job that took over holds the newest: no flush
         self._done = threading.Event()
         self.error: str | None = None
 
@@ -95,14 +96,25 @@ class Flusher:
         quiet_thread(self._loop, name="slurmpre-flush")
         return self
 
-    def stop(self, timeout: float) -> bool:
+    def stop(
+        self, timeout: float, handed: Callable[[], bool] = lambda: False, *, remove: bool = True
+    ) -> bool:
         """Flush the newest part (node 0 waits for the others' too), then stop; True
-        when nothing newer than the folder's newest checkpoint is left on this node:
-        its local copies are then removed (the run's, on this node)."""
+        when nothing newer than the folder's newest checkpoint is left on this node, or
+        ``handed`` says a job that took over holds it: the local copies are then removed
+        (the run's, on this node), unless ``remove`` is False (they are still served)."""
         self._finish.set()
-        self._done.wait(timeout)
-        done = self.settled()
-        if done:
+        deadline = time.monotonic() + timeout
+        done = False
+        while not self._done.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if handed():
+                self._quit.set()
+                done = True
+                break
+            if time.monotonic() >= deadline:
+                break
+        done = done or self.settled()
+        if done and remove:
             local.remove_run(self.run)
         return done
 
@@ -123,7 +135,7 @@ class Flusher:
     # -- the thread -----------------------------------------------------------------
     def _loop(self) -> None:
         try:
-            while True:
+            while not self._quit.is_set():
                 finishing = self._finish.is_set()
                 try:
                     worked = self._cycle()

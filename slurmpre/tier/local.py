@@ -165,16 +165,17 @@ def incoming(run: Path, step: int, tag: str) -> Path:
 
 def seal(written: Path, run: Path, step: int, meta: Mapping[str, Any]) -> Path:
     """Seal what this node's ranks wrote into ``written`` as its part of ``step``: the
-    list of its files, then one rename. A part of that step already sealed is kept and
-    ours dropped (a periodic and a just-in-time save of one step). No fsync: a local
-    copy is not durable whatever is done, the flush is."""
+    list of its files, then one rename. A part of that step sealed before is replaced:
+    the newest save of a step is the run's (one trained again after a resume from an
+    older checkpoint differs). No fsync: a local copy is not durable, the flush is."""
     files = _files(written)
     record = {"step": step, "files": files, **meta}
     (written / PART).write_text(json.dumps(record, sort_keys=True) + "\n")
     final = run / step_dir_name(step)
     if final.exists():
-        shutil.rmtree(written, ignore_errors=True)
-        return final
+        old = run / f".replaced-{final.name}-{os.getpid()}-{os.urandom(4).hex()}"
+        final.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
     written.rename(final)
     return final
 
@@ -224,6 +225,17 @@ def read_part(path: Path) -> Part | None:
     if path.name != step_dir_name(step):
         return None
     return Part(step, path, files, data)
+
+
+def nearest(run: str | None, resume_from: str | None) -> str | None:
+    """``resume_from`` (a ``step-N`` in the checkpoint folder), or this node's own sealed
+    copy of it in ``run`` when there is one: read from RAM, not the shared volume, and
+    there before the flush has put it in the folder."""
+    if not run or not resume_from:
+        return resume_from
+    copy = Path(run) / Path(resume_from).name
+    part = read_part(copy) if copy.name.startswith("step-") else None
+    return str(copy) if part is not None else resume_from
 
 
 def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> list[int]:

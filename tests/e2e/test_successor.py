@@ -204,3 +204,45 @@ def test_with_no_free_node_the_predecessor_trains_on_until_its_deadline(
         f"drain, trained on to step {stopped['step']} ({stopped['at'] - drained_at:.1f} s); "
         f"successor trained again {runs[1]['started_at'] - stopped['at']:.1f} s after that"
     )
+
+
+def test_with_the_local_tier_the_successor_pulls_the_notice_save_from_the_drained_node(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    """local_dir = "auto": the notice checkpoint is saved on the node; the successor's
+    node pulls it from the drained node's wrapper (which serves it while its flush to the
+    folder goes on), resumes from its own copy, and its flush commits it in the folder."""
+    slurm, job_id, victim = held_job(tmp_path, 12, lines=['local_dir = "auto"'])
+    preemption = Preemption(
+        sandbox, PreemptPlan(victim, window=60, return_after=3, once_empty=True)
+    )
+    preemption.start()
+    try:
+        successor = str(wait_for("the hand-over", lambda: successor_of(tmp_path), timeout=90))
+        wait_done(slurm, successor, tmp_path, timeout=240)
+        preemption.finish()
+    finally:
+        restore_all(sandbox)
+    (seen,) = notices(tmp_path)
+    runs = progress(tmp_path)
+    assert len(runs) == 2 and runs[1]["resumed_step"] == seen["step"]  # zero steps lost
+    assert same_weights(final_weights(tmp_path), baseline)
+    records = ledger(tmp_path)
+    saved = [r for r in records if r["event"] == "saved" and r["job"] == job_id]
+    assert saved[-1]["after_notice"] and saved[-1]["step"] == seen["step"]
+    done = _one(records, "pull_done", successor)
+    assert done["ok"] and done["predecessor"] == job_id and done["step"] == seen["step"]
+    (pulled,) = [r for r in records if r["event"] == "pulled" and r["job"] == successor]
+    assert pulled["ok"] and pulled["bytes"] > 0
+    start = _one(records, "start", successor)
+    folder = tmp_path / "ckpt"
+    assert start["resume_from"] == str(folder / f"step-{seen['step']:08d}")
+    # It trained from its own copy on its node, not from the folder.
+    assert not runs[1]["resume_path"].startswith(str(folder))
+    flushed = [r for r in records if r["event"] == "checkpoint" and r["step"] == seen["step"]]
+    assert flushed and flushed[-1]["flush_seconds"] is not None
+    assert (folder / f"step-{seen['step']:08d}").is_dir()
+    print(
+        f"pulled step {done['step']}: {pulled['bytes']} bytes in {pulled['seconds']:.2f} s; "
+        f"trained again {runs[1]['started_at'] - seen['at']:.1f} s after the notice (tuned)"
+    )

@@ -12,6 +12,10 @@ import pytest
 from slurmpre.folder import checkpoints
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Saved
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.slurm.client import CommandLineSlurm
+
+from tests.conftest import wait_preemptible_idle
 
 pytestmark = pytest.mark.sandbox
 
@@ -27,6 +31,7 @@ SCRIPT = (
 
 
 def _run(ckpt: Path, local_dir: str) -> subprocess.CompletedProcess[str]:
+    wait_preemptible_idle(CommandLineSlurm())
     return subprocess.run(
         [
             "srun", "--nodes=1", "--ntasks-per-node=1", "--constraint=preemptible",
@@ -37,7 +42,9 @@ def _run(ckpt: Path, local_dir: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_saves_on_the_node_reach_the_folder_before_the_job_ends(shared_tmp: Path) -> None:
+def test_saves_on_the_node_reach_the_folder_before_the_job_ends(
+    sandbox: Sandbox, shared_tmp: Path
+) -> None:
     ckpt = shared_tmp / "local-tier"
     ckpt.mkdir()
     proc = _run(ckpt, "auto")
@@ -55,7 +62,7 @@ def test_saves_on_the_node_reach_the_folder_before_the_job_ends(shared_tmp: Path
     assert not was.exists()  # the run ended: its local copies went
 
 
-def test_a_local_dir_the_node_cannot_use_is_one_line(shared_tmp: Path) -> None:
+def test_a_local_dir_the_node_cannot_use_is_one_line(sandbox: Sandbox, shared_tmp: Path) -> None:
     ckpt = shared_tmp / "no-local"
     ckpt.mkdir()
     proc = _run(ckpt, "/no/such/folder")

@@ -19,6 +19,7 @@ from slurmpre.job.start.args import RunOptions
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.rendezvous import Rendezvous, accelerate_argv, torchrun_argv
 from slurmpre.launchers import Launcher
+from slurmpre.tier import local
 
 
 def check_command(command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
@@ -91,7 +92,9 @@ def child_command(
     """The launcher's command line around ``command`` (the spec's, expanded: `launch`)."""
     command = list(opts.command if command is None else command)
     if opts.resume_arg and choice.resume_from:
-        command += [opts.resume_arg, choice.resume_from]
+        near = local.nearest((os.environ if env is None else env).get(environment.LOCAL_DIR),
+                             choice.resume_from)  # fmt: skip
+        command += [opts.resume_arg, near or choice.resume_from]
     if opts.launcher == Launcher.PLAIN:
         return command
     host, _, port = choice.rdzv_endpoint.rpartition(":")
@@ -118,7 +121,7 @@ def child_env(
     layout = FolderLayout(folder)
     training = environment.Training(
         checkpoint_dir=str(folder),
-        resume_from=choice.resume_from,
+        resume_from=local.nearest(env.get(environment.LOCAL_DIR), choice.resume_from),
         resume_step=choice.step,
         restart_count=job.restart_count,
         restarts=job.run_restarts,

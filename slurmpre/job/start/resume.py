@@ -20,6 +20,7 @@ from slurmpre.errors import (
     CheckpointError,
     HandedOver,
     JobEnvironmentError,
+    JobNotFound,
     RestartLimit,
     SlurmpreError,
     UsageError,
@@ -27,6 +28,7 @@ from slurmpre.errors import (
 from slurmpre.folder import checkpoints, trust
 from slurmpre.folder import snapshot as snapshots
 from slurmpre.folder.access import OWNER, Access, make_dir
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
 from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
@@ -99,12 +101,52 @@ def attempt_prefix(job: JobEnv) -> str:
     return f"{job.tag}-{job.attempt}-"
 
 
-def wait_for_the_one_before(at: AttemptContext) -> None:
+def wait_for_the_one_before(at: AttemptContext) -> int | None:
     """Before choosing a checkpoint: the job this one takes over from, or the step this
-    one started beside, has committed its last checkpoint and ended."""
+    one started beside, has committed its last checkpoint and ended. With the node-local
+    tier, every node first pulls the predecessor's last save from its nodes: the step
+    they all hold (None: resume from the folder)."""
     timeout = predecessor_timeout(at.opts)
+    pulled = _pull(at, timeout)
     wait_for_predecessor(at.ledger, at.client, at.job, timeout, at.say)
     overlap.wait_for_previous_step(at.ledger, at.job, timeout, at.say)
+    return pulled
+
+
+def _pull(at: AttemptContext, timeout: float) -> int | None:
+    predecessor = at.job.predecessor
+    if not predecessor or not at.environ.get(environment.LOCAL_DIR):
+        return None
+    asked = [0.0]
+
+    def durable() -> int | None:
+        found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
+        return found.step if found else None
+
+    def ended() -> bool:  # Slurm is asked every few seconds, not at every look
+        if time.monotonic() - asked[0] < 2.0:
+            return False
+        asked[0] = time.monotonic()
+        try:
+            return at.client.job(predecessor).finished
+        except JobNotFound:
+            return True
+        except SlurmpreError:
+            return False
+
+    from slurmpre.tier import handoff  # HMAC and sockets: only for a run with the tier
+
+    return handoff.arrange(
+        at.ledger,
+        job=at.job.tag,
+        attempt=at.job.restart_count,
+        predecessor=predecessor,
+        nodes=at.job.num_nodes,
+        durable=durable,
+        ended=ended,
+        timeout=timeout,
+        say=at.say,
+    )
 
 
 def agree(at: AttemptContext) -> Choice:
@@ -144,8 +186,8 @@ def agree(at: AttemptContext) -> Choice:
         return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
-    wait_for_the_one_before(at)
-    return choose(at)
+    pulled = wait_for_the_one_before(at)
+    return choose(at, pulled=pulled)
 
 
 def give_up(at: AttemptContext, why: str, error: SlurmpreError | None = None) -> NoReturn:
@@ -179,8 +221,8 @@ def take_over(at: AttemptContext) -> Choice:
     """Node 0 of a successor (or of a step started early) whose training already runs:
     wait for the one before to end, then choose and publish the checkpoint that
     `slurmpre.resume_path()` returns on every rank."""
-    wait_for_the_one_before(at)
-    return choose(at, resume=True)
+    pulled = wait_for_the_one_before(at)
+    return choose(at, resume=True, pulled=pulled)
 
 
 def _endpoint(client: SlurmClient, job: JobEnv) -> str:
@@ -189,13 +231,13 @@ def _endpoint(client: SlurmClient, job: JobEnv) -> str:
     return f"{node_address(client, job.nodes[0])}:{port}"
 
 
-def choose(at: AttemptContext, *, resume: bool = False) -> Choice:
+def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = None) -> Choice:
     """Clear what dead attempts left, pick the newest complete checkpoint, publish it;
     or give up (`limits`), once every attempt before this one has ended (in a successor,
     after its predecessor: its last attempt may still commit)."""
     opts, job, ledger, client, say = at.opts, at.job, at.ledger, at.client, at.say
     _clear_the_way(at)
-    ckpt = _newest(at)
+    ckpt = _newest(at, pulled)
     previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
     world = job.num_nodes * nproc_for(opts, job)
     choice = Choice(
@@ -255,13 +297,18 @@ def _clear_the_way(at: AttemptContext) -> None:
         at.say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
 
 
-def _newest(at: AttemptContext) -> checkpoints.Checkpoint | None:
-    """The newest complete checkpoint the user's own jobs committed; gives up (`limits`)
-    when the run has restarted too often, or too often without progress."""
+def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkpoint | None:
+    """The newest complete checkpoint the user's own jobs committed, or the one every
+    node pulled when it is newer (it lands in the folder by this job's flush); gives up
+    (`limits`) when the run has restarted too often, or too often without progress."""
     found = checkpoints.latest(at.folder, owners=trust.trusted_uids())
     for line in checkpoints.summarize(found):
         at.say(line)
     ckpt = found.checkpoint
+    if pulled is not None and (ckpt is None or ckpt.step is None or pulled > ckpt.step):
+        where = str(FolderLayout(at.folder).step(pulled))
+        pulled_why = f"pulled from job {at.job.predecessor}'s nodes onto every node"
+        ckpt = checkpoints.Checkpoint(where, pulled, checkpoints.Format.SLURMPRE, True, pulled_why)
     why = limits.give_up_why(
         at.ledger.records(),
         at.job.tag,

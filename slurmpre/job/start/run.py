@@ -43,7 +43,7 @@ from slurmpre.job.watch.notice import (
 from slurmpre.launchers import Launcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
-from slurmpre.tier.flush import Flusher
+from slurmpre.tier.node import Attempt, NodeTier
 
 if TYPE_CHECKING:
     from slurmpre.job.watch.watcher import Watcher
@@ -234,18 +234,11 @@ def run_attempt(
     folder = check_checkpoint_dir(opts.checkpoint_dir, job, opts.file_access)
     ledger = Ledger(folder, access=opts.file_access)
     ledger.ensure()
-    flusher = Flusher.for_node(
-        opts.local_dir,
-        env,
-        folder,
-        tag=f"{attempt_prefix(job)}flush",
-        node_id=job.node_id,
-        nodes=job.num_nodes,
-        access=opts.file_access,
-        say=say,
-    )
-    if flusher is not None:  # checkpoint() writes there first, this node's flush copies it
-        env = {**env, environment.LOCAL_DIR: str(flusher.run)}
+    here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
+                   job.node_name, job.num_nodes, job.predecessor or None)  # fmt: skip
+    tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access, say)
+    if tier is not None:  # checkpoint() writes there first; it leaves the node from there
+        env = {**env, environment.LOCAL_DIR: str(tier.run)}
     at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), say, env)
     watching: Watching | None = None
     if job.is_first_node and opts.watching:
@@ -282,21 +275,9 @@ def run_attempt(
         stop_relay.set()
         if watching is not None:
             watching.stop()
-        if flusher is not None:
-            _finish_flush(flusher, say)
+        if tier is not None:
+            tier.finish()
     return code
-
-
-FLUSH_WAIT = 3600.0  # seconds an attempt's end waits for its newest checkpoint to be flushed
-
-
-def _finish_flush(flusher: Flusher, say: Callable[[str], None]) -> None:
-    """The attempt's newest local checkpoint reaches the checkpoint folder before the
-    wrapper exits (the job's last save, or the one the notice asked for)."""
-    if not flusher.settled():
-        say("waiting for the newest checkpoint to reach the checkpoint folder")
-    if not flusher.stop(FLUSH_WAIT):
-        say(f"the flush did not finish in {FLUSH_WAIT:g} s: local copies stay in {flusher.run}")
 
 
 def _train(

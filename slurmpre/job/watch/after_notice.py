@@ -81,6 +81,7 @@ class AfterNotice:
         self.restarts, self.log, self.say = restarts, log, say
         self.clock, self.wall = clock, wall
         self._state = _State()
+        self._on_node = False  # the save that answered the notice is one the nodes serve
 
     @property
     def notice(self) -> Notice | None:
@@ -231,7 +232,8 @@ class AfterNotice:
             done = self.restarts.go_on(decision.why, state.drained)
         if done is None:
             return None  # the requeue failed: the next round tries again
-        if done.successor and self._stopped_at_its_checkpoint():
+        # A save on the nodes is pulled from this step's wrappers: they live on until then.
+        if done.successor and self._stopped_at_its_checkpoint() and not self._on_node:
             self.restarts.end_step(f"job {done.successor} takes over from its checkpoint")
         if not state.stop_sent:
             # A script still going on (the deadline came first) must stop now: the job that
@@ -365,13 +367,21 @@ class AfterNotice:
         # it trains between the two would be lost.
         listening = trust.marked(listening_path(self.folder, self.job.tag, self.job.attempt))
         this = records.AttemptId(self.job.restart_count, self.job.in_place)
-        for record in reversed(self.log.records()):
+        every = self.log.records()
+        # A save on the nodes answers it too when a successor pulls it from them.
+        served = self.restarts.successor is not None and any(
+            isinstance(r, records.Serving) and r.job == self.job.tag and r.attempt_id == this
+            for r in every
+        )
+        for record in reversed(every):
             if (
-                isinstance(record, records.Checkpoint)
+                isinstance(record, records.Checkpoint | records.Saved)
+                and (served or isinstance(record, records.Checkpoint))
                 and record.job == self.job.tag  # every successor's first attempt is 0
                 and record.attempt_id == this
                 and record.after_notice
             ):
+                self._on_node = isinstance(record, records.Saved)
                 return record.step, record.path
         if listening:
             return None

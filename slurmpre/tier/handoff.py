@@ -1,0 +1,292 @@
+"""The hand-over over the network: a successor pulls the newest node-local checkpoint
+straight from the nodes of the job it takes over from, while that job's flush to the
+checkpoint folder goes on.
+
+Every node's wrapper, when the tier is on, serves its local checkpoints
+(`transfer.Server`) and records where (`Serving`). A drained job's after-notice save
+(`Saved`) then answers its notice as a commit would, for a hand-over to a successor: the
+successor's node 0 waits until the predecessor's training has ended and that save is
+served, asks each of its nodes to pull it (`PullAsked`), and waits for them (`Pulled`).
+Every node holds it: the successor resumes from there (`PullDone` ok: the predecessor
+stops serving and flushing, and the successor's own flush commits it in the folder);
+one did not: `PullDone` says why, in one line, and the successor resumes from the
+newest checkpoint in the folder, as without the tier: never a mix.
+
+Both ends prove they hold the run's key, ``<checkpoint_dir>/.slurmpre/tier.key``, which
+only the owner can read (`folder.trust`): no other user can read a checkpoint through a
+server, nor make a job load theirs (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from slurmpre.errors import SlurmpreError, TransferError
+from slurmpre.folder import trust
+from slurmpre.folder.layout import FolderLayout, step_dir_name
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import (
+    End,
+    PullAsked,
+    PullDone,
+    Pulled,
+    Record,
+    Saved,
+    Serving,
+    Successor,
+)
+from slurmpre.reading import SMALL
+from slurmpre.signals import quiet_thread
+from slurmpre.tier import local, transfer
+
+POLL = 0.2  # seconds between reads of the ledger while a pull is being arranged
+PULL_WAIT = 300.0  # seconds node 0 waits for its nodes' pulls
+PULL_TIMEOUT = 30.0  # seconds a stalled connection is given
+
+
+def run_key(folder: Path) -> bytes:
+    """The run's key: made once (the first node to ask), the owner's alone, read without
+    following a link and refused (`trust.Untrusted`) when anyone else could have written it."""
+    path = FolderLayout(folder).tier_key
+    with contextlib.suppress(FileNotFoundError):
+        return _read_key(path)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
+    trust.write(fresh, os.urandom(transfer.KEY_BYTES).hex() + "\n", mode=0o600)
+    try:
+        os.link(fresh, path, follow_symlinks=False)  # the first node's key wins
+    except FileExistsError:
+        pass
+    finally:
+        fresh.unlink(missing_ok=True)
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    text = trust.read_text(path, SMALL).strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != transfer.KEY_BYTES:
+        raise trust.Untrusted(f"{str(path)!r} holds no key of {transfer.KEY_BYTES} bytes")
+    return key
+
+
+def serve(
+    run: Path, folder: Path, record: Callable[..., None], node: str, say: Callable[[str], None]
+) -> transfer.Server | None:
+    """This node's local checkpoints, served to a job that holds the run's key, and where
+    recorded (``record(Serving, ...)``); None (said) when it cannot."""
+    try:
+        server = transfer.Server(run, run_key(folder)).start()
+        record(Serving, node=node, host=socket.gethostname(), port=server.port)
+    except (OSError, SlurmpreError) as exc:
+        say(f"cannot serve this node's checkpoints to the job that takes over: {exc}")
+        return None
+    return server
+
+
+def _of(records: Sequence[Record], kind: type[Record], job: str) -> list[Record]:
+    return [r for r in records if isinstance(r, kind) and r.job == job]
+
+
+def served_save(records: Sequence[Record], predecessor: str) -> tuple[int, list[str]] | None:
+    """The predecessor's newest after-notice save once its training has ended, and where
+    each of its nodes serves it; None while there is none (or nothing serves it)."""
+    saves = [r for r in _of(records, Saved, predecessor) if isinstance(r, Saved) and r.after_notice]
+    if not saves:
+        return None
+    last = saves[-1]
+    ended = any(isinstance(r, End) and r.attempt_id == last.attempt_id
+                for r in _of(records, End, predecessor))  # fmt: skip
+    servers = [f"{r.host}:{r.port}" for r in _of(records, Serving, predecessor)
+               if isinstance(r, Serving) and r.attempt_id == last.attempt_id]  # fmt: skip
+    if not ended or not servers:
+        return None
+    return last.step, sorted(set(servers))
+
+
+def arrange(
+    ledger: Ledger,
+    *,
+    job: str,
+    attempt: int,
+    predecessor: str,
+    nodes: int,
+    durable: Callable[[], int | None],
+    ended: Callable[[], bool],
+    timeout: float,
+    say: Callable[[str], None],
+) -> int | None:
+    """A successor's node 0: the step every node now holds, pulled from the predecessor's
+    nodes; None when the folder's newest checkpoint (``durable()``) is newer, the
+    predecessor ended first (``ended``), or a pull failed (said): resume from the folder.
+    A save the folder holds too is pulled all the same: RAM to RAM beats reading it back."""
+    deadline = time.monotonic() + timeout
+    found = None
+    while found is None:
+        found = served_save(ledger.records(), predecessor)
+        if found is None and (ended() or time.monotonic() > deadline):
+            return None
+        if found is None:
+            time.sleep(POLL)
+    step, sources = found
+    newest = durable()
+    if newest is not None and step < newest:
+        return None
+    ledger.append(PullAsked(job=job, attempt=attempt, predecessor=predecessor, step=step,
+                            sources=tuple(sources)))  # fmt: skip
+    said = time.monotonic() + PULL_WAIT
+    results: dict[int, Pulled] = {}
+    while len(results) < nodes and time.monotonic() < said:
+        for r in ledger.records():
+            if isinstance(r, Pulled) and r.job == job and r.attempt == attempt and r.step == step:
+                results[r.node] = r
+        if len(results) < nodes:
+            time.sleep(POLL)
+    failed = [r for r in results.values() if not r.ok]
+    why = None
+    if failed:
+        why = f"node {failed[0].node}: {failed[0].why}"
+    elif len(results) < nodes:
+        why = f"{nodes - len(results)} node(s) did not pull within {PULL_WAIT:g} s"
+    ok = why is None
+    ledger.append(PullDone(job=job, attempt=attempt, predecessor=predecessor, step=step, ok=ok,
+                           why=why))  # fmt: skip
+    if not ok:
+        say(f"pulling step {step} from job {predecessor} failed ({why}): "
+            "resuming from the newest checkpoint in the folder")  # fmt: skip
+        return None
+    moved = sum(r.bytes for r in results.values()) / 1e6
+    took = max(r.seconds for r in results.values())
+    say(f"step {step} pulled from job {predecessor}'s nodes: {moved:.0f} MB in {took:.1f} s")
+    return step
+
+
+def await_taker(ledger: Ledger, job: str, grace: float, say: Callable[[str], None]) -> None:
+    """A job that handed over to a successor, its newest save already in the folder:
+    serve it a little longer, until the successor has pulled it (or given up), at most
+    ``grace`` seconds: reading it from this node's RAM beats reading it from the folder."""
+    records = ledger.records()
+    if not any(isinstance(r, Successor) and r.job == job for r in records):
+        return
+    deadline = time.monotonic() + grace
+    while not any(isinstance(r, PullDone) and r.predecessor == job for r in records):
+        if time.monotonic() >= deadline:
+            say(f"no job pulled this node's checkpoint within {grace:g} s")
+            return
+        time.sleep(POLL)
+        records = ledger.records()
+
+
+def pulled_by_successor(records: Sequence[Record], job: str, step: int) -> bool:
+    """Whether a job taking over from ``job`` holds ``step`` (or a newer one) on all its
+    nodes: this one may stop serving and flushing it."""
+    return any(isinstance(r, PullDone) and r.predecessor == job and r.ok and r.step >= step
+               for r in records)  # fmt: skip
+
+
+class Puller:
+    """Each node of a successor: pulls what node 0 asks (`arrange`) into this node's
+    local folder, on a thread of the wrapper, and records how it went."""
+
+    def __init__(
+        self,
+        run: Path,
+        folder: Path,
+        ledger: Ledger,
+        *,
+        job: str,
+        attempt: int,
+        node: int,
+        say: Callable[[str], None],
+    ) -> None:
+        self.run, self.folder, self.ledger, self.say = run, folder, ledger, say
+        self.job, self.attempt, self.node = job, attempt, node
+        self._stop = threading.Event()
+
+    def start(self) -> Puller:
+        quiet_thread(self._loop, name="slurmpre-pull")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                records = self.ledger.records()
+            except SlurmpreError:
+                records = []
+            asked = [r for r in records if isinstance(r, PullAsked) and r.job == self.job
+                     and r.attempt == self.attempt]  # fmt: skip
+            if asked:
+                self._pull(asked[-1])
+                return
+            self._stop.wait(POLL)
+
+    def _pull(self, asked: PullAsked) -> None:
+        began = time.monotonic()
+        size, why = 0, None
+        try:
+            size = pull_all(asked.sources, run_key(self.folder), asked.step, self.run)
+        except (OSError, SlurmpreError) as exc:
+            why = str(exc)
+            self.say(f"pulling step {asked.step}: {why}")
+        with contextlib.suppress(SlurmpreError):
+            self.ledger.append(
+                Pulled(
+                    job=self.job,
+                    attempt=self.attempt,
+                    node=self.node,
+                    step=asked.step,
+                    ok=why is None,
+                    seconds=round(time.monotonic() - began, 3),
+                    bytes=size,
+                    why=why,
+                )
+            )
+
+
+def pull_all(sources: Sequence[str], key: bytes, step: int, run: Path) -> int:
+    """Pull ``step`` from every source (each node's part) and seal the parts as one in
+    ``run``; the bytes pulled. Nothing is left of a pull that fails."""
+    name = step_dir_name(step)
+    merged = run / f".pulling-{name}-{os.getpid()}"
+    shutil.rmtree(merged, ignore_errors=True)
+    merged.mkdir(mode=0o700)
+    taken: list[Path] = []
+    try:
+        files: dict[str, int] = {}
+        meta: dict[str, object] = {}
+        for i, source in enumerate(sources):
+            host, _, port = source.rpartition(":")
+            dest = run / f".pulled-{name}-{i}-{os.getpid()}"
+            shutil.rmtree(dest, ignore_errors=True)
+            taken.append(dest)
+            transfer.pull(host, int(port), key, name, dest, timeout=PULL_TIMEOUT)
+            part = json.loads((dest / local.PART).read_text())
+            meta = meta or {k: v for k, v in part.items() if k not in ("files", "step")}
+            if part.get("step") != step:
+                raise TransferError(f"{source} served step {part.get('step')}, not {step}")
+            for rel, size in part["files"].items():
+                if rel in files:
+                    continue  # the same file from two nodes: the first stays
+                target = merged / rel
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                (dest / rel).rename(target)
+                files[rel] = int(size)
+        local.seal(merged, run, step, meta)
+        return sum(files.values())
+    finally:
+        shutil.rmtree(merged, ignore_errors=True)
+        for dest in taken:
+            shutil.rmtree(dest, ignore_errors=True)

@@ -1,0 +1,122 @@
+"""What the tier runs beside one node's attempt, in its wrapper: the flush of this
+node's local checkpoints, the server a successor pulls them from, and, in a successor,
+the pull node 0 asks for. Started before the training (the server and the pull on a
+thread of their own, off the way to the launch), finished after it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurmpre.folder.access import Access
+from slurmpre.folder.ledger import Ledger
+from slurmpre.signals import quiet_thread
+from slurmpre.tier import local
+from slurmpre.tier.flush import Flusher
+
+if TYPE_CHECKING:
+    from slurmpre.tier.handoff import Puller
+    from slurmpre.tier.transfer import Server
+
+FLUSH_WAIT = 3600.0  # seconds an attempt's end waits for its newest checkpoint to leave
+SERVE_GRACE = 30.0  # seconds a job that handed over serves a flushed save to its successor
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Who runs on this node: the job, its attempt, and this node's place in it."""
+
+    job: str
+    attempt: int
+    in_place: int
+    prefix: str  # every in-flight name this attempt writes starts with it
+    node_id: int
+    node_name: str
+    nodes: int
+    predecessor: str | None  # the job this one takes over from, in a successor
+
+
+@dataclass
+class NodeTier:
+    flusher: Flusher
+    ledger: Ledger
+    attempt: Attempt
+    say: Callable[[str], None]
+    server: Server | None = None
+    puller: Puller | None = None
+    _up: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def run(self) -> Path:
+        return self.flusher.run
+
+    @classmethod
+    def start(
+        cls,
+        setting: str | None,
+        env: Mapping[str, str],
+        ledger: Ledger,
+        at: Attempt,
+        access: Access,
+        say: Callable[[str], None],
+    ) -> NodeTier | None:
+        """The tier on this node, when the spec's ``local_dir`` names a folder it can use
+        (else None, said in one line when it named one)."""
+        flusher = Flusher.for_node(setting, env, ledger.folder, tag=f"{at.prefix}flush",
+                                   node_id=at.node_id, nodes=at.nodes, access=access,
+                                   say=say)  # fmt: skip
+        if flusher is None:
+            return None
+        tier = cls(flusher, ledger, at, say)
+        quiet_thread(tier._serve, name="slurmpre-serve")
+        return tier
+
+    def _serve(self) -> None:
+        from slurmpre.tier import handoff  # HMAC and sockets, off the way to the launch
+
+        at = self.attempt
+
+        def record(kind: Any, **fields: object) -> None:
+            self.ledger.append(kind(job=at.job, attempt=at.attempt, in_place=at.in_place, **fields))
+
+        try:
+            self.server = handoff.serve(self.run, self.ledger.folder, record, at.node_name,
+                                        self.say)  # fmt: skip
+            if at.predecessor:
+                self.puller = handoff.Puller(
+                    self.run, self.ledger.folder, self.ledger, job=at.job, attempt=at.attempt,
+                    node=at.node_id, say=self.say,
+                ).start()  # fmt: skip
+        finally:
+            self._up.set()
+
+    def finish(self, timeout: float = FLUSH_WAIT) -> None:
+        """The newest local checkpoint leaves this node before the wrapper exits: into
+        the checkpoint folder, or to the job that took over (which then flushes it)."""
+        from slurmpre.tier import handoff
+
+        self._up.wait(60)
+        if self.puller is not None:
+            self.puller.stop()
+        held = local.parts(self.run)
+        newest = held[-1].step if held else None
+
+        def handed() -> bool:
+            return newest is not None and handoff.pulled_by_successor(
+                self.ledger.records(), self.attempt.job, newest
+            )
+
+        if not self.flusher.settled():
+            self.say("waiting for the newest checkpoint to leave this node")
+        done = self.flusher.stop(timeout, handed, remove=False)
+        if not done:
+            self.say(f"the flush did not finish in {timeout:g} s: copies stay in {self.run}")
+        elif self.server is not None and not handed():
+            handoff.await_taker(self.ledger, self.attempt.job, SERVE_GRACE, self.say)
+        if self.server is not None:
+            self.server.close()
+        if done:
+            local.remove_run(self.run)  # durable, or held by the job that took over
