@@ -39,7 +39,9 @@ from slurmpre.folder.records import (
     Successor,
     Waiting,
 )
+from slurmpre.login import tiers
 from slurmpre.login.resizes import Resize, resizes
+from slurmpre.login.tiers import Tiers
 from slurmpre.placement.facts import kinds_by_job
 from slurmpre.placement.policy import PREEMPTIBLE, STANDARD
 from slurmpre.slurm import states
@@ -115,6 +117,9 @@ class JobStatus:
     cost: float = 0.0
     standard_node_hours: float = 0.0
     resizes: list[Resize] = field(default_factory=list)
+    # With `local_dir`: the newest checkpoints, where each is (`slurmpre.login.tiers`).
+    tiers: list[Tiers] = field(default_factory=list)
+    running: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,6 +307,8 @@ def job_status(
         + on_standard * prices.price,
         standard_node_hours=standard,
         resizes=resizes(rows, prices, gpus_per_node),
+        tiers=tiers.of_run(records, jobs),
+        running=slurm is not None and not slurm.finished,
     )
 
 
@@ -366,6 +373,7 @@ def lines(st: JobStatus) -> list[str]:
             out.append(f"     trained on after the notice; told to stop at "
                        f"{_clock(a.stop_asked_at, t0)}: {a.stop_why}")  # fmt: skip
     out += [f"  {r.line(_clock(r.at, t0))}" for r in st.resizes]
+    out += [f"  {t.line(st.running)}" for t in st.tiers]
     if st.standard_node_hours:
         out.append(
             f"  used {st.node_hours:.3f} node-hours ({st.standard_node_hours:.3f} on standard "

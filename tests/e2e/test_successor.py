@@ -15,7 +15,7 @@ from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import PreemptPlan
 from slurmpre.slurm.client import CommandLineSlurm
 
-from tests.conftest import PREEMPTIBLE, wait_for, wait_preemptible_idle
+from tests.conftest import PREEMPTIBLE, slurmpre_cli, wait_for, wait_preemptible_idle
 from tests.e2e.helpers import (
     Preemption,
     final_weights,
@@ -242,6 +242,9 @@ def test_with_the_local_tier_the_successor_pulls_the_notice_save_from_the_draine
     flushed = [r for r in records if r["event"] == "checkpoint" and r["step"] == seen["step"]]
     assert flushed and flushed[-1]["flush_seconds"] is not None
     assert (folder / f"step-{seen['step']:08d}").is_dir()
+    shown = slurmpre_cli("status", job_id, check=True).stdout
+    assert f"step {seen['step']}: saved on job {job_id}'s nodes (" in shown
+    assert f"pulled by job {successor}, in the folder (flushed in " in shown
     print(
         f"pulled step {done['step']}: {pulled['bytes']} bytes in {pulled['seconds']:.2f} s; "
         f"trained again {runs[1]['started_at'] - seen['at']:.1f} s after the notice (tuned)"

@@ -1,0 +1,62 @@
+"""Where each checkpoint of a run is, from the ledger (`slurmpre status`): saved on the
+nodes (`local_dir`), pulled by the job that took over, flushing into the checkpoint
+folder, or there (durable). Only runs that save on the nodes have such rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurmpre.folder.records import Checkpoint, PullDone, Record, Saved
+
+SHOWN = 5  # the newest checkpoints a status shows
+
+
+@dataclass(frozen=True)
+class Tiers:
+    step: int
+    job: str
+    saved_s: float | None  # how long the training stopped for the save on the nodes
+    pulled_by: str | None  # the job that pulled it from the nodes
+    durable: bool  # committed in the checkpoint folder
+    flush_s: float | None  # the background copy and commit
+
+    def line(self, running: bool) -> str:
+        where = [f"saved on job {self.job}'s nodes ({self.saved_s:.1f} s)"]
+        if self.pulled_by:
+            where.append(f"pulled by job {self.pulled_by}")
+        if self.durable:
+            flush = f" (flushed in {self.flush_s:.0f} s)" if self.flush_s is not None else ""
+            where.append(f"in the folder{flush}")
+        else:
+            where.append("flushing" if running else "never in the folder (skipped or cut)")
+        return f"step {self.step}: " + ", ".join(where)
+
+
+def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
+    """The newest checkpoints the run's jobs saved on their nodes, with their tiers."""
+    mine = set(jobs)
+    saves: dict[int, Saved] = {}
+    for r in records:
+        if isinstance(r, Saved) and r.job in mine:
+            saves[r.step] = r
+    if not saves:
+        return []
+    durable = {r.step: r for r in records if isinstance(r, Checkpoint) and r.job in mine}
+    pulled = {r.step: r.job for r in records
+              if isinstance(r, PullDone) and r.ok and r.predecessor in mine}  # fmt: skip
+    out = []
+    for step in sorted(saves)[-SHOWN:]:
+        saved = saves[step]
+        flushed = durable.get(step)
+        out.append(
+            Tiers(
+                step=step,
+                job=saved.job,
+                saved_s=saved.seconds,
+                pulled_by=pulled.get(step),
+                durable=flushed is not None,
+                flush_s=flushed.flush_seconds if flushed else None,
+            )
+        )
+    return out

@@ -1,0 +1,51 @@
+"""`slurmpre status` says where each checkpoint saved on the nodes is: pulled by the job
+that took over, flushing, in the folder, or never there."""
+
+from __future__ import annotations
+
+from slurmpre.folder.records import Checkpoint, PullDone, Saved
+from slurmpre.login import tiers
+
+
+def _saved(job: str, step: int, after: bool = False) -> Saved:
+    return Saved(
+        job=job,
+        attempt=0,
+        step=step,
+        path=f"/dev/shm/x/step-{step}",
+        seconds=0.4,
+        after_notice=after,
+    )
+
+
+def test_each_checkpoints_tiers_from_the_ledger() -> None:
+    records = [
+        _saved("7", 10),
+        Checkpoint(
+            job="7",
+            attempt=0,
+            step=10,
+            path="/c/step-10",
+            after_notice=False,
+            seconds=0.4,
+            flush_seconds=96.2,
+        ),
+        _saved("7", 15, after=True),
+        PullDone(job="8", attempt=0, predecessor="7", step=15, ok=True),
+        _saved("8", 20),
+        _saved("99", 25),  # another run's
+    ]
+    rows = tiers.of_run(records, ["7", "8"])
+    assert [r.step for r in rows] == [10, 15, 20]
+    shown = [r.line(running=True) for r in rows]
+    assert shown == [
+        "step 10: saved on job 7's nodes (0.4 s), in the folder (flushed in 96 s)",
+        "step 15: saved on job 7's nodes (0.4 s), pulled by job 8, flushing",
+        "step 20: saved on job 8's nodes (0.4 s), flushing",
+    ]
+    assert rows[2].line(running=False).endswith("never in the folder (skipped or cut)")
+
+
+def test_a_run_without_the_tier_shows_no_rows() -> None:
+    records = [Checkpoint(job="7", attempt=0, step=10, path="/c", after_notice=False)]
+    assert tiers.of_run(records, ["7"]) == []
