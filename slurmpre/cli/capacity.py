@@ -39,6 +39,14 @@ def nodes(as_json: bool) -> None:
 @click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
 @click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
 @click.option(
+    "--local-save-seconds", "save_seconds", type=float, default=None,
+    help="With local_dir: a save on the nodes (else measured, when the ledgers hold one).",
+)  # fmt: skip
+@click.option(
+    "--pull-seconds", type=float, default=None,
+    help="With local_dir: the pull by the job that takes over (else measured, or 0).",
+)  # fmt: skip
+@click.option(
     "--deadline",
     default=None,
     metavar="WHEN",
@@ -101,6 +109,8 @@ def plan(
     window: float | None,
     margin: float | None,
     notice_seconds: float | None,
+    save_seconds: float | None,
+    pull_seconds: float | None,
     deadline: str | None,
     total_steps: int | None,
     steps_done: int | None,
@@ -148,7 +158,7 @@ def plan(
     given = Given(
         checkpoint_s=checkpoint_seconds, mtbf_s=mtbf, restart_s=restart_seconds,
         window_s=window, margin_s=margin, notice_s=notice_seconds, price=price,
-        discount=discount,
+        discount=discount, save_s=save_seconds, pull_s=pull_seconds,
     )  # fmt: skip
     more = None
     if spares is not None:

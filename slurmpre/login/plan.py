@@ -33,6 +33,8 @@ from slurmpre import defaults
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, End, Notice, Record, Requeued, Start, Successor
+from slurmpre.login import tier_costs
+from slurmpre.login.tier_costs import TierCosts
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Inputs:
     price: float = defaults.ON_DEMAND_PRICE  # per GPU-hour
     discount: float = defaults.PREEMPTIBLE_DISCOUNT  # preemptible = price * (1 - discount)
     sources: tuple[str, ...] = ()  # where each measured value came from
+    tier: TierCosts | None = None  # with local_dir: the save on the nodes and the pull
 
     def check(self) -> None:
         for name, value, low in (
@@ -102,6 +105,8 @@ class Plan:
                 "cost_per_useful_gpu_hour": self.jit_cost,
             },
             "on_demand_cost_per_gpu_hour": self.on_demand_cost,
+            # With local_dir only (measured in the ledgers, or given).
+            **({} if i.tier is None else {"state_off_the_node": tier_costs.as_dict(self, i.tier)}),
         }
 
 
@@ -161,7 +166,13 @@ def measure(records: list[Record]) -> Measured:
     """From attempt ledgers: the median checkpoint write, the running time per preemption
     (drain notices that ended an attempt), and the median restart: requeue -> the next
     attempt's start, or a successor's submission -> its start."""
-    writes = [r.seconds for r in records if isinstance(r, Checkpoint) and r.seconds is not None]
+    # The write to the shared volume: a flush's, when the checkpoint was saved on the nodes.
+    writes = [
+        w
+        for r in records
+        if isinstance(r, Checkpoint)
+        if (w := r.seconds if r.flush_seconds is None else r.flush_seconds) is not None
+    ]
     running = sum(r.seconds for r in records if isinstance(r, End))
     preempted = {(r.job, r.attempt) for r in records if isinstance(r, Notice) and r.kind == "drain"}
     # When each attempt started: its first step (an in-place restart later in the same
@@ -244,6 +255,8 @@ class Given:
     notice_s: float | None = None
     price: float = defaults.ON_DEMAND_PRICE
     discount: float = defaults.PREEMPTIBLE_DISCOUNT
+    save_s: float | None = None  # with local_dir: a save on the nodes
+    pull_s: float | None = None  # ... and the pull by the job that takes over
 
 
 def inputs_from(
@@ -275,6 +288,14 @@ def inputs_from(
     )
     mtbf = pick(given.mtbf_s, seen.mtbf_s, "--mtbf", "running time per preemption")
     found.check()
+    saved, pulled, flushed = tier_costs.measured(records)
+    save = given.save_s if given.save_s is not None else saved
+    pull = given.pull_s if given.pull_s is not None else pulled
+    if given.save_s is None and saved is not None:
+        sources.append(f"save on the nodes {saved:.4g} s")
+    if given.pull_s is None and pulled is not None:
+        sources.append(f"pull {pulled:.4g} s")
+    tier = None if save is None else TierCosts(save, pull or 0.0, flushed)
     return Inputs(
         checkpoint_s=checkpoint,
         mtbf_s=mtbf,
@@ -285,6 +306,7 @@ def inputs_from(
         price=given.price,
         discount=given.discount,
         sources=tuple(sources),
+        tier=tier,
     )
 
 
@@ -359,6 +381,8 @@ def lines(plan: Plan) -> list[str]:
             f"just in time does not fit: notice {i.notice_s:g} s + write {i.checkpoint_s:g} s "
             f"> window {i.window_s:g} s - margin {i.margin_s:g} s; checkpoint periodically"
         )
+    if i.tier is not None:
+        out += tier_costs.lines(plan, i.tier)
     daly_s, young_s = plan.daly_interval_s, plan.young_interval_s
     out.append(f"periodic interval: Daly {daly_s:.0f} s (Young {young_s:.0f} s)")
     return out

@@ -1,0 +1,82 @@
+"""What the node-local tier (`local_dir`) changes in a plan (`slurmpre plan`).
+
+Without it, a preemption costs the checkpoint's write to the shared volume (``d``) and
+the restart; with it, the save on the nodes (``s``, a memory copy) and the pull by the
+job that takes over (``p``) are what the training waits for, and the write to the
+volume (the flush) goes on in the background. So the just-in-time goodput becomes
+``M / (M + s + p + R)``, and it fits when ``notice + s + p`` fit in the window less the
+margin (the flush need not: the successor holds the state once it has pulled it). A
+periodic save stops the training for ``s`` instead of ``d``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slurmpre.folder.records import Checkpoint, Pulled, Record, Saved
+
+if TYPE_CHECKING:
+    from slurmpre.login.plan import Plan
+
+
+@dataclass(frozen=True)
+class TierCosts:
+    save_s: float  # the training stops this long for a save on the nodes
+    pull_s: float  # the job that takes over pulls it this fast
+    flush_s: float | None = None  # the background write to the shared volume (measured)
+
+
+def measured(records: Sequence[Record]) -> tuple[float | None, float | None, float | None]:
+    """The medians the ledgers hold: save on the nodes, pull, flush (None: none seen)."""
+    saves = [r.seconds for r in records if isinstance(r, Saved)]
+    pulls = [r.seconds for r in records if isinstance(r, Pulled) and r.ok]
+    flushes = [r.flush_seconds for r in records
+               if isinstance(r, Checkpoint) and r.flush_seconds is not None]  # fmt: skip
+    return tuple(statistics.median(x) if x else None for x in (saves, pulls, flushes))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Row:
+    fits: bool
+    goodput: float | None
+    cost: float | None
+
+
+def row(plan: Plan, costs: TierCosts) -> Row:
+    i = plan.inputs
+    paid = costs.save_s + costs.pull_s
+    fits = i.notice_s + paid <= i.window_s - i.margin_s
+    if not fits:
+        return Row(False, None, None)
+    goodput = i.mtbf_s / (i.mtbf_s + paid + i.restart_s)
+    return Row(True, goodput, i.price * (1 - i.discount) / goodput)
+
+
+def lines(plan: Plan, costs: TierCosts) -> list[str]:
+    r = row(plan, costs)
+    flush = f", flush {costs.flush_s:.4g} s in the background" if costs.flush_s else ""
+    head = (
+        f"state off the node: save on the nodes {costs.save_s:.4g} s, "
+        f"pull {costs.pull_s:.4g} s{flush}"
+    )
+    if r.goodput is None:
+        i = plan.inputs
+        return [head, f"just in time with local_dir does not fit: notice {i.notice_s:g} s + save "
+                      f"+ pull > window {i.window_s:g} s - margin {i.margin_s:g} s"]  # fmt: skip
+    label = "preemptible, just in time + local_dir"
+    return [head, f"{label:38}{r.goodput:>9.3f}{'$' + format(r.cost, '.3f'):>22}"]
+
+
+def as_dict(plan: Plan, costs: TierCosts) -> dict[str, Any]:
+    r = row(plan, costs)
+    return {
+        "save_on_nodes_seconds": costs.save_s,
+        "pull_seconds": costs.pull_s,
+        "flush_seconds": costs.flush_s,
+        "fits_in_window": r.fits,
+        "goodput": r.goodput,
+        "cost_per_useful_gpu_hour": r.cost,
+    }
