@@ -251,10 +251,13 @@ def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> li
 
 
 def clear_in_flight(run: Path, live: str) -> None:
-    """What saves that did not finish left (not this attempt's, ``live`` prefix)."""
+    """What saves that did not finish left (not this attempt's, ``live`` prefix), and what
+    killed pulls and replacements left (before this attempt pulls anything)."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(run):
-            if entry.name.startswith(".incoming-") and live not in entry.name:
+            name = entry.name
+            dead = name.startswith(".incoming-") and live not in name
+            if dead or name.startswith((".pulling-", ".pulled-", ".replaced-")):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 

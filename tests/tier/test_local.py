@@ -171,3 +171,25 @@ def test_prune_keeps_the_newest_and_the_busy(tmp_path: Path) -> None:
         local.seal(written, run, step, {})
     assert local.prune(run, keep=2, busy=frozenset({2})) == [1, 3]
     assert [p.step for p in local.parts(run)] == [2, 4, 5]
+
+
+def test_what_killed_saves_and_pulls_left_goes_at_the_next_start(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in (
+        ".incoming-step-00000003-41-0-n1",
+        ".incoming-step-00000004-42-0-n1",
+        ".pulling-step-00000004-77",
+        ".pulled-step-00000004-0-77",
+        ".replaced-step-00000002-77-ab",
+    ):
+        (run / name).mkdir()
+    _seal_one = local.incoming(run, 2, "41-0-n2")
+    _seal_one.mkdir()
+    (_seal_one / "w").write_bytes(b"x")
+    local.seal(_seal_one, run, 2, {})
+    local.clear_in_flight(run, "42-0")
+    assert sorted(p.name for p in run.iterdir()) == [
+        ".incoming-step-00000004-42-0-n1",  # this attempt's own
+        "step-00000002",
+    ]
