@@ -96,7 +96,10 @@ def checkpoint(
     tag = _attempt_tag(env, target)
     incoming = checkpoints.incoming_path(target, step, tag)
     access = access_of(env)
-    run = _local_run(env, dist, world, step)
+    # The wrapper's flush commits into the job's checkpoint folder: a save to another
+    # folder (``folder=``) goes there directly.
+    mine = folder is None or Path(folder) == checkpoint_dir()
+    run = _local_run(env, dist, world, step) if mine else None
     if run is not None:  # the node first; the wrapper's flush commits it here later
         where = _Where(target, step, local.incoming(run, step, tag), access, timeout)
         yield from _write_local(where, run, env, dist, rank, sampler)

@@ -35,6 +35,7 @@ from slurmpre.tier import local
 POLL = 0.25  # seconds between looks at the node-local folder
 PEERS_WAIT = 600.0  # seconds node 0 waits for the other nodes' parts of one step
 RETRY = 2.0  # seconds before a flush that failed (the shared volume) is tried again
+TRIES = 10  # failures in a row after which node 0 gives a step up (it stays on the node)
 LOCK_WAIT = 600.0  # seconds the commit waits for the folder's writing lock (`ckpt prune`)
 
 
@@ -114,7 +115,7 @@ class Flusher:
             if time.monotonic() >= deadline:
                 break
         done = done or self.settled()
-        if done and remove:
+        if done and remove and (handed() or self.durable_newest()):
             local.remove_run(self.run)
         return done
 
@@ -134,15 +135,21 @@ class Flusher:
 
     # -- the thread -----------------------------------------------------------------
     def _loop(self) -> None:
+        failures = 0
         try:
             while not self._quit.is_set():
                 finishing = self._finish.is_set()
                 try:
                     worked = self._cycle()
+                    failures = 0
                 except Exception as exc:  # noqa: BLE001 - said, and tried again
                     if str(exc) != self.error:
                         self.say(f"the flush to the checkpoint folder failed, trying again: {exc}")
                     self.error, worked = str(exc), False
+                    failures += 1
+                    if failures >= TRIES and self.lead:
+                        self._give_up(str(exc))
+                        failures = 0
                     time.sleep(RETRY)
                 if finishing and self.settled():
                     return
@@ -178,6 +185,23 @@ class Flusher:
                     break
         local.prune(self.run, busy=frozenset({self.busy} if self.busy is not None else ()))
         return worked
+
+    def _give_up(self, why: str) -> None:
+        """The newest step cannot reach the folder (the volume refuses it): it stays on
+        this node, said, and the attempt's end no longer waits for it."""
+        held = [p.step for p in local.parts(self.run) if p.step > self.durable]
+        if held:
+            self.abandoned.add(held[-1])
+            self.say(f"flush: step {held[-1]} given up after {TRIES} failures ({why}); "
+                     f"it stays in {self.run}")  # fmt: skip
+
+    def durable_newest(self) -> bool:
+        """Whether this node's newest part is in the checkpoint folder (committed)."""
+        held = local.parts(self.run)
+        if not held:
+            return True
+        newest = held[-1].step
+        return newest <= self.durable or self._committed(newest) or newest in self.copied
 
     def _incoming(self, step: int) -> Path:
         return FolderLayout(self.folder).incoming(step, self.tag)

@@ -118,5 +118,9 @@ class NodeTier:
             handoff.await_taker(self.ledger, self.attempt.job, SERVE_GRACE, self.say)
         if self.server is not None:
             self.server.close()
-        if done:
+        if handed() or (done and self.flusher.durable_newest()):
             local.remove_run(self.run)  # durable, or held by the job that took over
+        elif done:
+            self.say(
+                f"the newest checkpoint is not in the checkpoint folder: it stays in {self.run}"
+            )

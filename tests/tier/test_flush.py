@@ -137,3 +137,24 @@ def test_a_flush_cut_midway_is_never_chosen(
     wait_for("step 2 committed", lambda: len(_records(folder)) == 2 or None)
     assert checkpoints.latest(folder).checkpoint.step == 2  # type: ignore[union-attr]
     assert f.stop(30)
+
+
+def test_a_step_the_volume_keeps_refusing_is_given_up_and_stays_on_the_node(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flush, "RETRY", 0.01)
+    monkeypatch.setattr(flush, "TRIES", 3)
+
+    def refused(src: Path, dest: Path, mode: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(flush, "copy_file", refused)
+    run, said = tmp_path / "run", list[str]()
+    run.mkdir()
+    _seal(run, 7, {"w": b"w"})
+    f = _flusher(run, folder, said)
+    wait_for("the give-up", lambda: 7 in f.abandoned or None)
+    assert f.stop(30)  # the attempt's end does not wait for it any more...
+    assert [p.step for p in local.parts(run)] == [7]  # ...and the only copy stays
+    assert any(s.startswith("flush: step 7 given up after 3 failures") for s in said)
+    assert checkpoints.latest(folder).checkpoint is None

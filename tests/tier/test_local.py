@@ -193,3 +193,19 @@ def test_what_killed_saves_and_pulls_left_goes_at_the_next_start(tmp_path: Path)
         ".incoming-step-00000004-42-0-n1",  # this attempt's own
         "step-00000002",
     ]
+
+
+def test_a_save_to_another_folder_than_the_jobs_goes_there_directly(
+    shm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, other = tmp_path / "ckpt", tmp_path / "elsewhere"
+    folder.mkdir()
+    run = local.prepare(str(shm), {}, folder)
+    assert run is not None
+    for key, value in _env(folder, run).items():
+        monkeypatch.setenv(key, value)
+    with saving.checkpoint(3, folder=other) as where:
+        assert where.is_relative_to(other)  # the job's flush would never put it there
+        (where / "w").write_bytes(b"x")
+    assert checkpoints.latest(other).checkpoint.step == 3  # type: ignore[union-attr]
+    assert local.parts(run) == []
