@@ -106,7 +106,7 @@ class Plan:
             },
             "on_demand_cost_per_gpu_hour": self.on_demand_cost,
             # With local_dir only (measured in the ledgers, or given).
-            **({} if i.tier is None else {"state_off_the_node": tier_costs.as_dict(self, i.tier)}),
+            **({} if i.tier is None else {"state_off_the_node": tier_costs.as_dict(i, i.tier)}),
         }
 
 
@@ -382,7 +382,7 @@ def lines(plan: Plan) -> list[str]:
             f"> window {i.window_s:g} s - margin {i.margin_s:g} s; checkpoint periodically"
         )
     if i.tier is not None:
-        out += tier_costs.lines(plan, i.tier)
+        out += tier_costs.lines(i, i.tier)
     daly_s, young_s = plan.daly_interval_s, plan.young_interval_s
     out.append(f"periodic interval: Daly {daly_s:.0f} s (Young {young_s:.0f} s)")
     return out

@@ -14,12 +14,34 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from slurmpre.folder.records import Checkpoint, Pulled, Record, Saved
 
-if TYPE_CHECKING:
-    from slurmpre.login.plan import Plan
+
+class Facts(Protocol):
+    """What a plan's inputs say of the run (`slurmpre.login.plan.Inputs`)."""
+
+    @property
+    def mtbf_s(self) -> float: ...
+
+    @property
+    def restart_s(self) -> float: ...
+
+    @property
+    def window_s(self) -> float: ...
+
+    @property
+    def margin_s(self) -> float: ...
+
+    @property
+    def notice_s(self) -> float: ...
+
+    @property
+    def price(self) -> float: ...
+
+    @property
+    def discount(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -45,8 +67,7 @@ class Row:
     cost: float | None
 
 
-def row(plan: Plan, costs: TierCosts) -> Row:
-    i = plan.inputs
+def row(i: Facts, costs: TierCosts) -> Row:
     paid = costs.save_s + costs.pull_s
     fits = i.notice_s + paid <= i.window_s - i.margin_s
     if not fits:
@@ -55,23 +76,22 @@ def row(plan: Plan, costs: TierCosts) -> Row:
     return Row(True, goodput, i.price * (1 - i.discount) / goodput)
 
 
-def lines(plan: Plan, costs: TierCosts) -> list[str]:
-    r = row(plan, costs)
+def lines(i: Facts, costs: TierCosts) -> list[str]:
+    r = row(i, costs)
     flush = f", flush {costs.flush_s:.4g} s in the background" if costs.flush_s else ""
     head = (
         f"state off the node: save on the nodes {costs.save_s:.4g} s, "
         f"pull {costs.pull_s:.4g} s{flush}"
     )
     if r.goodput is None:
-        i = plan.inputs
         return [head, f"just in time with local_dir does not fit: notice {i.notice_s:g} s + save "
                       f"+ pull > window {i.window_s:g} s - margin {i.margin_s:g} s"]  # fmt: skip
     label = "preemptible, just in time + local_dir"
     return [head, f"{label:38}{r.goodput:>9.3f}{'$' + format(r.cost, '.3f'):>22}"]
 
 
-def as_dict(plan: Plan, costs: TierCosts) -> dict[str, Any]:
-    r = row(plan, costs)
+def as_dict(i: Facts, costs: TierCosts) -> dict[str, Any]:
+    r = row(i, costs)
     return {
         "save_on_nodes_seconds": costs.save_s,
         "pull_seconds": costs.pull_s,

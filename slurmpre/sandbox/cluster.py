@@ -99,9 +99,8 @@ class Sandbox:
         return {**os.environ, "PATH": path, **sandbox_env(self.instance)}
 
     def use(self) -> None:
-        """Put the sandbox's Slurm commands first on this process's PATH, and its
-        configuration in SLURM_CONF, for a caller that runs them itself, or submits jobs
-        (which inherit both). Only this does."""
+        """Put the sandbox's Slurm commands first on this process's PATH and its config in
+        SLURM_CONF, for a caller that runs them or submits jobs (which inherit both)."""
         env = self.env
         for key in ("PATH", *sandbox_env(self.instance)):
             os.environ[key] = env[key]
@@ -344,7 +343,6 @@ class Sandbox:
         with FileLock(str(MOUNTS_LOCK)):
             leave(self.state_dir, self.root, state.munged, lambda o, p: Sandbox(o).adopt_munged(p))
         clean_cgroups([n["name"] for n in state.nodes])
-        # The nodes' own folders are in RAM: a node gone takes its disk along.
         shutil.rmtree(state.config(self.state_dir, self.hostname).local_root, ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
 

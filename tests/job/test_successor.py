@@ -507,3 +507,47 @@ def test_a_script_that_went_on_keeps_its_step_until_it_ends_by_itself(tmp_path: 
     h.run()
     assert h.watcher.outcome.successor == "77"
     assert not request_path(h.folder, "42", "0").exists()
+
+
+def _saved_on_the_nodes(h: Harness, step: int, *, served: bool) -> None:
+    """What a job with local_dir records: its nodes serve their saves, rank 0 sealed one."""
+    from slurmpre.folder.records import Saved, Serving
+
+    if served:
+        h.ledger.append(Serving(job="42", attempt=0, node="n1", host="h", port=1))
+    h.ledger.append(
+        Saved(
+            job="42",
+            attempt=0,
+            step=step,
+            path=f"/dev/shm/x/step-{step}",
+            seconds=0.1,
+            after_notice=True,
+        )
+    )
+
+
+def test_a_save_on_the_nodes_answers_the_notice_when_its_nodes_serve_it(tmp_path: Path) -> None:
+    """local_dir: the successor pulls the notice save from this step's wrappers, so it
+    answers the notice (no wait for the flush), and the step is not ended under them."""
+    from slurmpre.job.handover.inplace import request_path
+
+    h, _ = harness(tmp_path, job=SUPERVISED)
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-1"] = (12.3, "preempted")
+    h.at(19.0, h.take)
+    h.at(20.0, lambda: _saved_on_the_nodes(h, 14, served=True))
+    h.run()
+    assert h.watcher.outcome.successor == "77"
+    assert any("checkpoint of step 14 committed after the notice" in s for s in h.said)
+    assert not request_path(h.folder, "42", "0").exists()  # its wrappers serve it still
+
+
+def test_a_save_on_the_nodes_that_nothing_serves_answers_nothing(tmp_path: Path) -> None:
+    h, _ = harness(tmp_path, job=SUPERVISED)
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-1"] = (12.3, "preempted")
+    h.at(19.0, h.take)
+    h.at(20.0, lambda: _saved_on_the_nodes(h, 14, served=False))
+    h.run()
+    assert not any("committed after the notice" in s for s in h.said)

@@ -21,14 +21,14 @@ def test_a_30b_write_that_cannot_fit_fits_once_it_leaves_the_node_by_the_network
     inputs = Inputs(checkpoint_s=600, mtbf_s=7200, restart_s=10, tier=TierCosts(3, 9))
     plan = make_plan(inputs)
     assert not plan.jit_fits  # 600 s of write in a 300 s window
-    row = tier_costs.row(plan, inputs.tier)  # type: ignore[arg-type]
+    row = tier_costs.row(plan.inputs, inputs.tier)  # type: ignore[arg-type]
     assert row.fits and row.goodput == pytest.approx(7200 / (7200 + 3 + 9 + 10))
     assert row.cost == pytest.approx(2.0 * 0.5 / row.goodput)  # type: ignore[operator]
 
 
 def test_a_save_and_pull_longer_than_the_window_do_not_fit() -> None:
     plan = make_plan(Inputs(checkpoint_s=90, mtbf_s=7200, restart_s=10, tier=TierCosts(200, 90)))
-    assert tier_costs.row(plan, TierCosts(200, 90)).goodput is None
+    assert tier_costs.row(plan.inputs, TierCosts(200, 90)).goodput is None
 
 
 def test_the_ledger_gives_the_save_the_pull_and_the_flush_as_the_write(tmp_path: Path) -> None:

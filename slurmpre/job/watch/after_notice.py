@@ -81,7 +81,7 @@ class AfterNotice:
         self.restarts, self.log, self.say = restarts, log, say
         self.clock, self.wall = clock, wall
         self._state = _State()
-        self._on_node = False  # the save that answered the notice is one the nodes serve
+        self._on_node = False  # the notice's save is on the nodes: their wrappers serve it
 
     @property
     def notice(self) -> Notice | None:
@@ -232,7 +232,6 @@ class AfterNotice:
             done = self.restarts.go_on(decision.why, state.drained)
         if done is None:
             return None  # the requeue failed: the next round tries again
-        # A save on the nodes is pulled from this step's wrappers: they live on until then.
         if done.successor and self._stopped_at_its_checkpoint() and not self._on_node:
             self.restarts.end_step(f"job {done.successor} takes over from its checkpoint")
         if not state.stop_sent:
@@ -366,23 +365,10 @@ class AfterNotice:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
         listening = trust.marked(listening_path(self.folder, self.job.tag, self.job.attempt))
-        this = records.AttemptId(self.job.restart_count, self.job.in_place)
-        every = self.log.records()
-        # A save on the nodes answers it too when a successor pulls it from them.
-        served = self.restarts.successor is not None and any(
-            isinstance(r, records.Serving) and r.job == self.job.tag and r.attempt_id == this
-            for r in every
-        )
-        for record in reversed(every):
-            if (
-                isinstance(record, records.Checkpoint | records.Saved)
-                and (served or isinstance(record, records.Checkpoint))
-                and record.job == self.job.tag  # every successor's first attempt is 0
-                and record.attempt_id == this
-                and record.after_notice
-            ):
-                self._on_node = isinstance(record, records.Saved)
-                return record.step, record.path
+        saved = self.log.notice_save(pulled=self.restarts.successor is not None)
+        if saved is not None:
+            self._on_node = isinstance(saved, records.Saved)
+            return saved.step, saved.path
         if listening:
             return None
         found = _latest(self.folder)

@@ -12,7 +12,7 @@ from typing import Any
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import AttemptId, AttemptRecord, Checkpoint, Waiting
+from slurmpre.folder.records import AttemptId, AttemptRecord, Checkpoint, Saved, Serving, Waiting
 from slurmpre.job.start.env import JobEnv
 
 
@@ -50,6 +50,16 @@ class AttemptLog:
             for r in self.records()
             if isinstance(r, AttemptRecord) and r.job == self.job.tag and r.attempt_id == this
         ]
+
+    def notice_save(self, *, pulled: bool) -> Checkpoint | Saved | None:
+        """This attempt's newest save after its notice: committed in the folder, or, with
+        ``pulled`` (a successor pulls it from this job's nodes, which serve it), sealed on
+        the nodes (`slurmpre.tier`)."""
+        mine = self.own()
+        served = pulled and any(isinstance(r, Serving) for r in mine)
+        kinds = (Checkpoint, Saved) if served else (Checkpoint,)
+        found = [r for r in mine if isinstance(r, kinds) and r.after_notice]
+        return found[-1] if found else None
 
     def saved_to_stop(self) -> bool:
         """The training committed the checkpoint it stops at (`preemption_requested()` had
