@@ -16,7 +16,7 @@ import pytest
 from slurmpre import environment
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.config import node_specs
-from slurmpre.sandbox.instance import Instance
+from slurmpre.sandbox.instance import Instance, sandbox_env
 from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm
 
@@ -92,12 +92,17 @@ def no_sandbox_reached(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     whatever this machine runs: the Slurm commands it puts on PATH are the ones that run."""
     if request.node.get_closest_marker("sandbox") is None:
         monkeypatch.setenv(environment.SANDBOX_DIR, "/nonexistent/slurmpre-sandbox")
-    elif "sandbox" not in request.fixturenames:
-        # Marked, but naming no cluster fixture (its Slurm client is made in the test): the
-        # cluster is brought up and its commands put first on PATH all the same. Without
-        # this such a test ran the host's scontrol whenever it was the first of its worker
-        # to reach the cluster ("munge.socket.2: No such file"), as CI found.
-        request.getfixturevalue("sandbox")
+        return
+    if "release" in request.fixturenames:
+        return  # a release's own sandbox (tests/versions), which its fixture brings up
+    # Every cluster test starts with the worker's sandbox up and its Slurm commands first
+    # on PATH, whether it names a cluster fixture or builds its client itself, and whatever
+    # a test before it did to this process's PATH. Without this, such tests ran the host's
+    # scontrol ("munge.socket.2: No such file"), as CI found.
+    box: Sandbox = request.getfixturevalue("sandbox")
+    env = box.env
+    for key in ("PATH", *sandbox_env(box.instance)):
+        monkeypatch.setenv(key, env[key])
 
 
 # Fixtures that stand for the running cluster: a test that uses one (itself or through

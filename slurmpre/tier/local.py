@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre import dollars, environment
-from slurmpre.errors import UsageError
+from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder.layout import FolderLayout, step_dir_name
 
 PART = ".slurmpre-part"
@@ -40,7 +40,7 @@ MIN_FREE_MB = 64
 KEEP = 2
 
 
-class Unusable(Exception):
+class Unusable(CheckpointError):
     """Why a node-local folder is not used: one line; the shared folder is used instead."""
 
 
