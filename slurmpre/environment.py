@@ -62,6 +62,8 @@ NODE_LOCAL_DIR = "SLURMPRE_NODE_LOCAL_DIR"
 # Set by the wrapper when the spec's `local_dir` is usable on the node: the run's folder there,
 # where `slurmpre.checkpoint()` writes first (`slurmpre.tier`).
 LOCAL_DIR = "SLURMPRE_LOCAL_DIR"
+# "I/N", set on every node when local_dir is on (usable there or not): training node I of N.
+LOCAL_NODE = "SLURMPRE_LOCAL_NODE"
 
 
 # What every training process finds set: the batch script's exports and `Training`'s

@@ -189,15 +189,19 @@ def _local_run(env: Mapping[str, str], dist: Any, world: int, step: int) -> Path
     for one more checkpoint as big as the last on every node; else None: the shared
     folder, as without it, said in one line. Every rank decides alike (one all_reduce):
     ranks without a process group cannot agree, and write to the shared folder."""
+    if not env.get(environment.LOCAL_NODE):
+        return None  # local_dir is off: no node has a folder, nothing to agree on
     raw = env.get(environment.LOCAL_DIR, "")
-    if not raw or (dist is None and world > 1):
+    if dist is None and (not raw or world > 1):
         return None
     run = Path(raw)
-    why = local.room_for_one_more(run)
-    if dist is not None:
+    why = local.room_for_one_more(run) if raw else "this node has no node-local folder"
+    if dist is not None:  # every rank, with a folder or not: one all_reduce each
         agreed = TorchMeeting(dist).all_agree(why is None)
         if why is None and not agreed:
             why = "another node's local folder has no room for it"
+        if not raw and not agreed:
+            return None  # said by the nodes that have one
     if why is None:
         return run
     line = f"slurmpre: step {step} goes to the checkpoint folder: {why}"
@@ -239,6 +243,7 @@ def _write_local(
             "after_notice": notices.gate_for(env).agreed,
             "stopping": notices.stopping(env) or None,
             "seconds": seconds,
+            **local.node_of(env.get(environment.LOCAL_NODE, "")),
         }
         try:
             sealed = local.seal(where.incoming, run, where.step, meta)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import checkpoints
@@ -45,7 +46,7 @@ class Flusher:
 
     def __init__(
         self,
-        run: Path,
+        held: local.Held,
         folder: Path,
         *,
         tag: str,
@@ -54,12 +55,11 @@ class Flusher:
         access: Access,
         say: Callable[[str], None],
     ) -> None:
-        self.run, self.folder, self.tag = run, folder, tag
+        self.held, self.run, self.folder, self.tag = held, held.run, folder, tag
         self.node_id, self.nodes, self.access, self.say = node_id, nodes, access, say
         self.ledger = Ledger(folder, access=access)
         self.lead = node_id == 0
         self.durable = _newest_durable(folder)
-        self.copied: set[int] = set()  # steps this node copied (not the lead's)
         self.busy: int | None = None
         self.abandoned: set[int] = set()  # steps node 0 gave up on (a node's part never came)
         self._finish = threading.Event()
@@ -74,61 +74,76 @@ class Flusher:
         env: Mapping[str, str],
         folder: Path,
         *,
-        tag: str,
-        node_id: int,
-        nodes: int,
-        access: Access,
-        say: Callable[[str], None],
+        node: str,
+        attempt: str,
+        **kwargs: Any,
     ) -> Flusher | None:
         """A node's flush, started, when ``setting`` (the spec's ``local_dir``) names a
         folder this node can use; else None, and one line when it named one."""
+        say = kwargs["say"]
         try:
-            run = local.prepare(setting, env, folder)
+            held = local.prepare(setting, env, folder, node, attempt)
         except local.Unusable as exc:
             say(f"{exc}: checkpoints go straight to the checkpoint folder")
             return None
-        if run is None:
+        except OSError as exc:
+            say(f"local_dir {setting!r}: {exc.strerror or exc}: checkpoints go straight to "
+                "the checkpoint folder")  # fmt: skip
             return None
-        flusher = cls(run, folder, tag=tag, node_id=node_id, nodes=nodes, access=access, say=say)
-        return flusher.start()
+        if held is None:
+            return None
+        return cls(held, folder, **kwargs).start()
 
     def start(self) -> Flusher:
-        local.clear_in_flight(self.run, self.tag.rpartition("-flush")[0])
         quiet_thread(self._loop, name="slurmpre-flush")
         return self
 
-    def stop(
-        self, timeout: float, handed: Callable[[], bool] = lambda: False, *, remove: bool = True
-    ) -> bool:
-        """Flush the newest part (node 0 waits for the others' too), then stop; True
-        when nothing newer than the folder's newest checkpoint is left on this node, or
-        ``handed`` says a job that took over holds it: the local copies are then removed
-        (the run's, on this node), unless ``remove`` is False (they are still served)."""
+    def stop(self, timeout: float, handed: Callable[[], bool] = lambda: False) -> bool:
+        """Flush the newest part (node 0 waits for the others' too), then stop; True when
+        this node's newest part is in the checkpoint folder, or given up on, or ``handed``
+        says a job that took over holds it. Removes nothing (`finish` does)."""
         self._finish.set()
         deadline = time.monotonic() + timeout
-        done = False
         while not self._done.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
             if handed():
                 self._quit.set()
-                done = True
-                break
+                return True
             if time.monotonic() >= deadline:
                 break
-        done = done or self.settled()
-        if done and remove and (handed() or self.durable_newest()):
+        return self.settled()
+
+    def finish(self, timeout: float, handed: Callable[[], bool] = lambda: False) -> bool:
+        """`stop`, then the node's copies removed when the newest is durable or handed
+        over (else they stay, said); the folder's lock let go. True when removed."""
+        done = self.stop(timeout, handed)
+        gone = handed() or self.durable_newest()
+        if gone:
             local.remove_run(self.run)
-        return done
+        elif done:
+            self.say(f"the newest checkpoint is not in the folder: it stays in {self.run}")
+        else:
+            self.say(f"the flush did not finish in {timeout:g} s: copies stay in {self.run}")
+        self.held.release()
+        return gone
+
+    def _newest(self) -> local.Part | None:
+        """This node's newest part that is not given up."""
+        held = [p for p in local.parts(self.run) if p.step not in self.abandoned]
+        return held[-1] if held else None
 
     def settled(self) -> bool:
-        """Whether this node's newest part is committed (node 0), or copied (the others),
-        or given up on."""
+        """Whether this node's newest part not given up is in the checkpoint folder (a
+        node other than node 0 waits for node 0's commit, or `stop`'s timeout)."""
+        return self._in_folder(self._newest())
+
+    def durable_newest(self) -> bool:
+        """Whether this node's newest part, given up or not, is in the checkpoint folder:
+        only then may its copies go."""
         held = local.parts(self.run)
-        if not held:
-            return True
-        newest = held[-1].step
-        if newest <= self.durable or newest in self.abandoned:
-            return True
-        return not self.lead and (newest in self.copied or self._committed(newest))
+        return self._in_folder(held[-1] if held else None)
+
+    def _in_folder(self, part: local.Part | None) -> bool:
+        return part is None or part.step <= self.durable or self._committed(part.step)
 
     def _committed(self, step: int) -> bool:
         return FolderLayout(self.folder).step(step).is_dir()
@@ -160,10 +175,10 @@ class Flusher:
 
     def _cycle(self) -> bool:
         """One look: flush what is due; True when something was done."""
-        held = local.parts(self.run)
+        held = [p for p in local.parts(self.run) if p.step not in self.abandoned]
         worked = False
         if self.lead:
-            due = [p for p in held if p.step > self.durable and p.step not in self.abandoned]
+            due = [p for p in held if p.step > self.durable]
             if due:
                 newest = due[-1]
                 skipped = [p.step for p in due[:-1]]
@@ -173,14 +188,13 @@ class Flusher:
                 self._lead(newest)
                 worked = True
         else:
+            # Node 0's in-flight folder of a step this node holds, without this node's mark
+            # (node 0 makes both anew when it tries again): copy the part, then mark it.
             for part in reversed(held):
-                if part.step in self.copied or part.step <= self.durable:
-                    continue
                 incoming = self._incoming(part.step)
-                if incoming.is_dir():
+                if incoming.is_dir() and not self._has_mark(incoming):
                     self._copy(part, incoming)
                     self._mark(incoming)
-                    self.copied.add(part.step)
                     worked = True
                     break
         local.prune(self.run, busy=frozenset({self.busy} if self.busy is not None else ()))
@@ -189,19 +203,11 @@ class Flusher:
     def _give_up(self, why: str) -> None:
         """The newest step cannot reach the folder (the volume refuses it): it stays on
         this node, said, and the attempt's end no longer waits for it."""
-        held = [p.step for p in local.parts(self.run) if p.step > self.durable]
-        if held:
-            self.abandoned.add(held[-1])
-            self.say(f"flush: step {held[-1]} given up after {TRIES} failures ({why}); "
+        newest = self._newest()
+        if newest is not None and newest.step > self.durable:
+            self.abandoned.add(newest.step)
+            self.say(f"flush: step {newest.step} given up after {TRIES} failures ({why}); "
                      f"it stays in {self.run}")  # fmt: skip
-
-    def durable_newest(self) -> bool:
-        """Whether this node's newest part is in the checkpoint folder (committed)."""
-        held = local.parts(self.run)
-        if not held:
-            return True
-        newest = held[-1].step
-        return newest <= self.durable or self._committed(newest) or newest in self.copied
 
     def _incoming(self, step: int) -> Path:
         return FolderLayout(self.folder).incoming(step, self.tag)
@@ -212,6 +218,9 @@ class Flusher:
             make_dir(marks, self.access)
         (marks / f"node-{self.node_id}").touch()
 
+    def _has_mark(self, incoming: Path) -> bool:
+        return (FolderLayout.sync(incoming) / f"node-{self.node_id}").exists()
+
     def _marked(self, incoming: Path) -> int:
         marks = FolderLayout.sync(incoming)
         return sum((marks / f"node-{n}").exists() for n in range(self.nodes))
@@ -220,8 +229,8 @@ class Flusher:
         self.busy = part.step
         began = time.monotonic()
         incoming = self._incoming(part.step)
-        shutil.rmtree(incoming, ignore_errors=True)  # an earlier try of this attempt's
-        shutil.rmtree(FolderLayout.sync(incoming), ignore_errors=True)
+        shutil.rmtree(FolderLayout.sync(incoming), ignore_errors=True)  # marks first: a
+        shutil.rmtree(incoming, ignore_errors=True)  # node copies again into the new one
         make_dirs(self.folder, self.access)
         make_dir(incoming, self.access)
         try:
@@ -243,7 +252,8 @@ class Flusher:
     def _wait_peers(self, part: local.Part, incoming: Path) -> bool:
         deadline = time.monotonic() + PEERS_WAIT
         while self._marked(incoming) < self.nodes:
-            newer = any(p.step > part.step for p in local.parts(self.run))
+            newest = self._newest()
+            newer = newest is not None and newest.step > part.step
             if newer or time.monotonic() > deadline:
                 left = self.nodes - self._marked(incoming)
                 why = "a newer step is due" if newer else f"{PEERS_WAIT:g} s passed"
@@ -257,14 +267,24 @@ class Flusher:
         return True
 
     def _copy(self, part: local.Part, incoming: Path) -> None:
+        """This node's files into node 0's in-flight folder, each whole or not at all
+        (written under a hidden name, then renamed): a file there is a complete one."""
         for rel in part.files:
             dest = incoming / rel
             if dest.parent != incoming:
                 make_dirs(dest.parent, self.access)
+            if dest.exists():
+                continue  # another node's file of that name, whole: the first one stays
+            partial = dest.with_name(f".{dest.name}.part-{self.node_id}-{os.getpid()}")
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
             try:
-                copy_file(part.path / rel, dest, self.access.file_mode)
-            except FileExistsError:
-                continue  # another node's file of that name: the first one copied stays
+                copy_file(part.path / rel, partial, self.access.file_mode)
+                if not dest.exists():
+                    partial.rename(dest)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
 
     def _record(self, part: local.Part, final: Path, flushed: float) -> None:
         meta = part.meta
@@ -305,7 +325,7 @@ def copy_file(src: Path, dest: Path, mode: int) -> None:
                 while done < size:
                     sent = os.sendfile(fout, fin, done, min(size - done, 1 << 30))
                     if sent == 0:
-                        break
+                        raise OSError(errno.EIO, f"{src} ended at {done} of {size} bytes")
                     done += sent
             except OSError as exc:
                 if exc.errno not in (errno.EINVAL, errno.ENOSYS) or done:

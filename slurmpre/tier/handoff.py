@@ -20,7 +20,6 @@ server, nor make a job load theirs (docs/security.md).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -34,6 +33,7 @@ from slurmpre.folder import trust
 from slurmpre.folder.layout import FolderLayout, step_dir_name
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import (
+    AttemptId,
     End,
     PullAsked,
     PullDone,
@@ -41,6 +41,7 @@ from slurmpre.folder.records import (
     Record,
     Saved,
     Serving,
+    Start,
     Successor,
 )
 from slurmpre.reading import SMALL
@@ -50,6 +51,7 @@ from slurmpre.tier import local, transfer
 POLL = 0.2  # seconds between reads of the ledger while a pull is being arranged
 PULL_WAIT = 300.0  # seconds node 0 waits for its nodes' pulls
 PULL_TIMEOUT = 30.0  # seconds a stalled connection is given
+SERVE_WAIT = 15.0  # seconds node 0 waits for each of its nodes to serve (its tier up)
 
 
 def run_key(folder: Path) -> bytes:
@@ -100,18 +102,21 @@ def _of(records: Sequence[Record], kind: type[Record], job: str) -> list[Record]
 
 def served_save(records: Sequence[Record], predecessor: str) -> tuple[int, list[str]] | None:
     """The predecessor's newest after-notice save once its training has ended, and where
-    each of its nodes serves it; None while there is none (or nothing serves it)."""
+    each of its nodes serves it; None while there is none, or while not every node that
+    trained in that attempt (its `Start`) serves: a part missing is no checkpoint."""
     saves = [r for r in _of(records, Saved, predecessor) if isinstance(r, Saved) and r.after_notice]
     if not saves:
         return None
     last = saves[-1]
     ended = any(isinstance(r, End) and r.attempt_id == last.attempt_id
                 for r in _of(records, End, predecessor))  # fmt: skip
-    servers = [f"{r.host}:{r.port}" for r in _of(records, Serving, predecessor)
-               if isinstance(r, Serving) and r.attempt_id == last.attempt_id]  # fmt: skip
-    if not ended or not servers:
+    serving = {r.node: f"{r.host}:{r.port}" for r in _of(records, Serving, predecessor)
+               if isinstance(r, Serving) and r.attempt_id == last.attempt_id}  # fmt: skip
+    started = [r for r in _of(records, Start, predecessor)
+               if isinstance(r, Start) and r.attempt_id == last.attempt_id]  # fmt: skip
+    if not ended or not started or not set(started[-1].nodes) <= set(serving):
         return None
-    return last.step, sorted(set(servers))
+    return last.step, sorted(serving[n] for n in started[-1].nodes)
 
 
 def arrange(
@@ -142,14 +147,20 @@ def arrange(
     newest = durable()
     if newest is not None and step < newest:
         return None
+    if not _all_serve(ledger, job, attempt, nodes):
+        say(f"not every node of this job has a node-local folder: not pulling step {step}")
+        return None
     ledger.append(PullAsked(job=job, attempt=attempt, predecessor=predecessor, step=step,
                             sources=tuple(sources)))  # fmt: skip
     said = time.monotonic() + PULL_WAIT
     results: dict[int, Pulled] = {}
     while len(results) < nodes and time.monotonic() < said:
         for r in ledger.records():
-            if isinstance(r, Pulled) and r.job == job and r.attempt == attempt and r.step == step:
+            if isinstance(r, Pulled) and r.job == job and r.attempt_id == AttemptId(attempt) \
+                    and r.step == step:  # fmt: skip
                 results[r.node] = r
+        if any(not r.ok for r in results.values()):
+            break  # one failed: the folder, whatever the others do
         if len(results) < nodes:
             time.sleep(POLL)
     failed = [r for r in results.values() if not r.ok]
@@ -171,12 +182,31 @@ def arrange(
     return step
 
 
-def await_taker(ledger: Ledger, job: str, grace: float, say: Callable[[str], None]) -> None:
-    """A job that handed over to a successor, its newest save already in the folder:
-    serve it a little longer, until the successor has pulled it (or given up), at most
-    ``grace`` seconds: reading it from this node's RAM beats reading it from the folder."""
+def _all_serve(ledger: Ledger, job: str, attempt: int, nodes: int) -> bool:
+    """Every node of this attempt serves (so each has a node-local folder and a puller),
+    within a few seconds of its start."""
+    deadline = time.monotonic() + SERVE_WAIT
+    while True:
+        serving = {r.node for r in ledger.records() if isinstance(r, Serving) and r.job == job
+                   and r.attempt_id == AttemptId(attempt)}  # fmt: skip
+        if len(serving) >= nodes:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL)
+
+
+def await_taker(
+    ledger: Ledger, job: str, attempt: int, step: int, grace: float, say: Callable[[str], None]
+) -> None:
+    """A job that handed over to a successor, its notice save (``step``) already in the
+    folder: serve it a little longer, until the successor has pulled it (or given up),
+    at most ``grace`` seconds: reading it from this node's RAM beats reading it back."""
     records = ledger.records()
     if not any(isinstance(r, Successor) and r.job == job for r in records):
+        return
+    if not any(isinstance(r, Saved) and r.job == job and r.attempt_id == AttemptId(attempt)
+               and r.after_notice and r.step == step for r in records):  # fmt: skip
         return
     deadline = time.monotonic() + grace
     while not any(isinstance(r, PullDone) and r.predecessor == job for r in records):
@@ -233,11 +263,17 @@ class Puller:
                 return
             self._stop.wait(POLL)
 
+    def _wanted(self) -> bool:
+        """Node 0 has not decided yet (it resumes from the folder once it has given up)."""
+        return not any(isinstance(r, PullDone) and r.job == self.job
+                       and r.attempt_id == AttemptId(self.attempt)
+                       for r in self.ledger.records())  # fmt: skip
+
     def _pull(self, asked: PullAsked) -> None:
         began = time.monotonic()
         size, why = 0, None
         try:
-            size = pull_all(asked.sources, run_key(self.folder), asked.step, self.run)
+            size = pull_all(asked.sources, run_key(self.folder), asked.step, self.run, self._wanted)
         except (OSError, SlurmpreError) as exc:
             why = str(exc)
             self.say(f"pulling step {asked.step}: {why}")
@@ -256,36 +292,54 @@ class Puller:
             )
 
 
-def pull_all(sources: Sequence[str], key: bytes, step: int, run: Path) -> int:
-    """Pull ``step`` from every source (each node's part) and seal the parts as one in
-    ``run``; the bytes pulled. Nothing is left of a pull that fails."""
+def pull_all(
+    sources: Sequence[str],
+    key: bytes,
+    step: int,
+    run: Path,
+    wanted: Callable[[], bool] = lambda: True,
+) -> int:
+    """Pull ``step`` from every source (each node's part) and seal them as one whole copy
+    in ``run`` (unless ``wanted()`` says node 0 has given up meanwhile); the bytes pulled.
+    Every node of the save must be there (each part says which it is, of how many), and
+    only the files the transfer brought count. Nothing is left of a pull that fails."""
     name = step_dir_name(step)
     merged = run / f".pulling-{name}-{os.getpid()}"
     shutil.rmtree(merged, ignore_errors=True)
     merged.mkdir(mode=0o700)
     taken: list[Path] = []
     try:
-        files: dict[str, int] = {}
-        meta: dict[str, object] = {}
+        size, meta, nodes, seen = 0, dict[str, object](), None, set[int]()
         for i, source in enumerate(sources):
             host, _, port = source.rpartition(":")
             dest = run / f".pulled-{name}-{i}-{os.getpid()}"
             shutil.rmtree(dest, ignore_errors=True)
             taken.append(dest)
             transfer.pull(host, int(port), key, name, dest, timeout=PULL_TIMEOUT)
-            part = json.loads((dest / local.PART).read_text())
-            meta = meta or {k: v for k, v in part.items() if k not in ("files", "step")}
-            if part.get("step") != step:
-                raise TransferError(f"{source} served step {part.get('step')}, not {step}")
-            for rel, size in part["files"].items():
-                if rel in files:
-                    continue  # the same file from two nodes: the first stays
+            part = local.read_part(dest, named=False)  # its seal, checked against what came
+            if part is None or part.step != step:
+                raise TransferError(f"{source} served no whole part of step {step}")
+            node, of = part.meta.get("node"), part.meta.get("nodes")
+            if not isinstance(node, int) or not isinstance(of, int) or nodes not in (None, of):
+                raise TransferError(f"{source}: its part of step {step} names no node of the save")
+            nodes = of
+            seen.add(node)
+            meta = meta or dict(part.meta)
+            for rel, length in part.files.items():
                 target = merged / rel
+                if target.exists():
+                    continue  # the same file from two nodes: the first stays
                 target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 (dest / rel).rename(target)
-                files[rel] = int(size)
-        local.seal(merged, run, step, meta)
-        return sum(files.values())
+                size += length
+        if nodes is None or seen != set(range(nodes)):
+            raise TransferError(
+                f"step {step}: the parts of node(s) {sorted(seen)} of {nodes}, not every node's"
+            )
+        if not wanted():
+            raise TransferError(f"step {step} came too late: node 0 resumes from the folder")
+        local.seal(merged, run, step, {**meta, "whole": True, "node": None})
+        return size
     finally:
         shutil.rmtree(merged, ignore_errors=True)
         for dest in taken:

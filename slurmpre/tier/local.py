@@ -17,6 +17,7 @@ another user made in a shared root (``/dev/shm`` is everyone's) is refused.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -29,9 +30,13 @@ from typing import Any
 
 from slurmpre import dollars, environment
 from slurmpre.errors import CheckpointError, UsageError
-from slurmpre.folder.layout import FolderLayout, step_dir_name
+from slurmpre.folder.layout import FolderLayout, file_tag, step_dir_name
 
 PART = ".slurmpre-part"
+LOCK = ".lock"  # held by the attempt's wrapper while it lives
+# Filesystems that are not the node's own: a local_dir there is refused.
+NETWORK = frozenset({"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "glusterfs",
+                     "ceph", "panfs", "afs", "9p", "virtiofs", "wekafs"})  # fmt: skip
 OFF, AUTO = "off", "auto"
 SHM = Path("/dev/shm")
 # Below this much free space a node-local folder is not used at all (MB, 10^6 bytes).
@@ -44,15 +49,16 @@ class Unusable(CheckpointError):
     """Why a node-local folder is not used: one line; the shared folder is used instead."""
 
 
-def run_dir(root: Path, folder: Path) -> Path:
-    """This run's folder under a node-local ``root``: one per user and checkpoint folder,
-    so an attempt that runs on the same node again finds what the one before left."""
+def run_dir(root: Path, folder: Path, node: str, attempt: str) -> Path:
+    """One attempt's folder on one node under a node-local ``root``: per user and
+    checkpoint folder, per node (a root that several nodes share, by mistake, never mixes
+    their parts) and per attempt (two steps of a job on one node never share one)."""
     try:
         inode = folder.stat().st_ino
     except OSError:
         inode = 0
     name = f"{zlib.crc32(str(folder).encode()):08x}-{inode:x}"  # no hashlib: every start pays
-    return root / f"slurmpre-{os.geteuid()}" / name
+    return root / f"slurmpre-{os.geteuid()}" / name / file_tag(node) / file_tag(attempt)
 
 
 def root_of(setting: str | None, env: Mapping[str, str]) -> Path | None:
@@ -78,14 +84,33 @@ def root_of(setting: str | None, env: Mapping[str, str]) -> Path | None:
     return Path(text)
 
 
-def prepare(setting: str | None, env: Mapping[str, str], folder: Path) -> Path | None:
-    """This run's node-local folder, made and checked; None when ``local_dir`` is off.
-    `Unusable` (one line) when it is missing, not writable, full, on the shared volume
-    itself, or another user's: the caller saves to the shared folder as without it."""
+@dataclass
+class Held:
+    """An attempt's node-local folder, and the lock that says its wrapper lives."""
+
+    run: Path
+    fd: int
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def prepare(
+    setting: str | None, env: Mapping[str, str], folder: Path, node: str, attempt: str
+) -> Held | None:
+    """This attempt's node-local folder, made, checked and locked for the wrapper's life
+    (what dead attempts left beside it on this node is removed); None when ``local_dir``
+    is off. `Unusable` (one line) when it is missing, not writable, full, on a shared or
+    network volume, or another user's: the caller saves to the shared folder."""
     root = root_of(setting, env)
     if root is None:
         return None
     shown = f"local_dir {str(root)!r}"
+    if not root.is_absolute():
+        raise Unusable(f"{shown} is not an absolute path")
+    if (kind := fs_type(root)) in NETWORK or kind.startswith("fuse"):
+        raise Unusable(f"{shown} is on a {kind} filesystem, not on the node")
     try:
         st = root.stat()  # the root an admin names may be a link: judged by where it leads
     except OSError as exc:
@@ -100,22 +125,73 @@ def prepare(setting: str | None, env: Mapping[str, str], folder: Path) -> Path |
     free = free_bytes(root)
     if free < MIN_FREE_MB * 10**6:
         raise Unusable(f"{shown} is full ({free // 10**6} MB free)")
-    run = run_dir(root, folder)
-    for path in (run.parent, run):
+    run = run_dir(root, folder, node, attempt)
+    for path in reversed([run, *run.parents][:4]):
         _own_dir(path)
-    return run
+    fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    clear_dead(run.parent, keep=run.name)
+    return Held(run, fd)
+
+
+def clear_dead(node_dir: Path, keep: str) -> list[str]:
+    """Remove the folders of this node's other attempts whose wrapper is gone (their lock
+    is free): what a killed job left in RAM. A live one (a step beside this one) stays."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(node_dir):
+            if entry.name == keep or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                fd = os.open(Path(entry.path) / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                fd = None
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its wrapper holds it: alive
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+def fs_type(path: Path) -> str:
+    """The type of the filesystem ``path`` lies on, from /proc/self/mounts ("" unknown)."""
+    try:
+        real = os.path.realpath(path)
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    best, kind = "", ""
+    for fields in map(str.split, lines):
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
 
 
 def _own_dir(path: Path) -> None:
-    """``path`` made 0700, or found a folder (not a link) of this user's that no one else
-    may write: another user may have made it first in a root everyone writes."""
+    """``path`` made 0700, or found a folder (not a link) of this user's, made 0700 again:
+    another user may have made it first in a root everyone writes."""
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
-    st = path.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise Unusable(f"{str(path)!r} is not a folder of this user's: not used")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise Unusable(f"{str(path)!r} is writable by others: not used")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise Unusable(f"{str(path)!r} is not a folder of this user's: not used") from None
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise Unusable(f"{str(path)!r} is not a folder of this user's: not used")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def free_bytes(path: Path) -> int:
@@ -156,6 +232,11 @@ class Part:
     @property
     def size(self) -> int:
         return sum(self.files.values())
+
+    @property
+    def whole(self) -> bool:
+        """Every node's files: a pulled copy, or the only node's part."""
+        return bool(self.meta.get("whole")) or self.meta.get("nodes") == 1
 
 
 def incoming(run: Path, step: int, tag: str) -> Path:
@@ -209,7 +290,9 @@ def parts(run: Path) -> list[Part]:
     return sorted(found, key=lambda p: p.step)
 
 
-def read_part(path: Path) -> Part | None:
+def read_part(path: Path, *, named: bool = True) -> Part | None:
+    """The part sealed in ``path`` (None: none, or one whose files differ from its seal);
+    ``named``: its folder bears its step's name (not so where a pull puts it first)."""
     try:
         fd = os.open(path / PART, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd) as f:
@@ -217,25 +300,37 @@ def read_part(path: Path) -> Part | None:
         files = {str(k): int(v) for k, v in data.pop("files").items()}
         step = int(data.pop("step"))
         for rel, size in files.items():
+            parts_of = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") for p in parts_of):
+                return None  # a name that leaves the folder: no part of ours
             st = (path / rel).lstat()
             if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                 return None
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         return None
-    if path.name != step_dir_name(step):
+    if named and path.name != step_dir_name(step):
         return None
     return Part(step, path, files, data)
 
 
+def node_of(text: str) -> dict[str, int]:
+    """``{"node": I, "nodes": N}`` from ``"I/N"`` (the wrapper's `LOCAL_NODE`), else {}."""
+    node, _, nodes = text.partition("/")
+    if node.isdigit() and nodes.isdigit() and int(node) < int(nodes):
+        return {"node": int(node), "nodes": int(nodes)}
+    return {}
+
+
 def nearest(run: str | None, resume_from: str | None) -> str | None:
-    """``resume_from`` (a ``step-N`` in the checkpoint folder), or this node's own sealed
-    copy of it in ``run`` when there is one: read from RAM, not the shared volume, and
-    there before the flush has put it in the folder."""
+    """``resume_from`` (a ``step-N`` in the checkpoint folder), or this attempt's whole
+    copy of it in ``run`` (every node's part, as a pull leaves it; one node's own part
+    only in a one-node job): read from RAM, and there before the flush has put it in the
+    folder. One node's part of a bigger job is never taken for the checkpoint."""
     if not run or not resume_from:
         return resume_from
     copy = Path(run) / Path(resume_from).name
     part = read_part(copy) if copy.name.startswith("step-") else None
-    return str(copy) if part is not None else resume_from
+    return str(copy) if part is not None and part.whole else resume_from
 
 
 def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> list[int]:
@@ -250,17 +345,7 @@ def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> li
     return removed
 
 
-def clear_in_flight(run: Path, live: str) -> None:
-    """What saves that did not finish left (not this attempt's, ``live`` prefix), and what
-    killed pulls and replacements left (before this attempt pulls anything)."""
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(run):
-            name = entry.name
-            dead = name.startswith(".incoming-") and live not in name
-            if dead or name.startswith((".pulling-", ".pulled-", ".replaced-")):
-                shutil.rmtree(entry.path, ignore_errors=True)
-
-
 def remove_run(run: Path) -> None:
-    """The run's local folder and everything in it (the run ended: its copies are durable)."""
+    """The attempt's local folder and everything in it (its copies are durable, or held by
+    the job that took over); its lock goes with it once the wrapper lets it go."""
     shutil.rmtree(run, ignore_errors=True)

@@ -65,9 +65,10 @@ class NodeTier:
     ) -> NodeTier | None:
         """The tier on this node, when the spec's ``local_dir`` names a folder it can use
         (else None, said in one line when it named one)."""
-        flusher = Flusher.for_node(setting, env, ledger.folder, tag=f"{at.prefix}flush",
-                                   node_id=at.node_id, nodes=at.nodes, access=access,
-                                   say=say)  # fmt: skip
+        flusher = Flusher.for_node(
+            setting, env, ledger.folder, node=at.node_name, attempt=at.prefix.rstrip("-"),
+            tag=f"{at.prefix}flush", node_id=at.node_id, nodes=at.nodes, access=access, say=say,
+        )  # fmt: skip
         if flusher is None:
             return None
         tier = cls(flusher, ledger, at, say)
@@ -85,7 +86,7 @@ class NodeTier:
         try:
             self.server = handoff.serve(self.run, self.ledger.folder, record, at.node_name,
                                         self.say)  # fmt: skip
-            if at.predecessor:
+            if at.predecessor and at.attempt == 0 and at.in_place == 0:
                 self.puller = handoff.Puller(
                     self.run, self.ledger.folder, self.ledger, job=at.job, attempt=at.attempt,
                     node=at.node_id, say=self.say,
@@ -111,16 +112,12 @@ class NodeTier:
 
         if not self.flusher.settled():
             self.say("waiting for the newest checkpoint to leave this node")
-        done = self.flusher.stop(timeout, handed, remove=False)
-        if not done:
-            self.say(f"the flush did not finish in {timeout:g} s: copies stay in {self.run}")
-        elif self.server is not None and not handed():
-            handoff.await_taker(self.ledger, self.attempt.job, SERVE_GRACE, self.say)
+        done = self.flusher.stop(timeout, handed)
+        at = self.attempt
+        if done and not handed() and self.server is not None and newest is not None:
+            # Its notice save is in the folder already: serve it a little longer all the
+            # same, to a successor that pulls it (RAM to RAM beats reading it back).
+            handoff.await_taker(self.ledger, at.job, at.attempt, newest, SERVE_GRACE, self.say)
         if self.server is not None:
             self.server.close()
-        if handed() or (done and self.flusher.durable_newest()):
-            local.remove_run(self.run)  # durable, or held by the job that took over
-        elif done:
-            self.say(
-                f"the newest checkpoint is not in the checkpoint folder: it stays in {self.run}"
-            )
+        self.flusher.finish(0.0, handed)

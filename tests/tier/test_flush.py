@@ -4,6 +4,7 @@ never chosen."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,9 @@ def _seal(run: Path, step: int, files: dict[str, bytes], job: str = "9") -> None
 def _flusher(
     run: Path, folder: Path, said: list[str], node: int = 0, nodes: int = 1
 ) -> flush.Flusher:
+    held = local.Held(run, os.open(run / local.LOCK, os.O_RDWR | os.O_CREAT, 0o600))
     return flush.Flusher(
-        run, folder, tag="9-0-flush", node_id=node, nodes=nodes, access=OWNER, say=said.append
+        held, folder, tag="9-0-flush", node_id=node, nodes=nodes, access=OWNER, say=said.append
     ).start()
 
 
@@ -55,7 +57,7 @@ def test_a_part_is_committed_in_the_folder_and_recorded(tmp_path: Path, folder: 
     found = checkpoints.latest(folder).checkpoint
     assert found is not None and found.step == 4 and found.reason  # complete by the rules
     assert (Path(rec.path) / "model/w.bin").read_bytes() == b"w" * 4096
-    assert f.stop(30) and not run.exists()  # local copies go once durable
+    assert f.finish(30) and not run.exists()  # local copies go once durable
     assert not [p for p in folder.iterdir() if p.name.startswith(".sync")]
 
 
@@ -154,7 +156,59 @@ def test_a_step_the_volume_keeps_refusing_is_given_up_and_stays_on_the_node(
     _seal(run, 7, {"w": b"w"})
     f = _flusher(run, folder, said)
     wait_for("the give-up", lambda: 7 in f.abandoned or None)
-    assert f.stop(30)  # the attempt's end does not wait for it any more...
+    assert not f.finish(30)  # the attempt's end does not wait for it any more...
     assert [p.step for p in local.parts(run)] == [7]  # ...and the only copy stays
     assert any(s.startswith("flush: step 7 given up after 3 failures") for s in said)
     assert checkpoints.latest(folder).checkpoint is None
+
+
+def test_a_copy_cut_halfway_and_tried_again_commits_the_whole_file(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node 1's copy fails halfway through a file: what it wrote is never taken for the
+    file (another node's, whole); tried again, the commit holds every byte."""
+    monkeypatch.setattr(flush, "RETRY", 0.01)
+    real, cuts = flush.copy_file, []
+
+    def cut_once(src: Path, dest: Path, mode: int) -> None:
+        if src.name == "b.bin" and not cuts:
+            cuts.append(dest)
+            dest.write_bytes(src.read_bytes()[:500])  # half of it, then the volume fails
+            raise OSError(5, "Input/output error")
+        real(src, dest, mode)
+
+    monkeypatch.setattr(flush, "copy_file", cut_once)
+    run0, run1, said = tmp_path / "n0", tmp_path / "n1", list[str]()
+    run0.mkdir()
+    run1.mkdir()
+    lead = _flusher(run0, folder, said, node=0, nodes=2)
+    other = _flusher(run1, folder, said, node=1, nodes=2)
+    _seal(run0, 3, {"a.bin": b"a" * 1000})
+    _seal(run1, 3, {"b.bin": b"b" * 1000})
+    (rec,) = wait_for("the commit", lambda: _records(folder) or None)
+    assert cuts and (Path(rec.path) / "b.bin").read_bytes() == b"b" * 1000
+    assert not [p for p in Path(rec.path).iterdir() if ".part-" in p.name]
+    assert lead.finish(30) and other.finish(30)
+
+
+def test_a_given_up_step_does_not_hide_an_older_save_still_due(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step node 0 gave up on (a node never copied it) is no "newer step" for a save
+    below it, and the attempt's end waits for that one."""
+    monkeypatch.setattr(flush, "PEERS_WAIT", 0.3)
+    run0, said = tmp_path / "n0", list[str]()
+    run0.mkdir()
+    _seal(run0, 9, {"a": b"9"})  # node 1 never has step 9
+    lead = _flusher(run0, folder, said, node=0, nodes=2)
+    wait_for("step 9 given up", lambda: 9 in lead.abandoned or None)
+    run1 = tmp_path / "n1"
+    run1.mkdir()
+    other = _flusher(run1, folder, said, node=1, nodes=2)
+    _seal(run0, 8, {"a": b"8"})
+    _seal(run1, 8, {"b": b"8"})
+    (rec,) = wait_for("step 8 committed", lambda: _records(folder) or None)
+    assert rec.step == 8
+    assert not lead.finish(30)  # step 9, the newest on node 0, is not in the folder: kept
+    assert [p.step for p in local.parts(run0)] == [8, 9]
+    assert other.finish(30)

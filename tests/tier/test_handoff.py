@@ -4,14 +4,16 @@ own copy; a pull that fails leaves nothing and names why, and the folder is used
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
 import pytest
+from slurmpre.errors import TransferError
 from slurmpre.folder import trust
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import End, PullDone, Saved, Serving
+from slurmpre.folder.records import End, PullDone, Saved, Serving, Start
 from slurmpre.tier import handoff, local, transfer
 
 
@@ -23,12 +25,21 @@ def folder(tmp_path: Path) -> Path:
     return out
 
 
-def _part(run: Path, step: int, files: dict[str, bytes]) -> None:
+def _part(run: Path, step: int, files: dict[str, bytes], node: int = 0, nodes: int = 1) -> None:
     written = local.incoming(run, step, "7-0-n1")
     written.mkdir(parents=True)
     for rel, data in files.items():
         (written / rel).write_bytes(data)
-    local.seal(written, run, step, {"job": "7", "attempt": 0, "seconds": 0.1})
+    meta = {"job": "7", "attempt": 0, "seconds": 0.1, "node": node, "nodes": nodes}
+    local.seal(written, run, step, meta)
+
+
+def _serving(folder: Path, job: str, nodes: int) -> None:
+    """The successor's nodes are up, each with its tier (a server, a puller)."""
+    for node in range(nodes):
+        Ledger(folder).append(
+            Serving(job=job, attempt=0, node=f"new{node}", host="127.0.0.1", port=1)
+        )
 
 
 def test_the_runs_key_is_made_once_and_the_owners_alone(folder: Path) -> None:
@@ -59,6 +70,18 @@ def _predecessor(folder: Path, runs: list[Path], step: int) -> list[transfer.Ser
         ledger.append(
             Serving(job="7", attempt=0, node=f"n{node}", host="127.0.0.1", port=server.port)
         )
+    names = tuple(f"n{node}" for node in range(len(runs)))
+    ledger.append(
+        Start(
+            job="7",
+            attempt=0,
+            nodes=names,
+            num_nodes=len(runs),
+            world_size=len(runs),
+            resume_from=None,
+            step=None,
+        )
+    )
     ledger.append(
         Saved(job="7", attempt=0, step=step, path=str(runs[0]), seconds=0.2, after_notice=True)
     )
@@ -72,8 +95,8 @@ def test_every_node_of_the_successor_holds_the_predecessors_save(
     old = [tmp_path / "old0", tmp_path / "old1"]
     for run in old:
         run.mkdir()
-    _part(old[0], 12, {"__0_0.distcp": b"a" * 5000, ".metadata": b"m"})
-    _part(old[1], 12, {"__1_0.distcp": b"b" * 7000})
+    _part(old[0], 12, {"__0_0.distcp": b"a" * 5000, ".metadata": b"m"}, node=0, nodes=2)
+    _part(old[1], 12, {"__1_0.distcp": b"b" * 7000}, node=1, nodes=2)
     servers = _predecessor(folder, old, 12)
     new = [tmp_path / "new0", tmp_path / "new1"]
     pullers = []
@@ -84,6 +107,7 @@ def test_every_node_of_the_successor_holds_the_predecessors_save(
                 run, folder, Ledger(folder), job="8", attempt=0, node=node, say=print
             ).start()
         )
+    _serving(folder, "8", 2)
     said: list[str] = []
     step = handoff.arrange(
         Ledger(folder),
@@ -120,6 +144,7 @@ def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
     new = tmp_path / "new"
     new.mkdir()
     handoff.Puller(new, folder, Ledger(folder), job="8", attempt=0, node=0, say=print).start()
+    _serving(folder, "8", 1)
     said: list[str] = []
     step = handoff.arrange(
         Ledger(folder),
@@ -175,6 +200,31 @@ def test_a_predecessor_that_ends_without_serving_is_not_waited_for(folder: Path)
     assert step is None
 
 
+def test_a_pull_missing_a_nodes_part_is_never_resumed_from(tmp_path: Path, folder: Path) -> None:
+    """The save had two nodes, one serves: node 0's part alone is no checkpoint."""
+    old = tmp_path / "old"
+    old.mkdir()
+    _part(old, 6, {"__0_0.distcp": b"a"}, node=0, nodes=2)
+    with transfer.Server(old, handoff.run_key(folder)) as server:
+        new = tmp_path / "new"
+        new.mkdir()
+        with pytest.raises(TransferError, match=r"the parts of node\(s\) \[0\] of 2, not every"):
+            handoff.pull_all([f"127.0.0.1:{server.port}"], handoff.run_key(folder), 6, new)
+    assert list(new.iterdir()) == []
+
+
+def test_a_part_naming_a_file_outside_its_folder_is_no_part(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "victim").write_bytes(b"1234")
+    _part(run, 2, {"w": b"1"})
+    seal = run / "step-00000002" / local.PART
+    meta = json.loads(seal.read_text())
+    meta["files"]["../../victim"] = 4
+    seal.write_text(json.dumps(meta))
+    assert local.parts(run) == [] and (tmp_path / "victim").read_bytes() == b"1234"
+
+
 def test_a_copy_whose_files_changed_is_not_resumed_from(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -185,3 +235,11 @@ def test_a_copy_whose_files_changed_is_not_resumed_from(tmp_path: Path) -> None:
     assert local.nearest(str(run), durable) == durable
     assert local.nearest(None, durable) == durable
     assert local.nearest(str(run), str(tmp_path / "checkpoint-4")) == str(tmp_path / "checkpoint-4")
+
+
+def test_one_nodes_part_of_a_bigger_save_is_not_resumed_from(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _part(run, 4, {"w": b"1234"}, node=0, nodes=2)  # its own part; node 1's is elsewhere
+    durable = str(tmp_path / "ckpt" / "step-00000004")
+    assert local.nearest(str(run), durable) == durable

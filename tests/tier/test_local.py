@@ -35,14 +35,52 @@ def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+def _prepare(setting: str, env: dict[str, str], folder: Path, attempt: str = "41-0") -> Path:
+    """The attempt's folder on node "n1" (its lock let go at once)."""
+    held = local.prepare(setting, env, folder, "n1", attempt)
+    assert held is not None
+    held.release()
+    return held.run
+
+
 def test_off_is_none_and_auto_takes_the_nodes_folder(shm: Path, tmp_path: Path) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    assert local.prepare("off", {}, folder) is None
-    run = local.prepare("auto", {environment.NODE_LOCAL_DIR: str(shm)}, folder)
-    assert run == local.run_dir(shm, folder) and run.is_dir()
-    assert run.stat().st_mode & 0o777 == 0o700
-    assert local.prepare("${SCRATCH}", {"SCRATCH": str(shm)}, folder) == run  # read on the node
+    assert local.prepare("off", {}, folder, "n1", "41-0") is None
+    run = _prepare("auto", {environment.NODE_LOCAL_DIR: str(shm)}, folder)
+    assert run == local.run_dir(shm, folder, "n1", "41-0") and run.is_dir()
+    assert all(p.stat().st_mode & 0o777 == 0o700 for p in (run, *run.parents[:3]))
+    assert _prepare("${SCRATCH}", {"SCRATCH": str(shm)}, folder) == run  # read on the node
+
+
+def test_each_node_and_attempt_has_a_folder_and_a_dead_attempts_goes(
+    shm: Path, tmp_path: Path
+) -> None:
+    """A root shared by mistake never mixes two nodes' parts; a step beside this one (its
+    lock held) keeps its folder, and what a killed attempt left in RAM goes."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    a = local.prepare(str(shm), {}, folder, "n1", "41-0")
+    b = local.prepare(str(shm), {}, folder, "n2", "41-0")
+    assert a is not None and b is not None and a.run != b.run
+    (a.run / "step-00000003").mkdir()
+    beside = local.prepare(str(shm), {}, folder, "n1", "41-0.1")
+    assert beside is not None and a.run.is_dir()  # a's wrapper lives: kept
+    a.release()
+    later = local.prepare(str(shm), {}, folder, "n1", "42-0")
+    assert later is not None and not a.run.exists() and beside.run.is_dir()
+    for held in (b, beside, later):
+        held.release()
+
+
+def test_a_relative_or_network_local_dir_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(local.Unusable, match="is not an absolute path"):
+        local.prepare("$TMPDIR", {"TMPDIR": ""}, tmp_path, "n1", "1-0")
+    monkeypatch.setattr(local, "fs_type", lambda path: "nfs4")
+    with pytest.raises(local.Unusable, match="is on a nfs4 filesystem, not on the node"):
+        local.prepare(str(tmp_path), {}, tmp_path / "ckpt", "n1", "1-0")
 
 
 @pytest.mark.parametrize(
@@ -62,7 +100,7 @@ def test_a_folder_that_cannot_be_used_is_one_line(
     (tmp_path / "a-file").write_text("x")
     setting = {"SAME": str(tmp_path), "FILE": str(tmp_path / "a-file")}.get(setting, setting)
     with pytest.raises(local.Unusable) as caught:
-        local.prepare(setting, env, folder)
+        local.prepare(setting, env, folder, "n1", "41-0")
     assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -71,7 +109,7 @@ def test_a_full_folder_is_refused(
 ) -> None:
     monkeypatch.setattr(local, "free_bytes", lambda path: 10**6)
     with pytest.raises(local.Unusable, match="is full \\(1 MB free\\)"):
-        local.prepare(str(shm), {}, tmp_path)
+        local.prepare(str(shm), {}, tmp_path, "n1", "41-0")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a folder another user owns")
@@ -80,7 +118,7 @@ def test_a_folder_another_user_made_first_is_refused(shm: Path, tmp_path: Path) 
     trap.mkdir()
     os.chown(trap, 65534, 65534)
     with pytest.raises(local.Unusable, match="is not a folder of this user's"):
-        local.prepare(str(shm), {}, tmp_path)
+        local.prepare(str(shm), {}, tmp_path, "n1", "41-0")
 
 
 def test_a_link_in_place_of_the_users_folder_is_refused(shm: Path, tmp_path: Path) -> None:
@@ -88,7 +126,7 @@ def test_a_link_in_place_of_the_users_folder_is_refused(shm: Path, tmp_path: Pat
     elsewhere.mkdir()
     (shm / f"slurmpre-{os.geteuid()}").symlink_to(elsewhere)
     with pytest.raises(local.Unusable, match="is not a folder of this user's"):
-        local.prepare(str(shm), {}, tmp_path)
+        local.prepare(str(shm), {}, tmp_path, "n1", "41-0")
     assert list(elsewhere.iterdir()) == []
 
 
@@ -96,6 +134,7 @@ def _env(folder: Path, run: Path) -> dict[str, str]:
     return {
         environment.CHECKPOINT_DIR: str(folder),
         environment.LOCAL_DIR: str(run),
+        environment.LOCAL_NODE: "0/1",
         environment.JOB_TAG: "41",
         environment.RESTART_COUNT: "0",
         "SLURM_RESTART_COUNT": "0",
@@ -108,8 +147,7 @@ def test_checkpoint_writes_on_the_node_and_seals_it_there(
     folder = tmp_path / "ckpt"
     folder.mkdir()
     Ledger(folder).ensure()
-    run = local.prepare(str(shm), {}, folder)
-    assert run is not None
+    run = _prepare(str(shm), {}, folder)
     for key, value in _env(folder, run).items():
         monkeypatch.setenv(key, value)
     with saving.checkpoint(7) as where:
@@ -145,8 +183,7 @@ def test_a_save_that_would_not_fit_goes_to_the_checkpoint_folder(
 ) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    run = local.prepare(str(shm), {}, folder)
-    assert run is not None
+    run = _prepare(str(shm), {}, folder)
     for key, value in _env(folder, run).items():
         monkeypatch.setenv(key, value)
     with saving.checkpoint(1) as where:
@@ -173,35 +210,12 @@ def test_prune_keeps_the_newest_and_the_busy(tmp_path: Path) -> None:
     assert [p.step for p in local.parts(run)] == [2, 4, 5]
 
 
-def test_what_killed_saves_and_pulls_left_goes_at_the_next_start(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    run.mkdir()
-    for name in (
-        ".incoming-step-00000003-41-0-n1",
-        ".incoming-step-00000004-42-0-n1",
-        ".pulling-step-00000004-77",
-        ".pulled-step-00000004-0-77",
-        ".replaced-step-00000002-77-ab",
-    ):
-        (run / name).mkdir()
-    _seal_one = local.incoming(run, 2, "41-0-n2")
-    _seal_one.mkdir()
-    (_seal_one / "w").write_bytes(b"x")
-    local.seal(_seal_one, run, 2, {})
-    local.clear_in_flight(run, "42-0")
-    assert sorted(p.name for p in run.iterdir()) == [
-        ".incoming-step-00000004-42-0-n1",  # this attempt's own
-        "step-00000002",
-    ]
-
-
 def test_a_save_to_another_folder_than_the_jobs_goes_there_directly(
     shm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder, other = tmp_path / "ckpt", tmp_path / "elsewhere"
     folder.mkdir()
-    run = local.prepare(str(shm), {}, folder)
-    assert run is not None
+    run = _prepare(str(shm), {}, folder)
     for key, value in _env(folder, run).items():
         monkeypatch.setenv(key, value)
     with saving.checkpoint(3, folder=other) as where:

@@ -115,7 +115,8 @@ def wait_for_the_one_before(at: AttemptContext) -> int | None:
 
 def _pull(at: AttemptContext, timeout: float) -> int | None:
     predecessor = at.job.predecessor
-    if not predecessor or not at.environ.get(environment.LOCAL_DIR):
+    first = at.job.restart_count == 0 and at.job.in_place == 0  # a later one: servers gone
+    if not predecessor or not first or not at.environ.get(environment.LOCAL_DIR):
         return None
     asked = [0.0]
 

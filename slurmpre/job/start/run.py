@@ -237,6 +237,8 @@ def run_attempt(
     here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
                    job.node_name, job.num_nodes, job.predecessor or None)  # fmt: skip
     tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access, say)
+    if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
+        env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}
     if tier is not None:  # checkpoint() writes there first; it leaves the node from there
         env = {**env, environment.LOCAL_DIR: str(tier.run)}
     at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), say, env)
