@@ -24,8 +24,12 @@ def _debug(message: str, *args: object) -> None:
     """Log at debug level, when something set logging up (``--debug``); the job side
     never imports logging (it would cost the wrapper's start-up, to say nothing)."""
     logging = sys.modules.get("logging")
-    if logging is not None:
+    if logging is None:
+        return
+    try:  # another thread may be importing it this instant: partly there, so no debug line
         logging.getLogger(__name__).debug(message, *args)
+    except (AttributeError, NameError):
+        return
 
 
 DEFAULT_TIMEOUT = 60.0

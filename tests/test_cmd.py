@@ -48,3 +48,15 @@ def test_a_command_survives_the_time_limit_warning_sent_to_the_whole_step() -> N
     assert res.returncode == 0 and res.stdout == "alive\n"
     # ... and the caller's own mask is what it was: the warning still reaches the wrapper.
     assert WARN_SIGNAL not in sig.pthread_sigmask(sig.SIG_BLOCK, set())
+
+
+def test_a_logging_module_another_thread_is_importing_breaks_no_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wrapper's tier thread imports logging while the main thread runs git: the
+    half-made module in sys.modules ("partially initialized module 'logging'") once ended
+    an attempt at its start. A debug line is skipped instead."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "logging", types.ModuleType("logging"))
+    assert run(["true"]).returncode == 0

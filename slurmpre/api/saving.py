@@ -98,7 +98,8 @@ def checkpoint(
     access = access_of(env)
     # The wrapper's flush commits into the job's checkpoint folder: a save to another
     # folder (``folder=``) goes there directly.
-    mine = folder is None or Path(folder) == checkpoint_dir()
+    tier = bool(env.get(environment.LOCAL_NODE))  # only inside a job with local_dir on
+    mine = tier and (folder is None or Path(folder) == checkpoint_dir())
     run = _local_run(env, dist, world, step) if mine else None
     if run is not None:  # the node first; the wrapper's flush commits it here later
         where = _Where(target, step, local.incoming(run, step, tag), access, timeout)
