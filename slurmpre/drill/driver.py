@@ -211,23 +211,35 @@ class Driver:
                     returned_at=at[2] if len(at) > 2 else None,
                 )
             )
-        last = list(self.chain)[-1]
+        ledger = read_jsonl(FolderLayout(self.folder).ledger)
+        finished = {r.get("job") for r in ledger if r.get("event") == "requeue_skipped"
+                    and "finished its work" in str(r.get("why"))}  # fmt: skip
         return timeline.Observed(
             self.mode,
             self.job_id,
             self.submitted_at,
             ended,
-            self.ended.get(last, "UNKNOWN"),
+            run_state(list(self.chain), self.ended, finished),
             read_jsonl(self.folder / LOG),
             self.samples,
             self.hits,
-            read_jsonl(FolderLayout(self.folder).ledger),
+            ledger,
             attempt_ids=dict(self.attempt_ids),
             jobs=list(self.chain),
             capacity=self.capacity[0],
             nodes_needed=self.capacity[1],
             returned=self.returned,
         )
+
+
+def run_state(chain: list[str], ended: dict[str, str], finished: set[str | None]) -> str:
+    """The run's end: its last job's, but for a successor cancelled because the job
+    before it finished the work after its notice (that job's watcher called it off: a
+    drain in the run's last steps), whose end is the run's."""
+    jobs = list(chain)
+    while len(jobs) > 1 and ended.get(jobs[-1]) == states.CANCELLED and jobs[-2] in finished:
+        jobs.pop()
+    return ended.get(jobs[-1], "UNKNOWN")
 
 
 def drive(drivers: list[Driver], timeout: float) -> list[timeline.Observed]:

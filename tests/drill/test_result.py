@@ -66,3 +66,16 @@ def test_the_seeds_recipe_is_measured_from_the_kill() -> None:
     (p,) = doc["runs"]["seeds"]["preemptions"]
     assert p["requeue_s"] == 15.0 and p["notice_seen_s"] is None
     assert r.failures() == []  # the recipe's results never fail the drill
+
+
+def test_a_successor_called_off_because_the_work_was_done_is_not_the_runs_end() -> None:
+    """A drain in the run's last steps: the job finished its work after the notice and
+    its watcher cancelled the successor; the run ended as that job did (CI saw the drill
+    fail on this with a drain at step 500 of 501)."""
+    from slurmpre.drill.driver import run_state
+
+    ended = {"2": "COMPLETED", "3": "CANCELLED"}
+    assert run_state(["2", "3"], ended, {"2"}) == "COMPLETED"
+    assert run_state(["2", "3"], ended, set()) == "CANCELLED"  # cancelled for another reason
+    assert run_state(["2", "3"], {"2": "COMPLETED", "3": "FAILED"}, {"2"}) == "FAILED"
+    assert run_state(["2"], {"2": "CANCELLED"}, {"2"}) == "CANCELLED"
