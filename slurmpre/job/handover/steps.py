@@ -192,8 +192,10 @@ class Steps:
             self.step_env = resized_env(self.step_env, resized)
             keep = request.keep
             self.in_place += 1
-            if early is not None and early[1].keep == keep and early[0].poll() is None:
-                adopted = early[0]  # it started up meanwhile, and now takes over
+            if early is not None and early[1].keep == keep and early[0].poll() in (None, 0):
+                # It started up meanwhile and takes over; or it has already done the job's
+                # work and ended well: another step would train it all again.
+                adopted = early[0]
             else:
                 self._end_early(early)
 
