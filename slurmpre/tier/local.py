@@ -41,8 +41,9 @@ OFF, AUTO = "off", "auto"
 SHM = Path("/dev/shm")
 # Below this much free space a node-local folder is not used at all (MB, 10^6 bytes).
 MIN_FREE_MB = 64
-# Sealed parts kept per node beyond the one being flushed: older ones are removed.
-KEEP = 2
+# Sealed parts kept per node beside the one being flushed: older ones are removed. One:
+# with the save in flight and the training's own, a node holds about twice the state.
+KEEP = 1
 
 
 class Unusable(CheckpointError):
