@@ -38,6 +38,8 @@ PEERS_WAIT = 600.0  # seconds node 0 waits for the other nodes' parts of one ste
 RETRY = 2.0  # seconds before a flush that failed (the shared volume) is tried again
 TRIES = 10  # failures in a row after which node 0 gives a step up (it stays on the node)
 LOCK_WAIT = 600.0  # seconds the commit waits for the folder's writing lock (`ckpt prune`)
+CHUNK = 32 << 20  # bytes copied between looks at whether the training is saving
+GIVE_WAY = 30.0  # seconds at most a file's copy pauses for the training's saves
 
 
 class Flusher:
@@ -279,7 +281,8 @@ class Flusher:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
             try:
-                copy_file(part.path / rel, partial, self.access.file_mode)
+                copy_file(part.path / rel, partial, self.access.file_mode,
+                          give_way=lambda: local.saving(self.run))  # fmt: skip
                 if not dest.exists():
                     partial.rename(dest)
             finally:
@@ -313,17 +316,24 @@ class Flusher:
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def copy_file(src: Path, dest: Path, mode: int) -> None:
+def copy_file(
+    src: Path, dest: Path, mode: int, give_way: Callable[[], bool] = lambda: False
+) -> None:
     """``src`` into a new ``dest`` (never an existing one), neither a link; in the kernel
-    (sendfile) where it can."""
+    (sendfile) where it can. Between chunks, while ``give_way()`` (the training is saving
+    on this node, and waits for it), the copy pauses, for GIVE_WAY seconds at most."""
     fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    paused = 0.0
     try:
         fout = os.open(dest, _NEW, mode)
         try:
             size, done = os.fstat(fin).st_size, 0
             try:
                 while done < size:
-                    sent = os.sendfile(fout, fin, done, min(size - done, 1 << 30))
+                    while paused < GIVE_WAY and give_way():
+                        time.sleep(0.05)
+                        paused += 0.05
+                    sent = os.sendfile(fout, fin, done, min(size - done, CHUNK))
                     if sent == 0:
                         raise OSError(errno.EIO, f"{src} ended at {done} of {size} bytes")
                     done += sent

@@ -245,6 +245,16 @@ def incoming(run: Path, step: int, tag: str) -> Path:
     return FolderLayout(run).incoming(step, tag)
 
 
+def saving(run: Path) -> bool:
+    """Whether the ranks of this node are writing a checkpoint into ``run`` now (the
+    training waits for it: the flush gives it the node's memory and disks meanwhile)."""
+    try:
+        with os.scandir(run) as entries:
+            return any(e.name.startswith(".incoming-step-") for e in entries)
+    except OSError:
+        return False
+
+
 def seal(written: Path, run: Path, step: int, meta: Mapping[str, Any]) -> Path:
     """Seal what this node's ranks wrote into ``written`` as its part of ``step``: the
     list of its files, then one rename. A part of that step sealed before is replaced:

@@ -121,7 +121,7 @@ def test_a_flush_cut_midway_is_never_chosen(
     real = flush.copy_file
     copied: list[Path] = []
 
-    def cut(src: Path, dest: Path, mode: int) -> None:
+    def cut(src: Path, dest: Path, mode: int, **_: object) -> None:
         if copied:
             raise OSError(5, "Input/output error")  # the shared volume went away midway
         copied.append(dest)
@@ -147,7 +147,7 @@ def test_a_step_the_volume_keeps_refusing_is_given_up_and_stays_on_the_node(
     monkeypatch.setattr(flush, "RETRY", 0.01)
     monkeypatch.setattr(flush, "TRIES", 3)
 
-    def refused(src: Path, dest: Path, mode: int) -> None:
+    def refused(src: Path, dest: Path, mode: int, **_: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(flush, "copy_file", refused)
@@ -170,7 +170,7 @@ def test_a_copy_cut_halfway_and_tried_again_commits_the_whole_file(
     monkeypatch.setattr(flush, "RETRY", 0.01)
     real, cuts = flush.copy_file, []
 
-    def cut_once(src: Path, dest: Path, mode: int) -> None:
+    def cut_once(src: Path, dest: Path, mode: int, **_: object) -> None:
         if src.name == "b.bin" and not cuts:
             cuts.append(dest)
             dest.write_bytes(src.read_bytes()[:500])  # half of it, then the volume fails
@@ -212,3 +212,45 @@ def test_a_given_up_step_does_not_hide_an_older_save_still_due(
     assert not lead.finish(30)  # step 9, the newest on node 0, is not in the folder: kept
     assert [p.step for p in local.parts(run0)] == [9]  # 8 is in the folder: one part kept
     assert other.finish(30)
+
+
+def test_a_copy_pauses_while_the_training_saves_on_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training waits for its save: while one is written on the node, the flush's
+    copy sends nothing (the node's memory and disks go to the save), then goes on."""
+    monkeypatch.setattr(flush, "CHUNK", 1000)
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.write_bytes(os.urandom(5000))
+    seen: list[int] = []
+
+    def saving() -> bool:  # a save starts after two chunks and ends three looks later
+        seen.append(dest.stat().st_size)
+        return len(seen) in (3, 4, 5)
+
+    flush.copy_file(src, dest, 0o600, give_way=saving)
+    assert seen[2:6] == [2000, 2000, 2000, 2000], seen  # nothing sent while it saved
+    assert dest.read_bytes() == src.read_bytes()
+
+
+def test_the_flush_gives_way_to_a_save_in_flight_in_its_folder(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[bool] = []
+
+    def copy(src: Path, dest: Path, mode: int, give_way: object = None) -> None:
+        assert callable(give_way)
+        asked.append(give_way())
+        (run / ".incoming-step-00000002-9-0-").mkdir(exist_ok=True)  # the next save starts
+        asked.append(give_way())
+        (run / ".incoming-step-00000002-9-0-").rmdir()
+        dest.write_bytes(src.read_bytes())
+
+    monkeypatch.setattr(flush, "copy_file", copy)
+    run, said = tmp_path / "run", list[str]()
+    run.mkdir()
+    _seal(run, 1, {"w": b"1"})
+    f = _flusher(run, folder, said)
+    wait_for("step 1", lambda: _records(folder) or None)
+    assert asked == [False, True]
+    assert f.stop(30)
