@@ -10,6 +10,7 @@ same name, idle and undrained.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -197,7 +198,8 @@ def keep_down(
 
 
 def remove_node(sandbox: Sandbox, name: str) -> int:
-    """Kill the node's slurmd and every job process it holds, at once.
+    """Kill the node's slurmd and every job process it holds, at once, and empty its
+    node-local folder: the machine is gone, and what was in its RAM or on its disk with it.
 
     Returns how many job processes died with it. Every slurmd running as the node dies,
     not only the one the state names: one it lost track of would bring the node back.
@@ -212,6 +214,13 @@ def remove_node(sandbox: Sandbox, name: str) -> int:
     victims = steps | procs.descendants(steps) | slurmds | procs.descendants(slurmds)
     procs.kill_now(victims)
     sandbox.set_node_pid(name, None)
+    local = cfg.local_dir(name)
+    if local.is_dir() and not local.is_symlink():
+        for entry in list(local.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
     return len(victims - slurmds)
 
 

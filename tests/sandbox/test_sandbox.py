@@ -222,8 +222,12 @@ def test_preempt_in_the_background_brings_a_replacement_back(
 def test_once_empty_removes_a_node_without_jobs_at_once(
     sandbox: Sandbox, slurm: CommandLineSlurm
 ) -> None:
-    """`--once-empty` does not wait out a 300 s window for a node no job runs on."""
+    """`--once-empty` does not wait out a 300 s window for a node no job runs on; what
+    the node held in its node-local folder goes with it (its RAM, its disk)."""
     node = S1
+    held = sandbox.config().local_dir(node) / "slurmpre-0" / "a-run" / "step-3"
+    held.mkdir(parents=True, exist_ok=True)
+    (held / "shard").write_bytes(b"x")
     try:
         proc = slurmpre_cli(
             "sandbox", "preempt", node, "--once-empty", "--return-after", "0", timeout=120
@@ -234,6 +238,8 @@ def test_once_empty_removes_a_node_without_jobs_at_once(
         assert [re.search(r"s (\w+)", ln).group(1) for ln in lines] == ["drain", "remove", "return"]  # type: ignore[union-attr]
         assert offsets[1] < 10, lines
         assert "jobs it ended: none" in lines[1]
+        assert sandbox.config().local_dir(node).is_dir()
+        assert not (sandbox.config().local_dir(node) / "slurmpre-0").exists()
     finally:
         if not slurm.nodes([node])[0].usable:
             restore_node(sandbox, node)
