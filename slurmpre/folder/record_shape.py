@@ -31,12 +31,17 @@ def _is_names(v: object) -> bool:
     return isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
 
 
+def _is_ints(v: object) -> bool:
+    return isinstance(v, list | tuple) and all(_is_int(x) for x in v)
+
+
 _BASE: dict[str, Callable[[object], bool]] = {
     "str": lambda v: isinstance(v, str),
     "int": _is_int,
     "float": _is_number,
     "bool": lambda v: isinstance(v, bool),
     "tuple[str, ...]": _is_names,
+    "tuple[int, ...]": _is_ints,
     "dict[str, Any]": lambda v: isinstance(v, dict),
 }
 

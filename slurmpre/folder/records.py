@@ -146,12 +146,17 @@ class Serving(AttemptRecord):
 @record_type
 class PullAsked(AttemptRecord):
     """A successor's node 0 asks each of its nodes to pull ``step`` from the nodes of
-    ``predecessor`` (``sources``: host:port of each)."""
+    ``predecessor`` (``sources``: host:port of each). In place (``predecessor`` is the
+    job itself), the drained attempt's node 0 asks only the nodes it keeps (``pullers``,
+    node ids; None: every node), before the drained one goes."""
 
     EVENT: ClassVar[str] = "pull_asked"
     predecessor: str
     step: int
     sources: tuple[str, ...]
+    pullers: tuple[int, ...] | None = None
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "pullers"})
 
 
 @record_type
@@ -167,6 +172,18 @@ class Pulled(AttemptRecord):
     why: str | None = None
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "why"})
+
+
+@record_type
+class Adopted(AttemptRecord):
+    """A node of a restarted attempt found a whole copy of ``step`` that an earlier attempt
+    of the job left in its node-local folder (``source``), and took it over: the attempt
+    resumes from it when every node holds it and the folder has nothing newer."""
+
+    EVENT: ClassVar[str] = "adopted"
+    node: int
+    step: int
+    source: str
 
 
 @record_type

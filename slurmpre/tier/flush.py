@@ -78,13 +78,17 @@ class Flusher:
         *,
         node: str,
         attempt: str,
+        adopt_job: str | None = None,
         **kwargs: Any,
     ) -> Flusher | None:
         """A node's flush, started, when ``setting`` (the spec's ``local_dir``) names a
-        folder this node can use; else None, and one line when it named one."""
+        folder this node can use; else None, and one line when it named one. With
+        ``adopt_job``: the newest whole copy an earlier attempt of that job left on this
+        node is taken over first, when the folder holds nothing as new (`local.adopt`)."""
         say = kwargs["say"]
+        adopt_from = (adopt_job, _newest_durable(folder)) if adopt_job else None
         try:
-            held = local.prepare(setting, env, folder, node, attempt)
+            held = local.prepare(setting, env, folder, node, attempt, adopt_from)
         except local.Unusable as exc:
             say(f"{exc}: checkpoints go straight to the checkpoint folder")
             return None
@@ -181,6 +185,8 @@ class Flusher:
         worked = False
         if self.lead:
             due = [p for p in held if p.step > self.durable]
+            if due and self._committed(due[-1].step):  # another attempt's flush put it there
+                self.durable, due = due[-1].step, []
             if due:
                 newest = due[-1]
                 skipped = [p.step for p in due[:-1]]

@@ -147,7 +147,7 @@ def arrange(
     newest = durable()
     if newest is not None and step < newest:
         return None
-    if not _all_serve(ledger, job, attempt, nodes):
+    if not all_serve(ledger, job, AttemptId(attempt), nodes):
         say(f"not every node of this job has a node-local folder: not pulling step {step}")
         return None
     ledger.append(PullAsked(job=job, attempt=attempt, predecessor=predecessor, step=step,
@@ -182,13 +182,13 @@ def arrange(
     return step
 
 
-def _all_serve(ledger: Ledger, job: str, attempt: int, nodes: int) -> bool:
+def all_serve(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> bool:
     """Every node of this attempt serves (so each has a node-local folder and a puller),
     within a few seconds of its start."""
     deadline = time.monotonic() + SERVE_WAIT
     while True:
         serving = {r.node for r in ledger.records() if isinstance(r, Serving) and r.job == job
-                   and r.attempt_id == AttemptId(attempt)}  # fmt: skip
+                   and r.attempt_id == at}  # fmt: skip
         if len(serving) >= nodes:
             return True
         if time.monotonic() > deadline:
@@ -219,9 +219,10 @@ def await_taker(
 
 def pulled_by_successor(records: Sequence[Record], job: str, step: int) -> bool:
     """Whether a job taking over from ``job`` holds ``step`` (or a newer one) on all its
-    nodes: this one may stop serving and flushing it."""
-    return any(isinstance(r, PullDone) and r.predecessor == job and r.ok and r.step >= step
-               for r in records)  # fmt: skip
+    nodes: this one may stop serving and flushing it. Not the job's own pull in place: its
+    next step takes that copy over from this one's folder (`local.adopt`)."""
+    return any(isinstance(r, PullDone) and r.predecessor == job and r.job != job and r.ok
+               and r.step >= step for r in records)  # fmt: skip
 
 
 class Puller:
@@ -238,9 +239,12 @@ class Puller:
         attempt: int,
         node: int,
         say: Callable[[str], None],
+        in_place: int = 0,
+        poll: float = POLL,
     ) -> None:
         self.run, self.folder, self.ledger, self.say = run, folder, ledger, say
         self.job, self.attempt, self.node = job, attempt, node
+        self.at, self.poll = AttemptId(attempt, in_place), poll
         self._stop = threading.Event()
 
     def start(self) -> Puller:
@@ -257,16 +261,16 @@ class Puller:
             except SlurmpreError:
                 records = []
             asked = [r for r in records if isinstance(r, PullAsked) and r.job == self.job
-                     and r.attempt == self.attempt]  # fmt: skip
+                     and r.attempt_id == self.at]  # fmt: skip
             if asked:
-                self._pull(asked[-1])
+                if asked[-1].pullers is None or self.node in asked[-1].pullers:
+                    self._pull(asked[-1])
                 return
-            self._stop.wait(POLL)
+            self._stop.wait(self.poll)
 
     def _wanted(self) -> bool:
         """Node 0 has not decided yet (it resumes from the folder once it has given up)."""
-        return not any(isinstance(r, PullDone) and r.job == self.job
-                       and r.attempt_id == AttemptId(self.attempt)
+        return not any(isinstance(r, PullDone) and r.job == self.job and r.attempt_id == self.at
                        for r in self.ledger.records())  # fmt: skip
 
     def _pull(self, asked: PullAsked) -> None:
@@ -282,6 +286,7 @@ class Puller:
                 Pulled(
                     job=self.job,
                     attempt=self.attempt,
+                    in_place=self.at.in_place,
                     node=self.node,
                     step=asked.step,
                     ok=why is None,

@@ -5,14 +5,17 @@ thread of their own, off the way to the launch), finished after it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import Access
 from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Adopted
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local
 from slurmpre.tier.flush import Flusher
@@ -37,6 +40,7 @@ class Attempt:
     node_name: str
     nodes: int
     predecessor: str | None  # the job this one takes over from, in a successor
+    adopts: bool = False  # a restart (not beside a step that trains): takes copies over
 
 
 @dataclass
@@ -67,11 +71,18 @@ class NodeTier:
         (else None, said in one line when it named one)."""
         flusher = Flusher.for_node(
             setting, env, ledger.folder, node=at.node_name, attempt=at.prefix.rstrip("-"),
-            tag=f"{at.prefix}flush", node_id=at.node_id, nodes=at.nodes, access=access, say=say,
+            adopt_job=at.job if at.adopts else None, tag=f"{at.prefix}flush",
+            node_id=at.node_id, nodes=at.nodes, access=access, say=say,
         )  # fmt: skip
         if flusher is None:
             return None
         tier = cls(flusher, ledger, at, say)
+        if flusher.held.adopted is not None:
+            part, source = flusher.held.adopted
+            say(f"took over step {part.step} on this node from {source}'s node-local copy")
+            with contextlib.suppress(SlurmpreError):
+                ledger.append(Adopted(job=at.job, attempt=at.attempt, in_place=at.in_place,
+                                      node=at.node_id, step=part.step, source=source))  # fmt: skip
         quiet_thread(tier._serve, name="slurmpre-serve")
         return tier
 
@@ -86,11 +97,14 @@ class NodeTier:
         try:
             self.server = handoff.serve(self.run, self.ledger.folder, record, at.node_name,
                                         self.say)  # fmt: skip
-            if at.predecessor and at.attempt == 0 and at.in_place == 0:
-                self.puller = handoff.Puller(
-                    self.run, self.ledger.folder, self.ledger, job=at.job, attempt=at.attempt,
-                    node=at.node_id, say=self.say,
-                ).start()  # fmt: skip
+            # A successor's nodes pull its predecessor's save; any step's kept nodes pull
+            # its own notice save when it restarts in place (`tier.in_place`).
+            successor = bool(at.predecessor) and at.attempt == 0 and at.in_place == 0
+            self.puller = handoff.Puller(
+                self.run, self.ledger.folder, self.ledger, job=at.job, attempt=at.attempt,
+                node=at.node_id, say=self.say, in_place=at.in_place,
+                poll=handoff.POLL if successor else 1.0,
+            ).start()  # fmt: skip
         finally:
             self._up.set()
 

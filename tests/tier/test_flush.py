@@ -254,3 +254,20 @@ def test_the_flush_gives_way_to_a_save_in_flight_in_its_folder(
     wait_for("step 1", lambda: _records(folder) or None)
     assert asked == [False, True]
     assert f.stop(30)
+
+
+def test_a_step_another_attempt_has_committed_is_not_copied_again(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step before, restarted in place, flushed the copy this step took over: on a
+    slow volume it is not written a second time (and set aside as a duplicate)."""
+    copied: list[Path] = []
+    monkeypatch.setattr(flush, "copy_file", lambda src, dest, mode, **_: copied.append(dest))
+    run, said = tmp_path / "run", list[str]()
+    run.mkdir()
+    f = _flusher(run, folder, said)  # the folder is empty as it starts
+    with checkpoints.writing(folder, 5) as incoming:
+        (incoming / "w").write_bytes(b"5")
+    _seal(run, 5, {"w": b"5"})
+    assert f.finish(30) and not copied
+    assert not [p for p in folder.iterdir() if "duplicate" in p.name]

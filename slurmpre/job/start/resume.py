@@ -46,6 +46,7 @@ from slurmpre.job.start.launch import (
 )
 from slurmpre.job.start.rendezvous import port_for
 from slurmpre.slurm.client import SlurmClient
+from slurmpre.tier import in_place
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,17 @@ def wait_for_the_one_before(at: AttemptContext) -> int | None:
     pulled = _pull(at, timeout)
     wait_for_predecessor(at.ledger, at.client, at.job, timeout, at.say)
     overlap.wait_for_previous_step(at.ledger, at.job, timeout, at.say)
-    return pulled
+    return pulled if pulled is not None else _adopted(at)
+
+
+def _adopted(at: AttemptContext) -> int | None:
+    """A restart with the tier (in place, or requeued): the step every node of this
+    attempt took over from what an earlier one left on it (`slurmpre.tier.local.adopt`)."""
+    job = at.job
+    if not at.environ.get(environment.LOCAL_DIR) or not (job.restart_count or job.in_place):
+        return None
+    at_id = AttemptId(job.restart_count, job.in_place)
+    return in_place.adopted_by_all(at.ledger, job.tag, at_id, job.num_nodes)
 
 
 def _pull(at: AttemptContext, timeout: float) -> int | None:
@@ -309,6 +320,8 @@ def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkp
     if pulled is not None and (ckpt is None or ckpt.step is None or pulled > ckpt.step):
         where = str(FolderLayout(at.folder).step(pulled))
         pulled_why = f"pulled from job {at.job.predecessor}'s nodes onto every node"
+        if at.job.restart_count or at.job.in_place:
+            pulled_why = "taken over on every node from the attempt before, in RAM"
         ckpt = checkpoints.Checkpoint(where, pulled, checkpoints.Format.SLURMPRE, True, pulled_why)
     why = limits.give_up_why(
         at.ledger.records(),

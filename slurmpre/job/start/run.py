@@ -235,7 +235,8 @@ def run_attempt(
     ledger = Ledger(folder, access=opts.file_access)
     ledger.ensure()
     here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
-                   job.node_name, job.num_nodes, job.predecessor or None)  # fmt: skip
+                   job.node_name, job.num_nodes, job.predecessor or None,
+                   adopts=job.restarted or (job.in_place > 0 and not job.releasing))  # fmt: skip
     tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access, say)
     if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
         env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}

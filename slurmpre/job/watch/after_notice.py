@@ -32,6 +32,7 @@ from slurmpre.job.watch.notice import (
     taken_path,
     write_notice,
 )
+from slurmpre.tier.in_place import InPlacePull
 
 
 @dataclass
@@ -82,6 +83,7 @@ class AfterNotice:
         self.clock, self.wall = clock, wall
         self._state = _State()
         self._on_node = False  # the notice's save is on the nodes: their wrappers serve it
+        self._pull: InPlacePull | None = None  # in place: the kept nodes pull that save
 
     @property
     def notice(self) -> Notice | None:
@@ -149,6 +151,10 @@ class AfterNotice:
         ):
             state.early = False  # not asked: restart in place once this step has ended
             self._publish(stop=True)
+        if restart.keep and not successor and not state.early:  # the kept nodes pull its save
+            at = records.AttemptId(self.job.restart_count, self.job.in_place)
+            self._pull = InPlacePull(self.log.ledger, self.job.tag, at, self.job.nodes,
+                                     restart.keep, self.say)  # fmt: skip
 
     def _record_first(
         self, notice: Notice, restart: Plan, successor: bool, budget: float, floor: int | None
@@ -365,7 +371,15 @@ class AfterNotice:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
         listening = trust.marked(listening_path(self.folder, self.job.tag, self.job.attempt))
-        saved = self.log.notice_save(pulled=self.restarts.successor is not None)
+        pull = self._pull if self.restarts.successor is None else None
+        saved = self.log.notice_save(pulled=pull is not None or self.restarts.successor is not None)
+        if pull is not None and isinstance(saved, records.Saved):  # in place, on the nodes
+            late = self._state.deadline is not None and self.clock() >= self._state.deadline
+            pulled = pull.poll(saved.step, late)
+            if pulled is None:
+                return None
+            if not pulled:  # the next step waits for the flush's commit
+                saved = self.log.notice_save(pulled=False)
         if saved is not None:
             self._on_node = isinstance(saved, records.Saved)
             return saved.step, saved.path
@@ -386,10 +400,5 @@ def _latest(folder: Path) -> checkpoints.Checkpoint | None:
 
 
 def _notice_fields(notice: Notice, *, first: bool) -> dict[str, Any]:
-    return {
-        "kind": notice.kind,
-        "node": notice.node,
-        "reason": notice.reason,
-        "seen_at": notice.seen_at,
-        "first": first,
-    }
+    return {"kind": notice.kind, "node": notice.node, "reason": notice.reason,
+            "seen_at": notice.seen_at, "first": first}  # fmt: skip

@@ -1,0 +1,142 @@
+"""A step restarted in place, with the node-local tier: its notice save reaches the
+nodes it keeps before the drained ones go.
+
+The drained attempt's node 0 (its watcher) asks the nodes it keeps to pull the notice
+save from every node of the attempt, the drained ones among them (`PullAsked` with
+``pullers``), and waits for them (`Pulled`); each then holds it whole in its node-local
+folder. Once all do (`PullDone` ok) the notice counts as answered, the step ends, and the
+next step takes the copy over from their folders (`slurmpre.tier.local.adopt`) instead
+of waiting for the flush to the checkpoint folder, which a big state cannot finish
+within the drain's window. One that failed, or came too late, is one line, and the next
+step waits for the flush as without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+from slurmpre.errors import SlurmpreError
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import (
+    Adopted,
+    AttemptId,
+    PullAsked,
+    PullDone,
+    Pulled,
+    Record,
+    Serving,
+    Start,
+)
+
+
+class InPlacePull:
+    """A drained attempt's node 0 that restarts in place, with the tier on: before the
+    drained nodes go, the nodes it keeps pull its notice save from every node of the
+    attempt (`PullAsked` with ``pullers``), so each holds it whole; the next step then
+    takes it over from their folders (`local.adopt`) instead of waiting for the flush.
+    `poll` is asked at every look of the watcher, and never waits."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        job: str,
+        at: AttemptId,
+        nodes: Sequence[str],
+        keep: Sequence[str],
+        say: Callable[[str], None],
+    ) -> None:
+        self.ledger, self.job, self.at, self.say = ledger, job, at, say
+        self.kept = tuple(i for i, node in enumerate(nodes) if node in keep)
+        self.spares = sorted(set(keep) - set(nodes))  # not of this step: they hold no copy
+        self.step: int | None = None
+        self.result: bool | None = None
+
+    def poll(self, step: int, late: bool) -> bool | None:
+        """True once every kept node holds ``step``; False when that failed or came too
+        late (``late``: the drained node may go any moment; said, and recorded): wait for
+        the flush's commit as without it; None: not yet."""
+        if self.result is not None:
+            return self.result
+        records = self.ledger.records()
+        if self.spares:
+            return self._done(step, f"the spare(s) {', '.join(self.spares)} hold no copy", records)
+        if self.step is None:
+            sources = _sources(records, self.job, self.at)
+            if sources is None:
+                return (
+                    self._done(step, "not every node of this step serves", records)
+                    if late
+                    else None
+                )
+            self.ledger.append(
+                PullAsked(
+                    job=self.job,
+                    attempt=self.at.restart,
+                    in_place=self.at.in_place,
+                    predecessor=self.job,
+                    step=step,
+                    sources=tuple(sources),
+                    pullers=self.kept,
+                )
+            )
+            self.step = step
+            return None
+        got = {r.node: r for r in records if isinstance(r, Pulled) and r.job == self.job
+               and r.attempt_id == self.at and r.step == self.step}  # fmt: skip
+        failed = [r for r in got.values() if not r.ok]
+        if failed:
+            return self._done(self.step, f"node {failed[0].node}: {failed[0].why}", records)
+        if set(self.kept) <= set(got):
+            return self._done(self.step, None, records)
+        if late:
+            left = sorted(set(self.kept) - set(got))
+            return self._done(self.step, f"node(s) {left} had not pulled it in time", records)
+        return None
+
+    def _done(self, step: int, why: str | None, records: Sequence[Record]) -> bool:
+        self.result = why is None
+        with contextlib.suppress(SlurmpreError):
+            self.ledger.append(PullDone(job=self.job, attempt=self.at.restart,
+                                        in_place=self.at.in_place, predecessor=self.job,
+                                        step=step, ok=self.result, why=why))  # fmt: skip
+        if why is None:
+            pulled = [r for r in records if isinstance(r, Pulled) and r.job == self.job
+                      and r.attempt_id == self.at and r.step == step]  # fmt: skip
+            took = max((r.seconds for r in pulled), default=0.0)
+            self.say(f"step {step} pulled onto the node(s) kept in {took:.1f} s: "
+                     "the next step takes it over from there")  # fmt: skip
+        else:
+            self.say(f"the nodes kept could not pull step {step} ({why}): the next step "
+                     "waits for its flush to the checkpoint folder")  # fmt: skip
+        return self.result
+
+
+def _sources(records: Sequence[Record], job: str, at: AttemptId) -> list[str] | None:
+    """Where every node of attempt ``at`` serves, in its nodes' order; None until all do."""
+    serving = {r.node: f"{r.host}:{r.port}" for r in records
+               if isinstance(r, Serving) and r.job == job and r.attempt_id == at}  # fmt: skip
+    started = [r for r in records if isinstance(r, Start) and r.job == job and r.attempt_id == at]
+    if not started or not set(started[-1].nodes) <= set(serving):
+        return None
+    return [serving[n] for n in started[-1].nodes]
+
+
+def adopted_by_all(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> int | None:
+    """The step that every node of a restarted attempt took over from an earlier one's
+    folder (`Adopted`: the next step in place, or a requeue back on the same nodes); None
+    when one did not, or took another. Asked once every node's tier is up (it records
+    what it adopted before it serves), within a few seconds of its start."""
+    from slurmpre.tier.handoff import all_serve  # sockets and HMAC: only once it is asked
+
+    records = ledger.records()
+    mine = [r for r in records if isinstance(r, Adopted) and r.job == job and r.attempt_id == at]
+    if not any(r.node == 0 for r in mine):
+        return None  # node 0 (this one) took nothing over: the folder, without waiting
+    if not all_serve(ledger, job, at, nodes):
+        return None
+    steps = {r.node: r.step for r in ledger.records()
+             if isinstance(r, Adopted) and r.job == job and r.attempt_id == at}  # fmt: skip
+    if set(steps) != set(range(nodes)) or len(set(steps.values())) != 1:
+        return None
+    return steps[0]
