@@ -175,15 +175,33 @@ class Pulled(AttemptRecord):
 
 
 @record_type
+class Replicated(AttemptRecord):
+    """Node ``node`` keeps node ``of``'s part of ``step`` beside its own
+    (`slurmpre.tier.replica`): that part outlives node ``of`` lost without notice."""
+
+    EVENT: ClassVar[str] = "replicated"
+    node: int
+    of: int
+    step: int
+    bytes: int
+    seconds: float
+
+
+@record_type
 class Adopted(AttemptRecord):
-    """A node of a restarted attempt found a whole copy of ``step`` that an earlier attempt
-    of the job left in its node-local folder (``source``), and took it over: the attempt
-    resumes from it when every node holds it and the folder has nothing newer."""
+    """A node of a restarted attempt took over what an earlier attempt of the job left of
+    ``step`` in its node-local folder (``source``): a whole copy, or the parts of nodes
+    ``parts`` of ``nodes`` (its own, its neighbour's). The attempt resumes from that step
+    when its nodes hold every part between them and the folder has nothing newer."""
 
     EVENT: ClassVar[str] = "adopted"
     node: int
     step: int
     source: str
+    parts: tuple[int, ...] | None = None  # None: a whole copy
+    nodes: int | None = None  # the nodes that saved it
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "parts", "nodes"})
 
 
 @record_type

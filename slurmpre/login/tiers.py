@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmpre.folder.records import Checkpoint, PullDone, Record, Saved
+from slurmpre.folder.records import Adopted, Checkpoint, PullDone, Record, Replicated, Saved
 
 SHOWN = 5  # the newest checkpoints a status shows
 
@@ -20,11 +20,17 @@ class Tiers:
     pulled_by: str | None  # the job that pulled it from the nodes
     durable: bool  # committed in the checkpoint folder
     flush_s: float | None  # the background copy and commit
+    kept: int = 0  # nodes that hold their neighbour's part of it too (`tier.replica`)
+    taken_by: str | None = None  # the attempt that took it over from its nodes' folders
 
     def line(self, running: bool) -> str:
         where = [f"saved on job {self.job}'s nodes ({self.saved_s:.1f} s)"]
-        if self.pulled_by:
+        if self.kept:
+            where.append(f"each part also on the next node ({self.kept} nodes)")
+        if self.pulled_by and self.pulled_by != self.job:
             where.append(f"pulled by job {self.pulled_by}")
+        if self.taken_by:
+            where.append(f"taken over on the nodes by attempt {self.taken_by}")
         if self.durable:
             flush = f" (flushed in {self.flush_s:.0f} s)" if self.flush_s is not None else ""
             where.append(f"in the folder{flush}")
@@ -45,6 +51,12 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
     durable = {r.step: r for r in records if isinstance(r, Checkpoint) and r.job in mine}
     pulled = {r.step: r.job for r in records
               if isinstance(r, PullDone) and r.ok and r.predecessor in mine}  # fmt: skip
+    kept: dict[int, set[int]] = {}
+    for r in records:
+        if isinstance(r, Replicated) and r.job in mine:
+            kept.setdefault(r.step, set()).add(r.node)
+    taken = {r.step: f"{r.job}.{r.attempt_id}" for r in records
+             if isinstance(r, Adopted) and r.job in mine}  # fmt: skip
     out = []
     for step in sorted(saves)[-SHOWN:]:
         saved = saves[step]
@@ -57,6 +69,8 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
                 pulled_by=pulled.get(step),
                 durable=flushed is not None,
                 flush_s=flushed.flush_seconds if flushed else None,
+                kept=len(kept.get(step, ())),
+                taken_by=taken.get(step),
             )
         )
     return out

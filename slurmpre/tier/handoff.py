@@ -150,36 +150,57 @@ def arrange(
     if not all_serve(ledger, job, AttemptId(attempt), nodes):
         say(f"not every node of this job has a node-local folder: not pulling step {step}")
         return None
-    ledger.append(PullAsked(job=job, attempt=attempt, predecessor=predecessor, step=step,
-                            sources=tuple(sources)))  # fmt: skip
+    ok = ask_pulls(ledger, job=job, at=AttemptId(attempt), predecessor=predecessor, step=step,
+                   sources=sources, pullers=tuple(range(nodes)), say=say)  # fmt: skip
+    return step if ok else None
+
+
+def ask_pulls(
+    ledger: Ledger,
+    *,
+    job: str,
+    at: AttemptId,
+    predecessor: str,
+    step: int,
+    sources: Sequence[str],
+    pullers: tuple[int, ...],
+    say: Callable[[str], None],
+) -> bool:
+    """Node 0: ask ``pullers`` (node ids of this attempt) to pull ``step`` from ``sources``
+    (`PullAsked`), wait for them (`Pulled`), and record how it went (`PullDone`): True
+    when every one holds it; else False, said in one line (the folder, never a mix)."""
+    ledger.append(PullAsked(job=job, attempt=at.restart, in_place=at.in_place,
+                            predecessor=predecessor, step=step, sources=tuple(sources),
+                            pullers=pullers))  # fmt: skip
     said = time.monotonic() + PULL_WAIT
     results: dict[int, Pulled] = {}
-    while len(results) < nodes and time.monotonic() < said:
+    while len(results) < len(pullers) and time.monotonic() < said:
         for r in ledger.records():
-            if isinstance(r, Pulled) and r.job == job and r.attempt_id == AttemptId(attempt) \
-                    and r.step == step:  # fmt: skip
+            if isinstance(r, Pulled) and r.job == job and r.attempt_id == at \
+                    and r.step == step and r.node in pullers:  # fmt: skip
                 results[r.node] = r
         if any(not r.ok for r in results.values()):
             break  # one failed: the folder, whatever the others do
-        if len(results) < nodes:
+        if len(results) < len(pullers):
             time.sleep(POLL)
     failed = [r for r in results.values() if not r.ok]
     why = None
     if failed:
         why = f"node {failed[0].node}: {failed[0].why}"
-    elif len(results) < nodes:
-        why = f"{nodes - len(results)} node(s) did not pull within {PULL_WAIT:g} s"
+    elif len(results) < len(pullers):
+        why = f"{len(pullers) - len(results)} node(s) did not pull within {PULL_WAIT:g} s"
     ok = why is None
-    ledger.append(PullDone(job=job, attempt=attempt, predecessor=predecessor, step=step, ok=ok,
-                           why=why))  # fmt: skip
+    ledger.append(PullDone(job=job, attempt=at.restart, in_place=at.in_place,
+                           predecessor=predecessor, step=step, ok=ok, why=why))  # fmt: skip
+    whence = f"job {predecessor}'s nodes" if predecessor != job else "this attempt's nodes"
     if not ok:
-        say(f"pulling step {step} from job {predecessor} failed ({why}): "
+        say(f"pulling step {step} from {whence} failed ({why}): "
             "resuming from the newest checkpoint in the folder")  # fmt: skip
-        return None
+        return False
     moved = sum(r.bytes for r in results.values()) / 1e6
-    took = max(r.seconds for r in results.values())
-    say(f"step {step} pulled from job {predecessor}'s nodes: {moved:.0f} MB in {took:.1f} s")
-    return step
+    took = max((r.seconds for r in results.values()), default=0.0)
+    say(f"step {step} pulled from {whence}: {moved:.0f} MB in {took:.1f} s")
+    return True
 
 
 def all_serve(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> bool:
@@ -316,19 +337,25 @@ def pull_all(
     try:
         size, meta, nodes, seen = 0, dict[str, object](), None, set[int]()
         for i, source in enumerate(sources):
-            host, _, port = source.rpartition(":")
+            address, _, served = source.partition("/")  # host:port, or host:port/folder
+            host, _, port = address.rpartition(":")
             dest = run / f".pulled-{name}-{i}-{os.getpid()}"
             shutil.rmtree(dest, ignore_errors=True)
             taken.append(dest)
-            transfer.pull(host, int(port), key, name, dest, timeout=PULL_TIMEOUT)
+            transfer.pull(host, int(port), key, served or name, dest, timeout=PULL_TIMEOUT)
             part = local.read_part(dest, named=False)  # its seal, checked against what came
             if part is None or part.step != step:
                 raise TransferError(f"{source} served no whole part of step {step}")
             node, of = part.meta.get("node"), part.meta.get("nodes")
-            if not isinstance(node, int) or not isinstance(of, int) or nodes not in (None, of):
+            if not isinstance(of, int) or nodes not in (None, of):
+                raise TransferError(f"{source}: its part of step {step} names no node of the save")
+            if part.whole:
+                seen.update(range(of))  # a whole copy (one node's taken over): every part
+            elif isinstance(node, int):
+                seen.add(node)
+            else:
                 raise TransferError(f"{source}: its part of step {step} names no node of the save")
             nodes = of
-            seen.add(node)
             meta = meta or dict(part.meta)
             for rel, length in part.files.items():
                 target = merged / rel

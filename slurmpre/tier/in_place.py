@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import (
-    Adopted,
     AttemptId,
     PullAsked,
     PullDone,
@@ -120,23 +119,3 @@ def _sources(records: Sequence[Record], job: str, at: AttemptId) -> list[str] | 
     if not started or not set(started[-1].nodes) <= set(serving):
         return None
     return [serving[n] for n in started[-1].nodes]
-
-
-def adopted_by_all(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> int | None:
-    """The step that every node of a restarted attempt took over from an earlier one's
-    folder (`Adopted`: the next step in place, or a requeue back on the same nodes); None
-    when one did not, or took another. Asked once every node's tier is up (it records
-    what it adopted before it serves), within a few seconds of its start."""
-    from slurmpre.tier.handoff import all_serve  # sockets and HMAC: only once it is asked
-
-    records = ledger.records()
-    mine = [r for r in records if isinstance(r, Adopted) and r.job == job and r.attempt_id == at]
-    if not any(r.node == 0 for r in mine):
-        return None  # node 0 (this one) took nothing over: the folder, without waiting
-    if not all_serve(ledger, job, at, nodes):
-        return None
-    steps = {r.node: r.step for r in ledger.records()
-             if isinstance(r, Adopted) and r.job == job and r.attempt_id == at}  # fmt: skip
-    if set(steps) != set(range(nodes)) or len(set(steps.values())) != 1:
-        return None
-    return steps[0]

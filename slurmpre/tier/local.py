@@ -26,11 +26,14 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmpre import dollars, environment
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder.layout import FolderLayout, file_tag, step_dir_name
+
+if TYPE_CHECKING:
+    from slurmpre.tier.salvage import Taken
 
 PART = ".slurmpre-part"
 LOCK = ".lock"  # held by the attempt's wrapper while it lives
@@ -87,12 +90,12 @@ def root_of(setting: str | None, env: Mapping[str, str]) -> Path | None:
 
 @dataclass
 class Held:
-    """An attempt's node-local folder, and the lock that says its wrapper lives; and the
-    whole copy it took over from an earlier attempt of the job on this node (`adopt`)."""
+    """An attempt's node-local folder, and the lock that says its wrapper lives; and what
+    it took over from an earlier attempt of the job on this node (`salvage.adopt`)."""
 
     run: Path
     fd: int
-    adopted: tuple[Part, str] | None = None
+    adopted: Taken | None = None
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
@@ -111,8 +114,8 @@ def prepare(
     (what dead attempts left beside it on this node is removed); None when ``local_dir``
     is off. `Unusable` (one line) when it is missing, not writable, full, on a shared or
     network volume, or another user's: the caller saves to the shared folder.
-    ``adopt_from`` (a job, and the folder's newest step): first take over the newest whole
-    copy an earlier attempt of that job left here, when it is newer (`adopt`)."""
+    ``adopt_from`` (a job, and the folder's newest step): first take over what an earlier
+    attempt of that job left here of a newer step (`salvage.adopt`)."""
     root = root_of(setting, env)
     if root is None:
         return None
@@ -140,36 +143,13 @@ def prepare(
         _own_dir(path)
     fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    adopted = adopt(run, *adopt_from) if adopt_from else None
+    adopted = None
+    if adopt_from:
+        from slurmpre.tier import salvage  # it reads parts: it imports this module
+
+        adopted = salvage.adopt(run, *adopt_from)
     clear_dead(run.parent, keep=run.name)
     return Held(run, fd, adopted)
-
-
-def adopt(run: Path, job: str, newer_than: int) -> tuple[Part, str] | None:
-    """The newest whole copy (every node's files) that an earlier attempt or step of
-    ``job`` left beside ``run`` on this node, newer than ``newer_than``, moved into ``run``
-    with one rename; and the folder it came from. What a step restarted in place pulled
-    before its drained node went, or what a killed attempt had not flushed yet."""
-    mine = file_tag(f"{job}-")
-    best: Part | None = None
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(run.parent):
-            if entry.name == run.name or not entry.name.startswith(mine):
-                continue
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            for part in parts(Path(entry.path)):
-                newest = best is None or part.step > best.step
-                if part.whole and part.step > newer_than and newest:
-                    best = part
-    if best is None:
-        return None
-    target = run / best.path.name
-    try:
-        best.path.rename(target)  # one node-local filesystem: nothing is copied
-    except OSError:
-        return None
-    return Part(best.step, target, best.files, best.meta), best.path.parent.name
 
 
 def clear_dead(node_dir: Path, keep: str) -> list[str]:

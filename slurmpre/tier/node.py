@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import Access
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Adopted
+from slurmpre.folder.records import Adopted, AttemptId
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local
 from slurmpre.tier.flush import Flusher
+from slurmpre.tier.replica import Replicator
 
 if TYPE_CHECKING:
     from slurmpre.tier.handoff import Puller
@@ -51,6 +52,7 @@ class NodeTier:
     say: Callable[[str], None]
     server: Server | None = None
     puller: Puller | None = None
+    replicator: Replicator | None = None
     _up: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -77,12 +79,14 @@ class NodeTier:
         if flusher is None:
             return None
         tier = cls(flusher, ledger, at, say)
-        if flusher.held.adopted is not None:
-            part, source = flusher.held.adopted
-            say(f"took over step {part.step} on this node from {source}'s node-local copy")
+        taken = flusher.held.adopted
+        if taken is not None:
+            what = "a whole copy" if taken.parts is None else f"the parts of nodes {taken.parts}"
+            say(f"took over {what} of step {taken.step} from {taken.source} on this node")
             with contextlib.suppress(SlurmpreError):
                 ledger.append(Adopted(job=at.job, attempt=at.attempt, in_place=at.in_place,
-                                      node=at.node_id, step=part.step, source=source))  # fmt: skip
+                                      node=at.node_id, step=taken.step, source=taken.source,
+                                      parts=taken.parts, nodes=taken.nodes))  # fmt: skip
         quiet_thread(tier._serve, name="slurmpre-serve")
         return tier
 
@@ -105,6 +109,11 @@ class NodeTier:
                 node=at.node_id, say=self.say, in_place=at.in_place,
                 poll=handoff.POLL if successor else 1.0,
             ).start()  # fmt: skip
+            if self.server is not None and at.nodes > 1:  # a copy on the neighbour's node
+                self.replicator = Replicator(
+                    self.run, self.ledger, job=at.job, at=AttemptId(at.attempt, at.in_place),
+                    node=at.node_id, nodes=at.nodes, say=self.say,
+                ).start()  # fmt: skip
         finally:
             self._up.set()
 
@@ -116,6 +125,8 @@ class NodeTier:
         self._up.wait(60)
         if self.puller is not None:
             self.puller.stop()
+        if self.replicator is not None:
+            self.replicator.stop()
         held = local.parts(self.run)
         newest = held[-1].step if held else None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Adopted, AttemptId, PullAsked, PullDone, Serving, Start
-from slurmpre.tier import handoff, in_place, local, transfer
+from slurmpre.tier import handoff, in_place, local, salvage, transfer
 
 from tests.conftest import wait_for
 
@@ -80,14 +80,15 @@ def test_the_kept_node_pulls_the_save_whole_and_the_next_step_takes_it_over(
     # The next step, on n0 alone: it takes the copy over, and resumes from it.
     nxt = tmp_path / "n0" / "7-0.1"
     nxt.mkdir()
-    part, source = local.adopt(nxt, "7", newer_than=10)  # type: ignore[misc]
-    assert (part.step, source) == (12, "7-0") and not local.parts(runs[0])
+    taken = salvage.adopt(nxt, "7", newer_than=10)
+    assert taken == salvage.Taken(12, 2, None, "7-0") and not local.parts(runs[0])
     assert (nxt / "step-00000012" / "__1_0.distcp").read_bytes() == b"b" * 5000
-    assert local.nearest(str(nxt), str(folder / "step-00000012")) == str(part.path)
+    copy = str(nxt / "step-00000012")
+    assert local.nearest(str(nxt), str(folder / "step-00000012")) == copy
     ledger = Ledger(folder)
-    ledger.append(Adopted(job="7", attempt=0, in_place=1, node=0, step=12, source=source))
+    ledger.append(Adopted(job="7", attempt=0, in_place=1, node=0, step=12, source="7-0"))
     ledger.append(Serving(job="7", attempt=0, in_place=1, node="n0", host="h", port=1))
-    assert in_place.adopted_by_all(ledger, "7", AttemptId(0, 1), 1) == 12
+    assert salvage.gather(ledger, "7", AttemptId(0, 1), ["n0"], 10, said.append) == 12
 
 
 def test_a_pull_cut_when_the_drained_node_goes_leaves_the_flush_to_the_folder(
@@ -136,26 +137,24 @@ def test_only_a_whole_copy_of_the_jobs_own_newer_than_the_folder_is_taken_over(
     _whole(node / "7-0.1", 9)  # the newest of the job's own: taken
     _whole(node / "7-0.2", 8)
     _whole(node / "70-0", 11)  # job 70's, not job 7's
-    _whole(node / "7-1", 12, nodes=2)  # one node's part of a two-node save
     run = node / "7-0.3"
     run.mkdir()
-    part, source = local.adopt(run, "7", newer_than=6)  # type: ignore[misc]
-    assert (part.step, source) == (9, "7-0.1")
+    assert salvage.adopt(run, "7", newer_than=6) == salvage.Taken(9, 1, None, "7-0.1")
     assert [p.step for p in local.parts(run)] == [9]
     assert [p.step for p in local.parts(node / "70-0")] == [11]
-    assert local.adopt(node / "7-0.3", "7", newer_than=20) is None
+    assert salvage.adopt(node / "7-0.3", "7", newer_than=20) is None
 
 
 def test_the_next_step_resumes_from_a_copy_only_when_every_node_took_the_same_over(
-    folder: Path,
+    folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ledger, at = Ledger(folder), AttemptId(1, 0)
-    assert in_place.adopted_by_all(ledger, "7", at, 2) is None  # node 0 took nothing over
+    monkeypatch.setattr(handoff, "SERVE_WAIT", 0.3)
+    ledger, at, said = Ledger(folder), AttemptId(1, 0), list[str]()
+    names = ["n0", "n1"]
+    assert salvage.gather(ledger, "7", at, names, 10, said.append) is None  # no node serves
     ledger.append(Adopted(job="7", attempt=1, node=0, step=12, source="7-0"))
-    for node in range(2):
-        ledger.append(Serving(job="7", attempt=1, node=f"n{node}", host="h", port=1))
-    assert in_place.adopted_by_all(ledger, "7", at, 2) is None  # node 1 did not
-    ledger.append(Adopted(job="7", attempt=1, node=1, step=11, source="7-0"))
-    assert in_place.adopted_by_all(ledger, "7", at, 2) is None  # another step
+    for node in names:
+        ledger.append(Serving(job="7", attempt=1, node=node, host="h", port=1))
+    assert salvage.gather(ledger, "7", at, names, 12, said.append) is None  # the folder has it
     ledger.append(Adopted(job="7", attempt=1, node=1, step=12, source="7-0"))
-    assert in_place.adopted_by_all(ledger, "7", at, 2) == 12
+    assert salvage.gather(ledger, "7", at, names, 10, said.append) == 12

@@ -3,7 +3,7 @@ that took over, flushing, in the folder, or never there."""
 
 from __future__ import annotations
 
-from slurmpre.folder.records import Checkpoint, PullDone, Saved
+from slurmpre.folder.records import Adopted, Checkpoint, PullDone, Replicated, Saved
 from slurmpre.login import tiers
 
 
@@ -49,3 +49,17 @@ def test_each_checkpoints_tiers_from_the_ledger() -> None:
 def test_a_run_without_the_tier_shows_no_rows() -> None:
     records = [Checkpoint(job="7", attempt=0, step=10, path="/c", after_notice=False)]
     assert tiers.of_run(records, ["7"]) == []
+
+
+def test_a_step_kept_on_the_next_node_and_taken_over_after_a_node_was_lost() -> None:
+    records = [
+        _saved("7", 10),
+        Replicated(job="7", attempt=0, node=0, of=1, step=10, bytes=9, seconds=0.1),
+        Replicated(job="7", attempt=0, node=1, of=0, step=10, bytes=9, seconds=0.1),
+        Adopted(job="7", attempt=1, node=0, step=10, source="7-0", nodes=2),
+    ]
+    (row,) = tiers.of_run(records, ["7"])
+    assert row.line(running=True) == (
+        "step 10: saved on job 7's nodes (0.4 s), each part also on the next node (2 nodes), "
+        "taken over on the nodes by attempt 7.1, flushing"
+    )

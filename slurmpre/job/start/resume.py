@@ -46,7 +46,7 @@ from slurmpre.job.start.launch import (
 )
 from slurmpre.job.start.rendezvous import port_for
 from slurmpre.slurm.client import SlurmClient
-from slurmpre.tier import in_place
+from slurmpre.tier import salvage
 
 
 @dataclass(frozen=True)
@@ -115,13 +115,15 @@ def wait_for_the_one_before(at: AttemptContext) -> int | None:
 
 
 def _adopted(at: AttemptContext) -> int | None:
-    """A restart with the tier (in place, or requeued): the step every node of this
-    attempt took over from what an earlier one left on it (`slurmpre.tier.local.adopt`)."""
+    """A restart with the tier (in place, or requeued): the step this attempt's nodes took
+    over from what earlier ones left on them, once each holds it (`tier.salvage`)."""
     job = at.job
     if not at.environ.get(environment.LOCAL_DIR) or not (job.restart_count or job.in_place):
         return None
+    found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
     at_id = AttemptId(job.restart_count, job.in_place)
-    return in_place.adopted_by_all(at.ledger, job.tag, at_id, job.num_nodes)
+    durable = found.step if found else None
+    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, durable, at.say)
 
 
 def _pull(at: AttemptContext, timeout: float) -> int | None:

@@ -1,0 +1,123 @@
+"""A copy that survives a node lost without notice: each node of a job keeps, beside its
+own part of the newest checkpoint, the part of the node before it in the job (node 0
+keeps the last node's). A node that fails with no drain takes its own part along, but
+its neighbour still holds it: the attempt that follows resumes from the newest step the
+nodes it lands on hold between them (`slurmpre.tier.salvage`), not from the folder's.
+
+Each node's wrapper pulls its neighbour's part over the run's authenticated transfer
+(`slurmpre.tier.transfer`) once its own part of a newer step is sealed, into
+``replica-<step>-<node>`` in its node-local folder (served and kept like a part, but
+never taken for this node's own), and records it (`Replicated`). Only the newest stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from slurmpre.errors import SlurmpreError
+from slurmpre.folder.layout import step_dir_name
+from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import AttemptId, Record, Replicated, Serving, Start
+from slurmpre.signals import quiet_thread
+from slurmpre.tier import local
+
+POLL = 1.0  # seconds between looks for a newer part of this node's own
+PREFIX = "replica-"
+
+
+def replica_name(step: int, node: int) -> str:
+    return f"{PREFIX}{step_dir_name(step)}-{node}"
+
+
+def replicas(run: Path) -> list[local.Part]:
+    """The neighbours' parts this node keeps, oldest first (a folder whose files are not
+    the ones its seal lists is none)."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir(run) as entries:
+        for entry in entries:
+            if entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False):
+                part = local.read_part(Path(entry.path), named=False)
+                if part is not None:
+                    found.append(part)
+    return sorted(found, key=lambda p: p.step)
+
+
+def source(records: Sequence[Record], job: str, at: AttemptId, node: int) -> str | None:
+    """Where node ``node`` of attempt ``at`` serves (host:port), once it does."""
+    started = [r for r in records if isinstance(r, Start) and r.job == job and r.attempt_id == at]
+    if not started or node >= len(started[-1].nodes):
+        return None
+    name = started[-1].nodes[node]
+    serving = [f"{r.host}:{r.port}" for r in records if isinstance(r, Serving) and r.job == job
+               and r.attempt_id == at and r.node == name]  # fmt: skip
+    return serving[-1] if serving else None
+
+
+class Replicator:
+    """One node's copy of its neighbour's newest part, kept up on a thread of the wrapper."""
+
+    def __init__(
+        self,
+        run: Path,
+        ledger: Ledger,
+        *,
+        job: str,
+        at: AttemptId,
+        node: int,
+        nodes: int,
+        say: Callable[[str], None],
+    ) -> None:
+        self.run, self.ledger, self.job, self.at, self.say = run, ledger, job, at, say
+        self.node, self.of = node, (node - 1) % nodes
+        self.done = -1  # the newest step whose neighbour's part this node holds
+        self._stop = threading.Event()
+        self._said: str | None = None
+
+    def start(self) -> Replicator:
+        quiet_thread(self._loop, name="slurmpre-replica")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        from slurmpre.tier import handoff, transfer  # sockets and HMAC: off the way to the launch
+
+        key: bytes | None = None
+        while not self._stop.wait(POLL):
+            own = [p for p in local.parts(self.run) if p.meta.get("node") == self.node]
+            if not own or own[-1].step <= self.done:
+                continue
+            step = own[-1].step
+            where = source(self.ledger.records(), self.job, self.at, self.of)
+            if where is None:
+                continue
+            host, _, port = where.rpartition(":")
+            dest = self.run / replica_name(step, self.of)
+            try:
+                key = key or handoff.run_key(self.ledger.folder)
+                shutil.rmtree(dest, ignore_errors=True)
+                got = transfer.pull(host, int(port), key, step_dir_name(step), dest)
+                part = local.read_part(dest, named=False)
+                if part is None or part.step != step or part.meta.get("node") != self.of:
+                    raise SlurmpreError(f"{where} served no part of node {self.of} of step {step}")
+            except (OSError, SlurmpreError) as exc:
+                shutil.rmtree(dest, ignore_errors=True)
+                if str(exc) != self._said and "no folder named" not in str(exc):
+                    self.say(f"keeping node {self.of}'s part of step {step} here: {exc}")
+                self._said = str(exc)
+                continue
+            self.done = step
+            for old in replicas(self.run):
+                if old.step < step:
+                    shutil.rmtree(old.path, ignore_errors=True)
+            with contextlib.suppress(SlurmpreError):
+                self.ledger.append(Replicated(job=self.job, attempt=self.at.restart,
+                                              in_place=self.at.in_place, node=self.node,
+                                              of=self.of, step=step, bytes=got.bytes,
+                                              seconds=round(got.seconds, 3)))  # fmt: skip
