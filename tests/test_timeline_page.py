@@ -1,0 +1,225 @@
+"""`slurmpre status NAME --html FILE`: a run's timeline as one self-contained page, drawn
+from a real ledger (`login.story`, `login.page`), and the command's edges."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from slurmpre.cli import main
+from slurmpre.folder.ledger import Ledger
+from slurmpre.login import page, story
+from slurmpre.login.status import job_status
+
+from tests.fakes import Jobs
+from tests.timeline_runs import T0, preempted_once
+
+# What the page may hold: nothing that runs, loads or links.
+TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "h1",
+    "h2",
+    "p",
+    "ul",
+    "li",
+    "span",
+    "svg",
+    "rect",
+    "text",
+    "path",
+    "line",
+    "g",
+    "polyline",
+}
+
+
+class Shapes(HTMLParser):
+    """Every tag of a page, and each drawn thing as (its class, its tooltip)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attributes: list[str] = []
+        self.stack: list[tuple[str, str]] = []
+        self.shapes: list[tuple[str, str]] = []
+        self.texts: list[str] = []
+        self._title: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attributes += [name for name, _ in attrs]
+        self.stack.append((tag, dict(attrs).get("class") or ""))
+        if tag == "title":
+            self._title = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title" and self._title is not None:
+            owner = next((c for t, c in reversed(self.stack[:-1]) if c), "")
+            self.shapes.append((owner, "".join(self._title)))
+            self._title = None
+        while self.stack:
+            if self.stack.pop()[0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if self._title is not None:
+            self._title.append(data)
+        self.texts.append(data)
+
+    def titles(self, cls: str) -> list[str]:
+        return [title for c, title in self.shapes if cls in c.split()]
+
+
+def drawn(folder: Path) -> str:
+    records = Ledger(folder, view=True).records()
+    st = job_status("100", "train", str(folder), records, None, now=T0 + 500)
+    return page.render("a run", [story.chart(st, records, T0 + 500)])
+
+
+def test_a_run_preempted_once_names_every_node_and_shows_the_drain_and_the_hand_over(
+    tmp_path: Path,
+) -> None:
+    preempted_once(tmp_path)
+    shapes = Shapes(drawn(tmp_path))
+    lanes = [t for t in shapes.texts if t.endswith("(preemptible)")]
+    assert lanes == ["pre-a (preemptible)", "pre-b (preemptible)", "pre-c (preemptible)"]
+    trained = shapes.titles("train")
+    assert len(trained) == 4  # two attempts on two nodes each
+    assert sum("job 100 attempt 0" in t for t in trained) == 2
+    assert sum("job 101 attempt 0" in t and "resumed from step 80" in t for t in trained) == 2
+    (drain,) = shapes.titles("drain")
+    assert drain.startswith("drain of pre-b (preempted) (job 100)")
+    assert "+3m20s" in drain  # when it drained, from the submission
+    (handover,) = shapes.titles("handover")
+    assert handover.startswith("hand-over: job 100 -> job 101\n+3m22s to +3m45s (23.0 s)")
+    waits = shapes.titles("wait")
+    assert any(t.startswith("job 101 waits for job 100\n+3m35s to +3m45s") for t in waits)
+    writes = shapes.titles("checkpoint")
+    assert any(t.startswith("checkpoint of step 80 on the notice\n+3m37s") for t in writes)
+    # The cost so far, as `status` says it: 424 node-seconds for job 100, 390 for 101
+    # (from its start-up beside 100).
+    assert (
+        "used 0.226 node-hours, 0.000 GPU-hours: $0.23 preemptible against $0.45 on "
+        "demand" in shapes.texts
+    )
+    (end,) = shapes.titles("end")
+    assert end.startswith("the run's last attempt: completed")
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "</title></rect></svg><iframe src=//evil>",
+    "a\nb\x1b[2J&amp;",
+]
+
+
+def test_every_string_from_the_ledger_is_escaped(tmp_path: Path) -> None:
+    """A ledger in a shared folder is written by whoever could write it: its node names
+    and job names are text on the page, never markup."""
+    preempted_once(tmp_path, name=HOSTILE[0], nodes=(HOSTILE[1], HOSTILE[2], HOSTILE[3]))
+    records = Ledger(tmp_path, view=True).records()
+    st = job_status("100", HOSTILE[0], str(tmp_path), records, None, now=T0 + 500)
+    text = page.render(HOSTILE[2], [story.chart(st, records, T0 + 500)], [HOSTILE[1]])
+    shapes = Shapes(text)
+    assert shapes.tags <= TAGS
+    assert not [a for a in shapes.attributes if a.startswith("on") or a in ("src", "href")]
+    for raw in HOSTILE[:3]:
+        assert raw not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "a\\nb\\x1b[2J&amp;amp;" in text  # control characters shown, not sent
+    assert f"{HOSTILE[1]} (preemptible)" in shapes.texts  # read back: the name, as it was
+
+
+def test_a_time_no_calendar_holds_is_drawn_not_a_crash() -> None:
+    """A ledger's numbers are finite, not plausible: 1e300 seconds is still drawn."""
+    lane = page.Lane("node:n", "n", "preemptible")
+    far = page.Bar("node:n", 0.0, 1e300, page.Kind.TRAIN, "long")
+    mark = page.Mark("node:n", -1e300, page.Kind.DRAIN, "early")
+    chart = page.Chart("c", 0.0, (lane,), (far,), (mark,), steps=((1e300, 10**30),))
+    shapes = Shapes(page.render("t", [chart]))
+    assert shapes.titles("train")[0].endswith("from 1970-01-01 00:00:00 UTC")
+    assert "1e+300 s after 1970" in shapes.titles("drain")[0].replace("-1e", "1e")
+
+
+@pytest.fixture
+def no_slurm(monkeypatch: pytest.MonkeyPatch) -> Jobs:
+    """Slurm has forgotten the jobs: the page is drawn from the ledger alone."""
+    slurm = Jobs({})
+    monkeypatch.setattr("slurmpre.login.handle.default_client", lambda: slurm)
+    return slurm
+
+
+def test_status_html_writes_the_page(
+    tmp_path: Path, no_slurm: Jobs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ckpt"
+    preempted_once(folder)
+    out = tmp_path / "run.html"
+    assert main(["status", "train", "--checkpoint-dir", str(folder), "--html", str(out)]) == 0
+    assert capsys.readouterr().out == f"timeline of job 100 (train): {out}\n"
+    shapes = Shapes(out.read_text())
+    assert shapes.titles("drain") and shapes.titles("handover")
+    assert no_slurm.asked == ["101"]  # the run's last job, as status asks
+    assert [p.name for p in tmp_path.iterdir()] == sorted(["ckpt", "run.html"])  # no temp
+
+
+def test_status_html_never_writes_through_a_link(
+    tmp_path: Path, no_slurm: Jobs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ckpt"
+    preempted_once(folder)
+    target = tmp_path / "theirs.txt"
+    target.write_text("keep")
+    link = tmp_path / "run.html"
+    link.symlink_to(target)
+    assert main(["status", "100", "--checkpoint-dir", str(folder), "--html", str(link)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"slurmpre: error: --html '{link}' is a link: name the file itself\n"
+    assert target.read_text() == "keep" and link.is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (
+            ["100", "--html", "{tmp}/missing/run.html"],
+            1,
+            "--html '{tmp}/missing/run.html': cannot write it: No such file or directory",
+        ),
+        (["999", "--html", "{tmp}/run.html"], 2, "job '999' is not among"),
+        (
+            ["100", "--json", "--html", "{tmp}/run.html"],
+            2,
+            "--html writes a page once: not with --follow or --json",
+        ),
+    ],
+)
+def test_status_html_bad_input_is_one_line(
+    tmp_path: Path,
+    no_slurm: Jobs,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    code: int,
+    said: str,
+) -> None:
+    folder = tmp_path / "ckpt"
+    preempted_once(folder)
+    given = [a.format(tmp=tmp_path) for a in args]
+    if "999" in given:
+        given = ["999", *given[1:]]
+        argv = ["status", *given]
+    else:
+        argv = ["status", *given, "--checkpoint-dir", str(folder)]
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert said.format(tmp=tmp_path) in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "run.html").exists()
