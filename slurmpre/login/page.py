@@ -98,6 +98,7 @@ LEFT = 260  # the lanes' labels
 RIGHT = 30
 LANE = 22
 STEPS_H = 90
+CHAR = 6.5  # pixels: the width of a character of a bar's name, about
 MIN_BAR = 2.0  # pixels: a write of no recorded length is still seen
 MAX_POINTS = 1500  # a step line is thinned to this many points
 
@@ -177,6 +178,8 @@ def _chart_svg(chart: Chart, span: float) -> str:
             f'class="axis">{clock(t)}</text>'
         )
         t += step
+    labels: list[str] = []  # over every bar: a checkpoint's write does not hide its name
+    taken: dict[str, float] = {}  # each lane's last name ends here
     for bar in chart.bars:
         if bar.lane not in row:
             continue
@@ -196,12 +199,16 @@ def _chart_svg(chart: Chart, span: float) -> str:
             f'fill="{bar.kind.colour}" class="{bar.kind.name.lower()}">'
             f"<title>{tip}</title></rect>"
         )
-        room = int(w / 6.5)
-        if bar.kind in (Kind.TRAIN, Kind.WAIT, Kind.HANDOVER) and room >= 6:
-            out.append(
+        room = int(w / CHAR)
+        free = x0 >= taken.get(bar.lane, 0.0)  # bars that overlap: the first one's name
+        if bar.kind in (Kind.TRAIN, Kind.WAIT, Kind.HANDOVER) and room >= 6 and free:
+            name = _short(bar.label, room)
+            taken[bar.lane] = x0 + 6 + len(name) * CHAR
+            labels.append(
                 f'<text x="{x0 + 3:.1f}" y="{row[bar.lane] + LANE - 8}" class="in">'
-                f"{clean(_short(bar.label, room))}</text>"
+                f"{clean(name)}</text>"
             )
+    out += labels
     for mark in chart.marks:
         if mark.lane not in row:
             continue
