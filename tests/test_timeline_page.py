@@ -9,6 +9,17 @@ from pathlib import Path
 import pytest
 from slurmpre.cli import main
 from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import (
+    Checkpoint,
+    End,
+    InPlace,
+    Placed,
+    Pulled,
+    Saved,
+    Start,
+    Submitted,
+    Successor,
+)
 from slurmpre.login import page, story
 from slurmpre.login.status import job_status
 
@@ -223,3 +234,51 @@ def test_status_html_bad_input_is_one_line(
     assert said.format(tmp=tmp_path) in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "run.html").exists()
+
+
+def test_the_local_tier_and_an_in_place_restart_are_drawn_where_they_happened(
+    tmp_path: Path,
+) -> None:
+    """With `local_dir`: the save on rank 0's node, each successor node's pull (a failed
+    one says why), the flush into the folder; then a node released in place, and the
+    move to standard nodes the placement decided."""
+    ledger = Ledger(tmp_path)
+    for r in [
+        Submitted(job="7", name="big", time=T0),
+        Start(job="7", attempt=0, nodes=("p1", "p2"), time=T0 + 5),
+        Saved(job="7", attempt=0, step=10, path="/l/10", seconds=1.5, after_notice=True,
+              time=T0 + 50),
+        Checkpoint(job="7", attempt=0, step=10, path="/c/10", after_notice=True, seconds=1.5,
+                   flush_seconds=30.0, time=T0 + 80),
+        Placed(job="7", attempt=0, where="standard", why="3 preemptions", decided_at=T0 + 51),
+        Successor(job="7", attempt=0, successor="8", excluded=(), why=None,
+                  submitted_at=T0 + 52),
+        End(job="7", attempt=0, exit_code=0, seconds=50.0, time=T0 + 55),
+        Pulled(job="8", attempt=0, node=0, step=10, ok=True, seconds=4.0, bytes=1,
+               time=T0 + 64),
+        Pulled(job="8", attempt=0, node=1, step=10, ok=False, seconds=0.5, bytes=0,
+               why="refused", time=T0 + 61),
+        Start(job="8", attempt=0, nodes=("s1", "s2"), step=10, time=T0 + 65),
+        InPlace(job="8", attempt=0, kept=("s1",), released=("s2",), release_s=0.5,
+                requested_at=T0 + 90, released_at=T0 + 91, why="drain of s2"),
+        Start(job="8", attempt=0, in_place=1, nodes=("s1",), step=20, time=T0 + 95),
+    ]:  # fmt: skip
+        ledger.append(r)
+    records = ledger.records()
+    st = job_status("7", "big", str(tmp_path), records, None, now=T0 + 120)
+    chart = story.chart(st, records, T0 + 120)
+    bars = {(b.kind, b.lane, b.start - T0, b.end - T0) for b in chart.bars}
+    assert (page.Kind.SAVE, "node:p1", 48.5, 50.0) in bars
+    assert (page.Kind.FLUSH, "node:p1", 50.0, 80.0) in bars
+    assert (page.Kind.PULL, "node:s1", 60.0, 64.0) in bars
+    assert (page.Kind.PULL, "node:s2", 60.5, 61.0) in bars
+    kinds = {lane.label: lane.kind for lane in chart.lanes}
+    assert kinds == {"hand-overs": "", "the run: waits, events": "", "p1": "preemptible",
+                     "p2": "preemptible", "s1": "standard", "s2": "standard"}  # fmt: skip
+    shapes = Shapes(page.render("big", [chart]))
+    assert [t.split("\n")[0] for t in shapes.titles("pull")] == [
+        "job 8 pulled step 10", "job 8 pulled step 10 failed: refused",
+    ]  # fmt: skip
+    (released,) = shapes.titles("removal")
+    assert released.startswith("s2 released from job 8 (in place)\nat +1m31s")
+    assert any(t.startswith("next job on standard: 3 preemptions") for t in shapes.titles("placed"))
