@@ -15,6 +15,7 @@ from slurmpre.folder.records import (
     InPlace,
     Placed,
     Pulled,
+    Record,
     Saved,
     Start,
     Submitted,
@@ -277,3 +278,35 @@ def test_the_local_tier_and_an_in_place_restart_are_drawn_where_they_happened(
     (released,) = shapes.titles("removal")
     assert released.startswith("s2 released from job 8 (in place)\nat +1m31s")
     assert any(t.startswith("next job on standard: 3 preemptions") for t in shapes.titles("placed"))
+
+
+def test_a_real_runs_ledger_draws_its_nodes_drains_and_hand_overs(
+    tmp_path: Path, no_slurm: Jobs
+) -> None:
+    """The ledger slurmpre wrote on the sandbox in the drill of seed 1398317274 (two drains
+    at start-up, one mid-checkpoint, three hand-overs), read from its folder as `status
+    --html` reads any."""
+    import gzip
+    import json
+
+    from tests.drill.test_overlaps import RECORDED
+
+    doc = json.loads(gzip.decompress(RECORDED.read_bytes()))
+    folder = tmp_path / "ckpt"
+    ledger = Ledger(folder)
+    for raw in doc["runs"]["slurmpre"]["ledger"]:
+        ledger.append(Record.from_json(raw))
+    out = tmp_path / "run.html"
+    assert main(["status", "2", "--checkpoint-dir", str(folder), "--html", str(out)]) == 0
+    shapes = Shapes(out.read_text())
+    lanes = [t for t in shapes.texts if t.endswith("(preemptible)")]
+    assert lanes == ["gpu-preemptible-dp-1 (preemptible)", "gpu-preemptible-dp-2 (preemptible)"]
+    drains = [t.split(" (job")[0] for t in shapes.titles("drain")]
+    assert drains == [f"drain of gpu-preemptible-dp-{n} (preempted)" for n in (1, 2, 1)]
+    assert [t.split("\n")[0] for t in shapes.titles("handover")] == [
+        "hand-over: job 2 -> job 3",
+        "hand-over: job 3 -> job 4",
+        "hand-over: job 4 -> job 5",
+    ]
+    trained = {t.split("\n")[0] for t in shapes.titles("train")}
+    assert trained == {f"job {j} attempt 0" for j in (2, 3, 4, 5)}
