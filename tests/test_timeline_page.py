@@ -13,6 +13,7 @@ from slurmpre.folder.records import (
     Checkpoint,
     End,
     InPlace,
+    Notice,
     Placed,
     Pulled,
     Record,
@@ -258,6 +259,8 @@ def test_the_local_tier_and_an_in_place_restart_are_drawn_where_they_happened(
         InPlace(job="8", attempt=0, kept=("s1",), released=("s2",), release_s=0.5,
                 requested_at=T0 + 90, released_at=T0 + 91, why="drain of s2"),
         Start(job="8", attempt=0, in_place=1, nodes=("s1",), step=20, time=T0 + 95),
+        Notice(job="8", attempt=0, in_place=1, kind="time-limit", node=None, reason=None,
+               seen_at=T0 + 110, first=True, time=T0 + 110),
     ]:  # fmt: skip
         ledger.append(r)
     records = ledger.records()
@@ -278,6 +281,8 @@ def test_the_local_tier_and_an_in_place_restart_are_drawn_where_they_happened(
     (released,) = shapes.titles("removal")
     assert released.startswith("s2 released from job 8 (in place)\nat +1m31s")
     assert any(t.startswith("next job on standard: 3 preemptions") for t in shapes.titles("placed"))
+    (notice,) = shapes.titles("notice")
+    assert notice.startswith("notice: time-limit") and "at +1m50s" in notice
 
 
 def test_a_real_runs_ledger_draws_its_nodes_drains_and_hand_overs(

@@ -36,6 +36,7 @@ class Kind(enum.Enum):
     PULL = ("#1bb0b0", "pull from the nodes before")
     FLUSH = ("#9dbbdf", "flush into the folder")
     DRAIN = ("#d62728", "drain")
+    NOTICE = ("#e377c2", "notice: the time limit, a grow, a move")
     REMOVAL = ("#111111", "node removed or released")
     RESIZE = ("#ff7f0e", "grow, shrink, spare swap")
     PLACED = ("#7f4f24", "placement (preemptible or standard)")

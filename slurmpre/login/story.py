@@ -82,7 +82,7 @@ def chart(st: JobStatus, records: Sequence[Record], now: float) -> Chart:
                 at = r.drained_at if r.drained_at is not None else r.seen_at
                 marks.append(Mark(lane, at, Kind.DRAIN, f"{r.describe()} (job {r.job}){seen}"))
         elif isinstance(r, Notice) and r.first and r.kind != "drain":
-            marks.append(Mark(RUN, r.seen_at, Kind.PLACED, f"notice: {r.describe()}"))
+            marks.append(Mark(RUN, r.seen_at, Kind.NOTICE, f"notice: {r.describe()}"))
         elif isinstance(r, InPlace | SpareReleased):
             why = "in place" if isinstance(r, InPlace) else "a spare that drained"
             for node in r.released:
