@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from slurmpre.cli.common import complete_jobs, json_document, prices, say_err, shown
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
 from slurmpre.slurm import states
+
+if TYPE_CHECKING:
+    from slurmpre.login.status import Prices
 
 _checkpoint_dir = click.option(
     "--checkpoint-dir", default=None, help="Find the job in this folder's ledger."
@@ -21,12 +26,17 @@ _checkpoint_dir = click.option(
 @_checkpoint_dir
 @click.option("--follow", is_flag=True, help="Keep the view updated until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="Write the run's timeline as one self-contained HTML page to this file.",
+)  # fmt: skip
 @prices
 def status(
     job: str | None,
     checkpoint_dir: str | None,
     follow: bool,
     as_json: bool,
+    html_file: Path | None,
     price: float,
     discount: float,
 ) -> None:
@@ -41,6 +51,9 @@ def status(
         raise UsageError(
             f"--price {price:g} --discount {discount:g}: price >= 0, 0 <= discount < 1"
         )
+    if html_file is not None:
+        _page(job, checkpoint_dir, html_file, Prices(price, discount), follow or as_json)
+        return
     client = default_client()
     if job is None and checkpoint_dir is None:
         _list_jobs(jobs.rows(client, warn=say_err), as_json)
@@ -74,6 +87,21 @@ def status(
             return
         time.sleep(5)
         click.echo("")
+
+
+def _page(job: str | None, folder: str | None, path: Path, prices: Prices, other: bool) -> None:
+    """`status --html FILE`: the run's timeline, one chart per task of an array."""
+    from slurmpre.login import page, story
+    from slurmpre.login.handle import Job
+
+    if other:
+        raise UsageError("--html writes a page once: not with --follow or --json")
+    if job is None and folder is None:
+        raise UsageError("--html draws one run: name its JOB (or --checkpoint-dir)")
+    found = Job.find(job or "", folder, warn=say_err)
+    charts = [story.of_job(task, prices) for task in found.tasks()]
+    page.write(path, page.render(f"slurmpre: {found.name} (job {found.id})", charts))
+    click.echo(f"timeline of job {found.id} ({shown(found.name)}): {shown(str(path))}")
 
 
 def _list_jobs(rows: list[dict[str, object]], as_json: bool) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import timeline
+from slurmpre.drill import page, timeline
 from slurmpre.drill.driver import Driver, drive
 from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
@@ -104,6 +104,7 @@ def run_drill(
     identical = _compare(work, runs, opts.training_steps())
     result = DrillResult(seed, opts, timings, moments, runs, identical, work, release)
     say(f"timelines: {result.save()} (slurmpre drill --report reads them again)")
+    say(f"the runs side by side: {page.write(result)} (open it in a browser)")
     wait_whole(sandbox)
     return result
 

@@ -120,6 +120,9 @@ def test_random_preemptions_lose_nothing_and_beat_the_seeds_recipe(
     )  # fmt: skip
     try:
         check_promise(doc, count)
+        # The runs side by side, as one page in the drill's folder (#53).
+        shown = (Path(doc["workdir"]) / "timeline.html").read_text()
+        assert "<h2>slurmpre</h2>" in shown and "<h2>the seeds&#x27; recipe" in shown
         seeds = doc["runs"]["seeds"]["summary"]
         assert seeds["preemptions"] == count
         # The recipe trains on through the window and is killed at its end; slurmpre
