@@ -52,11 +52,19 @@ from slurmpre.drill.jobs import TORCHRUN
 from slurmpre.drill.run import wait_whole
 from slurmpre.errors import UsageError
 from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import Replicated, Saved
 from slurmpre.login.spec import validate
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
-from slurmpre.sandbox.preempt import InBackground, PreemptPlan, restore_all
+from slurmpre.sandbox.preempt import (
+    InBackground,
+    PreemptPlan,
+    keep_down,
+    remove_node,
+    restore_all,
+    restore_node,
+)
 from slurmpre.slurm.parse import format_version, requeue_floor
 
 from big_state_memory import Memory, clear_local
@@ -103,6 +111,7 @@ SCENARIOS = (
     Scenario("1 node, seeds' recipe", "1", "batch host", "seeds"),
     Scenario("2 nodes, batch host drains", "1-2", "batch host", "tier"),
     Scenario("2 nodes, other node drains", "1-2", "other node", "tier"),
+    Scenario("2 nodes, other node lost", "1-2", "lost", "tier"),  # no drain: slurmd killed
 )
 
 
@@ -199,9 +208,12 @@ def run(box: Sandbox, work: Path, sc: Scenario, setup: Setup) -> dict[str, Any]:
         if saves(box, folder, first, sc, setup):
             batch = job.batch_host or job.nodes[0]
             victim = (
-                next(n for n in job.nodes if n != batch) if sc.victim == "other node" else batch
+                next(n for n in job.nodes if n != batch) if sc.victim != "batch host" else batch
             )
-            drained = drain(box, victim, folder, first, sc, setup)
+            if sc.victim == "lost":
+                drained = lose(box, victim, folder, first, sc)
+            else:
+                drained = drain(box, victim, folder, first, sc, setup)
     finally:
         memory.stop()
     records = Ledger(folder).records() if sc.how != "seeds" else []
@@ -248,6 +260,30 @@ def drain(box: Sandbox, victim: str, folder: Path, first: str, sc: Scenario, set
             raise SystemExit(f"bench: {sc.name} did not end; logs in {folder / 'logs'}")
         time.sleep(1)
     return preempt.finish(timeout=setup.window + 300)[0].at
+
+
+def lose(box: Sandbox, victim: str, folder: Path, first: str, sc: Scenario) -> float:
+    """Take ``victim`` away with no drain once each node keeps the other's part of the newest
+    save (its slurmd and job processes killed, its RAM gone, marked DOWN; the job dies with
+    it and Slurm requeues it), bring it back, and wait for the run to end; when it went."""
+    ledger = Ledger(folder)
+
+    def kept() -> bool:
+        records = ledger.records()
+        newest = max((r.step for r in records if isinstance(r, Saved)), default=None)
+        return len({r.node for r in records if isinstance(r, Replicated) and r.step == newest}) == 2
+
+    wait("each node keeping the other's part of the newest save", kept, 300)
+    went = time.time()
+    remove_node(box, victim)
+    box.client.update_node(victim, state="DOWN", reason="lost")
+    keep_down(box, victim, "lost")
+    print(f"  {sc.name}: {victim} lost without notice: slurmd and its job processes killed, "
+          "its node-local folder emptied, marked DOWN", flush=True)  # fmt: skip
+    wait("the job requeued", lambda: box.client.job(first).state == "PENDING", 300)
+    restore_node(box, victim)
+    wait("the run's end", lambda: box.client.job(last_job(folder, first, sc)).finished, 3600)
+    return went
 
 
 def errors(logs: Path, most: int = 4) -> list[str]:

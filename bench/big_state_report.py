@@ -73,6 +73,12 @@ def measure(
         "seen_to_step_s": first["t"] - seen,
         "drain_to_step_s": first["t"] - drained,
         "resumed_step": resumed,
+        # the newest step saved on the nodes before the drain or the loss: a node lost
+        # without notice loses at most the steps since it
+        "newest_saved": max(
+            (r.step for r in records if isinstance(r, Saved) and (r.time or 0) <= drained),
+            default=None,
+        ),
         "last_before": max(
             e["step"] for e in events if e["event"] == "step" and e["t"] < began["t"]
         ),
@@ -188,9 +194,14 @@ def verdict(results: dict[Any, dict[str, Any]], save_s: float, window: float) ->
         # Without the tier an after-notice save longer than the window cannot be made: that
         # loss is what the tier is for, not a broken promise.
         excused = sc.how == "no tier" and save_s > window - 10
-        good = (r["twice"] == 0 or excused) and r["exact"] is not False and r["digest_ok"]
+        # A node lost without notice: what it trained since the newest save on the nodes.
+        lost = sc.victim == "lost" and r["resumed_step"] == r["newest_saved"]
+        good = (r["twice"] == 0 or excused or lost) and r["exact"] is not False and r["digest_ok"]
         ok = ok and good and not r["left"]
         why = " (its save cannot fit in the window)" if excused and r["twice"] else ""
+        if sc.victim == "lost":
+            why = (f" (trained since step {r['newest_saved']}, the newest saved on the nodes; "
+                   f"resumed at step {r['resumed_step']})")  # fmt: skip
         print(
             f"  {sc.name:<28} {r['twice']} steps lost{why}; resumed state "
             f"{'exact' if r['exact'] else 'NOT EXACT'}; final state "
