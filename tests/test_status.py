@@ -76,6 +76,21 @@ def test_a_node_failure_and_an_older_resume_lose_steps() -> None:
     assert a2.ended == "node failure" and a2.steps_lost == 80 - 41
 
 
+def test_an_attempt_that_failed_and_that_slurm_started_again_says_so() -> None:
+    """Its node was lost with no notice: node 0's wrapper saw the step fail (exit 1), and
+    Slurm requeued the job; the next attempt resumed."""
+    recs = [
+        r
+        for r in records()
+        if not (r.get("attempt") == 2 and r["event"] in ("notice", "requeued", "committed"))
+    ]
+    for r in recs:
+        if r.get("attempt") == 2 and r["event"] == "end":
+            r["exit_code"] = 1
+    st = job_status("6", "drill", "/c", typed(recs), None, now=0.0)
+    assert st.attempts[2].ended == "failed (exit 1) -> requeue"
+
+
 def test_a_running_job_counts_its_time_until_now_and_gpus_from_tres() -> None:
     recs = [r for r in records() if not (r.get("attempt") == 3 and r["event"] == "end")]
     start = next(r["time"] for r in recs if r.get("attempt") == 3 and r["event"] == "start")

@@ -166,6 +166,8 @@ def _ended(recs: list[AttemptRecord], has_next: bool, slurm: JobInfo | None) -> 
         return "killed" if slurm is None else slurm.state.lower()
     if end.exit_code == 0:
         return "completed"
+    if has_next and not notices:  # Slurm started it again: its node failed, most often
+        return f"failed (exit {end.exit_code}) -> requeue"
     if slurm is not None and slurm.state == states.TIMEOUT and not has_next:
         return "time limit"
     if slurm is not None and slurm.state == states.CANCELLED and not has_next:
