@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -232,6 +233,8 @@ def _write_local(
             sampler.save(where.incoming)
     except BaseException as exc:
         meet.failed(exc)
+        if environment.number(env, "LOCAL_RANK") in (None, 0):  # no save in flight any more
+            shutil.rmtree(where.incoming, ignore_errors=True)
         raise
     meet.written()
     sealed, error = None, None

@@ -200,8 +200,9 @@ class Adopted(AttemptRecord):
     source: str
     parts: tuple[int, ...] | None = None  # None: a whole copy
     nodes: int | None = None  # the nodes that saved it
+    save: str | None = None  # which save of that step (job.attempt.in_place): never mixed
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "parts", "nodes"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "parts", "nodes", "save"})
 
 
 @record_type

@@ -31,7 +31,7 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint
 from slurmpre.signals import quiet_thread
-from slurmpre.tier import local
+from slurmpre.tier import local, replica
 
 POLL = 0.25  # seconds between looks at the node-local folder
 PEERS_WAIT = 600.0  # seconds node 0 waits for the other nodes' parts of one step
@@ -39,7 +39,7 @@ RETRY = 2.0  # seconds before a flush that failed (the shared volume) is tried a
 TRIES = 10  # failures in a row after which node 0 gives a step up (it stays on the node)
 LOCK_WAIT = 600.0  # seconds the commit waits for the folder's writing lock (`ckpt prune`)
 CHUNK = 32 << 20  # bytes copied between looks at whether the training is saving
-GIVE_WAY = 30.0  # seconds at most a file's copy pauses for the training's saves
+GIVE_WAY = 30.0  # seconds at most a part's copy pauses for the training's saves
 
 
 class Flusher:
@@ -117,6 +117,12 @@ class Flusher:
             if time.monotonic() >= deadline:
                 break
         return self.settled()
+
+    def abandon(self) -> None:
+        """Stop without waiting and leave the copies where they are, the folder's lock let
+        go: the next step on this node takes them over (`salvage.adopt`)."""
+        self._quit.set()
+        self.held.release()
 
     def finish(self, timeout: float, handed: Callable[[], bool] = lambda: False) -> bool:
         """`stop`, then the node's copies removed when the newest is durable or handed
@@ -205,7 +211,10 @@ class Flusher:
                     self._mark(incoming)
                     worked = True
                     break
-        local.prune(self.run, busy=frozenset({self.busy} if self.busy is not None else ()))
+        # A step whose neighbour's part this node keeps keeps its own part too: with one of
+        # the two nodes lost, the other still holds that step whole (`replica`).
+        kept = {r.step for r in replica.replicas(self.run)}
+        local.prune(self.run, busy=frozenset({self.busy} if self.busy is not None else ()) | kept)
         return worked
 
     def _give_up(self, why: str) -> None:
@@ -276,7 +285,13 @@ class Flusher:
 
     def _copy(self, part: local.Part, incoming: Path) -> None:
         """This node's files into node 0's in-flight folder, each whole or not at all
-        (written under a hidden name, then renamed): a file there is a complete one."""
+        (written under a hidden name, then renamed): a file there is a complete one. It
+        gives way to the training's saves on the node for GIVE_WAY seconds in all."""
+        until = time.monotonic() + GIVE_WAY
+
+        def give_way() -> bool:
+            return time.monotonic() < until and local.saving(self.run)
+
         for rel in part.files:
             dest = incoming / rel
             if dest.parent != incoming:
@@ -287,8 +302,7 @@ class Flusher:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
             try:
-                copy_file(part.path / rel, partial, self.access.file_mode,
-                          give_way=lambda: local.saving(self.run))  # fmt: skip
+                copy_file(part.path / rel, partial, self.access.file_mode, give_way=give_way)
                 if not dest.exists():
                     partial.rename(dest)
             finally:

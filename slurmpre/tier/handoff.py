@@ -51,6 +51,7 @@ from slurmpre.tier import local, transfer
 POLL = 0.2  # seconds between reads of the ledger while a pull is being arranged
 PULL_WAIT = 300.0  # seconds node 0 waits for its nodes' pulls
 PULL_TIMEOUT = 30.0  # seconds a stalled connection is given
+MAX_CLIENTS = 256  # connections one node's server takes at once
 SERVE_WAIT = 15.0  # seconds node 0 waits for each of its nodes to serve (its tier up)
 
 
@@ -88,7 +89,9 @@ def serve(
     """This node's local checkpoints, served to a job that holds the run's key, and where
     recorded (``record(Serving, ...)``); None (said) when it cannot."""
     try:
-        server = transfer.Server(run, run_key(folder)).start()
+        # Every node of a big job may pull from this one at once (in place, a restart's
+        # gather), beside its neighbour's copy: more clients than nodes are let in.
+        server = transfer.Server(run, run_key(folder), max_clients=MAX_CLIENTS).start()
         record(Serving, node=node, host=socket.gethostname(), port=server.port)
     except (OSError, SlurmpreError) as exc:
         say(f"cannot serve this node's checkpoints to the job that takes over: {exc}")
@@ -276,6 +279,9 @@ class Puller:
         self._stop.set()
 
     def _loop(self) -> None:
+        """Every pull asked of this node in its attempt, once each, in turn (a successor's at
+        its start, the same step's own when it restarts in place later)."""
+        handled = 0
         while not self._stop.is_set():
             try:
                 records = self.ledger.records()
@@ -283,22 +289,25 @@ class Puller:
                 records = []
             asked = [r for r in records if isinstance(r, PullAsked) and r.job == self.job
                      and r.attempt_id == self.at]  # fmt: skip
-            if asked:
-                if asked[-1].pullers is None or self.node in asked[-1].pullers:
-                    self._pull(asked[-1])
-                return
+            for r in asked[handled:]:
+                if r.pullers is None or self.node in r.pullers:
+                    self._pull(r)
+            handled = len(asked)
             self._stop.wait(self.poll)
 
-    def _wanted(self) -> bool:
-        """Node 0 has not decided yet (it resumes from the folder once it has given up)."""
+    def _wanted(self, asked: PullAsked) -> bool:
+        """Node 0 has not decided on this pull yet (it resumes from the folder once it has
+        given up)."""
         return not any(isinstance(r, PullDone) and r.job == self.job and r.attempt_id == self.at
+                       and r.step == asked.step and (r.time or 0) >= (asked.time or 0)
                        for r in self.ledger.records())  # fmt: skip
 
     def _pull(self, asked: PullAsked) -> None:
         began = time.monotonic()
         size, why = 0, None
         try:
-            size = pull_all(asked.sources, run_key(self.folder), asked.step, self.run, self._wanted)
+            size = pull_all(asked.sources, run_key(self.folder), asked.step, self.run,
+                            lambda: self._wanted(asked))  # fmt: skip
         except (OSError, SlurmpreError) as exc:
             why = str(exc)
             self.say(f"pulling step {asked.step}: {why}")

@@ -49,6 +49,7 @@ class InPlacePull:
         self.kept = tuple(i for i, node in enumerate(nodes) if node in keep)
         self.spares = sorted(set(keep) - set(nodes))  # not of this step: they hold no copy
         self.step: int | None = None
+        self.asked_at = 0.0  # when the ledger took the ask: earlier pulls are not its answer
         self.result: bool | None = None
 
     def poll(self, step: int, late: bool) -> bool | None:
@@ -80,9 +81,15 @@ class InPlacePull:
                 )
             )
             self.step = step
+            self.asked_at = max(
+                (r.time or 0 for r in self.ledger.records() if isinstance(r, PullAsked)
+                 and r.job == self.job and r.attempt_id == self.at and r.step == step),
+                default=0.0,
+            )  # fmt: skip
             return None
         got = {r.node: r for r in records if isinstance(r, Pulled) and r.job == self.job
-               and r.attempt_id == self.at and r.step == self.step}  # fmt: skip
+               and r.attempt_id == self.at and r.step == self.step and r.node in self.kept
+               and (r.time or 0) >= self.asked_at}  # fmt: skip
         failed = [r for r in got.values() if not r.ok]
         if failed:
             return self._done(self.step, f"node {failed[0].node}: {failed[0].why}", records)
@@ -119,3 +126,10 @@ def _sources(records: Sequence[Record], job: str, at: AttemptId) -> list[str] | 
     if not started or not set(started[-1].nodes) <= set(serving):
         return None
     return [serving[n] for n in started[-1].nodes]
+
+
+def kept(records: Sequence[Record], job: str, at: AttemptId, step: int) -> bool:
+    """Whether the nodes this step kept hold ``step`` (or a newer one) whole: its wrappers
+    need not wait for its flush, the next step takes it over."""
+    return any(isinstance(r, PullDone) and r.job == job and r.predecessor == job
+               and r.attempt_id == at and r.ok and r.step >= step for r in records)  # fmt: skip

@@ -22,9 +22,10 @@ import json
 import os
 import shutil
 import stat
+import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ MIN_FREE_MB = 64
 # Sealed parts kept per node beside the one being flushed: older ones are removed. One:
 # with the save in flight and the training's own, a node holds about twice the state.
 KEEP = 1
+REPLACED = ".replaced-"  # a part sealed again: kept this long for a transfer under way
+REPLACED_GRACE = 120.0
 
 
 class Unusable(CheckpointError):
@@ -95,7 +98,7 @@ class Held:
 
     run: Path
     fd: int
-    adopted: Taken | None = None
+    adopted: list[Taken] = field(default_factory=list)
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
@@ -143,7 +146,7 @@ def prepare(
         _own_dir(path)
     fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    adopted = None
+    adopted = []
     if adopt_from:
         from slurmpre.tier import salvage  # it reads parts: it imports this module
 
@@ -282,9 +285,8 @@ def seal(written: Path, run: Path, step: int, meta: Mapping[str, Any]) -> Path:
     (written / PART).write_text(json.dumps(record, sort_keys=True) + "\n")
     final = run / step_dir_name(step)
     if final.exists():
-        old = run / f".replaced-{final.name}-{os.getpid()}-{os.urandom(4).hex()}"
-        final.rename(old)
-        shutil.rmtree(old, ignore_errors=True)
+        # Set aside, removed later (`prune`): a server may be sending its files right now.
+        final.rename(run / f"{REPLACED}{time.time_ns()}-{os.getpid()}-{final.name}")
     written.rename(final)
     return final
 
@@ -363,8 +365,15 @@ def nearest(run: str | None, resume_from: str | None) -> str | None:
 
 def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> list[int]:
     """Remove all but the newest ``keep`` parts, never one of ``busy`` (being flushed or
-    served); and what killed saves left in flight. Returns the steps removed."""
+    kept whole on the neighbour), and parts replaced over REPLACED_GRACE seconds ago.
+    Returns the steps removed."""
     removed = []
+    with contextlib.suppress(OSError), os.scandir(run) as entries:
+        for entry in entries:
+            stamp = entry.name[len(REPLACED) :].split("-", 1)[0]
+            if entry.name.startswith(REPLACED) and stamp.isdigit() \
+                    and time.time_ns() - int(stamp) > REPLACED_GRACE * 1e9:  # fmt: skip
+                shutil.rmtree(entry.path, ignore_errors=True)
     held = parts(run)
     for part in held[: max(0, len(held) - keep)]:
         if part.step not in busy:

@@ -17,7 +17,7 @@ from slurmpre.folder.access import Access
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Adopted, AttemptId
 from slurmpre.signals import quiet_thread
-from slurmpre.tier import local
+from slurmpre.tier import in_place, local
 from slurmpre.tier.flush import Flusher
 from slurmpre.tier.replica import Replicator
 
@@ -79,14 +79,14 @@ class NodeTier:
         if flusher is None:
             return None
         tier = cls(flusher, ledger, at, say)
-        taken = flusher.held.adopted
-        if taken is not None:
+        for taken in flusher.held.adopted:
             what = "a whole copy" if taken.parts is None else f"the parts of nodes {taken.parts}"
             say(f"took over {what} of step {taken.step} from {taken.source} on this node")
             with contextlib.suppress(SlurmpreError):
                 ledger.append(Adopted(job=at.job, attempt=at.attempt, in_place=at.in_place,
                                       node=at.node_id, step=taken.step, source=taken.source,
-                                      parts=taken.parts, nodes=taken.nodes))  # fmt: skip
+                                      parts=taken.parts, nodes=taken.nodes,
+                                      save=taken.save))  # fmt: skip
         quiet_thread(tier._serve, name="slurmpre-serve")
         return tier
 
@@ -129,6 +129,16 @@ class NodeTier:
             self.replicator.stop()
         held = local.parts(self.run)
         newest = held[-1].step if held else None
+        at = self.attempt
+        this = AttemptId(at.attempt, at.in_place)
+        if newest is not None and in_place.kept(self.ledger.records(), at.job, this, newest):
+            # Restarted in place: the nodes kept hold it whole, and the next step takes it
+            # over from their folders; nothing waits for its flush (the next step's does it).
+            self.say(f"step {newest} is held by the nodes kept: the next step takes it over")
+            if self.server is not None:
+                self.server.close()
+            self.flusher.abandon()
+            return
 
         def handed() -> bool:
             return newest is not None and handoff.pulled_by_successor(
@@ -138,7 +148,6 @@ class NodeTier:
         if not self.flusher.settled():
             self.say("waiting for the newest checkpoint to leave this node")
         done = self.flusher.stop(timeout, handed)
-        at = self.attempt
         if done and not handed() and self.server is not None and newest is not None:
             # Its notice save is in the folder already: serve it a little longer all the
             # same, to a successor that pulls it (RAM to RAM beats reading it back).

@@ -94,16 +94,20 @@ class Replicator:
             if not own or own[-1].step <= self.done:
                 continue
             step = own[-1].step
-            where = source(self.ledger.records(), self.job, self.at, self.of)
-            if where is None:
-                continue
-            host, _, port = where.rpartition(":")
             dest = self.run / replica_name(step, self.of)
             try:
+                where = source(self.ledger.records(), self.job, self.at, self.of)
+                if where is None:
+                    continue
+                host, _, port = where.rpartition(":")
                 key = key or handoff.run_key(self.ledger.folder)
                 shutil.rmtree(dest, ignore_errors=True)
                 got = transfer.pull(host, int(port), key, step_dir_name(step), dest)
                 part = local.read_part(dest, named=False)
+                if part is not None and part.step == step and part.whole:
+                    shutil.rmtree(dest, ignore_errors=True)  # every node holds it whole now
+                    self.done = step
+                    continue
                 if part is None or part.step != step or part.meta.get("node") != self.of:
                     raise SlurmpreError(f"{where} served no part of node {self.of} of step {step}")
             except (OSError, SlurmpreError) as exc:

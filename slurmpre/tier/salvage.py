@@ -15,8 +15,10 @@ hold every part between them, after each has pulled the parts it lacks from the 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,36 +37,85 @@ def held_name(step: int, node: int) -> str:
 
 @dataclass(frozen=True)
 class Taken:
-    """What a node took over: ``step``, saved by ``nodes`` nodes, whole (``parts`` None,
-    in ``step-N``) or the parts of those nodes (in ``held-step-N-<node>``)."""
+    """What a node took over of one step: saved by ``nodes`` nodes in the save ``save``
+    (job.attempt.in_place), whole (``parts`` None, in ``step-N``) or the parts of those
+    nodes (in ``held-step-N-<node>``)."""
 
     step: int
     nodes: int | None
     parts: tuple[int, ...] | None
     source: str
+    save: str | None = None
 
 
-def adopt(run: Path, job: str, newer_than: int) -> Taken | None:
-    """Take over into ``run`` the newest step newer than ``newer_than`` that earlier attempts
-    or steps of ``job`` left beside it on this node (see the module); None: nothing."""
+def save_of(part: local.Part) -> str:
+    """Which save a part belongs to: two attempts may each have saved a step of that number."""
+    meta = part.meta
+    return f"{meta.get('job')}.{meta.get('attempt', 0)}.{meta.get('in_place', 0)}"
+
+
+LOCKED_WAIT = 30.0  # seconds a step that just ended is given to let its folder go
+
+
+def adopt(run: Path, job: str, newer_than: int) -> list[Taken]:
+    """Take over into ``run`` every step newer than ``newer_than`` that earlier attempts or
+    steps of ``job`` left beside it on this node (see the module), newest first. Of two
+    saves of one step number the later attempt's is taken; parts of different saves are
+    never merged. A folder whose wrapper still lives is waited for a little, then left."""
     mine = file_tag(f"{job}-")
-    found: list[tuple[local.Part, str]] = []
+    found: dict[tuple[int, str], list[tuple[local.Part, str]]] = {}
     with contextlib.suppress(OSError), os.scandir(run.parent) as entries:
-        for entry in entries:
-            if entry.name == run.name or not entry.name.startswith(mine):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                earlier = Path(entry.path)
-                for part in [*local.parts(earlier), *replica.replicas(earlier)]:
-                    if part.step > newer_than:
-                        found.append((part, entry.name))
-    if not found:
-        return None
-    step = max(part.step for part, _ in found)
-    here = [(part, name) for part, name in found if part.step == step]
+        earlier = [Path(e.path) for e in entries if e.name != run.name
+                   and e.name.startswith(mine) and e.is_dir(follow_symlinks=False)]  # fmt: skip
+    for folder in earlier:
+        if not _let_go(folder):
+            continue
+        for part in [*local.parts(folder), *replica.replicas(folder)]:
+            if part.step > newer_than:
+                found.setdefault((part.step, save_of(part)), []).append((part, folder.name))
+    taken = []
+    for step in sorted({step for step, _ in found}, reverse=True):
+        save = max((s for st, s in found if st == step), key=_order)
+        got = _take(run, step, save, found[(step, save)])
+        if got is not None:
+            taken.append(got)
+    return taken
+
+
+def _order(save: str) -> tuple[int, int]:
+    _, attempt, in_place = save.rsplit(".", 2)
+    return (int(attempt), int(in_place)) if attempt.isdigit() and in_place.isdigit() else (-1, -1)
+
+
+def _let_go(folder: Path) -> bool:
+    """Whether the wrapper that held ``folder`` has let it go (within LOCKED_WAIT)."""
+    try:
+        fd = os.open(folder / local.LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        deadline = time.monotonic() + LOCKED_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+    finally:
+        os.close(fd)
+
+
+def _take(run: Path, step: int, save: str, here: list[tuple[local.Part, str]]) -> Taken | None:
+    source = here[0][1]
     for part, name in here:
         if part.whole:
-            return _whole(run, [part], step, part.meta.get("nodes"), name)
+            try:
+                part.path.rename(run / step_dir_name(step))
+            except OSError:
+                return None
+            return Taken(step, _int(part.meta.get("nodes")), None, name, save)
     by_node: dict[int, local.Part] = {}
     nodes = None
     for part, _ in here:
@@ -72,42 +123,41 @@ def adopt(run: Path, job: str, newer_than: int) -> Taken | None:
         if isinstance(node, int) and isinstance(of, int) and nodes in (None, of):
             nodes = of
             by_node.setdefault(node, part)
-    source = here[0][1]
     if nodes is None:
         return None
-    if set(by_node) == set(range(nodes)):
-        return _whole(run, list(by_node.values()), step, nodes, source)
+    if set(by_node) == set(range(nodes)) and _merge(run, list(by_node.values()), step):
+        return Taken(step, nodes, None, source, save)
     try:
         for node, part in by_node.items():
             part.path.rename(run / held_name(step, node))
     except OSError:
         return None
-    return Taken(step, nodes, tuple(sorted(by_node)), source)
+    return Taken(step, nodes, tuple(sorted(by_node)), source, save)
 
 
-def _whole(
-    run: Path, parts: list[local.Part], step: int, nodes: object, source: str
-) -> Taken | None:
-    """``parts`` (one whole copy, or every node's part) as the whole copy ``run/step-N``."""
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _merge(run: Path, parts: list[local.Part], step: int) -> bool:
+    """Every node's part of ``step`` as one whole copy ``run/step-N``, made of hard links:
+    the parts are removed only once it is sealed (a failure leaves them as they were)."""
     merged = run / f".merging-{step_dir_name(step)}-{os.getpid()}"
     try:
-        if len(parts) == 1:
-            parts[0].path.rename(run / step_dir_name(step))
-        else:
-            merged.mkdir(mode=0o700)
-            for part in parts:
-                for rel in part.files:
-                    target = merged / rel
-                    if not target.exists():
-                        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                        (part.path / rel).rename(target)
-            meta = {**parts[0].meta, "whole": True, "node": None}
-            local.seal(merged, run, step, meta)
+        merged.mkdir(mode=0o700)
+        for part in parts:
+            for rel in part.files:
+                target = merged / rel
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    os.link(part.path / rel, target, follow_symlinks=False)
+        local.seal(merged, run, step, {**parts[0].meta, "whole": True, "node": None})
     except OSError:
-        return None
-    finally:
         shutil.rmtree(merged, ignore_errors=True)
-    return Taken(step, nodes if isinstance(nodes, int) else None, None, source)
+        return False
+    for part in parts:
+        shutil.rmtree(part.path, ignore_errors=True)
+    return True
 
 
 def gather(
@@ -129,35 +179,36 @@ def gather(
     if not handoff.all_serve(ledger, job, at, nodes):
         return None
     records = ledger.records()
-    taken = [r for r in records if isinstance(r, Adopted) and r.job == job and r.attempt_id == at]
-    if not taken:
-        return None  # no node holds anything newer than the folder
-    step = max(r.step for r in taken)
-    if durable is not None and step <= durable:
-        return None
+    taken = [r for r in records if isinstance(r, Adopted) and r.job == job and r.attempt_id == at
+             and (durable is None or r.step > durable)]  # fmt: skip
     serving = {r.node: f"{r.host}:{r.port}" for r in records if isinstance(r, Serving)
                and r.job == job and r.attempt_id == at}  # fmt: skip
     where_is = {i: serving.get(name) for i, name in enumerate(names)}
-    holders = [r for r in taken if r.step == step]
-    whole = [r.node for r in holders if r.parts is None]
-    if len(whole) == nodes:
-        return step
-    copy: str | None = None  # where a whole copy is served
-    parts: dict[int, str] = {}  # where each node's part is
-    for r in holders:
-        where = where_is.get(r.node)
-        if where is not None and r.parts is None:
-            copy = copy or f"{where}/{step_dir_name(step)}"
-        elif where is not None and r.parts is not None:
-            for part in r.parts:
-                parts.setdefault(part, f"{where}/{held_name(step, part)}")
-    saved_by = next((r.nodes for r in holders if r.nodes), None)
-    if copy is None and (saved_by is None or set(parts) != set(range(saved_by))):
-        say(f"the nodes of this attempt hold only some parts of step {step}: resuming "
-            "from the checkpoint folder")  # fmt: skip
-        return None
-    picked = [copy] if copy is not None else [parts[i] for i in sorted(parts)]
-    pullers = tuple(i for i in range(nodes) if i not in whole)
-    ok = handoff.ask_pulls(ledger, job=job, at=at, predecessor=job, step=step,
-                           sources=picked, pullers=pullers, say=say)  # fmt: skip
-    return step if ok else None
+    held_by = {(r.step, r.save): sum(x.step == r.step and x.save == r.save for x in taken)
+               for r in taken}  # fmt: skip
+    for step, save in sorted(held_by, key=lambda k: (k[0], held_by[k]), reverse=True):
+        holders = [r for r in taken if r.step == step and r.save == save]
+        whole = [r.node for r in holders if r.parts is None]
+        if len(set(whole)) == nodes:
+            return step
+        copy: str | None = None  # where a whole copy is served
+        parts: dict[int, str] = {}  # where each node's part is
+        for r in holders:
+            where = where_is.get(r.node)
+            if where is not None and r.parts is None:
+                copy = copy or f"{where}/{step_dir_name(step)}"
+            elif where is not None and r.parts is not None:
+                for part in r.parts:
+                    parts.setdefault(part, f"{where}/{held_name(step, part)}")
+        saved_by = next((r.nodes for r in holders if r.nodes), None)
+        if copy is None and (saved_by is None or set(parts) != set(range(saved_by))):
+            continue  # some part of it is on no node of this attempt: an older one?
+        picked = [copy] if copy is not None else [parts[i] for i in sorted(parts)]
+        pullers = tuple(i for i in range(nodes) if i not in whole)
+        ok = handoff.ask_pulls(ledger, job=job, at=at, predecessor=job, step=step,
+                               sources=picked, pullers=pullers, say=say)  # fmt: skip
+        return step if ok else None
+    if taken:
+        say(f"the nodes of this attempt hold only some parts of step {max(r.step for r in taken)}"
+            ": resuming from the checkpoint folder")  # fmt: skip
+    return None

@@ -12,7 +12,7 @@ from slurmpre.folder import checkpoints
 from slurmpre.folder.access import OWNER
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint
-from slurmpre.tier import flush, local
+from slurmpre.tier import flush, local, replica
 
 from tests.conftest import wait_for
 
@@ -271,3 +271,27 @@ def test_a_step_another_attempt_has_committed_is_not_copied_again(
     _seal(run, 5, {"w": b"5"})
     assert f.finish(30) and not copied
     assert not [p for p in folder.iterdir() if "duplicate" in p.name]
+
+
+def test_the_step_whose_neighbours_part_is_kept_here_keeps_its_own_part_too(
+    tmp_path: Path, folder: Path
+) -> None:
+    """Node 1 sealed step 15, but still keeps only node 0's part of step 10: its own part
+    of step 10 stays, so that with node 0 lost step 10 is still whole here."""
+    run = tmp_path / "run"
+    for step in (10, 15):
+        written = local.incoming(run, step, "9-0-")
+        written.mkdir(parents=True)
+        (written / "__1.distcp").write_bytes(b"1")
+        local.seal(written, run, step, {"job": "9", "node": 1, "nodes": 2})
+    other = tmp_path / "node0"
+    written = local.incoming(other, 10, "9-0-")
+    written.mkdir(parents=True)
+    (written / "__0.distcp").write_bytes(b"0")
+    sealed = local.seal(written, other, 10, {"job": "9", "node": 0, "nodes": 2})
+    sealed.rename(run / replica.replica_name(10, 0))  # node 0's part, as a pull leaves it
+    held = local.Held(run, os.open(run / local.LOCK, os.O_RDWR | os.O_CREAT, 0o600))
+    f = flush.Flusher(held, folder, tag="9-0-flush", node_id=1, nodes=2, access=OWNER,
+                      say=print)  # fmt: skip
+    f._cycle()
+    assert [p.step for p in local.parts(run)] == [10, 15]

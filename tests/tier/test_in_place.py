@@ -5,11 +5,22 @@ flush to the folder; only a whole copy of the job's own is ever taken over."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Adopted, AttemptId, PullAsked, PullDone, Serving, Start
+from slurmpre.folder.records import (
+    Adopted,
+    AttemptId,
+    PullAsked,
+    PullDone,
+    Pulled,
+    Serving,
+    Start,
+)
 from slurmpre.tier import handoff, in_place, local, salvage, transfer
 
 from tests.conftest import wait_for
@@ -81,12 +92,14 @@ def test_the_kept_node_pulls_the_save_whole_and_the_next_step_takes_it_over(
     nxt = tmp_path / "n0" / "7-0.1"
     nxt.mkdir()
     taken = salvage.adopt(nxt, "7", newer_than=10)
-    assert taken == salvage.Taken(12, 2, None, "7-0") and not local.parts(runs[0])
+    assert taken == [salvage.Taken(12, 2, None, "7-0", "7.0.0")] and not local.parts(runs[0])
     assert (nxt / "step-00000012" / "__1_0.distcp").read_bytes() == b"b" * 5000
     copy = str(nxt / "step-00000012")
     assert local.nearest(str(nxt), str(folder / "step-00000012")) == copy
     ledger = Ledger(folder)
-    ledger.append(Adopted(job="7", attempt=0, in_place=1, node=0, step=12, source="7-0"))
+    ledger.append(
+        Adopted(job="7", attempt=0, in_place=1, node=0, step=12, source="7-0", save="7.0.0")
+    )
     ledger.append(Serving(job="7", attempt=0, in_place=1, node="n0", host="h", port=1))
     assert salvage.gather(ledger, "7", AttemptId(0, 1), ["n0"], 10, said.append) == 12
 
@@ -129,20 +142,53 @@ def _whole(run: Path, step: int, job: str = "7", nodes: int = 1) -> None:
     local.seal(written, run, step, {"job": job, "node": 0, "nodes": nodes})
 
 
-def test_only_a_whole_copy_of_the_jobs_own_newer_than_the_folder_is_taken_over(
+def test_only_whole_copies_of_the_jobs_own_newer_than_the_folder_are_taken_over(
     tmp_path: Path,
 ) -> None:
     node = tmp_path / "node"
     _whole(node / "7-0", 5)  # older than the folder's newest (6)
-    _whole(node / "7-0.1", 9)  # the newest of the job's own: taken
+    _whole(node / "7-0.1", 9)  # newer: taken, the newest first
     _whole(node / "7-0.2", 8)
     _whole(node / "70-0", 11)  # job 70's, not job 7's
     run = node / "7-0.3"
     run.mkdir()
-    assert salvage.adopt(run, "7", newer_than=6) == salvage.Taken(9, 1, None, "7-0.1")
-    assert [p.step for p in local.parts(run)] == [9]
+    taken = salvage.adopt(run, "7", newer_than=6)
+    assert [(t.step, t.parts, t.source) for t in taken] == [(9, None, "7-0.1"), (8, None, "7-0.2")]
+    assert [p.step for p in local.parts(run)] == [8, 9]
     assert [p.step for p in local.parts(node / "70-0")] == [11]
-    assert salvage.adopt(node / "7-0.3", "7", newer_than=20) is None
+    assert salvage.adopt(node / "7-0.3", "7", newer_than=20) == []
+
+
+def test_a_folder_whose_wrapper_still_lives_is_waited_for_then_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(salvage, "LOCKED_WAIT", 0.3)
+    node = tmp_path / "node"
+    _whole(node / "7-0", 9)
+    fd = os.open(node / "7-0" / local.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a step beside this one, still training
+    run = node / "7-0.1"
+    run.mkdir()
+    assert salvage.adopt(run, "7", newer_than=0) == []
+    os.close(fd)
+    assert [t.step for t in salvage.adopt(run, "7", newer_than=0)] == [9]
+
+
+def test_parts_of_two_saves_of_one_step_are_never_merged(tmp_path: Path) -> None:
+    """Attempt 1 trained step 12 again after attempt 0 saved it: the later save's parts
+    are taken, and never mixed with the earlier one's."""
+    node = tmp_path / "node"
+    for attempt, folder in ((0, "7-0"), (1, "7-1")):
+        written = local.incoming(node / folder, 12, "x-")
+        written.mkdir(parents=True)
+        (written / f"__{attempt}.distcp").write_bytes(b"x")
+        meta = {"job": "7", "attempt": attempt, "node": attempt, "nodes": 2}
+        local.seal(written, node / folder, 12, meta)  # node 0's part of one, node 1's of the other
+    run = node / "7-2"
+    run.mkdir()
+    (taken,) = salvage.adopt(run, "7", newer_than=0)
+    assert (taken.save, taken.parts) == ("7.1.0", (1,))  # one part of the later save: not whole
+    assert not local.parts(run)
 
 
 def test_the_next_step_resumes_from_a_copy_only_when_every_node_took_the_same_over(
@@ -152,9 +198,93 @@ def test_the_next_step_resumes_from_a_copy_only_when_every_node_took_the_same_ov
     ledger, at, said = Ledger(folder), AttemptId(1, 0), list[str]()
     names = ["n0", "n1"]
     assert salvage.gather(ledger, "7", at, names, 10, said.append) is None  # no node serves
-    ledger.append(Adopted(job="7", attempt=1, node=0, step=12, source="7-0"))
+    ledger.append(Adopted(job="7", attempt=1, node=0, step=12, source="7-0", save="7.0.0"))
     for node in names:
         ledger.append(Serving(job="7", attempt=1, node=node, host="h", port=1))
     assert salvage.gather(ledger, "7", at, names, 12, said.append) is None  # the folder has it
-    ledger.append(Adopted(job="7", attempt=1, node=1, step=12, source="7-0"))
-    assert salvage.gather(ledger, "7", at, names, 10, said.append) == 12
+    ledger.append(Adopted(job="7", attempt=1, node=1, step=12, source="7-0", save="7.0.1"))
+    asked: list[tuple[int, tuple[str, ...], tuple[int, ...]]] = []
+
+    def ask_pulls(ledger: Ledger, **kw: Any) -> bool:
+        asked.append((kw["step"], tuple(kw["sources"]), kw["pullers"]))
+        return False
+
+    monkeypatch.setattr(handoff, "ask_pulls", ask_pulls)
+    # Node 1's step 12 is another save than node 0's: not one step, each node must pull.
+    assert salvage.gather(ledger, "7", at, names, 10, said.append) is None
+    assert len(asked) == 1 and asked[0][2] in ((0,), (1,))  # one node pulls the other's
+    monkeypatch.undo()
+    ledger.append(Adopted(job="7", attempt=2, node=0, step=12, source="7-1", save="7.1.0"))
+    ledger.append(Adopted(job="7", attempt=2, node=1, step=12, source="7-1", save="7.1.0"))
+    for node in names:
+        ledger.append(Serving(job="7", attempt=2, node=node, host="h", port=1))
+    assert salvage.gather(ledger, "7", AttemptId(2, 0), names, 10, said.append) == 12
+
+
+def test_a_step_whose_kept_nodes_hold_its_save_does_not_wait_for_its_flush(
+    tmp_path: Path, folder: Path
+) -> None:
+    """Only the job's own pull in place, ok, of this step, covering the newest save."""
+    ledger = Ledger(folder)
+    ledger.append(PullDone(job="7", attempt=0, predecessor="7", step=12, ok=True))
+    records = ledger.records()
+    assert in_place.kept(records, "7", STEP, 12) and in_place.kept(records, "7", STEP, 10)
+    assert not in_place.kept(records, "7", STEP, 13)  # a newer save: not held
+    assert not in_place.kept(records, "7", AttemptId(0, 1), 12)  # another step's
+    ledger.append(PullDone(job="8", attempt=0, predecessor="7", step=20, ok=True))
+    assert not in_place.kept(ledger.records(), "7", STEP, 20)  # a successor's: handed over
+
+
+def test_a_later_ask_in_the_same_attempt_is_pulled_too(tmp_path: Path, folder: Path) -> None:
+    """A successor's step pulled its predecessor's save at its start; when it restarts in
+    place later, its puller answers that ask as well, and its own records do not stand
+    for it."""
+    runs, servers = _step(folder, tmp_path)
+    ledger = Ledger(folder)
+    ledger.append(PullAsked(job="7", attempt=0, predecessor="6", step=12,
+                            sources=("127.0.0.1:1",), pullers=(0,)))  # fmt: skip
+    wait_for("the first pull's end", lambda: any(
+        isinstance(r, Pulled) and not r.ok for r in Ledger(folder).records()))  # fmt: skip
+    said: list[str] = []
+    assert _pull(folder, ("n0",), said) is True
+    (whole,) = [p for p in local.parts(runs[0]) if p.whole]
+    assert whole.step == 12
+    for server in servers:
+        server.close()
+
+
+def test_a_part_sealed_again_stays_for_a_transfer_under_way_then_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    _part(run, 12, {"a": b"1"}, node=0, nodes=2)
+    _part(run, 12, {"a": b"1", "b": b"2"}, node=0, nodes=2)  # the whole copy, pulled
+    (aside,) = [p for p in run.iterdir() if p.name.startswith(local.REPLACED)]
+    assert (aside / "a").read_bytes() == b"1"  # a server may still be sending it
+    local.prune(run)
+    assert aside.exists()
+    monkeypatch.setattr(local, "REPLACED_GRACE", 0.0)
+    local.prune(run)
+    assert not aside.exists() and [p.step for p in local.parts(run)] == [12]
+
+
+def test_a_merge_that_fails_leaves_the_parts_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = tmp_path / "node"
+    for n in range(2):
+        _part(node / "7-0", 12, {f"__{n}.distcp": b"x" * 10}, node=n, nodes=2)
+        if n == 0:
+            (node / "7-0" / "step-00000012").rename(node / "7-0" / "replica-step-00000012-0")
+
+    def full(*_: object, **__: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local, "seal", full)
+    run = node / "7-1"
+    run.mkdir()
+    (taken,) = salvage.adopt(run, "7", newer_than=0)
+    assert taken.parts == (0, 1)  # held as two parts, every byte still there
+    held = sorted(p.name for p in run.iterdir() if p.name.startswith(salvage.HELD))
+    assert held == ["held-step-00000012-0", "held-step-00000012-1"]
+    assert (run / held[1] / "__1.distcp").read_bytes() == b"x" * 10

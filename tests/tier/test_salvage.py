@@ -41,12 +41,12 @@ class Attempt:
         for node, name in enumerate(names):
             run = root / name / f"7-{attempt}"
             run.mkdir(parents=True)
-            taken = salvage.adopt(run, "7", newer_than=10) if attempt else None
-            self.taken.append(taken)
-            if taken is not None:
-                self.ledger.append(Adopted(job="7", attempt=attempt, node=node, step=taken.step,
-                                           source=taken.source, parts=taken.parts,
-                                           nodes=taken.nodes))  # fmt: skip
+            taken = salvage.adopt(run, "7", newer_than=10) if attempt else []
+            self.taken.append(taken[0] if taken else None)
+            for t in taken:
+                self.ledger.append(Adopted(job="7", attempt=attempt, node=node, step=t.step,
+                                           source=t.source, parts=t.parts, nodes=t.nodes,
+                                           save=t.save))  # fmt: skip
             server = transfer.Server(run, handoff.run_key(folder)).start()
             self.ledger.append(Serving(job="7", attempt=attempt, node=name, host="127.0.0.1",
                                        port=server.port))  # fmt: skip
@@ -99,7 +99,7 @@ def test_two_nodes_one_lost_the_survivor_holds_the_step_and_the_new_node_pulls_i
     first.lose(1)
     first.end()  # the job was killed with it: no wrapper serves any more
     second = Attempt(tmp_path, folder, 1, ["n0", "n2"])  # requeued: the survivor and a new node
-    assert second.taken == [salvage.Taken(12, 2, None, "7-0"), None]  # merged whole on n0
+    assert second.taken == [salvage.Taken(12, 2, None, "7-0", "7.0.0"), None]  # whole on n0
     said: list[str] = []
     step = salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n2"], 10, said.append)
     assert step == 12, said
