@@ -281,12 +281,17 @@ class Puller:
     def _loop(self) -> None:
         """Every pull asked of this node in its attempt, once each, in turn (a successor's at
         its start, the same step's own when it restarts in place later)."""
-        handled = 0
+        handled, seen = 0, (-1, -1)
         while not self._stop.is_set():
-            try:
-                records = self.ledger.records()
-            except SlurmpreError:
-                records = []
+            try:  # the ledger is read again only once it has grown: it is on the shared volume
+                st = self.ledger.path.stat()
+                grown, seen = (st.st_size, st.st_mtime_ns) != seen, (st.st_size, st.st_mtime_ns)
+                records = self.ledger.records() if grown else []
+            except (OSError, SlurmpreError):
+                records, seen = [], (-1, -1)
+            if not records:
+                self._stop.wait(self.poll)
+                continue
             asked = [r for r in records if isinstance(r, PullAsked) and r.job == self.job
                      and r.attempt_id == self.at]  # fmt: skip
             for r in asked[handled:]:
