@@ -52,6 +52,11 @@ class InPlacePull:
         self.asked_at = 0.0  # when the ledger took the ask: earlier pulls are not its answer
         self.result: bool | None = None
 
+    @property
+    def pending(self) -> bool:
+        """Asked, and not answered yet: the step must not end before it is."""
+        return self.step is not None and self.result is None
+
     def poll(self, step: int, late: bool) -> bool | None:
         """True once every kept node holds ``step``; False when that failed or came too
         late (``late``: the drained node may go any moment; said, and recorded): wait for

@@ -123,35 +123,45 @@ class NodeTier:
         from slurmpre.tier import handoff
 
         self._up.wait(60)
-        if self.puller is not None:
-            self.puller.stop()
         if self.replicator is not None:
             self.replicator.stop()
         held = local.parts(self.run)
         newest = held[-1].step if held else None
         at = self.attempt
         this = AttemptId(at.attempt, at.in_place)
-        if newest is not None and in_place.kept(self.ledger.records(), at.job, this, newest):
-            # Restarted in place: the nodes kept hold it whole, and the next step takes it
-            # over from their folders; nothing waits for its flush (the next step's does it).
-            self.say(f"step {newest} is held by the nodes kept: the next step takes it over")
-            if self.server is not None:
-                self.server.close()
-            self.flusher.abandon()
-            return
 
-        def handed() -> bool:
+        def kept() -> bool:  # restarted in place: the nodes kept hold it whole
+            records = self.ledger.records()
+            return newest is not None and in_place.kept(records, at.job, this, newest)
+
+        def handed() -> bool:  # a successor holds it
             return newest is not None and handoff.pulled_by_successor(
                 self.ledger.records(), self.attempt.job, newest
             )
 
-        if not self.flusher.settled():
-            self.say("waiting for the newest checkpoint to leave this node")
-        done = self.flusher.stop(timeout, handed)
+        done = False
+        if not kept():
+            if not self.flusher.settled():
+                self.say("waiting for the newest checkpoint to leave this node")
+            done = self.flusher.stop(timeout, lambda: handed() or kept())
+        if kept():
+            # The next step takes it over from the kept nodes' folders, and its flush
+            # commits it: nothing waits for this one's, and nothing is removed.
+            self.say(f"step {newest} is held by the nodes kept: the next step takes it over")
+            self._close()
+            self.flusher.abandon()
+            return
         if done and not handed() and self.server is not None and newest is not None:
             # Its notice save is in the folder already: serve it a little longer all the
             # same, to a successor that pulls it (RAM to RAM beats reading it back).
             handoff.await_taker(self.ledger, at.job, at.attempt, newest, SERVE_GRACE, self.say)
+        self._close()
+        self.flusher.finish(0.0, handed)
+
+    def _close(self) -> None:
+        """Stop serving and pulling (a pull asked of this node may run until here: a kept
+        node pulls its step's notice save after that step's training has ended)."""
         if self.server is not None:
             self.server.close()
-        self.flusher.finish(0.0, handed)
+        if self.puller is not None:
+            self.puller.stop()

@@ -755,3 +755,35 @@ def test_without_resume_path_or_a_spare_the_restart_waits_for_this_step_as_befor
     h.run()
     asked = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
     assert len(asked) == 1 and asked[0].get("early") is None
+
+
+def test_in_place_with_the_tier_the_kept_nodes_pull_the_save_before_the_restart(
+    tmp_path: Path,
+) -> None:
+    """The notice save is on the nodes (`saved`): the kept nodes are asked to pull it, and
+    the in-place restart, which lets the drained node go, waits for their pull even after
+    the training has exited."""
+    from slurmpre.folder.records import Pulled, Saved, Serving, Start
+
+    h = Harness(tmp_path, job=SUPERVISED)
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.0, "preempted")
+    nodes = SUPERVISED.nodes
+    h.ledger.append(Start(job="42", attempt=0, nodes=nodes, num_nodes=3))
+    for i, node in enumerate(nodes):
+        h.ledger.append(Serving(job="42", attempt=0, node=node, host="h", port=10 + i))
+    h.at(19.0, h.take)
+    h.at(20.0, lambda: h.ledger.append(Saved(job="42", attempt=0, step=14, path="/dev/shm/x",
+                                             seconds=0.5, after_notice=True)))  # fmt: skip
+    h.at(21.0, lambda: h.watcher.post_exit(0))
+    for node in (0, 2):  # the kept nodes' pulls end at 26 s
+        h.at(26.0, lambda n=node: h.ledger.append(Pulled(  # type: ignore[misc]
+            job="42", attempt=0, node=n, step=14, ok=True, seconds=4.0, bytes=9)))  # fmt: skip
+    h.run()
+    assert h.slurm.requeued == []
+    asked = h.record("pull_asked")
+    assert asked["pullers"] == [0, 2] and asked["sources"] == ["h:10", "h:11", "h:12"]
+    events = [e for e in h.events() if e not in ("start", "serving", "saved", "pulled")]
+    assert events == ["notice", "pull_asked", "pull_done", "committed", "in_place_requested"]
+    assert h.record("pull_done")["ok"]
+    assert float(h.record("in_place_requested")["requested_at"]) >= EPOCH + 26

@@ -221,7 +221,8 @@ class AfterNotice:
             return None
         facts = self._facts()
         decision = decide(facts)
-        if decision.action is Action.WAIT:
+        pulling = self._pull is not None and self._pull.pending and not facts.past_deadline
+        if decision.action is Action.WAIT or pulling:  # the kept nodes pull the notice save
             return None
         if state.early and not (facts.exit_code is not None or facts.past_deadline
                                 or self.log.saved_to_stop()):  # fmt: skip
