@@ -20,6 +20,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import (
     AttemptId,
+    Notice,
     PullAsked,
     PullDone,
     Pulled,
@@ -134,7 +135,14 @@ def _sources(records: Sequence[Record], job: str, at: AttemptId) -> list[str] | 
 
 
 def kept(records: Sequence[Record], job: str, at: AttemptId, step: int) -> bool:
-    """Whether the nodes this step kept hold ``step`` (or a newer one) whole: its wrappers
-    need not wait for its flush, the next step takes it over."""
+    """Whether this step restarts in place after a notice and the nodes it kept hold
+    ``step`` (or a newer one) whole, pulled after that notice: its wrappers need not wait
+    for its flush, the next step takes it over. (A restart's own pulls at its start, which
+    `salvage.gather` asks, are no such thing.)"""
+    notices = [r.time or 0 for r in records if isinstance(r, Notice) and r.job == job
+               and r.attempt_id == at and r.restart == "in_place"]  # fmt: skip
+    if not notices:
+        return False
     return any(isinstance(r, PullDone) and r.job == job and r.predecessor == job
-               and r.attempt_id == at and r.ok and r.step >= step for r in records)  # fmt: skip
+               and r.attempt_id == at and r.ok and r.step >= step
+               and (r.time or 0) >= min(notices) for r in records)  # fmt: skip

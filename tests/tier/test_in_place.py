@@ -15,6 +15,7 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import (
     Adopted,
     AttemptId,
+    Notice,
     PullAsked,
     PullDone,
     Pulled,
@@ -224,8 +225,14 @@ def test_the_next_step_resumes_from_a_copy_only_when_every_node_took_the_same_ov
 def test_a_step_whose_kept_nodes_hold_its_save_does_not_wait_for_its_flush(
     tmp_path: Path, folder: Path
 ) -> None:
-    """Only the job's own pull in place, ok, of this step, covering the newest save."""
+    """Only the job's own pull in place after its notice, ok, of this step, covering the
+    newest save; not a restart's gather at its start."""
     ledger = Ledger(folder)
+    ledger.append(PullDone(job="7", attempt=0, predecessor="7", step=12, ok=True))
+    assert not in_place.kept(ledger.records(), "7", STEP, 12)  # a gather's: no notice
+    ledger.append(Notice(job="7", attempt=0, kind="drain", node="n1", reason="preempted",
+                         seen_at=0.0, first=True, restart="in_place"))  # fmt: skip
+    assert not in_place.kept(ledger.records(), "7", STEP, 12)  # before the notice
     ledger.append(PullDone(job="7", attempt=0, predecessor="7", step=12, ok=True))
     records = ledger.records()
     assert in_place.kept(records, "7", STEP, 12) and in_place.kept(records, "7", STEP, 10)
