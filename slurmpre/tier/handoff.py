@@ -41,12 +41,12 @@ from slurmpre.folder.records import (
     Record,
     Saved,
     Serving,
-    Start,
     Successor,
 )
 from slurmpre.reading import SMALL
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local, transfer
+from slurmpre.tier import serving as where
 
 POLL = 0.2  # seconds between reads of the ledger while a pull is being arranged
 PULL_WAIT = 300.0  # seconds node 0 waits for its nodes' pulls
@@ -113,13 +113,10 @@ def served_save(records: Sequence[Record], predecessor: str) -> tuple[int, list[
     last = saves[-1]
     ended = any(isinstance(r, End) and r.attempt_id == last.attempt_id
                 for r in _of(records, End, predecessor))  # fmt: skip
-    serving = {r.node: f"{r.host}:{r.port}" for r in _of(records, Serving, predecessor)
-               if isinstance(r, Serving) and r.attempt_id == last.attempt_id}  # fmt: skip
-    started = [r for r in _of(records, Start, predecessor)
-               if isinstance(r, Start) and r.attempt_id == last.attempt_id]  # fmt: skip
-    if not ended or not started or not set(started[-1].nodes) <= set(serving):
+    sources = where.all_of(records, predecessor, last.attempt_id)
+    if not ended or sources is None:
         return None
-    return last.step, sorted(serving[n] for n in started[-1].nodes)
+    return last.step, sorted(sources)
 
 
 def arrange(
@@ -211,9 +208,7 @@ def all_serve(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> bool:
     within a few seconds of its start."""
     deadline = time.monotonic() + SERVE_WAIT
     while True:
-        serving = {r.node for r in ledger.records() if isinstance(r, Serving) and r.job == job
-                   and r.attempt_id == at}  # fmt: skip
-        if len(serving) >= nodes:
+        if len(where.serving(ledger.records(), job, at)) >= nodes:
             return True
         if time.monotonic() > deadline:
             return False

@@ -25,9 +25,8 @@ from slurmpre.folder.records import (
     PullDone,
     Pulled,
     Record,
-    Serving,
-    Start,
 )
+from slurmpre.tier import serving as where
 
 
 class InPlacePull:
@@ -68,7 +67,7 @@ class InPlacePull:
         if self.spares:
             return self._done(step, f"the spare(s) {', '.join(self.spares)} hold no copy", records)
         if self.step is None:
-            sources = _sources(records, self.job, self.at)
+            sources = where.all_of(records, self.job, self.at)
             if sources is None:
                 return (
                     self._done(step, "not every node of this step serves", records)
@@ -122,16 +121,6 @@ class InPlacePull:
             self.say(f"the nodes kept could not pull step {step} ({why}): the next step "
                      "waits for its flush to the checkpoint folder")  # fmt: skip
         return self.result
-
-
-def _sources(records: Sequence[Record], job: str, at: AttemptId) -> list[str] | None:
-    """Where every node of attempt ``at`` serves, in its nodes' order; None until all do."""
-    serving = {r.node: f"{r.host}:{r.port}" for r in records
-               if isinstance(r, Serving) and r.job == job and r.attempt_id == at}  # fmt: skip
-    started = [r for r in records if isinstance(r, Start) and r.job == job and r.attempt_id == at]
-    if not started or not set(started[-1].nodes) <= set(serving):
-        return None
-    return [serving[n] for n in started[-1].nodes]
 
 
 def kept(records: Sequence[Record], job: str, at: AttemptId, step: int) -> bool:

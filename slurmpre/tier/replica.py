@@ -22,9 +22,10 @@ from pathlib import Path
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.layout import step_dir_name
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import AttemptId, Record, Replicated, Serving, Start
+from slurmpre.folder.records import AttemptId, Record, Replicated
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local
+from slurmpre.tier import serving as where
 
 POLL = 1.0  # seconds between looks for a newer part of this node's own
 PREFIX = "replica-"
@@ -49,13 +50,10 @@ def replicas(run: Path) -> list[local.Part]:
 
 def source(records: Sequence[Record], job: str, at: AttemptId, node: int) -> str | None:
     """Where node ``node`` of attempt ``at`` serves (host:port), once it does."""
-    started = [r for r in records if isinstance(r, Start) and r.job == job and r.attempt_id == at]
-    if not started or node >= len(started[-1].nodes):
+    nodes = where.nodes_of(records, job, at)
+    if nodes is None or node >= len(nodes):
         return None
-    name = started[-1].nodes[node]
-    serving = [f"{r.host}:{r.port}" for r in records if isinstance(r, Serving) and r.job == job
-               and r.attempt_id == at and r.node == name]  # fmt: skip
-    return serving[-1] if serving else None
+    return where.serving(records, job, at).get(nodes[node])
 
 
 class Replicator:

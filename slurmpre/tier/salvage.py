@@ -25,8 +25,9 @@ from pathlib import Path
 
 from slurmpre.folder.layout import file_tag, step_dir_name
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import Adopted, AttemptId, Serving
+from slurmpre.folder.records import Adopted, AttemptId
 from slurmpre.tier import local, replica
+from slurmpre.tier import serving as where
 
 HELD = "held-"  # a part taken over that is not the whole step: served under this name
 
@@ -181,8 +182,7 @@ def gather(
     records = ledger.records()
     taken = [r for r in records if isinstance(r, Adopted) and r.job == job and r.attempt_id == at
              and (durable is None or r.step > durable)]  # fmt: skip
-    serving = {r.node: f"{r.host}:{r.port}" for r in records if isinstance(r, Serving)
-               and r.job == job and r.attempt_id == at}  # fmt: skip
+    serving = where.serving(records, job, at)
     where_is = {i: serving.get(name) for i, name in enumerate(names)}
     held_by = {(r.step, r.save): sum(x.step == r.step and x.save == r.save for x in taken)
                for r in taken}  # fmt: skip
@@ -194,12 +194,12 @@ def gather(
         copy: str | None = None  # where a whole copy is served
         parts: dict[int, str] = {}  # where each node's part is
         for r in holders:
-            where = where_is.get(r.node)
-            if where is not None and r.parts is None:
-                copy = copy or f"{where}/{step_dir_name(step)}"
-            elif where is not None and r.parts is not None:
+            address = where_is.get(r.node)
+            if address is not None and r.parts is None:
+                copy = copy or f"{address}/{step_dir_name(step)}"
+            elif address is not None and r.parts is not None:
                 for part in r.parts:
-                    parts.setdefault(part, f"{where}/{held_name(step, part)}")
+                    parts.setdefault(part, f"{address}/{held_name(step, part)}")
         saved_by = next((r.nodes for r in holders if r.nodes), None)
         if copy is None and (saved_by is None or set(parts) != set(range(saved_by))):
             continue  # some part of it is on no node of this attempt: an older one?
