@@ -39,14 +39,6 @@ def _records(folder: Path) -> list[Checkpoint]:
     return [r for r in Ledger(folder).records() if isinstance(r, Checkpoint)]
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    out = tmp_path / "ckpt"
-    out.mkdir()
-    Ledger(out).ensure()
-    return out
-
-
 def test_a_part_is_committed_in_the_folder_and_recorded(tmp_path: Path, folder: Path) -> None:
     run, said = tmp_path / "run", list[str]()
     run.mkdir()

@@ -17,14 +17,6 @@ from slurmpre.folder.records import End, PullDone, Saved, Serving, Start
 from slurmpre.tier import handoff, local, transfer
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    out = tmp_path / "ckpt"
-    out.mkdir()
-    Ledger(out).ensure()
-    return out
-
-
 def _part(run: Path, step: int, files: dict[str, bytes], node: int = 0, nodes: int = 1) -> None:
     written = local.incoming(run, step, "7-0-n1")
     written.mkdir(parents=True)

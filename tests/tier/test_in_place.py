@@ -29,14 +29,6 @@ from tests.conftest import wait_for
 STEP = AttemptId(0, 0)
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    out = tmp_path / "ckpt"
-    out.mkdir()
-    Ledger(out).ensure()
-    return out
-
-
 def _part(run: Path, step: int, files: dict[str, bytes], node: int, nodes: int) -> None:
     written = local.incoming(run, step, "7-0-")
     written.mkdir(parents=True)

@@ -17,14 +17,6 @@ from slurmpre.tier import handoff, local, replica, salvage, transfer
 from tests.conftest import wait_for
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    out = tmp_path / "ckpt"
-    out.mkdir()
-    Ledger(out).ensure()
-    return out
-
-
 class Attempt:
     """Attempt ``attempt`` of job 7 on ``names`` (node dirs under ``root``): each node's
     folder, server, puller, and (``replicate``) replicator, as its wrapper runs them."""
@@ -87,17 +79,29 @@ def _replicated(folder: Path, step: int, nodes: int) -> bool:
     return len(done) == nodes
 
 
-def test_two_nodes_one_lost_the_survivor_holds_the_step_and_the_new_node_pulls_it(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(autouse=True)
+def _replicas_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(replica, "POLL", 0.05)
-    first = Attempt(tmp_path, folder, 0, ["n0", "n1"], replicate=True)
+
+
+def _saved_then_lost(tmp_path: Path, folder: Path, names: list[str], lost: list[int]) -> Attempt:
+    """Attempt 0 on ``names`` saves step 12, each node keeps its neighbour's part, then the
+    nodes ``lost`` go with no notice and the job with them: no wrapper serves any more."""
+    first = Attempt(tmp_path, folder, 0, names, replicate=True)
     first.save(12)
-    wait_for("both replicas", lambda: _replicated(folder, 12, 2))
+    wait_for("every node's replica", lambda: _replicated(folder, 12, len(names)))
+    for node in lost:
+        first.lose(node)
+    first.end()
+    return first
+
+
+def test_two_nodes_one_lost_the_survivor_holds_the_step_and_the_new_node_pulls_it(
+    tmp_path: Path, folder: Path
+) -> None:
+    first = _saved_then_lost(tmp_path, folder, ["n0", "n1"], lost=[1])
     (kept,) = replica.replicas(first.runs[0])
     assert kept.meta["node"] == 1 and kept.path.name == "replica-step-00000012-1"
-    first.lose(1)
-    first.end()  # the job was killed with it: no wrapper serves any more
     second = Attempt(tmp_path, folder, 1, ["n0", "n2"])  # requeued: the survivor and a new node
     assert second.taken == [salvage.Taken(12, 2, None, "7-0", "7.0.0"), None]  # whole on n0
     said: list[str] = []
@@ -111,14 +115,9 @@ def test_two_nodes_one_lost_the_survivor_holds_the_step_and_the_new_node_pulls_i
 
 
 def test_three_nodes_one_lost_the_survivors_hold_every_part_between_them(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, folder: Path
 ) -> None:
-    monkeypatch.setattr(replica, "POLL", 0.05)
-    first = Attempt(tmp_path, folder, 0, ["n0", "n1", "n2"], replicate=True)
-    first.save(12)
-    wait_for("three replicas", lambda: _replicated(folder, 12, 3))
-    first.lose(1)
-    first.end()
+    _saved_then_lost(tmp_path, folder, ["n0", "n1", "n2"], lost=[1])
     second = Attempt(tmp_path, folder, 1, ["n0", "n2"])
     assert [t.parts if t else None for t in second.taken] == [(0, 2), (1, 2)]
     said: list[str] = []
@@ -131,17 +130,9 @@ def test_three_nodes_one_lost_the_survivors_hold_every_part_between_them(
     second.end()
 
 
-def test_a_part_that_no_node_holds_any_more_leaves_the_folder(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_part_that_no_node_holds_any_more_leaves_the_folder(tmp_path: Path, folder: Path) -> None:
     """Two neighbours lost at once: node 1's part was on nodes 1 and 2 only."""
-    monkeypatch.setattr(replica, "POLL", 0.05)
-    first = Attempt(tmp_path, folder, 0, ["n0", "n1", "n2"], replicate=True)
-    first.save(12)
-    wait_for("three replicas", lambda: _replicated(folder, 12, 3))
-    first.lose(1)
-    first.lose(2)
-    first.end()
+    _saved_then_lost(tmp_path, folder, ["n0", "n1", "n2"], lost=[1, 2])
     second = Attempt(tmp_path, folder, 1, ["n0", "n3"])
     said: list[str] = []
     assert salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n3"], 10, said.append) is None
