@@ -18,10 +18,8 @@ from pathlib import Path
 from slurmpre.drill import report
 from slurmpre.drill.options import DrillResult
 from slurmpre.drill.timeline import Observed
-from slurmpre.folder import record_shape, records
 from slurmpre.login import page, story
 from slurmpre.login.page import Bar, Chart, Kind, Lane, Mark
-from slurmpre.login.status import job_status
 from slurmpre.slurm import states
 
 FILE = "timeline.html"
@@ -92,14 +90,7 @@ def _chart(run: Observed, title: str, summary: report.Summary) -> Chart:
 
 
 def _from_ledger(run: Observed) -> Chart:
-    typed = []
-    for raw in run.ledger:
-        try:
-            typed.append(records.Record.from_json(raw))
-        except record_shape.ShapeError:
-            continue
-    first = run.jobs[0] if run.jobs else run.job_id
-    st = job_status(first, run.mode, "", typed, None, now=run.ended_at)
+    st, typed = run.status()
     return story.chart(st, typed, run.ended_at)
 
 

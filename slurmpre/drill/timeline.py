@@ -18,7 +18,9 @@ from slurmpre.errors import UsageError
 from slurmpre.slurm.states import HOLDING_NODES
 
 if TYPE_CHECKING:
+    from slurmpre.folder.records import Record
     from slurmpre.login.resizes import Resize
+    from slurmpre.login.status import JobStatus
 
 FILE = "timelines.json"
 SCHEMA = 1
@@ -74,9 +76,9 @@ class Observed:
     # The capacity scene: the node that came back, and when (`slurmpre.drill.capacity`).
     returned: tuple[str, float] | None = None
 
-    def resizes(self) -> list[Resize]:
-        """Each change of the nodes the run trained on (a grow, a shrink, a spare swap or a
-        spare lost), as `slurmpre status` tells them, from the run's ledger."""
+    def status(self) -> tuple[JobStatus, list[Record]]:
+        """The run as `slurmpre status` tells it, from its ledger, and the ledger's records
+        (a line of the wrong shape left out)."""
         from slurmpre.folder import record_shape, records
         from slurmpre.login.status import job_status
 
@@ -87,7 +89,12 @@ class Observed:
             except record_shape.ShapeError:
                 continue
         first = self.jobs[0] if self.jobs else self.job_id
-        return job_status(first, self.mode, "", typed, None, now=self.ended_at).resizes
+        return job_status(first, self.mode, "", typed, None, now=self.ended_at), typed
+
+    def resizes(self) -> list[Resize]:
+        """Each change of the nodes the run trained on (a grow, a shrink, a spare swap or a
+        spare lost), as `slurmpre status` tells them, from the run's ledger."""
+        return self.status()[0].resizes
 
     def out_of_service(self, start: float, end: float) -> float:
         """Seconds of [start, end] during which fewer of the cluster's preemptible nodes were
