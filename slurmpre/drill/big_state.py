@@ -75,7 +75,7 @@ def run_big_state(
     jobs.append(job := submit(spec, sandbox.client).job_id)
     say(
         f"submitted job {job} (the big-state scene: {opts.big_state_mb} MB of state, its "
-        f"folder on a shared dir capped at {shared_mbps(opts):g} MB/s)"
+        f"folder {folder} on a shared dir capped at {shared_mbps(opts):g} MB/s)"
     )
     drain = Moment("training", 2 * scene.every + 5)  # just after its second periodic save
     driver = Driver(sandbox, NAME, job, folder, [drain], scene, random.Random(0), say, started)
