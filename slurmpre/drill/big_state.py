@@ -30,6 +30,7 @@ from slurmpre.drill.plan import Moment
 from slurmpre.folder import records
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.slurm import states
 
 NAME = "big-state"
 EVERY = 100  # steps between periodic saves, at most (the drill's interval, if shorter)
@@ -87,7 +88,7 @@ def failures(run: timeline.Observed, identical: bool) -> list[str]:
     """Where the scene fell short: the run ended otherwise, lost a step, took the notice
     save from anywhere but the drained node's memory, or ended with another state."""
     out = []
-    if run.state != "COMPLETED":
+    if run.state != states.COMPLETED:
         out.append(f"the big-state scene's job ended {run.state}")
     if not identical:
         out.append("the big-state scene's final state differs from the uninterrupted run's")
