@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from slurmpre.folder.records import Record
+from slurmpre.login import story
 from slurmpre.login.status import job_status, lines
 
 T0 = 1_796_100_000.0
@@ -94,6 +95,13 @@ def test_lost_with_the_training_ended_after_it_is_about_the_steps_its_pace_train
         "training ended at +208s, at 2 steps/s, at most the 200 between two saves"
     ) in text
     assert st.as_dict()["attempts"][0]["unseen"]["steps"] == 12
+
+
+def test_the_story_page_tells_the_estimate() -> None:
+    st = status(scene())
+    chart = story.chart(st, [Record.from_json(r) for r in scene()], T0 + 600)
+    details = {b.detail for b in chart.bars if b.label == "job 31 attempt 0"}
+    assert details and all(d is not None and d.endswith("; steps lost: ~12") for d in details)
 
 
 def test_lost_with_node_0_no_end_is_bounded_by_the_steps_between_saves() -> None:
