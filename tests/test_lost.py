@@ -118,7 +118,9 @@ def test_an_end_long_after_the_loss_is_a_bound_not_an_estimate() -> None:
         {**r, "time": T0 + 450.0} if r["event"] == "end" and r["attempt"] == 0 else r
         for r in scene()
     ]
-    assert status(recs).attempts[0].lost == "<=200"
+    st = status(recs)
+    assert st.attempts[0].lost == "<=200"
+    assert any("until its training ended at +450s" in line for line in lines(st))
 
 
 def test_a_resume_older_than_its_newest_save_counts_the_saves_between() -> None:

@@ -15,7 +15,8 @@ node 0's wrapper, seconds after the loss) or else the next attempt's start. The 
 lost are those between the step the next attempt resumed from and the attempt's newest
 save, plus the pace times the time from that save to then: an estimate (``~N``) from the
 training's end, a bound (``<=N``) from the next start. Either is at most the steps
-between its saves past the newest: it would have saved again after them.
+between its last two saves past the newest (it would have saved again after them): a
+figure capped there is a bound too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Unseen:
     the steps between its last two saves)."""
 
     steps: int
-    about: bool  # ``until`` is the training's end: an estimate; else a bound
+    about: bool  # an estimate (``until`` is the training's end, not capped); else a bound
     since: int  # the step the next attempt resumed from
     saved: int  # the attempt's newest save (or, ``resumed``, the step it resumed from)
     saved_at: float
@@ -44,13 +45,14 @@ class Unseen:
     rate: float  # steps per second between saves
     interval: int
     resumed: bool = False  # it saved nothing: from its start, start-up included
+    ended: bool = False  # ``until`` is its training's end, else the next attempt's start
 
     @property
     def shown(self) -> str:
         return f"~{self.steps}" if self.about else f"<={self.steps}"
 
     def line(self, at: str, until: str) -> str:
-        what = "its training ended" if self.about else "the next attempt started"
+        what = "its training ended" if self.ended else "the next attempt started"
         known = f"{self.saved - self.since} + " if self.saved > self.since else ""
         after = "it resumed from" if self.resumed else "its save of"
         return (
@@ -131,4 +133,5 @@ def unseen(
         rate=rate,
         interval=interval,
         resumed=not own,
+        ended=end is not None,
     )
