@@ -94,7 +94,7 @@ def test_a_sandbox_up_with_another_shared_dir_is_refused_in_one_line() -> None:
     refuse_another_shape(state, Asked(specs, shared=shared))  # the same: harmless
     # None asked keeps the one up (after the drill's big-state scene, the suite's own up).
     refuse_another_shape(state, Asked(specs))
-    with pytest.raises(UsageError, match="Slurm 26.05.5, no shared dir"):
+    with pytest.raises(UsageError, match=r"Slurm 26\.05\.5, no shared dir"):
         refuse_another_shape(dataclasses.replace(state, shared=None), Asked(specs, shared=shared))
     for other in (SharedDir(Path("/srv/ckpt"), 8.0), SharedDir(Path("/srv/other"), 16.0)):
         with pytest.raises(UsageError) as info:
