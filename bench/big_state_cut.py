@@ -121,8 +121,9 @@ def judge(
         argv = [sys.executable, "-m", "slurmpre", "status", successor, "--checkpoint-dir",
                 str(folder)]  # fmt: skip
         shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env).stdout
+        # its attempts' table: the header and a row each (the step it resumed from)
         out["status"] = [ln.rstrip() for ln in shown.splitlines()
-                         if out["resumed_from"] and Path(out["resumed_from"]).name in ln]  # fmt: skip
+                         if re.match(r"\s+(#|\d+) ", ln)]  # fmt: skip
     return out
 
 
