@@ -65,7 +65,7 @@ def cut(
     removed = time.time()
     box.client.update_node(victim, state="DOWN", reason="preempted: node removed")
     say(f"remove {victim} at drain +{removed - drained:.2f} s ({removed - seen:.2f} s after "
-        f"{got / 1e6:.0f} MB of the pull were seen): {killed} job process(es) killed")  # fmt: skip
+        f"{got / 1e6:.1f} MB of the pull were seen): {killed} job process(es) killed")  # fmt: skip
     keep_down(box, victim, "preempted: node removed")
     time.sleep(max(0.0, removed + back_after - time.time()))
     restore_node(box, victim)
@@ -144,7 +144,7 @@ def passed(r: dict[str, Any]) -> bool | None:
 def report(r: dict[str, Any]) -> list[str]:
     """The scene's lines for the tables."""
     return [
-        f"the pull: {r['cut']} ({r['seen_mb']:.0f} MB of it seen on the successor's node "
+        f"the pull: {r['cut']} ({r['seen_mb']:.1f} MB of it seen on the successor's node "
         f"before the removal; node 0 recorded: {r['pull_why']})",
         f"resumed from {r['resumed_from']} (step {r['chosen_step']}); the newest durable "
         f"checkpoint in the folder then: step {r['durable_step']} "
