@@ -32,13 +32,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--tuned-timings", action="store_true")
+    parser.add_argument(
+        "--big-state-mb", type=int, default=defaults.big_state_mb, help="0: no big-state scene"
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/var/lib/slurmpre/bench-drill"))
     parser.add_argument(
         "--quick", action="store_true", help="CI's smoke test: one preemption, tuned timings"
     )
     args = parser.parse_args()
     if args.quick:
-        args.preemptions, args.tuned_timings = 1, True
+        # (the big state has its own quick lane: big_state.py --quick)
+        args.preemptions, args.tuned_timings, args.big_state_mb = 1, True, 0
     opts = DrillOptions(
         preemptions=args.preemptions,
         window=args.window,
@@ -47,6 +51,7 @@ def main() -> int:
         baseline=True,
         stock_timings=not args.tuned_timings,
         steps=args.steps,
+        big_state_mb=args.big_state_mb,
         workdir=args.workdir,
     )
     result = run_drill(Sandbox.here(), opts, say=print)

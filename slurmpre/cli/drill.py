@@ -44,6 +44,14 @@ from slurmpre.errors import SlurmpreError
     show_default=True,
     help='Also run a "1-2" job whose second node comes back later: it must grow back.',
 )
+@click.option(
+    "--big-state-mb",
+    type=int,
+    default=512,
+    show_default=True,
+    help="Also run a one-node job with this many MB of state, saved on the node, its folder "
+    "too slow to take it within the window (0: no such scene).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the timeline and summary as JSON.")
 @click.option(
     "--workdir",
@@ -69,6 +77,7 @@ def drill(
     stock_timings: bool,
     steps: int | None,
     capacity: bool,
+    big_state_mb: int,
     as_json: bool,
     workdir: Path,
 ) -> None:
@@ -87,6 +96,7 @@ def drill(
         stock_timings=stock_timings,
         steps=steps,
         capacity=capacity,
+        big_state_mb=big_state_mb,
         workdir=workdir,
     )
     say = (lambda line: click.echo(line, err=True)) if as_json else click.echo

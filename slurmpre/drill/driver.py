@@ -129,7 +129,7 @@ class Driver:
     @property
     def follows(self) -> bool:
         """Its jobs hand over to successors (slurmpre's), and keep a ledger."""
-        return self.mode in ("slurmpre", "capacity")
+        return self.mode not in ("seeds", "reference")
 
     def _successor(self, job_id: str) -> str | None:
         if not self.follows:

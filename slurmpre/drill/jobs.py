@@ -69,12 +69,20 @@ def load_example(path: Path = EXAMPLE) -> dict[str, Any]:
     return read(path)
 
 
-def drill_spec(raw: dict[str, Any], opts: DrillOptions, folder: Path, **overrides: Any) -> JobSpec:
-    """The example spec as the drill submits it: this interpreter, these steps, this folder."""
+def drill_spec(
+    raw: dict[str, Any],
+    opts: DrillOptions,
+    folder: Path,
+    *,
+    args: tuple[str, ...] = (),
+    **overrides: Any,
+) -> JobSpec:
+    """The example spec as the drill submits it: this interpreter, these steps, this folder
+    (and ``args`` for the training script, after the drill's own)."""
     command = list(raw["command"])
     if command[:1] == ["python"]:
         command[0] = sys.executable
-    command += train_args(opts)
+    command += [*train_args(opts), *args]
     return validate(
         {
             **raw,

@@ -28,6 +28,9 @@ class DrillOptions:
     save_seconds: float = 1.0
     return_after: float = 10.0
     capacity: bool = True  # the capacity scene: a node of a "1-2" job comes back later
+    # The big-state scene's state, MB (0: no such scene): saved on the node, its folder on
+    # a shared dir too slow to take it within the window (`drill.big_state`).
+    big_state_mb: int = 512
     workdir: Path = Path("/var/lib/slurmpre/drill")
     prices: report.Prices = field(default_factory=report.Prices)
 
@@ -40,6 +43,11 @@ class DrillOptions:
             raise UsageError(f"--steps must be from 20 to 100000, got {self.steps}")
         if not 5 <= self.every <= 10_000:
             raise UsageError(f"--checkpoint-interval must be from 5 to 10000, got {self.every}")
+        if self.big_state_mb != 0 and not 16 <= self.big_state_mb <= 8000:
+            raise UsageError(
+                f"--big-state-mb must be 0 (no such scene) or from 16 to 8000, "
+                f"got {self.big_state_mb}"
+            )
 
     def training_steps(self) -> int:
         """Long enough that every preemption comes before the run ends, and no longer.
@@ -111,6 +119,11 @@ class DrillResult:
         if not self.identical.get("slurmpre"):
             out.append("its final weights differ from the uninterrupted run's")
         out += self._capacity_failures()
+        if "big-state" in self.runs:
+            from slurmpre.drill import big_state
+
+            scene = big_state.NAME
+            out += big_state.failures(self.runs[scene], self.identical.get(scene, False))
         if summary.steps_lost:
             out.append(f"it lost {summary.steps_lost} steps")
         if summary.partial_checkpoint_loaded:

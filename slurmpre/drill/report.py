@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from slurmpre import defaults
+from slurmpre.drill import on_node
 from slurmpre.drill.timeline import Hit, Observed
-from slurmpre.folder import record_shape, records
+from slurmpre.folder import records
 from slurmpre.slurm import states
 
 _A = TypeVar("_A", bound=records.AttemptRecord)
@@ -63,6 +64,13 @@ class Preemption:
     drain_to_first_step_s: float | None
     capacity_wait_s: float | None  # of drain -> first step: too few preemptible nodes in service
     shared_with: tuple[int, ...] = ()  # other preemptions (1-based) that ended in the same restart
+    # With the node-local tier (`local_dir`): the notice save on the node (the training
+    # stopped this long), the pull of it by whatever took over (its slowest node, and the
+    # bytes of all), and its flush into the checkpoint folder. None: not done, or no tier.
+    saved_on_node_s: float | None = None
+    pull_s: float | None = None
+    pull_mb: float | None = None
+    flush_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,15 +155,7 @@ def _ledger_for(run: Observed, attempt: int, kind: type[_A]) -> list[_A]:
     """The ledger's records of one kind for an attempt of the run's job (steps in place
     included); records that do not read as records are left out."""
     where = run.attempt_ids.get(attempt, (run.job_id, attempt))
-    out = []
-    for raw in run.ledger:
-        try:
-            r = records.Record.from_json(raw)
-        except record_shape.ShapeError:
-            continue
-        if isinstance(r, kind) and (r.job, r.attempt) == where:
-            out.append(r)
-    return out
+    return [r for r in run.records() if isinstance(r, kind) and (r.job, r.attempt) == where]
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,7 @@ def preemptions(run: Observed, pace: float | None = None) -> list[Preemption]:
             shared = tuple(j + 1 for j in group if j != i)
             resumed = gap.resumed
         notices = _ledger_for(run, hit.attempt, records.Notice)
+        tier = on_node.figures(run, hit)
         out.append(
             Preemption(
                 moment=hit.moment,
@@ -256,6 +257,7 @@ def preemptions(run: Observed, pace: float | None = None) -> list[Preemption]:
                 drain_to_first_step_s=drain_step,
                 capacity_wait_s=wait,
                 shared_with=shared,
+                **tier,
             )
         )
     return out
@@ -272,7 +274,7 @@ def _time_lost(share: float | None, lost: int | None, pace: float | None) -> flo
 
 def _restart_moment(run: Observed, hit: Hit) -> float | None:
     """slurmpre's hand-over or requeue for it; for the seeds' recipe, the kill at removal."""
-    if run.mode != "slurmpre":
+    if run.mode == "seeds":
         return hit.removed_at
     requeues = _ledger_for(run, hit.attempt, records.Requeued)
     handed = _ledger_for(run, hit.attempt, records.Successor)
@@ -281,9 +283,11 @@ def _restart_moment(run: Observed, hit: Hit) -> float | None:
 
 
 def _checkpoint_step(run: Observed, hit: Hit) -> int | None:
-    if run.mode == "slurmpre":
-        saved = [c for c in _ledger_for(run, hit.attempt, records.Checkpoint) if c.after_notice]
-        return saved[-1].step if saved else None
+    if run.mode != "seeds":  # slurmpre's: committed in the folder, or saved on the node
+        steps = [c.step for c in _ledger_for(run, hit.attempt, records.Checkpoint)
+                 if c.after_notice]  # fmt: skip
+        steps += [s.step for s in _ledger_for(run, hit.attempt, records.Saved) if s.after_notice]
+        return max(steps) if steps else None
     saves = _events(run.log, hit.attempt, "save-end")
     return saves[-1]["step"] if saves else None
 

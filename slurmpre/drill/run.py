@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import page, timeline
+from slurmpre.drill import big_state, page, timeline
 from slurmpre.drill.driver import Driver, drive
 from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
@@ -52,19 +52,28 @@ def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
 
 
 def bring_up(
-    sandbox: Sandbox, opts: DrillOptions, say: Callable[[str], None], slurm: str | None = None
+    sandbox: Sandbox,
+    opts: DrillOptions,
+    say: Callable[[str], None],
+    slurm: str | None = None,
+    *,
+    shared: tuple[Path, float] | None = None,
 ) -> str:
-    """The sandbox with the drill's timings (and that Slurm release, if given); restarted
-    only when no job is queued on it. Says the release and timings it runs on, whether it
-    started the sandbox or found it up (where `up` says only that)."""
+    """The sandbox with the drill's timings (and that Slurm release, and a shared dir of
+    capped bandwidth, if given); restarted only when no job is queued on it. Says the
+    release and timings it runs on, whether it started the sandbox or found it up (where
+    `up` says only that)."""
+    kw: dict[str, Any] = {"stock_timings": opts.stock_timings, "slurm": slurm, "say": say}
+    if shared is not None:
+        kw.update(shared_dir=str(shared[0]), shared_mbps=shared[1])
     try:
-        state = sandbox.up(stock_timings=opts.stock_timings, slurm=slurm, say=say)
+        state = sandbox.up(**kw)
     except UsageError:
         if _queued(sandbox):
             raise
         say("restarting the sandbox with the drill's timings and shape (no job was queued)")
         sandbox.down(say=say)
-        state = sandbox.up(stock_timings=opts.stock_timings, slurm=slurm, say=say)
+        state = sandbox.up(**kw)
     say(f"sandbox: Slurm {format_version(state.version)}, {state.timings} timings")
     return state.timings
 
@@ -86,7 +95,10 @@ def run_drill(
     for i, m in enumerate(moments, 1):
         say(f"  preemption {i}: {m.describe()}")
     raw = load_example()
-    timings = bring_up(sandbox, opts, say)
+    shared = None
+    if opts.big_state_mb:
+        shared = (big_state.shared_dir(sandbox), big_state.shared_mbps(opts))
+    timings = bring_up(sandbox, opts, say, shared=shared)
     release = format_version(sandbox.current().version)
     sandbox.use()  # the jobs it submits, and what they run, use the sandbox's Slurm
     work = opts.workdir / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -96,12 +108,18 @@ def run_drill(
     wait_whole(sandbox)
 
     jobs: list[str] = []
+    folders = {name: work / name for name in ("slurmpre", "reference", "seeds", "capacity")}
     try:
         runs = _runs(sandbox, opts, raw, work, moments, seed, timeout, jobs, say)
+        if opts.big_state_mb:
+            wait_whole(sandbox)
+            runs[big_state.NAME], folders[big_state.NAME] = big_state.run_big_state(
+                sandbox, opts, raw, work, timeout, jobs, say
+            )
     except BaseException:
         _clean_up(sandbox, jobs, say)
         raise
-    identical = _compare(work, runs, opts.training_steps())
+    identical = _compare(folders, runs, opts)
     result = DrillResult(seed, opts, timings, moments, runs, identical, work, release)
     say(f"timelines: {result.save()} (slurmpre drill --report reads them again)")
     say(f"the runs side by side: {page.write(result)} (open it in a browser)")
@@ -169,20 +187,26 @@ def _clean_up(sandbox: Sandbox, jobs: list[str], say: Callable[[str], None]) -> 
         restore_all(sandbox, say)
 
 
-def _compare(work: Path, runs: dict[str, timeline.Observed], steps: int) -> dict[str, bool]:
-    """Each run's final weights against the uninterrupted result, bit for bit."""
+def _compare(
+    folders: dict[str, Path], runs: dict[str, timeline.Observed], opts: DrillOptions
+) -> dict[str, bool]:
+    """Each run's final weights against the uninterrupted result, bit for bit (and the
+    big state's rows, for a run that carried one)."""
     import torch
 
     from slurmpre.drill.train import reference
 
-    expected = reference(steps)
     out = {}
     for name in runs:
-        path = work / name / FINAL
         try:
-            got = torch.load(path)
+            got = torch.load(folders[name] / FINAL)
         except (OSError, RuntimeError):
             out[name] = False
             continue
-        out[name] = bool(got["step"] == expected["step"] and torch.equal(got["w"], expected["w"]))
+        scene = name == big_state.NAME
+        expected = reference(big_state.steps(opts) if scene else opts.training_steps())
+        same = got["step"] == expected["step"] and torch.equal(got["w"], expected["w"])
+        if scene:
+            same = same and got.get("rows") == expected["rows"]
+        out[name] = bool(same)
     return out

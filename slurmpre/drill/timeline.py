@@ -79,8 +79,15 @@ class Observed:
     def status(self) -> tuple[JobStatus, list[Record]]:
         """The run as `slurmpre status` tells it, from its ledger, and the ledger's records
         (a line of the wrong shape left out)."""
-        from slurmpre.folder import record_shape, records
         from slurmpre.login.status import job_status
+
+        typed = self.records()
+        first = self.jobs[0] if self.jobs else self.job_id
+        return job_status(first, self.mode, "", typed, None, now=self.ended_at), typed
+
+    def records(self) -> list[Record]:
+        """The ledger's records (a line of the wrong shape left out)."""
+        from slurmpre.folder import record_shape, records
 
         typed = []
         for raw in self.ledger:
@@ -88,8 +95,7 @@ class Observed:
                 typed.append(records.Record.from_json(raw))
             except record_shape.ShapeError:
                 continue
-        first = self.jobs[0] if self.jobs else self.job_id
-        return job_status(first, self.mode, "", typed, None, now=self.ended_at), typed
+        return typed
 
     def resizes(self) -> list[Resize]:
         """Each change of the nodes the run trained on (a grow, a shrink, a spare swap or a

@@ -45,6 +45,7 @@ LOG = "drill-steps.jsonl"
 FINAL = "final.pt"
 FINAL_PLAIN = "final.json"
 STATE = "state.json"  # the plain trainer's checkpoint: one file in the folder
+ROWS = 64  # the big state's rows: step N adds 1 to row N % ROWS (`--state-mb`)
 
 
 def _batch(torch: Any, step: int) -> tuple[Any, Any]:
@@ -79,6 +80,25 @@ def fresh_state(torch: Any) -> dict[str, Any]:
     }
 
 
+def big_state(torch: Any, mb: int) -> Any:
+    """``mb`` MB (10**6 bytes) of float32 in ``ROWS`` rows, all zero: the drill's big-state
+    scene carries it beside the model, as a real model carries its weights and optimizer."""
+    per_row = max(mb * 250_000 // ROWS, 1)
+    return torch.zeros(ROWS, per_row, dtype=torch.float32)
+
+
+def big_state_rows(steps: int) -> list[float]:
+    """Each row's value after ``steps`` uninterrupted steps: the steps that touched it."""
+    return [float(len(range(row, steps, ROWS))) for row in range(ROWS)]
+
+
+def seen_rows(payload: Any) -> list[float] | None:
+    """Each row's value, or None when a row is not one value throughout (a torn state)."""
+    if not bool((payload.amin(dim=1) == payload.amax(dim=1)).all()):
+        return None
+    return [float(v) for v in payload[:, 0]]
+
+
 def reference(steps: int) -> dict[str, Any]:
     """The uninterrupted result, computed in this process (no Slurm, no torchrun)."""
     import torch
@@ -86,7 +106,7 @@ def reference(steps: int) -> dict[str, Any]:
     state = fresh_state(torch)
     for step in range(steps):
         train_step(torch, state, step, 0, 1, lambda _: None)
-    return {"w": state["w"], "step": int(state["step"])}
+    return {"w": state["w"], "step": int(state["step"]), "rows": big_state_rows(steps)}
 
 
 def plain_fresh() -> dict[str, Any]:
@@ -140,7 +160,7 @@ class _Trainer(Protocol):
 class _Torch:
     """Data-parallel over torch.distributed (gloo), saved with torch's DCP."""
 
-    def __init__(self) -> None:
+    def __init__(self, state_mb: int = 0) -> None:
         import torch
         import torch.distributed as dist
 
@@ -149,12 +169,16 @@ class _Torch:
         self.torch, self.dist = torch, dist
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.state = fresh_state(torch)
+        if state_mb:
+            self.state["payload"] = big_state(torch, state_mb)
 
     def step(self) -> int:
         return int(self.state["step"])
 
     def train(self, step: int) -> None:
         train_step(self.torch, self.state, step, self.rank, self.world, self.dist.all_reduce)
+        if "payload" in self.state:
+            self.state["payload"][step % ROWS].add_(1.0)
 
     def load(self, path: Path) -> None:
         from torch.distributed.checkpoint import load
@@ -175,7 +199,10 @@ class _Torch:
 
     def final(self, out: Path) -> None:
         if self.rank == 0:
-            self.torch.save({"w": self.state["w"], "step": self.step()}, out / FINAL)
+            final = {"w": self.state["w"], "step": self.step()}
+            if "payload" in self.state:
+                final["rows"] = seen_rows(self.state["payload"])
+            self.torch.save(final, out / FINAL)
 
 
 class _Plain:
@@ -236,7 +263,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=("slurmpre", "seeds"), default="slurmpre")
     parser.add_argument("--checkpoint-dir", default=None, help="(seeds mode) where to save")
     parser.add_argument("--plain", action="store_true", help="pure Python, one process")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--state-mb", type=int, default=0, help="carry this many MB of float32 beside the model"
+    )
+    args = parser.parse_args(argv)
+    if args.state_mb and args.plain:
+        parser.error("--state-mb needs torch: not with --plain")
+    if not 0 <= args.state_mb <= 100_000:
+        parser.error(f"--state-mb must be from 0 to 100000, got {args.state_mb}")
+    return args
 
 
 def _where(args: argparse.Namespace) -> tuple[Path, Path | None, int]:
@@ -307,7 +342,7 @@ def _train(
 
 def main(argv: list[str] | None = None) -> None:
     args = _arguments(argv)
-    trainer: _Trainer = _Plain() if args.plain else _Torch()
+    trainer: _Trainer = _Plain() if args.plain else _Torch(args.state_mb)
     out, resume, restarts = _where(args)
     log = _Log(out, trainer.rank, restarts)
     if resume is not None:

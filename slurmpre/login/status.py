@@ -7,11 +7,9 @@ checkpoint it resumed from, the step checkpointed on the notice and the steps
 lost, and the seconds without training before the next attempt. Totals: node-
 and GPU-hours, and what they cost at the preemptible price against on demand.
 
-Steps lost are known where slurmpre knows them: 0 when the next attempt resumed
-from the checkpoint taken on the notice; the gap between the newest checkpoint
-of the attempt and the next resume when it resumed from an older one; unknown
-(None) when the attempt was killed without a notice checkpoint, since slurmpre
-does not see the training's steps between checkpoints.
+Steps lost (`slurmpre.login.lost`): counted where the ledger shows them, else, for an
+attempt lost without a notice checkpoint, at most what its pace between saves trained
+since its newest one: an estimate (``~N``) or a bound (``<=N``).
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ from slurmpre.folder.records import (
     Successor,
     Waiting,
 )
-from slurmpre.login import tiers
+from slurmpre.login import lost, tiers
 from slurmpre.login.resizes import Resize, resizes
 from slurmpre.login.tiers import Tiers
 from slurmpre.placement.facts import kinds_by_job
@@ -86,10 +84,20 @@ class AttemptRow:
     spares: tuple[str, ...] = ()
     spares_in: tuple[str, ...] = ()
     spares_lost: tuple[tuple[float | None, tuple[str, ...]], ...] = ()
+    # Lost without a notice checkpoint (``steps_lost`` unknown): at most how many steps,
+    # from its pace between saves and a time after its last step (`slurmpre.login.lost`).
+    unseen: lost.Unseen | None = None
 
     @property
     def label(self) -> str:
         return attempt_key(self.attempt, self.in_place)
+
+    @property
+    def lost(self) -> str:
+        """Steps lost: counted, estimated (``~N``), bounded (``<=N``), or unknown (``-``)."""
+        if self.steps_lost is not None:
+            return str(self.steps_lost)
+        return "-" if self.unseen is None else self.unseen.shown
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,7 @@ def _row(
     slurm: JobInfo | None,
     now: float,
     on: str = PREEMPTIBLE,
+    run: list[list[lost.Save]] | None = None,
 ) -> tuple[AttemptRow, float]:
     """One attempt's row, from its records and the next attempt's start; and the node
     seconds it held (a successor holds its nodes from its start-up on, while it waits:
@@ -204,6 +213,7 @@ def _row(
         held = max(held_until - held_from, 0.0) * (len(start.nodes) + len(start.spares or ()))
     checkpoint_step = on_notice[-1].step if on_notice else None
     newest = committed[-1].step if committed else (start.step if start else None)
+    steps_lost = lost.counted(checkpoint_step, newest, nxt)
     row = AttemptRow(
         attempt=k[1].restart,
         in_place=k[1].in_place,
@@ -217,7 +227,7 @@ def _row(
         notice=notice.describe() if notice else None,
         step_at_notice=notice.step_at_notice if notice else None,
         checkpoint_step=checkpoint_step,
-        steps_lost=_steps_lost(checkpoint_step, newest, nxt),
+        steps_lost=steps_lost,
         gap_s=(nxt.time - ended_at if nxt and nxt.time is not None and ended_at else None),
         up_at=min(waited) if waited else None,
         waited_for=waiting[0].predecessor if waiting else None,
@@ -232,23 +242,9 @@ def _row(
         spares_lost=tuple(
             (r.released_at, r.released) for r in recs if isinstance(r, SpareReleased) and r.released
         ),
+        unseen=lost.unseen(recs, start, nxt, run or []) if steps_lost is None else None,
     )
     return row, held
-
-
-def _steps_lost(checkpoint_step: int | None, newest: int | None, nxt: Start | None) -> int | None:
-    """Steps the next attempt trains again: none when it resumed from the notice's
-    checkpoint; else from the newest checkpoint seen (at least: later steps are unseen)."""
-    next_step = nxt.step if nxt else None
-    if nxt is None:
-        return None
-    if checkpoint_step is not None and next_step == checkpoint_step:
-        return 0
-    if newest is not None and next_step is not None and checkpoint_step:
-        return max(newest - next_step, 0)
-    if newest is not None and next_step is not None and newest > next_step:
-        return newest - next_step
-    return None
 
 
 def job_status(
@@ -278,10 +274,13 @@ def job_status(
     rows: list[AttemptRow] = []
     node_seconds = standard_seconds = 0.0
     kind = kinds_by_job(mine)
+    of = {k: [r for r in mine if (r.job, r.attempt_id) == k] for k in attempts}
+    saves = {k: lost.saves(recs) for k, recs in of.items()}
     for i, k in enumerate(attempts):
         nxt = starts.get(attempts[i + 1]) if i + 1 < len(attempts) else None
-        recs = [r for r in mine if (r.job, r.attempt_id) == k]
-        row, held = _row(k, recs, starts.get(k), nxt, slurm, now, kind.get(k[0], PREEMPTIBLE))
+        run = [s for other, s in saves.items() if other != k]
+        on = kind.get(k[0], PREEMPTIBLE)
+        row, held = _row(k, of[k], starts.get(k), nxt, slurm, now, on, run)
         rows.append(row)
         node_seconds += held
         standard_seconds += held if row.on == STANDARD else 0.0
@@ -341,7 +340,7 @@ def lines(st: JobStatus) -> list[str]:
     t0 = next((a.started_at for a in st.attempts if a.started_at is not None), None)
     out.append(
         f"  {'#':>4} {'nodes':<40} {'start':>7} {'end':>7}  {'ended':<22} {'resumed':>7} "
-        f"{'notice ckpt':>11} {'lost':>4} {'gap s':>6}"
+        f"{'notice ckpt':>11} {'lost':>5} {'gap s':>6}"
     )
     shown_code: str | None = None
     for a in st.attempts:
@@ -351,7 +350,7 @@ def lines(st: JobStatus) -> list[str]:
             f"{_clock(a.ended_at, t0):>7}  {a.ended:<22} "
             f"{'-' if a.resume_step is None else a.resume_step:>7} "
             f"{'-' if a.checkpoint_step is None else a.checkpoint_step:>11} "
-            f"{'-' if a.steps_lost is None else a.steps_lost:>4} "
+            f"{a.lost:>5} "
             f"{'-' if a.gap_s is None else f'{a.gap_s:.0f}':>6}"
         )
         if a.spares:
@@ -367,6 +366,9 @@ def lines(st: JobStatus) -> list[str]:
             )
         if a.notice:
             out.append(f"     notice: {a.notice}")
+        if a.unseen is not None:
+            u = a.unseen
+            out.append(f"     {u.line(_clock(u.saved_at, t0), _clock(u.until, t0))}")
         if a.gave_up is not None:
             out.append(f"     gave up: {a.gave_up}")
         if a.placed is not None:

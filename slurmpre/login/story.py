@@ -144,6 +144,7 @@ def _attempt_bars(a: AttemptRow, nxt: AttemptRow | None, lanes: _Lanes, now: flo
                 )
             )
         detail = f"on {', '.join(a.nodes)}; resumed {resumed}; ended: {a.ended}"
+        detail += "" if a.lost == "-" else f"; steps lost: {a.lost}"
         out.append(Bar(lane, a.started_at, end, Kind.TRAIN, who, detail))
     for node in a.spares:
         out.append(Bar(lanes.node(node, a.on), a.started_at, end, Kind.HELD, f"{who}: spare"))

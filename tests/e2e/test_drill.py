@@ -75,7 +75,12 @@ def check_promise(doc: dict[str, Any], preemptions: int) -> None:
         "reference": True,
         **({"seeds": doc["identical_weights"]["seeds"]} if "seeds" in doc["runs"] else {}),
         **({"capacity": True} if "capacity" in doc["runs"] else {}),
+        **({"big-state": True} if "big-state" in doc["runs"] else {}),
     }
+    if "big-state" in doc["runs"]:  # saved on the node, pulled from it, flushed behind
+        (scene,) = doc["runs"]["big-state"]["preemptions"]
+        assert scene["steps_lost"] == 0 and scene["pull_mb"] >= 32, scene
+        assert all(scene[k] is not None for k in ("saved_on_node_s", "pull_s", "flush_s")), scene
     if "capacity" in doc["runs"]:  # the capacity scene: it grew back when its node returned
         grown = doc["capacity"]["resizes"]
         assert [(r["kind"], r["nodes_from"], r["nodes_to"]) for r in grown] == [("grow", 1, 2)]
@@ -115,7 +120,7 @@ def test_random_preemptions_lose_nothing_and_beat_the_seeds_recipe(
     count = int(os.environ.get("SLURMPRE_CHAOS_PREEMPTIONS", "3"))
     doc, err = drill(
         tmp_path, "--preemptions", str(count), "--baseline", "--window", "15",
-        "--checkpoint-interval", "40", "--tuned-timings",
+        "--checkpoint-interval", "40", "--tuned-timings", "--big-state-mb", "32",
         seed=seed,
     )  # fmt: skip
     try:
@@ -142,6 +147,7 @@ def test_random_preemptions_lose_nothing_and_beat_the_seeds_recipe(
         assert seeds["steps_computed"] >= ours["steps_computed"]
         assert "seeds (job" in err and "x better" in err
         assert "capacity scene (job" in err and "grow at +" in err
+        assert "big-state scene (job" in err and "pulled 32 MB in" in err
     except AssertionError as exc:
         # The drill's own timeline and table say what happened: keep them with the failure.
         raise AssertionError(f"{exc}\n--- the drill's report ---\n{err[-8000:]}") from None

@@ -6,6 +6,7 @@ node: a shape no worker's cluster has) and takes it down again."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shlex
@@ -91,7 +92,11 @@ def test_a_sandbox_up_with_another_shared_dir_is_refused_in_one_line() -> None:
         shared=shared.record(pid=123),
     )
     refuse_another_shape(state, Asked(specs, shared=shared))  # the same: harmless
-    for other in (None, SharedDir(Path("/srv/ckpt"), 8.0), SharedDir(Path("/srv/other"), 16.0)):
+    # None asked keeps the one up (after the drill's big-state scene, the suite's own up).
+    refuse_another_shape(state, Asked(specs))
+    with pytest.raises(UsageError, match=r"Slurm 26\.05\.5, no shared dir"):
+        refuse_another_shape(dataclasses.replace(state, shared=None), Asked(specs, shared=shared))
+    for other in (SharedDir(Path("/srv/ckpt"), 8.0), SharedDir(Path("/srv/other"), 16.0)):
         with pytest.raises(UsageError) as info:
             refuse_another_shape(state, Asked(specs, shared=other))
         assert str(info.value) == (

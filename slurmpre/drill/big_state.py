@@ -1,0 +1,137 @@
+"""The drill's big-state scene (#51): a state too big to write within the window.
+
+The drill's job carries ``--big-state-mb`` MB of float32 beside its model, on one node,
+its checkpoint folder on the sandbox's shared filesystem capped (`sandbox up
+--shared-dir --shared-mbps`) so that writing the state there takes one and a half
+windows: the provider's 30B+ case, where the node goes before a save in the folder ends.
+It saves on the node (``local_dir = "auto"``): the training stops for a memory copy, the
+flush into the folder runs in the background, and at the drain the job that takes over
+pulls the notice save from the drained node. The scene drains it once, a few steps after
+its second periodic save, and passes when the run lost no step, took the notice save
+over the network (not from the folder), and ended with the uninterrupted run's state,
+every row of the big state included (`DrillResult.failures`). The report shows the save
+on the node, the pull and each flush.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from slurmpre.drill import report, timeline
+from slurmpre.drill.driver import Driver, drive
+from slurmpre.drill.jobs import drill_spec
+from slurmpre.drill.options import DrillOptions
+from slurmpre.drill.plan import Moment
+from slurmpre.folder import records
+from slurmpre.login.submit import submit
+from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.slurm import states
+
+NAME = "big-state"
+EVERY = 100  # steps between periodic saves, at most (the drill's interval, if shorter)
+SHARED = Path("/var/tmp/slurmpre-drill")  # + sandbox<N>: the capped shared dir
+
+
+def shared_dir(sandbox: Sandbox) -> Path:
+    return SHARED / f"sandbox{sandbox.instance.number}"
+
+
+def shared_mbps(opts: DrillOptions) -> float:
+    """The cap that makes writing the state into the folder take 1.5 windows."""
+    return round(opts.big_state_mb / (1.5 * opts.window), 2)
+
+
+def scene_options(opts: DrillOptions) -> DrillOptions:
+    """Four periodic intervals of training, saves that take what they take."""
+    every = min(opts.every, EVERY)
+    return replace(opts, steps=4 * every, every=every, save_seconds=0.0, preemptions=1)
+
+
+def steps(opts: DrillOptions) -> int:
+    return scene_options(opts).training_steps()
+
+
+def run_big_state(
+    sandbox: Sandbox,
+    opts: DrillOptions,
+    raw: dict[str, Any],
+    work: Path,
+    timeout: float,
+    jobs: list[str],
+    say: Callable[[str], None],
+) -> tuple[timeline.Observed, Path]:
+    """The scene's run, and its checkpoint folder (on the capped shared dir)."""
+    scene = scene_options(opts)
+    folder = shared_dir(sandbox) / work.name / NAME
+    spec = drill_spec(
+        raw, scene, folder, name=f"drill-{NAME}", nodes="1", local_dir="auto",
+        args=("--state-mb", str(opts.big_state_mb)),
+    )  # fmt: skip
+    started = time.time()
+    jobs.append(job := submit(spec, sandbox.client).job_id)
+    say(
+        f"submitted job {job} (the big-state scene: {opts.big_state_mb} MB of state, its "
+        f"folder {folder} on a shared dir capped at {shared_mbps(opts):g} MB/s)"
+    )
+    drain = Moment("training", 2 * scene.every + 5)  # just after its second periodic save
+    driver = Driver(sandbox, NAME, job, folder, [drain], scene, random.Random(0), say, started)
+    (run,) = drive([driver], timeout + scene.training_steps() * opts.step_seconds + 4 * opts.window)
+    return run, folder
+
+
+def failures(run: timeline.Observed, identical: bool) -> list[str]:
+    """Where the scene fell short: the run ended otherwise, lost a step, took the notice
+    save from anywhere but the drained node's memory, or ended with another state."""
+    out = []
+    if run.state != states.COMPLETED:
+        out.append(f"the big-state scene's job ended {run.state}")
+    if not identical:
+        out.append("the big-state scene's final state differs from the uninterrupted run's")
+    pre = report.preemptions(run)
+    if any(p.steps_lost for p in pre):
+        out.append(f"the big-state scene lost {sum(p.steps_lost or 0 for p in pre)} steps")
+    if pre and any(p.pull_s is None for p in pre):
+        out.append("the big-state scene's notice save was not pulled from the drained node")
+    return out
+
+
+def lines(run: timeline.Observed, opts: DrillOptions) -> list[str]:
+    """The scene in the report: the stalls of its saves on the node, its preemption with
+    the save, pull and flush, and each checkpoint's flush into the folder."""
+    typed = run.records()
+    saved = [r for r in typed if isinstance(r, records.Saved)]
+    flushed = [r for r in typed if isinstance(r, records.Checkpoint) and r.flush_seconds]
+    out = [
+        "",
+        f"big-state scene (job {run.job_id}; {opts.big_state_mb} MB of state saved on the node, "
+        f"its folder capped at {shared_mbps(opts):g} MB/s): {run.state}",
+    ]
+    periodic = [r.seconds for r in saved if not r.after_notice]
+    if periodic:
+        out.append(
+            f"  {len(periodic)} periodic save(s) on the node stopped the training "
+            f"{max(periodic):.2f} s at most; in the folder a save takes about "
+            f"{opts.big_state_mb / shared_mbps(opts):.0f} s"
+        )
+    for p in report.preemptions(run):
+        lost = "-" if p.steps_lost is None else str(p.steps_lost)
+        step = "-" if p.drain_to_first_step_s is None else f"{p.drain_to_first_step_s:.1f} s"
+        out.append(
+            f"  drain of {p.node} at +{p.drained_at - run.submitted_at:.1f}s: step "
+            f"{p.checkpoint_step} {_tier_words(p)}; training again {step} after the drain, "
+            f"{lost} steps lost"
+        )
+    for r in flushed:
+        out.append(f"  step {r.step} flushed into the folder in {r.flush_seconds:.1f} s")
+    return out
+
+
+def _tier_words(p: report.Preemption) -> str:
+    from slurmpre.drill.table import tier_line
+
+    return tier_line(p) or "saved straight into the folder"
