@@ -15,7 +15,10 @@ removed at the window's end, back 15 s later) right after its second periodic sa
   highest-numbered one (a requeue waits >= 121 s on stock timings);
 - ``2 nodes, batch host drains`` and ``2 nodes, other node drains``: the tier, two ranks
   of a sharded DCP state, handed to a successor on a free node (which pulls both ranks'
-  shards) and restarted in place.
+  shards) and restarted in place;
+- ``2 nodes, other node lost``: no drain, the other node's slurmd killed (Slurm requeues);
+- ``1 node, pull cut midway``: the tier, the node removed as soon as the successor's pull
+  of the notice save has begun: it must resume from the folder (`big_state_cut.py`).
 
 The sandbox has three preemptible nodes (and a standard one) and every job asks for
 whole nodes (``--exclusive``, as a GPU job has them), so a successor starts on a free
@@ -67,6 +70,7 @@ from slurmpre.sandbox.preempt import (
 )
 from slurmpre.slurm.parse import format_version, requeue_floor
 
+from big_state_cut import cut, judge
 from big_state_memory import Memory, clear_local
 from big_state_report import measure, read, tables, verdict
 from big_state_train import LOG
@@ -112,6 +116,8 @@ SCENARIOS = (
     Scenario("2 nodes, batch host drains", "1-2", "batch host", "tier"),
     Scenario("2 nodes, other node drains", "1-2", "other node", "tier"),
     Scenario("2 nodes, other node lost", "1-2", "lost", "tier"),  # no drain: slurmd killed
+    # drained, then removed as soon as the successor's pull has begun (big_state_cut.py)
+    Scenario("1 node, pull cut midway", "1", "pull cut", "tier"),
 )
 
 
@@ -203,15 +209,23 @@ def run(box: Sandbox, work: Path, sc: Scenario, setup: Setup) -> dict[str, Any]:
                180)  # fmt: skip
     memory = Memory(box)
     memory.start()
-    drained = None
+    drained, cut_at = None, dict[str, Any]()
     try:
         if saves(box, folder, first, sc, setup):
             batch = job.batch_host or job.nodes[0]
             victim = (
-                next(n for n in job.nodes if n != batch) if sc.victim != "batch host" else batch
+                next(n for n in job.nodes if n != batch)
+                if sc.victim in ("other node", "lost")
+                else batch
             )
             if sc.victim == "lost":
                 drained = lose(box, victim, folder, first, sc)
+            elif sc.victim == "pull cut":
+                say = lambda line: print(f"  {sc.name}: {line}", flush=True)  # noqa: E731
+                cut_at = cut(box, victim, setup.window, RETURN_AFTER, say)
+                wait("the run's end", lambda: box.client.job(last_job(folder, first, sc)).finished,
+                     3600)  # fmt: skip
+                drained = cut_at["drained"]
             else:
                 drained = drain(box, victim, folder, first, sc, setup)
     finally:
@@ -226,6 +240,8 @@ def run(box: Sandbox, work: Path, sc: Scenario, setup: Setup) -> dict[str, Any]:
                    errors=errors(folder / "logs"))  # fmt: skip
     else:
         out.update(measure(folder, records, drained, setup.state_mb, setup.steps))
+        if sc.victim == "pull cut":
+            out.update(judge(folder, out["jobs"], cut_at, dict(box.env)))
     out["leftover_mb"] = clear_local(box) / 1e6  # what the nodes' folders still held
     if not setup.keep:
         for entry in folder.iterdir():  # the checkpoints (GBs): the logs and ledger stay

@@ -20,6 +20,8 @@ from slurmpre.folder.records import (
     Start,
 )
 
+from big_state_cut import passed as cut_passed
+from big_state_cut import report as cut_report
 from big_state_train import FINAL, LOG, expected_digest
 
 TARGETS = (  # the issue's, for one node with the tier: what, key, at most
@@ -156,6 +158,9 @@ def tables(results: dict[Any, dict[str, Any]], state_mb: int) -> None:
             f"(the resumed step's {fmt(r['resumed_flush_s'])} s)"
         )
         print(f"  {'':<28} from the drain seen, s: {r['timeline']}")
+        if sc.victim == "pull cut":
+            for line in cut_report(r):
+                print(f"  {'':<28} {line}")
     print(f"\npeak memory per node: RSS of the job's processes + its node-local folder (state "
           f"{state_mb} MB; sampled every 0.5 s):")  # fmt: skip
     for sc, r in results.items():
@@ -194,6 +199,18 @@ def verdict(results: dict[Any, dict[str, Any]], save_s: float, window: float) ->
         # Without the tier an after-notice save longer than the window cannot be made: that
         # loss is what the tier is for, not a broken promise.
         excused = sc.how == "no tier" and save_s > window - 10
+        if sc.victim == "pull cut":  # the pull cut: the folder's newest, steps since lost
+            cut_ok = cut_passed(r)
+            good = bool(cut_ok) and r["exact"] is True and r["digest_ok"]
+            ok = ok and good and not r["left"]
+            what = {None: "INCONCLUSIVE (the pull was not cut midway)", True: "pull cut midway, "
+                    "resumed from the folder's newest durable checkpoint, nothing partial, one "
+                    "line said so", False: "its checks FAILED"}[cut_ok]  # fmt: skip
+            print(f"  {sc.name:<28} {what}; {r['twice']} steps trained twice (since step "
+                  f"{r['resumed_step']}); resumed state {'exact' if r['exact'] else 'NOT EXACT'}; "
+                  f"final state {'equal to' if r['digest_ok'] else 'DIFFERENT from'} an "
+                  f"uninterrupted run's; left queued: {', '.join(r['left']) or 'nothing'}")  # fmt: skip
+            continue
         # A node lost without notice: what it trained since the newest save on the nodes.
         lost = sc.victim == "lost" and r["resumed_step"] == r["newest_saved"]
         good = (r["twice"] == 0 or excused or lost) and r["exact"] is not False and r["digest_ok"]

@@ -20,6 +20,7 @@ server, nor make a job load theirs (docs/security.md).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -53,6 +54,7 @@ PULL_WAIT = 300.0  # seconds node 0 waits for its nodes' pulls
 PULL_TIMEOUT = 30.0  # seconds a stalled connection is given
 MAX_CLIENTS = 256  # connections one node's server takes at once
 SERVE_WAIT = 15.0  # seconds node 0 waits for each of its nodes to serve (its tier up)
+LOG = logging.getLogger(__name__)
 
 
 def run_key(folder: Path) -> bytes:
@@ -246,7 +248,8 @@ def pulled_by_successor(records: Sequence[Record], job: str, step: int) -> bool:
 
 class Puller:
     """Each node of a successor: pulls what node 0 asks (`arrange`) into this node's
-    local folder, on a thread of the wrapper, and records how it went."""
+    local folder, on a thread of the wrapper, and records how it went (`Pulled`, with
+    why it failed): node 0 says the outcome, in one line, for every node."""
 
     def __init__(
         self,
@@ -257,11 +260,10 @@ class Puller:
         job: str,
         attempt: int,
         node: int,
-        say: Callable[[str], None],
         in_place: int = 0,
         poll: float = POLL,
     ) -> None:
-        self.run, self.folder, self.ledger, self.say = run, folder, ledger, say
+        self.run, self.folder, self.ledger = run, folder, ledger
         self.job, self.attempt, self.node = job, attempt, node
         self.at, self.poll = AttemptId(attempt, in_place), poll
         self._stop = threading.Event()
@@ -309,8 +311,8 @@ class Puller:
             size = pull_all(asked.sources, run_key(self.folder), asked.step, self.run,
                             lambda: self._wanted(asked))  # fmt: skip
         except (OSError, SlurmpreError) as exc:
-            why = str(exc)
-            self.say(f"pulling step {asked.step}: {why}")
+            why = str(exc)  # in its record: node 0's one line says it (`ask_pulls`)
+            LOG.debug("node %d: pulling step %d: %s", self.node, asked.step, why)
         with contextlib.suppress(SlurmpreError):
             self.ledger.append(
                 Pulled(

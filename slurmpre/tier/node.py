@@ -106,7 +106,7 @@ class NodeTier:
             successor = bool(at.predecessor) and at.attempt == 0 and at.in_place == 0
             self.puller = handoff.Puller(
                 self.run, self.ledger.folder, self.ledger, job=at.job, attempt=at.attempt,
-                node=at.node_id, say=self.say, in_place=at.in_place,
+                node=at.node_id, in_place=at.in_place,
                 poll=handoff.POLL if successor else 1.0,
             ).start()  # fmt: skip
             if self.server is not None and at.nodes > 1:  # a copy on the neighbour's node

@@ -5,8 +5,10 @@ own copy; a pull that fails leaves nothing and names why, and the folder is used
 from __future__ import annotations
 
 import json
+import socket
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurmpre.errors import TransferError
@@ -95,9 +97,7 @@ def test_every_node_of_the_successor_holds_the_predecessors_save(
     for node, run in enumerate(new):
         run.mkdir()
         pullers.append(
-            handoff.Puller(
-                run, folder, Ledger(folder), job="8", attempt=0, node=node, say=print
-            ).start()
+            handoff.Puller(run, folder, Ledger(folder), job="8", attempt=0, node=node).start()
         )
     _serving(folder, "8", 2)
     said: list[str] = []
@@ -135,7 +135,7 @@ def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
     server.close()  # the node went before the successor could pull
     new = tmp_path / "new"
     new.mkdir()
-    handoff.Puller(new, folder, Ledger(folder), job="8", attempt=0, node=0, say=print).start()
+    handoff.Puller(new, folder, Ledger(folder), job="8", attempt=0, node=0).start()
     _serving(folder, "8", 1)
     said: list[str] = []
     step = handoff.arrange(
@@ -155,6 +155,44 @@ def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
     assert len(said) == 1 and "resuming from the newest checkpoint in the folder" in said[0]
     assert local.parts(new) == [] and list(new.iterdir()) == []  # nothing half-pulled
     assert not handoff.pulled_by_successor(Ledger(folder).records(), "7", 5)
+
+
+def test_a_pull_cut_midway_resumes_from_the_folder_said_in_one_line(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The predecessor's node removed during the transfer (bench/big_state.py's ``1 node,
+    pull cut midway``): its server sends half a file and its connection ends. The job's
+    output says so once (node 0, quoting its puller's why), and nothing is kept."""
+    old = tmp_path / "old"
+    old.mkdir()
+    _part(old, 5, {"w": b"w" * 100_000})
+    send = transfer._send_file
+
+    def removed(conn: socket.socket, folder: int, rel: str, size: int, *rest: Any) -> None:
+        if rel != "w":
+            return send(conn, folder, rel, size, *rest)
+        conn.sendall(b"w" * (size // 2))
+        raise OSError("the node is gone")
+
+    monkeypatch.setattr(transfer, "_send_file", removed)
+    servers = _predecessor(folder, [old], 5)
+    new = tmp_path / "new"
+    new.mkdir()
+    output: list[str] = []  # the job's output: every line the wrapper says
+    puller = handoff.Puller(new, folder, Ledger(folder), job="8", attempt=0, node=0).start()
+    _serving(folder, "8", 1)
+    step = handoff.arrange(Ledger(folder), job="8", attempt=0, predecessor="7", nodes=1,
+                           durable=lambda: 3, ended=lambda: False, timeout=60,
+                           say=output.append)  # fmt: skip
+    puller.stop()
+    servers[0].close()
+    assert step is None
+    (done,) = [r for r in Ledger(folder).records() if isinstance(r, PullDone)]
+    assert not done.ok and done.why and "ended within 'w'" in done.why
+    assert len(output) == 1, output
+    assert "failed" in output[0] and "ended within 'w'" in output[0]
+    assert output[0].endswith("resuming from the newest checkpoint in the folder")
+    assert list(new.iterdir()) == []  # nothing half-pulled
 
 
 def test_a_save_older_than_the_folders_newest_is_not_pulled(tmp_path: Path, folder: Path) -> None:

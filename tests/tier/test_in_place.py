@@ -51,7 +51,7 @@ def _step(folder: Path, tmp_path: Path) -> tuple[list[Path], list[transfer.Serve
         ledger.append(Serving(job="7", attempt=0, node=f"n{node}", host="127.0.0.1",
                               port=server.port))  # fmt: skip
         handoff.Puller(run, folder, Ledger(folder), job="7", attempt=0, node=node,
-                       say=print, poll=0.05).start()  # fmt: skip
+                       poll=0.05).start()  # fmt: skip
         runs.append(run)
         servers.append(server)
     return runs, servers

@@ -43,7 +43,7 @@ class Attempt:
             self.ledger.append(Serving(job="7", attempt=attempt, node=name, host="127.0.0.1",
                                        port=server.port))  # fmt: skip
             self.stops.append(handoff.Puller(run, folder, Ledger(folder), job="7",
-                                             attempt=attempt, node=node, say=print,
+                                             attempt=attempt, node=node,
                                              poll=0.05).start())  # fmt: skip
             if replicate:
                 self.stops.append(replica.Replicator(run, Ledger(folder), job="7", at=self.at,
