@@ -22,6 +22,8 @@ class Tiers:
     flush_s: float | None  # the background copy and commit
     kept: int = 0  # nodes that hold their neighbour's part of it too (`tier.replica`)
     taken_by: str | None = None  # the attempt that took it over from its nodes' folders
+    # A job's pull of it that failed, and why: that job resumed from the folder instead.
+    pull_failed: tuple[str, str] | None = None
 
     def line(self, running: bool) -> str:
         where = [f"saved on job {self.job}'s nodes ({self.saved_s:.1f} s)"]
@@ -29,6 +31,13 @@ class Tiers:
             where.append(f"each part also on the next node ({self.kept} nodes)")
         if self.pulled_by and self.pulled_by != self.job:
             where.append(f"pulled by job {self.pulled_by}")
+        elif self.pull_failed:
+            job, why = self.pull_failed
+            where.append(
+                f"the nodes kept could not pull it ({why}): the next step waited for its flush"
+                if job == self.job
+                else f"job {job} could not pull it ({why}): it resumed from the folder's newest"
+            )
         if self.taken_by:
             where.append(f"taken over on the nodes by attempt {self.taken_by}")
         if self.durable:
@@ -51,6 +60,8 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
     durable = {r.step: r for r in records if isinstance(r, Checkpoint) and r.job in mine}
     pulled = {r.step: r.job for r in records
               if isinstance(r, PullDone) and r.ok and r.predecessor in mine}  # fmt: skip
+    failed = {r.step: (r.job, r.why or "no reason given") for r in records
+              if isinstance(r, PullDone) and not r.ok and r.predecessor in mine}  # fmt: skip
     kept: dict[int, set[int]] = {}
     for r in records:
         if isinstance(r, Replicated) and r.job in mine:
@@ -71,6 +82,7 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
                 flush_s=flushed.flush_seconds if flushed else None,
                 kept=len(kept.get(step, ())),
                 taken_by=taken.get(step),
+                pull_failed=failed.get(step),
             )
         )
     return out

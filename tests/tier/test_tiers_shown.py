@@ -63,3 +63,21 @@ def test_a_step_kept_on_the_next_node_and_taken_over_after_a_node_was_lost() -> 
         "step 10: saved on job 7's nodes (0.4 s), each part also on the next node (2 nodes), "
         "taken over on the nodes by attempt 7.1, flushing"
     )
+
+
+def test_a_pull_that_failed_is_said_with_its_reason() -> None:
+    """A successor whose pull was cut resumed from the folder's newest checkpoint (bench
+    scene "1 node, pull cut midway"); in place, the next step waited for the flush."""
+    records = [
+        _saved("7", 15, after=True),
+        PullDone(job="8", attempt=0, predecessor="7", step=15, ok=False, why="node 0: cut"),
+        _saved("8", 20, after=True),
+        PullDone(job="8", attempt=0, predecessor="8", step=20, ok=False, why="too late"),
+    ]
+    shown = [r.line(running=True) for r in tiers.of_run(records, ["7", "8"])]
+    assert shown == [
+        "step 15: saved on job 7's nodes (0.4 s), job 8 could not pull it (node 0: cut): "
+        "it resumed from the folder's newest, flushing",
+        "step 20: saved on job 8's nodes (0.4 s), the nodes kept could not pull it (too late): "
+        "the next step waited for its flush, flushing",
+    ]
