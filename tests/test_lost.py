@@ -158,3 +158,51 @@ def test_an_attempt_with_one_save_takes_the_pace_of_the_runs_other_attempts() ->
 def test_no_pace_anywhere_is_unknown() -> None:
     recs = [r for r in scene() if r["event"] not in ("saved", "checkpoint")]
     assert [a.lost for a in status(recs).attempts] == ["-", "-"]
+
+
+def test_a_hand_over_from_a_notice_save_on_the_nodes_lost_nothing() -> None:
+    """With `local_dir`, the notice save is `saved` on the nodes, and its commit in the
+    folder comes with the flush, about 90 s after the hand-over (or never): until then the
+    attempt that handed over lost 0 steps, not an estimate of the steps after its save."""
+    recs = [
+        {"event": "submitted", "job": "31", "name": "big", "time": T0 - 5},
+        at(0, "start", nodes=["pre-1"], num_nodes=1, world_size=1, resume_from=None, step=None),
+        saved(101.0, 200),
+        at(
+            120.0,
+            "notice",
+            kind="drain",
+            node="pre-1",
+            reason="preempted",
+            first=True,
+            seen_at=T0 + 120,
+        ),
+        {**saved(121.0, 245), "after_notice": True},
+        at(
+            122.0,
+            "successor",
+            successor="32",
+            excluded=["pre-1"],
+            why="drain",
+            submitted_at=T0 + 122,
+        ),
+        at(140.0, "end", exit_code=0, seconds=140.0),
+        {
+            **at(
+                0,
+                "start",
+                0,
+                nodes=["pre-2"],
+                num_nodes=1,
+                world_size=1,
+                resume_from="/tmp/l/32-0/step-00000245",
+                step=245,
+            ),
+            "job": "32",
+            "time": T0 + 135.0,
+        },
+    ]
+    st = job_status("31", "big", "/c/big", [Record.from_json(r) for r in recs], None,
+                    now=T0 + 200)  # fmt: skip
+    handed = st.attempts[0]
+    assert (handed.checkpoint_step, handed.steps_lost, handed.unseen) == (245, 0, None)

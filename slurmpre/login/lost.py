@@ -125,7 +125,7 @@ def unseen(
     capped = trained > interval
     return Unseen(
         steps=saved - nxt.step + min(trained, interval),
-        about=end is not None and not capped,
+        about=end is not None and not capped and bool(own),  # from a start: a bound
         since=nxt.step,
         saved=saved,
         saved_at=saved_at,

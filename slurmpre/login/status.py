@@ -31,6 +31,7 @@ from slurmpre.folder.records import (
     Placed,
     Record,
     Requeued,
+    Saved,
     SpareReleased,
     Start,
     Stopping,
@@ -211,7 +212,11 @@ def _row(
     held = 0.0
     if held_from is not None and held_until is not None and start is not None:
         held = max(held_until - held_from, 0.0) * (len(start.nodes) + len(start.spares or ()))
-    checkpoint_step = on_notice[-1].step if on_notice else None
+    # The notice's save: committed in the folder, or (`local_dir`) saved on the nodes,
+    # whose commit comes only with the flush, long after the hand-over.
+    notice_saves = [r.step for r in on_notice]
+    notice_saves += [r.step for r in recs if isinstance(r, Saved) and r.after_notice]
+    checkpoint_step = max(notice_saves) if notice_saves else None
     newest = committed[-1].step if committed else (start.step if start else None)
     steps_lost = lost.counted(checkpoint_step, newest, nxt)
     row = AttemptRow(
