@@ -30,6 +30,10 @@ class SpecError(UsageError):
     """A job spec is malformed; the message names the key and the value."""
 
 
+class OtherShape(UsageError):
+    """`sandbox up` of a sandbox that is up in another shape (`sandbox down` first)."""
+
+
 class CommandError(SlurmpreError):
     """An external command could not run, timed out, or failed."""
 

@@ -15,7 +15,10 @@ on the node, the pull and each flush.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,23 +30,31 @@ from slurmpre.drill.driver import Driver, drive
 from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.plan import Moment
+from slurmpre.errors import UsageError
 from slurmpre.folder import records
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.instance import STATE_ROOT
 from slurmpre.slurm import states
 
 NAME = "big-state"
 EVERY = 100  # steps between periodic saves, at most (the drill's interval, if shorter)
-SHARED = Path("/var/tmp/slurmpre-drill")  # + sandbox<N>: the capped shared dir
+SHARED = STATE_ROOT / "drill-shared"  # + sandbox<N>: the capped shared dir
 
 
 def shared_dir(sandbox: Sandbox) -> Path:
+    """Where the sandbox mounts the scene's shared dir: in a folder of this user's alone
+    (made 0700 here), since the scene's job resumes from what lies there; refused when it
+    is a link, another user's, or others may write it."""
+    with contextlib.suppress(FileExistsError):
+        SHARED.mkdir(mode=0o700, parents=True)
+    st = os.lstat(SHARED)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise UsageError(
+            f"{SHARED}: not a folder of this user's alone (a link, another user's, or "
+            "writable by others); remove it and run the drill again"
+        )
     return SHARED / f"sandbox{sandbox.instance.number}"
-
-
-def shared_mbps(opts: DrillOptions) -> float:
-    """The cap that makes writing the state into the folder take 1.5 windows."""
-    return round(opts.big_state_mb / (1.5 * opts.window), 2)
 
 
 def scene_options(opts: DrillOptions) -> DrillOptions:
@@ -76,7 +87,7 @@ def run_big_state(
     jobs.append(job := submit(spec, sandbox.client).job_id)
     say(
         f"submitted job {job} (the big-state scene: {opts.big_state_mb} MB of state, its "
-        f"folder {folder} on a shared dir capped at {shared_mbps(opts):g} MB/s)"
+        f"folder {folder} on a shared dir capped at {opts.big_state_mbps():.3g} MB/s)"
     )
     drain = Moment("training", 2 * scene.every + 5)  # just after its second periodic save
     driver = Driver(sandbox, NAME, job, folder, [drain], scene, random.Random(0), say, started)
@@ -93,9 +104,11 @@ def failures(run: timeline.Observed, identical: bool) -> list[str]:
     if not identical:
         out.append("the big-state scene's final state differs from the uninterrupted run's")
     pre = report.preemptions(run)
+    if not pre:
+        out.append("the big-state scene made no preemption (its training ended first)")
     if any(p.steps_lost for p in pre):
         out.append(f"the big-state scene lost {sum(p.steps_lost or 0 for p in pre)} steps")
-    if pre and any(p.pull_s is None for p in pre):
+    if any(p.pull_s is None for p in pre):
         out.append("the big-state scene's notice save was not pulled from the drained node")
     return out
 
@@ -109,14 +122,14 @@ def lines(run: timeline.Observed, opts: DrillOptions) -> list[str]:
     out = [
         "",
         f"big-state scene (job {run.job_id}; {opts.big_state_mb} MB of state saved on the node, "
-        f"its folder capped at {shared_mbps(opts):g} MB/s): {run.state}",
+        f"its folder capped at {opts.big_state_mbps():.3g} MB/s): {run.state}",
     ]
     periodic = [r.seconds for r in saved if not r.after_notice]
     if periodic:
         out.append(
             f"  {len(periodic)} periodic save(s) on the node stopped the training "
             f"{max(periodic):.2f} s at most; in the folder a save takes about "
-            f"{opts.big_state_mb / shared_mbps(opts):.0f} s"
+            f"{opts.big_state_mb / opts.big_state_mbps():.0f} s"
         )
     for p in report.preemptions(run):
         lost = "-" if p.steps_lost is None else str(p.steps_lost)

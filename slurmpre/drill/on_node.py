@@ -21,8 +21,14 @@ def figures(run: Observed, hit: Hit) -> dict[str, float | None]:
              and (r.job, r.attempt) == where]  # fmt: skip
     if not saved:
         return {}
-    step = saved[-1].step
-    pulls = [r for r in typed if isinstance(r, records.Pulled) and r.ok and r.step == step]
+    step, job = saved[-1].step, saved[-1].job
+    # The pull that answered it: by the attempt whose pull of it ended well, its nodes'.
+    done = next((r for r in typed if isinstance(r, records.PullDone) and r.ok
+                 and r.step == step and r.predecessor == job), None)  # fmt: skip
+    pulls = [] if done is None else [
+        r for r in typed if isinstance(r, records.Pulled) and r.ok and r.step == step
+        and (r.job, r.attempt_id) == (done.job, done.attempt_id)
+    ]  # fmt: skip
     flushed = [r.flush_seconds for r in typed if isinstance(r, records.Checkpoint)
                and r.step == step and r.flush_seconds is not None]  # fmt: skip
     return {

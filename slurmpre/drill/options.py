@@ -12,6 +12,8 @@ from slurmpre.drill.plan import Moment
 from slurmpre.errors import UsageError
 from slurmpre.slurm import states
 
+MIN_MBPS = 0.5  # the slowest shared dir the big-state scene asks for (MB/s)
+
 
 @dataclass(frozen=True)
 class DrillOptions:
@@ -48,6 +50,17 @@ class DrillOptions:
                 f"--big-state-mb must be 0 (no such scene) or from 16 to 8000, "
                 f"got {self.big_state_mb}"
             )
+        if self.big_state_mb and self.big_state_mbps() < MIN_MBPS:
+            raise UsageError(
+                f"--big-state-mb {self.big_state_mb} in a {self.window:g} s window caps the "
+                f"shared dir at {self.big_state_mbps():.3g} MB/s, under {MIN_MBPS:g}: give a "
+                "bigger state or a shorter window"
+            )
+
+    def big_state_mbps(self) -> float:
+        """The big-state scene's cap on its shared dir: writing the state into its folder
+        takes one and a half windows (`drill.big_state`)."""
+        return self.big_state_mb / (1.5 * self.window)
 
     def training_steps(self) -> int:
         """Long enough that every preemption comes before the run ends, and no longer.

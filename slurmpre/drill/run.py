@@ -13,6 +13,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
 from slurmpre.drill.train import FINAL
-from slurmpre.errors import SandboxError, SlurmpreError, UsageError
+from slurmpre.errors import OtherShape, SandboxError, SlurmpreError
 from slurmpre.login.submit import submit
+from slurmpre.sandbox import shared_fs
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import restore_all
 from slurmpre.slurm.parse import format_version
@@ -68,7 +70,7 @@ def bring_up(
         kw.update(shared_dir=str(shared[0]), shared_mbps=shared[1])
     try:
         state = sandbox.up(**kw)
-    except UsageError:
+    except OtherShape:
         if _queued(sandbox):
             raise
         say("restarting the sandbox with the drill's timings and shape (no job was queued)")
@@ -96,8 +98,11 @@ def run_drill(
         say(f"  preemption {i}: {m.describe()}")
     raw = load_example()
     shared = None
+    if opts.big_state_mb and (why := shared_fs.missing()) is not None:
+        say(f"no big-state scene: its capped shared dir needs FUSE, and {why}")
+        opts = replace(opts, big_state_mb=0)
     if opts.big_state_mb:
-        shared = (big_state.shared_dir(sandbox), big_state.shared_mbps(opts))
+        shared = (big_state.shared_dir(sandbox), opts.big_state_mbps())
     timings = bring_up(sandbox, opts, say, shared=shared)
     release = format_version(sandbox.current().version)
     sandbox.use()  # the jobs it submits, and what they run, use the sandbox's Slurm

@@ -22,7 +22,8 @@ class Tiers:
     flush_s: float | None  # the background copy and commit
     kept: int = 0  # nodes that hold their neighbour's part of it too (`tier.replica`)
     taken_by: str | None = None  # the attempt that took it over from its nodes' folders
-    # A job's pull of it that failed, and why: that job resumed from the folder instead.
+    # A pull of it that failed: by whom (a successor job, "in place": the nodes the drained
+    # step kept, "restart": a restart gathering it after a node was lost), and why.
     pull_failed: tuple[str, str] | None = None
 
     def line(self, running: bool) -> str:
@@ -32,12 +33,13 @@ class Tiers:
         if self.pulled_by and self.pulled_by != self.job:
             where.append(f"pulled by job {self.pulled_by}")
         elif self.pull_failed:
-            job, why = self.pull_failed
-            where.append(
-                f"the nodes kept could not pull it ({why}): the next step waited for its flush"
-                if job == self.job
-                else f"job {job} could not pull it ({why}): it resumed from the folder's newest"
-            )
+            by, why = self.pull_failed
+            if by == "in place":
+                where.append(f"the nodes kept could not pull it ({why}): the next step "
+                             "waited for its flush")  # fmt: skip
+            else:
+                who = "the restart" if by == "restart" else f"job {by}"
+                where.append(f"{who} could not pull it ({why}): it resumed from the folder")
         if self.taken_by:
             where.append(f"taken over on the nodes by attempt {self.taken_by}")
         if self.durable:
@@ -60,8 +62,13 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
     durable = {r.step: r for r in records if isinstance(r, Checkpoint) and r.job in mine}
     pulled = {r.step: r.job for r in records
               if isinstance(r, PullDone) and r.ok and r.predecessor in mine}  # fmt: skip
-    failed = {r.step: (r.job, r.why or "no reason given") for r in records
-              if isinstance(r, PullDone) and not r.ok and r.predecessor in mine}  # fmt: skip
+    failed: dict[int, tuple[str, str]] = {}
+    for r in records:
+        if isinstance(r, PullDone) and not r.ok and r.predecessor in mine and r.step in saves:
+            at = saves[r.step]
+            own = (r.job, r.attempt_id) == (at.job, at.attempt_id)
+            by = r.job if r.job != at.job else "in place" if own else "restart"
+            failed[r.step] = (by, r.why or "no reason given")
     kept: dict[int, set[int]] = {}
     for r in records:
         if isinstance(r, Replicated) and r.job in mine:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmpre.errors import UsageError
+from slurmpre.errors import OtherShape
 from slurmpre.sandbox.config import STOCK, TUNED, NodeSpec, State, Timings
 from slurmpre.slurm.parse import format_version
 
@@ -77,7 +77,7 @@ def refuse_another_shape(state: State, asked: Asked) -> None:
         return
     preemptible = sum(bool(n["preemptible"]) for n in state.nodes)
     extra = f", {shared_words(state.shared)}" if state.shared or asked.shared else ""
-    raise UsageError(
+    raise OtherShape(
         f"the sandbox is up with {len(state.nodes)} nodes "
         f"({preemptible} preemptible, {state.timings} timings, "
         f"proctrack/{state.tracking}, Slurm {format_version(state.version)}{extra}); "

@@ -87,6 +87,15 @@ def checked(
     return SharedDir(path, mbps)
 
 
+def missing() -> str | None:
+    """Why this host cannot serve a shared dir (None: it can; libfuse comes with `up`)."""
+    if not DEV_FUSE.exists():
+        return "this host has no /dev/fuse"
+    if importlib.util.find_spec("mfusepy") is None:
+        return f"the Python package mfusepy is not in {sys.prefix}"
+    return None
+
+
 def ensure_fuse(say: Callable[[str], None]) -> None:
     """FUSE's device, libfuse 3 (installed with apt-get when missing) and mfusepy."""
     if not DEV_FUSE.exists():

@@ -40,7 +40,14 @@ def tiered_run(*, pulled_it: bool = True) -> Observed:
     ]
     if pulled_it:
         extra += [pulled(0, 30, 1.5, 600_000_000), pulled(1, 30, 2.5, 400_000_000),
-                  pulled(1, 20, 9.0, 10**9)]  # fmt: skip
+                  pulled(1, 20, 9.0, 10**9),  # another step's
+                  records.PullDone(job="7", attempt=0, predecessor="5", step=30, ok=True,
+                                   time=141.0)]  # fmt: skip
+        # Another attempt's pull of it, which failed: none of its figures.
+        extra += [records.Pulled(job="9", attempt=0, node=0, step=30, ok=True, seconds=7.0,
+                                 bytes=5, time=150.0),
+                  records.PullDone(job="9", attempt=0, predecessor="5", step=30, ok=False,
+                                   why="node 1: cut", time=151.0)]  # fmt: skip
     flush = records.Checkpoint(job="7", attempt=0, step=30, path="/c/30", after_notice=True,
                                time=200.0, seconds=0.4, flush_seconds=62.0)  # fmt: skip
     extra.append(flush)
@@ -101,12 +108,19 @@ def test_the_scene_fails_without_the_pull_with_a_step_lost_or_another_state() ->
     failed = tiered_run()
     failed.state = "FAILED"
     assert "the big-state scene's job ended FAILED" in result(failed).failures()
+    undrained = tiered_run()
+    undrained.hits = []
+    assert result(undrained).failures() == [
+        "the big-state scene made no preemption (its training ended first)"
+    ]
 
 
 def test_the_scene_is_four_intervals_and_a_save_in_its_folder_outlasts_the_window() -> None:
     opts = DrillOptions(window=60, big_state_mb=512, every=500)
     assert big_state.steps(opts) == 400 and big_state.scene_options(opts).every == 100
-    assert 512 / big_state.shared_mbps(opts) == pytest.approx(90, rel=0.01)
+    assert 512 / opts.big_state_mbps() == pytest.approx(90)
+    with pytest.raises(UsageError, match=r"--big-state-mb 16 in a 3600 s window caps .* 0\.00296"):
+        DrillOptions(big_state_mb=16, window=3600).check()
     assert big_state.steps(DrillOptions(every=40)) == 160
     with pytest.raises(UsageError, match=r"--big-state-mb must be 0 .* got 8"):
         DrillOptions(big_state_mb=8).check()

@@ -73,11 +73,15 @@ def test_a_pull_that_failed_is_said_with_its_reason() -> None:
         PullDone(job="8", attempt=0, predecessor="7", step=15, ok=False, why="node 0: cut"),
         _saved("8", 20, after=True),
         PullDone(job="8", attempt=0, predecessor="8", step=20, ok=False, why="too late"),
+        _saved("8", 30),  # then a node lost; the restart could not gather it
+        PullDone(job="8", attempt=1, predecessor="8", step=30, ok=False, why="node 1: gone"),
     ]
     shown = [r.line(running=True) for r in tiers.of_run(records, ["7", "8"])]
     assert shown == [
         "step 15: saved on job 7's nodes (0.4 s), job 8 could not pull it (node 0: cut): "
-        "it resumed from the folder's newest, flushing",
+        "it resumed from the folder, flushing",
         "step 20: saved on job 8's nodes (0.4 s), the nodes kept could not pull it (too late): "
         "the next step waited for its flush, flushing",
+        "step 30: saved on job 8's nodes (0.4 s), the restart could not pull it (node 1: gone): "
+        "it resumed from the folder, flushing",
     ]
