@@ -25,19 +25,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import report, timeline
+from slurmpre.drill import on_node, report, timeline
 from slurmpre.drill.driver import Driver, drive
 from slurmpre.drill.jobs import drill_spec
-from slurmpre.drill.options import DrillOptions
+from slurmpre.drill.options import BIG_STATE, DrillOptions
 from slurmpre.drill.plan import Moment
 from slurmpre.errors import UsageError
 from slurmpre.folder import records
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.instance import STATE_ROOT
-from slurmpre.slurm import states
 
-NAME = "big-state"
+NAME = BIG_STATE
 EVERY = 100  # steps between periodic saves, at most (the drill's interval, if shorter)
 SHARED = STATE_ROOT / "drill-shared"  # + sandbox<N>: the capped shared dir
 
@@ -95,24 +94,6 @@ def run_big_state(
     return run, folder
 
 
-def failures(run: timeline.Observed, identical: bool) -> list[str]:
-    """Where the scene fell short: the run ended otherwise, lost a step, took the notice
-    save from anywhere but the drained node's memory, or ended with another state."""
-    out = []
-    if run.state != states.COMPLETED:
-        out.append(f"the big-state scene's job ended {run.state}")
-    if not identical:
-        out.append("the big-state scene's final state differs from the uninterrupted run's")
-    pre = report.preemptions(run)
-    if not pre:
-        out.append("the big-state scene made no preemption (its training ended first)")
-    if any(p.steps_lost for p in pre):
-        out.append(f"the big-state scene lost {sum(p.steps_lost or 0 for p in pre)} steps")
-    if any(p.pull_s is None for p in pre):
-        out.append("the big-state scene's notice save was not pulled from the drained node")
-    return out
-
-
 def lines(run: timeline.Observed, opts: DrillOptions) -> list[str]:
     """The scene in the report: the stalls of its saves on the node, its preemption with
     the save, pull and flush, and each checkpoint's flush into the folder."""
@@ -145,6 +126,5 @@ def lines(run: timeline.Observed, opts: DrillOptions) -> list[str]:
 
 
 def _tier_words(p: report.Preemption) -> str:
-    from slurmpre.drill.table import tier_line
-
-    return tier_line(p) or "saved straight into the folder"
+    said = on_node.line(p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s)
+    return said or "saved straight into the folder"

@@ -13,6 +13,7 @@ from slurmpre.errors import UsageError
 from slurmpre.slurm import states
 
 MIN_MBPS = 0.5  # the slowest shared dir the big-state scene asks for (MB/s)
+BIG_STATE = "big-state"  # the big-state scene's run (`drill.big_state`)
 
 
 @dataclass(frozen=True)
@@ -132,11 +133,7 @@ class DrillResult:
         if not self.identical.get("slurmpre"):
             out.append("its final weights differ from the uninterrupted run's")
         out += self._capacity_failures()
-        if "big-state" in self.runs:
-            from slurmpre.drill import big_state
-
-            scene = big_state.NAME
-            out += big_state.failures(self.runs[scene], self.identical.get(scene, False))
+        out += self._big_state_failures()
         if summary.steps_lost:
             out.append(f"it lost {summary.steps_lost} steps")
         if summary.partial_checkpoint_loaded:
@@ -165,6 +162,26 @@ class DrillResult:
         lost = report.summarize(run, self.runs.get("reference"), prices=self.options.prices)
         if lost.steps_lost:
             out.append(f"the capacity scene lost {lost.steps_lost} steps")
+        return out
+
+    def _big_state_failures(self) -> list[str]:
+        """The big-state scene (`drill.big_state`): it ran to its end, lost no step, took
+        the notice save from the drained node's memory, and ended with the same state."""
+        run = self.runs.get(BIG_STATE)
+        if run is None:
+            return []
+        out = []
+        if run.state != states.COMPLETED:
+            out.append(f"the big-state scene's job ended {run.state}")
+        if not self.identical.get(BIG_STATE):
+            out.append("the big-state scene's final state differs from the uninterrupted run's")
+        pre = report.preemptions(run)
+        if not pre:
+            out.append("the big-state scene made no preemption (its training ended first)")
+        if any(p.steps_lost for p in pre):
+            out.append(f"the big-state scene lost {sum(p.steps_lost or 0 for p in pre)} steps")
+        if any(p.pull_s is None for p in pre):
+            out.append("the big-state scene's notice save was not pulled from the drained node")
         return out
 
     def _capacity_dict(self) -> dict[str, Any]:
