@@ -31,7 +31,7 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint
 from slurmpre.signals import quiet_thread
-from slurmpre.tier import local, replica
+from slurmpre.tier import local, replica, salvage
 
 POLL = 0.25  # seconds between looks at the node-local folder
 PEERS_WAIT = 600.0  # seconds node 0 waits for the other nodes' parts of one step
@@ -64,6 +64,7 @@ class Flusher:
         self.durable = _newest_durable(folder)
         self.busy: int | None = None
         self.abandoned: set[int] = set()  # steps node 0 gave up on (a node's part never came)
+        self.adopted: list[salvage.Taken] = []  # what it took over from an earlier attempt here
         self._finish = threading.Event()
         self._quit = threading.Event()  # a job that took over holds the newest: no flush
         self._done = threading.Event()
@@ -86,9 +87,12 @@ class Flusher:
         ``adopt_job``: the newest whole copy an earlier attempt of that job left on this
         node is taken over first, when the folder holds nothing as new (`local.adopt`)."""
         say = kwargs["say"]
-        adopt_from = (adopt_job, _newest_durable(folder)) if adopt_job else None
+        adopted: list[salvage.Taken] = []
         try:
-            held = local.prepare(setting, env, folder, node, attempt, adopt_from)
+            held = local.prepare(setting, env, folder, node, attempt, clear=not adopt_job)
+            if held is not None and adopt_job:
+                adopted = salvage.adopt(held.run, adopt_job, _newest_durable(folder))
+                local.clear_dead(held.run.parent, keep=held.run.name)
         except local.Unusable as exc:
             say(f"{exc}: checkpoints go straight to the checkpoint folder")
             return None
@@ -98,7 +102,9 @@ class Flusher:
             return None
         if held is None:
             return None
-        return cls(held, folder, **kwargs).start()
+        flusher = cls(held, folder, **kwargs)
+        flusher.adopted = adopted
+        return flusher.start()
 
     def start(self) -> Flusher:
         quiet_thread(self._loop, name="slurmpre-flush")

@@ -25,16 +25,13 @@ import stat
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slurmpre import dollars, environment
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder.layout import FolderLayout, file_tag, step_dir_name
-
-if TYPE_CHECKING:
-    from slurmpre.tier.salvage import Taken
 
 PART = ".slurmpre-part"
 LOCK = ".lock"  # held by the attempt's wrapper while it lives
@@ -93,12 +90,10 @@ def root_of(setting: str | None, env: Mapping[str, str]) -> Path | None:
 
 @dataclass
 class Held:
-    """An attempt's node-local folder, and the lock that says its wrapper lives; and what
-    it took over from an earlier attempt of the job on this node (`salvage.adopt`)."""
+    """An attempt's node-local folder, and the lock that says its wrapper lives."""
 
     run: Path
     fd: int
-    adopted: list[Taken] = field(default_factory=list)
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
@@ -111,14 +106,15 @@ def prepare(
     folder: Path,
     node: str,
     attempt: str,
-    adopt_from: tuple[str, int] | None = None,
+    *,
+    clear: bool = True,
 ) -> Held | None:
     """This attempt's node-local folder, made, checked and locked for the wrapper's life
     (what dead attempts left beside it on this node is removed); None when ``local_dir``
     is off. `Unusable` (one line) when it is missing, not writable, full, on a shared or
     network volume, or another user's: the caller saves to the shared folder.
-    ``adopt_from`` (a job, and the folder's newest step): first take over what an earlier
-    attempt of that job left here of a newer step (`salvage.adopt`)."""
+    ``clear`` False leaves the dead attempts' folders to the caller, who first takes
+    over what they hold (`salvage.adopt`), then calls `clear_dead`."""
     root = root_of(setting, env)
     if root is None:
         return None
@@ -146,13 +142,9 @@ def prepare(
         _own_dir(path)
     fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    adopted = []
-    if adopt_from:
-        from slurmpre.tier import salvage  # it reads parts: it imports this module
-
-        adopted = salvage.adopt(run, *adopt_from)
-    clear_dead(run.parent, keep=run.name)
-    return Held(run, fd, adopted)
+    if clear:
+        clear_dead(run.parent, keep=run.name)
+    return Held(run, fd)
 
 
 def clear_dead(node_dir: Path, keep: str) -> list[str]:

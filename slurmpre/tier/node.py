@@ -79,7 +79,7 @@ class NodeTier:
         if flusher is None:
             return None
         tier = cls(flusher, ledger, at, say)
-        for taken in flusher.held.adopted:
+        for taken in flusher.adopted:
             what = "a whole copy" if taken.parts is None else f"the parts of nodes {taken.parts}"
             say(f"took over {what} of step {taken.step} from {taken.source} on this node")
             with contextlib.suppress(SlurmpreError):
