@@ -52,3 +52,37 @@ def test_the_summary_names_the_release_and_the_timelines_keep_it(tmp_path: Path)
     before = DrillResult.load(old)
     assert before.slurm is None
     assert any(line.startswith("summary (sandbox timings: tuned;") for line in render(before))
+
+
+class _Refusing:
+    """A sandbox whose `up` refuses with ``first``, then comes up; counts its `down`s."""
+
+    def __init__(self, first: Exception) -> None:
+        self.first: Exception | None = first
+        self.downs = 0
+
+    def up(self, *, say: Callable[[str], None], **_: Any) -> State:
+        if self.first is not None:
+            exc, self.first = self.first, None
+            raise exc
+        return State(version=[26, 5, 5], timings="tuned", nodes=[])
+
+    def down(self, *, say: Callable[[str], None]) -> None:
+        self.downs += 1
+
+
+def test_only_a_sandbox_up_in_another_shape_is_restarted(monkeypatch: Any) -> None:
+    """Another shape (nothing queued): down, then up in the drill's. Any other refusal
+    (a bad --shared-mbps, a folder in the way) is the user's to read: the sandbox stays."""
+    import pytest
+    from slurmpre.drill import run
+    from slurmpre.errors import OtherShape, UsageError
+
+    monkeypatch.setattr(run, "_queued", lambda _: False)
+    shaped = _Refusing(OtherShape("the sandbox is up with 4 nodes"))
+    assert bring_up(cast(Sandbox, shaped), DrillOptions(), lambda _: None) == "tuned"
+    assert shaped.downs == 1
+    refused = _Refusing(UsageError("--shared-dir /x: not empty"))
+    with pytest.raises(UsageError, match="not empty"):
+        bring_up(cast(Sandbox, refused), DrillOptions(), lambda _: None)
+    assert refused.downs == 0
