@@ -164,9 +164,12 @@ class Ledger:
             done = done + self._parse(data[len(seen) : whole], lines)
             seen, lines = data[:whole], lines + data.count(b"\n", len(seen), whole)
             self._read = (seen, lines, done)
-        return done + self._parse(data[whole:], lines)
+        # The last line, not ended yet: a record a writer killed before its newline, or one
+        # still being written (a reader on a slow shared volume sees it come in pieces):
+        # read when whole, never said to be torn while it may still grow.
+        return done + self._parse(data[whole:], lines, quiet=True)
 
-    def _parse(self, data: bytes, lines_before: int) -> list[Record]:
+    def _parse(self, data: bytes, lines_before: int, *, quiet: bool = False) -> list[Record]:
         out = []
         for number, raw in enumerate(data.split(b"\n"), start=lines_before + 1):
             if not raw.strip():
@@ -178,7 +181,8 @@ class Ledger:
                 why = str(exc)
             except (UnicodeDecodeError, ValueError):
                 why = "not a JSON object"
-            skip_line(self.path, number, raw, why, self.warn)
+            if not quiet:
+                skip_line(self.path, number, raw, why, self.warn)
         return out
 
     def previous_start(self, job: str, attempt: AttemptId) -> Start | None:

@@ -136,6 +136,25 @@ def test_a_torn_last_line_never_swallows_the_next_record(tmp_path: Path) -> None
     assert previous is not None and previous.world_size == 2
 
 
+def test_a_last_line_still_being_written_is_read_once_whole_and_never_warned_of(
+    tmp_path: Path,
+) -> None:
+    """A reader on a slow shared volume saw a long notice record come in pieces and said
+    "skipping line 7 ...: not a JSON object" of a line that was whole a moment later."""
+    warned: list[str] = []
+    ledger = Ledger(tmp_path, warn=warned.append)
+    ledger.ensure()
+    ledger.append(record({"event": "start", "job": "7", "attempt": 0}))
+    whole = record({"event": "start", "job": "7", "attempt": 1, "time": 5.0})
+    line = json.dumps(whole.to_json()) + "\n"
+    with ledger.path.open("a") as fh:
+        fh.write(line[:12])
+    assert [r["attempt"] for r in dicts(ledger)] == [0] and warned == []
+    with ledger.path.open("a") as fh:
+        fh.write(line[12:])
+    assert [r["attempt"] for r in dicts(ledger)] == [0, 1] and warned == []
+
+
 def test_binary_and_non_object_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
     warned: list[str] = []
     ledger = Ledger(tmp_path, warn=warned.append)
