@@ -205,6 +205,7 @@ class Flusher:
                 if skipped:
                     steps = ", ".join(map(str, skipped))
                     self.say(f"flush: steps {steps} skipped, step {newest.step} is newer")
+                self._prune(newest.step)  # before a copy of minutes, not after it
                 self._lead(newest)
                 worked = True
         else:
@@ -213,15 +214,20 @@ class Flusher:
             for part in reversed(held):
                 incoming = self._incoming(part.step)
                 if incoming.is_dir() and not self._has_mark(incoming):
+                    self._prune(part.step)
                     self._copy(part, incoming)
                     self._mark(incoming)
                     worked = True
                     break
-        # A step whose neighbour's part this node keeps keeps its own part too: with one of
-        # the two nodes lost, the other still holds that step whole (`replica`).
-        kept = {r.step for r in replica.replicas(self.run)}
-        local.prune(self.run, busy=frozenset({self.busy} if self.busy is not None else ()) | kept)
+        self._prune(self.busy)
         return worked
+
+    def _prune(self, flushing: int | None) -> None:
+        """Remove the parts no longer needed here (`local.prune`): all but the newest, the
+        one being flushed, and a step whose neighbour's part this node keeps (with one of
+        the two nodes lost, the other still holds that step whole: `replica`)."""
+        kept = {r.step for r in replica.replicas(self.run)}
+        local.prune(self.run, busy=frozenset(() if flushing is None else {flushing}) | kept)
 
     def _give_up(self, why: str) -> None:
         """The newest step cannot reach the folder (the volume refuses it): it stays on
