@@ -38,7 +38,8 @@ from slurmpre.sandbox.instance import STATE_ROOT
 
 NAME = BIG_STATE
 EVERY = 100  # steps between periodic saves, at most (the drill's interval, if shorter)
-SHARED = STATE_ROOT / "drill-shared"  # + sandbox<N>: the capped shared dir
+# + sandbox<N>: the capped shared dir (beside the sandboxes' state, never inside it)
+SHARED = STATE_ROOT.with_name(f"{STATE_ROOT.name}-drill")
 
 
 def shared_dir(sandbox: Sandbox) -> Path:

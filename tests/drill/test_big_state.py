@@ -139,3 +139,14 @@ def test_the_big_state_is_checked_row_by_row() -> None:
     assert big_state_rows(150)[:3] == [3.0, 3.0, 3.0] and big_state_rows(150)[-1] == 2.0
     payload[5, 7] += 1.0  # one element torn
     assert seen_rows(payload) is None
+
+
+def test_the_scenes_shared_dir_is_one_the_sandbox_takes() -> None:
+    """`up --shared-dir` refuses a folder inside the sandboxes' state (/var/lib/slurmpre):
+    the scene's folder lay there once, and every drill stopped at its start (CI run)."""
+    from slurmpre.sandbox import shared_fs
+    from slurmpre.sandbox.instance import Instance
+
+    box = Instance(9)
+    shared = big_state.SHARED / f"sandbox{box.number}"
+    assert shared_fs.checked(str(shared), 5.0, box.state_dir, box) is not None
