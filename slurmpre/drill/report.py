@@ -284,10 +284,7 @@ def _restart_moment(run: Observed, hit: Hit) -> float | None:
 
 def _checkpoint_step(run: Observed, hit: Hit) -> int | None:
     if run.mode != "seeds":  # slurmpre's: committed in the folder, or saved on the node
-        steps = [c.step for c in _ledger_for(run, hit.attempt, records.Checkpoint)
-                 if c.after_notice]  # fmt: skip
-        steps += [s.step for s in _ledger_for(run, hit.attempt, records.Saved) if s.after_notice]
-        return max(steps) if steps else None
+        return records.notice_step(_ledger_for(run, hit.attempt, records.AttemptRecord))
     saves = _events(run.log, hit.attempt, "save-end")
     return saves[-1]["step"] if saves else None
 

@@ -8,6 +8,7 @@ The job side imports this module: it imports nothing but the standard library.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from slurmpre.folder.record import (
@@ -373,3 +374,11 @@ class End(AttemptRecord):
     EVENT: ClassVar[str] = "end"
     exit_code: int | None
     seconds: float
+
+
+def notice_step(recs: Iterable[Record]) -> int | None:
+    """The newest step saved on a notice among ``recs``: committed in the folder
+    (`Checkpoint`), or, with `local_dir`, sealed on the nodes (`Saved`), whose commit comes
+    only with the flush, long after the hand-over. None: no notice save."""
+    steps = [r.step for r in recs if isinstance(r, (Checkpoint, Saved)) and r.after_notice]
+    return max(steps) if steps else None

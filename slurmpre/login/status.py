@@ -31,12 +31,12 @@ from slurmpre.folder.records import (
     Placed,
     Record,
     Requeued,
-    Saved,
     SpareReleased,
     Start,
     Stopping,
     Successor,
     Waiting,
+    notice_step,
 )
 from slurmpre.login import lost, tiers
 from slurmpre.login.resizes import Resize, resizes
@@ -200,7 +200,6 @@ def _row(
     end = next((r for r in recs if isinstance(r, End)), None)
     notice = next((r for r in recs if isinstance(r, Notice)), None)
     committed = [r for r in recs if isinstance(r, Checkpoint)]
-    on_notice = [r for r in committed if r.after_notice]
     started = start.time if start else None
     ended_at = end.time if end else (nxt.time if nxt else None)
     running = slurm is not None and slurm.holds_nodes
@@ -212,11 +211,7 @@ def _row(
     held = 0.0
     if held_from is not None and held_until is not None and start is not None:
         held = max(held_until - held_from, 0.0) * (len(start.nodes) + len(start.spares or ()))
-    # The notice's save: committed in the folder, or (`local_dir`) saved on the nodes,
-    # whose commit comes only with the flush, long after the hand-over.
-    notice_saves = [r.step for r in on_notice]
-    notice_saves += [r.step for r in recs if isinstance(r, Saved) and r.after_notice]
-    checkpoint_step = max(notice_saves) if notice_saves else None
+    checkpoint_step = notice_step(recs)
     newest = committed[-1].step if committed else (start.step if start else None)
     steps_lost = lost.counted(checkpoint_step, newest, nxt)
     row = AttemptRow(
