@@ -65,6 +65,9 @@ LOCAL_DIR = "SLURMPRE_LOCAL_DIR"
 # "I/N", set on every node when local_dir is on (usable there or not): training node I of N.
 LOCAL_NODE = "SLURMPRE_LOCAL_NODE"
 
+# The SLURMPRE_ names a spec's `env` may set; slurmpre sets every other one itself.
+USER_SET = frozenset({SHARED_WATCH, SHARED_DIR, PORT_OFFSET})
+
 
 # What every training process finds set: the batch script's exports and `Training`'s
 # (a test holds it to `Training.to_env`). A command's $NAME may name these: the wrapper

@@ -79,6 +79,21 @@ def test_values_are_normalised() -> None:
         ({"env": {"1BAD": "x"}}, "env key '1BAD' is not a valid environment variable name"),
         ({"env": {"P_K\n": "x"}}, "env key 'P_K\\n' is not a valid environment variable name"),
         ({"env": {"OK": ["x"]}}, "env.OK = ['x']: must be a string or a number"),
+        ({"env": {"_": ""}}, "env key '_' is bash's own: the batch script cannot pass it on"),
+        ({"env": {"IFS": ":"}}, "env key 'IFS' is bash's own: the batch script cannot pass it on"),
+        ({"env": {"UID": "0"}}, "env key 'UID' is bash's own: the batch script cannot pass it on"),
+        (
+            {"env": {"BASH_ENV": "/tmp/x"}},
+            "env key 'BASH_ENV' is bash's own: the batch script cannot pass it on",
+        ),
+        (
+            {"env": {"SLURMPRE_CHECKPOINT_DIR": "/tmp"}},
+            "env key 'SLURMPRE_CHECKPOINT_DIR' is slurmpre's own: it sets this name itself",
+        ),
+        (
+            {"env": {"slurmpre_attempt": "1"}},
+            "env key 'slurmpre_attempt' is slurmpre's own: it sets this name itself",
+        ),
         ({"command": []}, "command = []: must name a program to run"),
         ({"command": "python 'unclosed"}, 'command = "python \'unclosed": cannot be split'),
         ({"command": 3}, "command = 3: must be a string or a list of strings"),
@@ -449,6 +464,12 @@ def test_path_variables_that_cannot_expand_are_one_line_errors(
 def test_env_values_with_other_shell_syntax_are_refused(value: str) -> None:
     with pytest.raises(SpecError, match=r"^env\.X = .*(not \$NAME|last argument|no closing)"):
         validate({"name": "j", "command": ["python"], "env": {"X": value}})
+
+
+def test_env_may_set_the_slurmpre_names_a_user_sets_and_names_near_bashs() -> None:
+    env = {"SLURMPRE_SHARED_DIR": "/home/a/w", "SLURMPRE_SHARED_WATCH": "0", "_X": "1", "PS1": "x"}
+    spec = validate({"name": "j", "command": ["python"], "env": env})
+    assert spec.env == env
 
 
 def test_accelerate_config_is_checked_at_submit_and_reaches_the_wrapper(

@@ -117,7 +117,8 @@ JOB: tuple[Key, ...] = (
     ),
     Key('env', {}, 'env', '`{}`',
         'variables exported in the script; `$VAR` and `${VAR}` in a value expand on the node as '
-        'the job starts, `$$` is a `$` (see "Variables" below)',
+        'the job starts, `$$` is a `$` (see "Variables" below). Names bash keeps (`_`, `IFS`, '
+        '`UID`, `BASH*`, ...) and the `SLURMPRE_` names slurmpre sets are refused',
     ),
     Key('setup', (), 'setup', '`[]`',
         'shell lines run before the launch (module loads, venv activation); a failing line '
