@@ -34,6 +34,7 @@ from slurmpre.job.watch.notice import (
     read_notice,
     taken_path,
 )
+from slurmpre.job.watch.phases import Clock as WatchClock
 from slurmpre.job.watch.watcher import Watcher
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
@@ -149,8 +150,7 @@ class Harness:
             config or requeuing(),
             requeue_allowed=requeue_allowed,
             say=self.said.append,
-            clock=self.clock.monotonic,
-            wall=self.clock.wall,
+            clock=WatchClock(self.clock.monotonic, self.clock.wall),
             wait=self.wait,
             rng=random.Random(0),
             env=env,

@@ -2,15 +2,16 @@
 over or plan the restart, tell a script that goes on when to stop, and decide (by
 `decide.decide`) when the job goes on elsewhere.
 
-Owned by the watcher's thread alone; the deadline counts from the drain's own time as
-Slurm stamped it, not from when the watcher saw it.
+Owned by the watcher's thread alone; its phases are `phases.Phase`, timed on the
+monotonic clock. The deadline counts from the drain's own time as Slurm stamped it, not
+from when the watcher saw it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,8 @@ from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.decide import Action, Facts, decide
 from slurmpre.job.watch.grow import GROW_WAIT
-from slurmpre.job.watch.notice import (
-    Notice,
-    listening_path,
-    notice_path,
-    taken_path,
-    write_notice,
-)
+from slurmpre.job.watch.notice import Notice, write_notice
+from slurmpre.job.watch.phases import Clock, Commit, Phase, Progress
 from slurmpre.tier.in_place import InPlacePull
 
 
@@ -47,25 +43,6 @@ class Outcome:
     successor: str | None = None  # the job that takes over, instead of a requeue
 
 
-@dataclass
-class _State:
-    notice: Notice | None = None
-    deadline: float | None = None  # on the monotonic clock
-    step_at_notice: int | None = None
-    committed: tuple[int | None, str] | None = None
-    committed_at: float | None = None  # monotonic
-    exit_code: int | None = None
-    drained: set[str] = field(default_factory=set)
-    listened_before: bool = False  # an earlier attempt's script asked preemption_requested()
-    stop_sent: bool = False  # the notice file says stop (a script that goes on stops)
-    stop_at: float | None = None  # monotonic: when a script that goes on must stop
-    notice_written: float | None = None  # wall clock: the notice file first written
-    committed_wall: float | None = None  # wall clock: its checkpoint seen committed
-    went_on: bool = False  # the script trains on after a notice checkpoint, until told to stop
-    stop_wall: float | None = None  # wall clock: the notice file first said stop
-    early: bool = False  # the next step starts beside this one (`overlap`)
-
-
 class AfterNotice:
     def __init__(
         self,
@@ -75,15 +52,11 @@ class AfterNotice:
         restarts: Restarts,
         log: AttemptLog,
         say: Callable[[str], None],
-        clock: Callable[[], float],
-        wall: Callable[[], float],
+        clock: Clock,
     ) -> None:
-        self.job, self.folder, self.config = job, folder, config
-        self.restarts, self.log, self.say = restarts, log, say
-        self.clock, self.wall = clock, wall
-        self._state = _State()
-        self._on_node = False  # the notice's save is on the nodes: their wrappers serve it
-        self._pull: InPlacePull | None = None  # in place: the kept nodes pull that save
+        self.job, self.files, self.config = job, FolderLayout(folder), config
+        self.restarts, self.log, self.say, self.clock = restarts, log, say, clock
+        self._state = Progress()
 
     @property
     def notice(self) -> Notice | None:
@@ -114,8 +87,8 @@ class AfterNotice:
         window = self.config.window if notice.kind == "drain" else self.config.time_warning
         budget = max(window - self.config.margin, 0.0)
         # The window began when Slurm drained the node, not when this watcher saw it.
-        left = notice.since + budget - self.wall()
-        state.deadline = self.clock() + max(left, 0.0)
+        left = notice.since + budget - self.clock.wall()
+        state.deadline = self.clock.monotonic() + max(left, 0.0)
         restart = self.restarts.plan(notice.kind, state.drained)
         successor = (
             self.config.restart == "successor"
@@ -126,16 +99,16 @@ class AfterNotice:
         # beside this one on a spare (`overlap`), a script that can checkpoint and go on
         # keeps training after its notice checkpoint, until told to stop.
         state.early = self.config.spare_overlap and overlap.may_start_early(
-            restart, self.job, self.folder
+            restart, self.job, self.files.folder
         )
-        self._publish(stop=not (successor or state.early))
-        current = _latest(self.folder)
+        self._enter(Phase.GOING_ON if successor or state.early else Phase.STOPPING)
+        current = _latest(self.files.folder)
         state.step_at_notice = current.step if current else None
-        own = listening_path(self.folder, self.job.tag, self.job.attempt)
+        own = self.files.listening(self.job.tag, self.job.attempt)
         state.listened_before = any(
-            p != own and trust.marked(p) for p in FolderLayout(self.folder).listening_files()
+            p != own and trust.marked(p) for p in self.files.listening_files()
         )
-        late = self.wall() - notice.since
+        late = self.clock.wall() - notice.since
         floor = self.restarts.floor()
         how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
         self.say(
@@ -145,15 +118,15 @@ class AfterNotice:
         )
         self._record_first(notice, restart, successor, budget, floor)
         if successor and self.restarts.hand_over("at the notice", sorted(state.drained)) is None:
-            self._publish(stop=True)  # no successor: stop at the checkpoint
+            self._enter(Phase.STOPPING)  # no successor: stop at the checkpoint
         if state.early and not self.restarts.in_place(
             restart.why, notice.kind, state.drained, early=True
         ):
             state.early = False  # not asked: restart in place once this step has ended
-            self._publish(stop=True)
+            self._enter(Phase.STOPPING)
         if restart.keep and not successor and not state.early:  # the kept nodes pull its save
             at = records.AttemptId(self.job.restart_count, self.job.in_place)
-            self._pull = InPlacePull(self.log.ledger, self.job.tag, at, self.job.nodes,
+            state.pull = InPlacePull(self.log.ledger, self.job.tag, at, self.job.nodes,
                                      restart.keep, self.say)  # fmt: skip
 
     def _record_first(
@@ -195,8 +168,8 @@ class AfterNotice:
         state = self._state
         state.notice = notice
         budget = GROW_WAIT if notice.at_once else self.config.window - self.config.margin
-        state.deadline = self.clock() + max(budget, 0.0)
-        current = _latest(self.folder)
+        state.deadline = self.clock.monotonic() + max(budget, 0.0)
+        current = _latest(self.files.folder)
         state.step_at_notice = current.step if current else None
         self.say(f"growing: {notice.reason}; job {done.successor} takes over")
         self.log.add(
@@ -204,15 +177,14 @@ class AfterNotice:
             **_notice_fields(notice, first=True),
             step_at_notice=state.step_at_notice,
             deadline_from="seen",
-            deadline_at=self.wall() + budget,
+            deadline_at=self.clock.wall() + budget,
             restart="successor",
             restart_why="grow",
             expected_wait_s={"successor": 0},
             nodes=len(self.job.nodes),
             grow_to=notice.grow_to,
         )
-        if not notice.at_once:
-            self._publish(stop=True)
+        self._enter(Phase.GROWING if notice.at_once else Phase.STOPPING)
 
     def step(self) -> Outcome | None:
         """Act on the pending notice: the outcome once the job goes on (or will not)."""
@@ -221,7 +193,7 @@ class AfterNotice:
             return None
         facts = self._facts()
         decision = decide(facts)
-        pulling = self._pull is not None and self._pull.pending and not facts.past_deadline
+        pulling = state.pull is not None and state.pull.pending and not facts.past_deadline
         if decision.action is Action.WAIT or pulling:  # the kept nodes pull the notice save
             return None
         if state.early and not (facts.exit_code is not None or facts.past_deadline
@@ -231,6 +203,7 @@ class AfterNotice:
             self.say(f"not requeuing: {decision.why}")
             self.log.add(records.RequeueSkipped, why=decision.why)
             self.restarts.call_off()
+            self._enter(Phase.ENDED)
             return Outcome(state.notice, Action.SKIP, decision.why)
         done = self.restarts.in_place(
             decision.why, state.notice.kind, state.drained, started=state.early
@@ -239,12 +212,14 @@ class AfterNotice:
             done = self.restarts.go_on(decision.why, state.drained)
         if done is None:
             return None  # the requeue failed: the next round tries again
-        if done.successor and self._stopped_at_its_checkpoint() and not self._on_node:
+        on_node = state.commit is not None and state.commit.on_node
+        if done.successor and self._stopped_at_its_checkpoint() and not on_node:
             self.restarts.end_step(f"job {done.successor} takes over from its checkpoint")
-        if not state.stop_sent:
+        if state.phase.trains_on:
             # A script still going on (the deadline came first) must stop now: the job that
             # takes over waits for it to end.
-            self._publish(stop=True)
+            self._enter(Phase.STOPPING)
+        self._enter(Phase.ENDED)
         return Outcome(
             state.notice,
             done.action,
@@ -259,26 +234,27 @@ class AfterNotice:
         step has nothing left to do. Not for a script that went on after its notice
         checkpoint and was told to stop after it: its last save may still be writing."""
         state = self._state
-        if state.committed_wall is None or state.exit_code is not None:
+        if state.commit is None or state.exit_code is not None:
             return False
-        told = state.stop_wall is not None and state.stop_wall <= state.committed_wall
+        told = state.told_at is not None and state.told_at <= state.commit.at
         return not state.went_on or told
 
-    def _publish(self, *, stop: bool) -> None:
-        """Write the notice file every rank reads (again, when it turns to stop)."""
+    def _enter(self, phase: Phase) -> None:
+        """The one way from phase to phase. GOING_ON and STOPPING (again, when it is asked
+        again) write the notice file every rank reads: checkpoint, or checkpoint and stop."""
         state = self._state
-        if state.notice is None:
+        state.phase = phase
+        if state.notice is None or phase not in (Phase.GOING_ON, Phase.STOPPING):
             return
-        state.stop_sent = stop
-        if stop and state.stop_wall is None:
-            state.stop_wall = self.wall()
-        if state.notice_written is None:
-            state.notice_written = self.wall()
+        now = self.clock.monotonic()
+        if phase is Phase.STOPPING and state.told_at is None:
+            state.told_at = now
+        if state.asked_at is None:
+            state.asked_at = now
+        stop = phase is Phase.STOPPING
         try:
-            write_notice(
-                notice_path(self.folder, self.job.tag, self.job.attempt),
-                dataclasses.replace(state.notice, stop=stop),
-            )
+            path = self.files.notice(self.job.tag, self.job.attempt)
+            write_notice(path, dataclasses.replace(state.notice, stop=stop))
         except (OSError, trust.Untrusted) as exc:
             self.say(f"could not write the notice file: {exc}")
 
@@ -287,7 +263,7 @@ class AfterNotice:
         checkpoint) once its successor waits for it, or as the deadline nears: the window
         less the margin, less what its notice checkpoint took (and a poll)."""
         state = self._state
-        if state.notice is None or state.stop_sent or not goes_on or state.committed is None:
+        if not state.phase.trains_on or not goes_on or state.commit is None:
             return
         if state.deadline is None:
             return
@@ -299,7 +275,7 @@ class AfterNotice:
             why = f"job {self.restarts.successor} is ready to take over"
         elif state.early and self._successor_waiting():
             why = "the next step, started beside this one, is ready to take over"
-        elif self.clock() >= state.stop_at:
+        elif self.clock.monotonic() >= state.stop_at:
             why = "the deadline nears"
         if why is None:
             return
@@ -308,28 +284,28 @@ class AfterNotice:
     def _stop_for_the_bigger_job(self) -> None:
         """A grow whose successor started on idle nodes: once it waits for this job's
         checkpoint, every rank checkpoints and stops (the deadline does it otherwise)."""
-        state = self._state
-        if state.notice is None or state.notice.kind != "grow" or state.stop_sent:
+        notice = self._state.notice
+        if self._state.phase is not Phase.GROWING or notice is None:
             return
         if not self._successor_waiting():
             return
-        why = f"job {self.restarts.successor} waits on {state.notice.grow_to} nodes"
+        why = f"job {self.restarts.successor} waits on {notice.grow_to} nodes"
         self._ask_to_stop(why)
 
     def _ask_to_stop(self, why: str) -> None:
         """The notice file turns to stop: a script still training checkpoints and stops."""
-        self._publish(stop=True)
+        self._enter(Phase.STOPPING)
         self.say(f"asking the training to checkpoint and stop: {why}")
-        self.log.add(records.Stopping, why=why, asked_at=self.wall())
+        self.log.add(records.Stopping, why=why, asked_at=self.clock.wall())
 
     def _checkpoint_seconds(self) -> float:
         """How long the notice checkpoint took, as the watcher saw it: from the notice
         file to the commit, which holds the ranks' agreeing, the step they were in, and
         the save itself (a final checkpoint takes as long)."""
         state = self._state
-        if state.committed_wall is None or state.notice_written is None:
+        if state.commit is None or state.asked_at is None:
             return 0.0
-        return max(0.0, state.committed_wall - state.notice_written)
+        return max(0.0, state.commit.at - state.asked_at)
 
     def _successor_waiting(self) -> bool:
         """The successor (or its twin on standard nodes: `twins`) waits for this job, or
@@ -340,26 +316,26 @@ class AfterNotice:
     def _facts(self) -> Facts:
         state = self._state
         tag, attempt = self.job.tag, self.job.attempt
-        if state.committed is None:
-            state.committed = self._committed_since_notice()
-            if state.committed is not None:
-                step, path = state.committed
-                state.committed_at = self.clock()
-                state.committed_wall = self.wall()
+        if state.commit is None:
+            found = self._committed_since_notice()
+            if found is not None:
+                step, path, on_node = found
+                state.commit = Commit(step, path, self.clock.monotonic(), on_node)
                 self.say(f"checkpoint of step {step} committed after the notice: {path}")
-                self.log.add(records.Committed, step=step, path=path, committed_seen_at=self.wall())
+                seen = self.clock.wall()
+                self.log.add(records.Committed, step=step, path=path, committed_seen_at=seen)
                 self.restarts.place_late()  # a placement that waited for the rate
-        goes_on = trust.marked(FolderLayout(self.folder).goes_on(tag, attempt))
+        goes_on = trust.marked(self.files.goes_on(tag, attempt))
         state.went_on = state.went_on or goes_on
         self._tell_to_stop(goes_on)
         self._stop_for_the_bigger_job()
-        now = self.clock()
+        now = self.clock.monotonic()
         return Facts(
-            goes_on=goes_on and not state.stop_sent,
-            listening=trust.marked(listening_path(self.folder, tag, attempt)),
-            taken=trust.marked(taken_path(self.folder, tag, attempt)),
-            committed=state.committed is not None,
-            since_commit=None if state.committed_at is None else now - state.committed_at,
+            goes_on=goes_on and state.phase.trains_on,
+            listening=trust.marked(self.files.listening(tag, attempt)),
+            taken=trust.marked(self.files.taken(tag, attempt)),
+            committed=state.commit is not None,
+            since_commit=None if state.commit is None else now - state.commit.at,
             exit_code=state.exit_code,
             past_deadline=state.deadline is not None and now >= state.deadline,
             exit_grace=self.config.exit_grace,
@@ -367,29 +343,30 @@ class AfterNotice:
             handed_over=self.restarts.successor is not None or state.early,
         )
 
-    def _committed_since_notice(self) -> tuple[int | None, str] | None:
+    def _committed_since_notice(self) -> tuple[int | None, str, bool] | None:
+        """(step, path, saved on the nodes) of the checkpoint that answers the notice."""
         # A script that asks preemption_requested() checkpoints on the notice itself:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
-        listening = trust.marked(listening_path(self.folder, self.job.tag, self.job.attempt))
-        pull = self._pull if self.restarts.successor is None else None
+        state = self._state
+        listening = trust.marked(self.files.listening(self.job.tag, self.job.attempt))
+        pull = state.pull if self.restarts.successor is None else None
         saved = self.log.notice_save(pulled=pull is not None or self.restarts.successor is not None)
         if pull is not None and isinstance(saved, records.Saved):  # in place, on the nodes
-            late = self._state.deadline is not None and self.clock() >= self._state.deadline
+            late = state.deadline is not None and self.clock.monotonic() >= state.deadline
             pulled = pull.poll(saved.step, late)
             if pulled is None:
                 return None
             if not pulled:  # the next step waits for the flush's commit
                 saved = self.log.notice_save(pulled=False)
         if saved is not None:
-            self._on_node = isinstance(saved, records.Saved)
-            return saved.step, saved.path
+            return saved.step, saved.path, isinstance(saved, records.Saved)
         if listening:
             return None
-        found = _latest(self.folder)
-        before = self._state.step_at_notice
+        found = _latest(self.files.folder)
+        before = state.step_at_notice
         if found is not None and found.step is not None and (before is None or found.step > before):
-            return found.step, str(found.path)
+            return found.step, str(found.path), False
         return None
 
 

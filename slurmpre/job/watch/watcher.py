@@ -19,7 +19,6 @@ import os
 import queue
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.after_notice import AfterNotice, Outcome
 from slurmpre.job.watch.attempt_log import AttemptLog
 from slurmpre.job.watch.notice import NoticeSource
+from slurmpre.job.watch.phases import Clock
 from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
 
@@ -60,19 +60,18 @@ class Watcher:
         *,
         requeue_allowed: bool,
         say: Callable[[str], None],
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock | None = None,
         wait: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        """``env``: this job's environment (a successor is submitted with it)."""
+        """``clock``: the system's unless a test drives one; ``env``: this job's
+        environment (a successor is submitted with it)."""
         self.schedules = [_Schedule(s) for s in sources]
         self.job = job
         self.config = config
         self.say = say
-        self.clock = clock
-        self.wall = wall
+        self.clock = clock or Clock()
         self.rng = rng or random.Random()
         self.inbox: queue.Queue[object] = queue.Queue()
         self.wait = wait or self._wait_inbox
@@ -80,10 +79,10 @@ class Watcher:
         self.outcome = Outcome()
         log = AttemptLog(ledger, job, say)
         self.restarts = Restarts(
-            job, folder, log, client, config, requeue_allowed, say, self.wall,
+            job, folder, log, client, config, requeue_allowed, say, self.clock.wall,
             os.environ if env is None else env,
         )  # fmt: skip
-        self.after = AfterNotice(job, folder, config, self.restarts, log, say, clock, self.wall)
+        self.after = AfterNotice(job, folder, config, self.restarts, log, say, self.clock)
         self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
@@ -129,17 +128,17 @@ class Watcher:
             self.finished.set()
 
     def run(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         for schedule in self.schedules:
             schedule.due = now
         while not self.finished.is_set():
-            now = self.clock()
+            now = self.clock.monotonic()
             for schedule in self.schedules:
                 if now >= schedule.due:
                     schedule.due = now + self._poll(schedule)
             if self._step():
                 return
-            wait = min(s.due for s in self.schedules) - self.clock()
+            wait = min(s.due for s in self.schedules) - self.clock.monotonic()
             if self.after.notice is not None:
                 wait = min(wait, self.config.commit_poll)
             message = self.wait(max(wait, 0.01))
