@@ -171,15 +171,14 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
     file, which the watcher writes on a drain."""
     from slurmpre import api
     from slurmpre.folder.layout import FolderLayout
-    from slurmpre.job.watch.notice import listening_path, notice_path
 
-    notice = notice_path(folder, tag, attempt)
+    notice = FolderLayout(folder).notice(tag, attempt)
     for key, value in {
         "SLURMPRE_CHECKPOINT_DIR": str(folder),
         "SLURMPRE_JOB_TAG": tag,
         "SLURMPRE_RESTART_COUNT": str(attempt),
         "SLURMPRE_NOTICE_FILE": str(notice),
-        "SLURMPRE_LISTENING_FILE": str(listening_path(folder, tag, attempt)),
+        "SLURMPRE_LISTENING_FILE": str(FolderLayout(folder).listening(tag, attempt)),
         "SLURMPRE_TAKEN_FILE": str(FolderLayout(folder).taken(tag, attempt)),
         "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
         "SLURMPRE_MEETS_AT_RESUME_FILE": str(FolderLayout(folder).meets_at_resume(tag)),

@@ -14,9 +14,9 @@ import transformers
 from slurmpre import api
 from slurmpre import errors as slurmpre_errors
 from slurmpre.folder import checkpoints
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
-from slurmpre.job.watch.notice import listening_path
 
 from tests.conftest import as_a_job
 from tests.records import dicts
@@ -84,7 +84,9 @@ def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
     notice = as_a_job(monkeypatch, folder, "7")
     stopped_at, _ = train(folder, [NoticeAt(notice, {13: DRAIN}), SlurmpreCallback()])
     assert stopped_at == 13  # saved and stopped at the step the notice was seen
-    assert listening_path(folder, "7", 0).exists()  # the watcher waits for this script's save
+    assert (
+        FolderLayout(folder).listening("7", 0).exists()
+    )  # the watcher waits for this script's save
     records = [r for r in dicts(Ledger(folder)) if r["event"] == "checkpoint"]
     # Every save is reported; the one on the notice is what the watcher requeues after.
     assert [(r["step"], r["after_notice"]) for r in records] == [(10, False), (13, True)]

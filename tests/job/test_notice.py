@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.watch.notice import (
     CHECKPOINT,
     HURRY,
@@ -13,7 +14,6 @@ from slurmpre.job.watch.notice import (
     STOP,
     Notice,
     NoticeGate,
-    notice_path,
     read_notice,
     write_notice,
 )
@@ -48,7 +48,7 @@ class TwoRankAllReduce:
 
 
 def test_notice_file_round_trip(tmp_path: Path) -> None:
-    path = notice_path(tmp_path, "7_1", 2)
+    path = FolderLayout(tmp_path).notice("7_1", 2)
     path.parent.mkdir()
     assert path.name == "notice-7_1-2.json" and read_notice(path) is None
     write_notice(path, Notice("drain", "n1", "preempted", 12.5))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import SlurmError, UsageError
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.handover.inplace import Request, request_path, write_request
+from slurmpre.job.handover.inplace import Request, write_request
 from slurmpre.job.handover.steps import Steps, resized_env, step_argv
 from slurmpre.job.handover.steps_args import parse_args
 from slurmpre.job.start.env import read_job_env
@@ -87,7 +88,7 @@ def setup(tmp_path: Path, **extra: str) -> tuple[dict[str, str], Path, Path]:
         "SLURMD_NODENAME": "gpu-preemptible-dp-1",
         "SLURM_NTASKS": "3",
         "STEPS_LOG": str(log),
-        "STEPS_REQUEST": str(request_path(folder, "77", "0")),
+        "STEPS_REQUEST": str(FolderLayout(folder).in_place_request("77", "0")),
         "STEPS_KEEP": json.dumps(KEEP),
         **extra,
     }
@@ -161,7 +162,9 @@ def test_when_the_release_fails_the_job_is_requeued(tmp_path: Path) -> None:
 
 def test_a_leftover_request_of_another_attempt_is_not_taken(tmp_path: Path) -> None:
     env, folder, log = setup(tmp_path, SLURM_RESTART_COUNT="1")
-    write_request(request_path(folder, "77", "0"), Request(KEEP, ("x",), "old", 0.0))
+    write_request(
+        FolderLayout(folder).in_place_request("77", "0"), Request(KEEP, ("x",), "old", 0.0)
+    )
     _code, _said, slurm = steps(tmp_path, env, folder, Slurm())
     assert slurm.resized == [] and len(lines(log)) == 1
 

@@ -480,7 +480,7 @@ def test_a_step_stopped_at_its_checkpoint_is_ended_for_the_successor_at_once(
     """The batch host drains (no in-place restart): once the notice checkpoint has
     committed and the script stops at it, the supervisor is asked to end the step, so a
     rank stuck in its teardown cannot hold the job (and the successor) for KillWait."""
-    from slurmpre.job.handover.inplace import read_request, request_path
+    from slurmpre.job.handover.inplace import read_request
 
     h, _ = harness(tmp_path, job=SUPERVISED)
     h.listening()
@@ -489,7 +489,7 @@ def test_a_step_stopped_at_its_checkpoint_is_ended_for_the_successor_at_once(
     h.at(20.0, lambda: h.commit(14, after_notice=True))
     h.run()
     assert h.watcher.outcome.successor == "77"
-    ask = read_request(request_path(h.folder, "42", "0"))
+    ask = read_request(FolderLayout(h.folder).in_place_request("42", "0"))
     assert ask is not None and ask.keep == () and ask.release == ()
     assert any(s.startswith("asking the supervisor to end the step") for s in h.said)
 
@@ -497,7 +497,6 @@ def test_a_step_stopped_at_its_checkpoint_is_ended_for_the_successor_at_once(
 def test_a_script_that_went_on_keeps_its_step_until_it_ends_by_itself(tmp_path: Path) -> None:
     """Told to stop after its notice checkpoint, it writes one more: the step must not be
     ended under that save."""
-    from slurmpre.job.handover.inplace import request_path
 
     h, _ = harness(tmp_path, job=SUPERVISED)
     goes_on(h)
@@ -506,7 +505,7 @@ def test_a_script_that_went_on_keeps_its_step_until_it_ends_by_itself(tmp_path: 
     h.at(40.0, lambda: waiting(h))
     h.run()
     assert h.watcher.outcome.successor == "77"
-    assert not request_path(h.folder, "42", "0").exists()
+    assert not FolderLayout(h.folder).in_place_request("42", "0").exists()
 
 
 def _saved_on_the_nodes(h: Harness, step: int, *, served: bool) -> None:
@@ -530,7 +529,6 @@ def _saved_on_the_nodes(h: Harness, step: int, *, served: bool) -> None:
 def test_a_save_on_the_nodes_answers_the_notice_when_its_nodes_serve_it(tmp_path: Path) -> None:
     """local_dir: the successor pulls the notice save from this step's wrappers, so it
     answers the notice (no wait for the flush), and the step is not ended under them."""
-    from slurmpre.job.handover.inplace import request_path
 
     h, _ = harness(tmp_path, job=SUPERVISED)
     h.listening()
@@ -540,7 +538,9 @@ def test_a_save_on_the_nodes_answers_the_notice_when_its_nodes_serve_it(tmp_path
     h.run()
     assert h.watcher.outcome.successor == "77"
     assert any("checkpoint of step 14 committed after the notice" in s for s in h.said)
-    assert not request_path(h.folder, "42", "0").exists()  # its wrappers serve it still
+    assert (
+        not FolderLayout(h.folder).in_place_request("42", "0").exists()
+    )  # its wrappers serve it still
 
 
 def test_a_save_on_the_nodes_that_nothing_serves_answers_nothing(tmp_path: Path) -> None:

@@ -21,18 +21,16 @@ from typing import Any
 import pytest
 from slurmpre.errors import SlurmError
 from slurmpre.folder.checkpoints import writing
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.handover.inplace import read_request, request_path
+from slurmpre.job.handover.inplace import read_request
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.job.watch.decide import STILL_STARTING
 from slurmpre.job.watch.notice import (
     DrainSource,
     SignalSource,
-    listening_path,
-    notice_path,
     read_notice,
-    taken_path,
 )
 from slurmpre.job.watch.phases import Clock as WatchClock
 from slurmpre.job.watch.watcher import Watcher
@@ -205,10 +203,10 @@ class Harness:
             )
 
     def listening(self) -> None:
-        listening_path(self.folder, "42", 0).touch()
+        FolderLayout(self.folder).listening("42", 0).touch()
 
     def take(self) -> None:
-        taken_path(self.folder, "42", 0).touch()
+        FolderLayout(self.folder).taken("42", 0).touch()
 
 
 def test_captured_draining_node_is_a_notice_with_slurms_own_time() -> None:
@@ -229,7 +227,7 @@ def test_drain_is_seen_within_one_interval_then_requeue_after_the_commit(tmp_pat
     assert 12.3 <= notice["seen_at"] - EPOCH <= 12.3 + 5 * 1.2  # type: ignore[operator]
     assert h.slurm.requeued == ["42"]
     assert h.events() == ["notice", "committed", "requeued"]
-    on_disk = read_notice(notice_path(tmp_path, "42", 0))
+    on_disk = read_notice(FolderLayout(tmp_path).notice("42", 0))
     assert on_disk is not None and on_disk.node == "gpu-preemptible-dp-2"
     assert h.record("committed")["step"] == 14
     assert any("requeued job 42 (after the just-in-time checkpoint)" in s for s in h.said)
@@ -507,7 +505,7 @@ def test_a_drained_node_other_than_the_batch_host_is_released_not_requeued(
     h.slurm.drains["gpu-preemptible-dp-2"] = (12.0, "preempted")
     h.run()
     assert h.slurm.requeued == []
-    request = read_request(request_path(tmp_path, "42", "0"))
+    request = read_request(FolderLayout(tmp_path).in_place_request("42", "0"))
     assert request is not None
     assert request.keep == ("gpu-preemptible-dp-1", "gpu-preemptible-dp-3")
     assert request.release == ("gpu-preemptible-dp-2",)
@@ -539,7 +537,7 @@ def test_the_job_is_requeued_when_it_cannot_go_on_in_place(
         h.slurm.drains[node] = (12.0, "preempted")
     h.run()
     assert h.slurm.requeued == ["42"]
-    assert not request_path(tmp_path, "42", "0").exists()
+    assert not FolderLayout(tmp_path).in_place_request("42", "0").exists()
     assert h.record("notice")["restart"] == "requeue"
     assert why in str(h.record("notice")["restart_why"])
 
@@ -551,7 +549,7 @@ def test_a_second_drain_before_the_restart_is_counted_in_the_plan(tmp_path: Path
     h.slurm.drains["gpu-preemptible-dp-2"] = (12.0, "preempted")
     h.slurm.drains["gpu-preemptible-dp-3"] = (20.0, "preempted")
     h.run()
-    request = read_request(request_path(tmp_path, "42", "0"))
+    request = read_request(FolderLayout(tmp_path).in_place_request("42", "0"))
     assert request is not None and request.keep == ("gpu-preemptible-dp-1",)
     assert h.slurm.requeued == []
 
@@ -570,7 +568,7 @@ def test_a_notice_while_the_attempt_is_still_starting_requeues_at_once(tmp_path:
     trained nothing since it resumed): nothing to save, so no wait for the deadline."""
     h = Harness(tmp_path, job=dataclasses.replace(JOB, restart_count=1))
     h.commit(10)
-    listening_path(tmp_path, "42", 0).touch()  # the earlier attempt's mark
+    FolderLayout(tmp_path).listening("42", 0).touch()  # the earlier attempt's mark
     h.slurm.drains["gpu-preemptible-dp-1"] = (3.0, "preempted")
     h.run()
     requeued = h.record("requeued")
@@ -618,15 +616,15 @@ def test_the_spares_are_the_nodes_the_job_holds_but_the_step_does_not_train_on()
 
 
 def test_a_drained_spare_is_released_while_the_training_goes_on(tmp_path: Path) -> None:
-    from slurmpre.job.handover.inplace import read_spares, spares_path
+    from slurmpre.job.handover.inplace import read_spares
 
     h = Harness(tmp_path, job=SPARED)
     h.slurm.drains["gpu-preemptible-dp-4"] = (12.0, "preempted")
     h.at(60.0, lambda: h.watcher.post_exit(0))  # the training ends by itself, later
     h.run()
     assert "notice" not in h.events()  # no checkpoint asked, no restart: it trained on
-    assert not notice_path(tmp_path, "42", "0").exists()
-    assert read_spares(spares_path(tmp_path, "42", "0")) == ("gpu-preemptible-dp-4",)
+    assert not FolderLayout(tmp_path).notice("42", "0").exists()
+    assert read_spares(FolderLayout(tmp_path).spare_release("42", "0")) == ("gpu-preemptible-dp-4",)
     assert h.slurm.requeued == [] and h.watcher.outcome.action is None
     said = [s for s in h.said if s.startswith("spare gpu-preemptible-dp-4 drained")]
     assert len(said) == 1 and "1 spare(s) left" in said[0]  # said once, though seen each poll
@@ -659,7 +657,7 @@ def test_a_spare_takes_a_drained_training_nodes_place_and_the_world_size_holds(
         h.slurm.drains[node] = (at, "preempted")
     h.run()
     assert h.slurm.requeued == []
-    request = read_request(request_path(tmp_path, "42", "0"))
+    request = read_request(FolderLayout(tmp_path).in_place_request("42", "0"))
     assert request is not None
     assert (request.keep, request.release) == (keep, release)
     assert len(request.keep) == len(job.nodes)  # the same world size
@@ -677,21 +675,20 @@ def test_with_every_spare_gone_a_drain_goes_on_as_without_spares(tmp_path: Path)
     h.run()
     # One node would remain, fewer than MIN = 2: Slurm's requeue, as before spares.
     assert h.slurm.requeued == ["42"]
-    assert not request_path(tmp_path, "42", "0").exists()
+    assert not FolderLayout(tmp_path).in_place_request("42", "0").exists()
 
 
 def test_the_batch_host_held_as_a_spare_drains_and_the_job_goes_on_elsewhere(
     tmp_path: Path,
 ) -> None:
     """Its drain ends the whole allocation, spare or not: a notice, not a release."""
-    from slurmpre.job.handover.inplace import spares_path
 
     h = Harness(tmp_path, job=SPARED)
     listening_script(h)
     h.slurm.drains["gpu-preemptible-dp-1"] = (12.0, "preempted")
     h.run()
     assert h.slurm.requeued == ["42"]
-    assert not spares_path(tmp_path, "42", "0").exists()
+    assert not FolderLayout(tmp_path).spare_release("42", "0").exists()
     assert h.record("notice")["restart_why"] == "the batch host gpu-preemptible-dp-1 drained"
 
 
@@ -706,7 +703,6 @@ def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_wa
     checkpoint; once that checkpoint says it is the one the script stops at, the restart
     is asked that ends this step (its teardown is not waited for); a checkpoint that does
     not say so (a script on an older slurmpre) is waited for until the training exits."""
-    from slurmpre.folder.layout import FolderLayout
     from slurmpre.folder.records import Waiting
 
     job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")
@@ -717,7 +713,9 @@ def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_wa
     layout.goes_on("42", "0").touch()  # ... and checkpoint_requested(): it goes on
     h.slurm.drains["gpu-preemptible-dp-3"] = (12.0, "preempted")
     early: list[Any] = []
-    h.at(16.0, lambda: early.append(read_request(request_path(tmp_path, "42", "0"))))
+    h.at(
+        16.0, lambda: early.append(read_request(FolderLayout(tmp_path).in_place_request("42", "0")))
+    )
     h.at(17.0, lambda: h.commit(14, after_notice=True))  # the notice checkpoint; trains on
     waiting = Waiting(job="42", attempt=0, in_place=1, predecessor="42", waiting_at=EPOCH + 30)
     h.at(30.0, lambda: h.ledger.append(waiting))  # the next step waits in resume_path()
@@ -732,7 +730,7 @@ def test_with_a_spare_the_next_step_starts_early_and_this_one_trains_until_it_wa
     stopping = h.record("stopping")
     assert "started beside this one, is ready" in str(stopping["why"])
     assert float(stopping["asked_at"]) >= EPOCH + 30  # not before the next step waited
-    final = read_request(request_path(tmp_path, "42", "0"))
+    final = read_request(FolderLayout(tmp_path).in_place_request("42", "0"))
     assert final is not None and not final.early and final.keep == asked.keep
     asked_twice = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
     assert [r.get("early") for r in asked_twice] == [True, None]

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from slurmpre.folder import trust
 from slurmpre.folder.access import CONTROL_MODE
-from slurmpre.folder.layout import FolderLayout
 from slurmpre.reading import SMALL
 
 
@@ -90,15 +89,6 @@ class Request:
     # Start the next step now, beside this one, which trains on until it waits
     # (`handover.overlap`); a request without it that follows ends this step.
     early: bool = False
-
-
-def request_path(folder: Path, job_tag: str, attempt: str) -> Path:
-    return FolderLayout(folder).in_place_request(job_tag, attempt)
-
-
-def spares_path(folder: Path, job_tag: str, attempt: str) -> Path:
-    """The drained spares the watcher asks the supervisor to release (`SpareRelease`)."""
-    return FolderLayout(folder).spare_release(job_tag, attempt)
 
 
 def write_spares(path: Path, drained: Collection[str]) -> None:

@@ -17,13 +17,12 @@ from functools import cached_property
 from slurmpre import environment
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records, trust
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.job.handover.handing import Done, Successors, first_line
 from slurmpre.job.handover.inplace import (
     Plan,
     Request,
     plan,
-    request_path,
-    spares_path,
     write_request,
     write_spares,
 )
@@ -66,7 +65,8 @@ class Restarts(Successors):
         self.spares_lost.add(node)
         left = [s for s in self.job.spares if s not in self.spares_lost]
         try:
-            write_spares(spares_path(self.folder, self.job.tag, self.job.attempt), self.spares_lost)
+            path = FolderLayout(self.folder).spare_release(self.job.tag, self.job.attempt)
+            write_spares(path, self.spares_lost)
         except (OSError, trust.Untrusted) as exc:
             self.say(f"spare {node} drained; cannot ask for its release ({exc})")
             return
@@ -109,7 +109,7 @@ class Restarts(Successors):
             return None
         gone = set(drained) | self.spares_lost
         release = tuple(n for n in self.job.allocation if n in gone and n not in restart.keep)
-        path = request_path(self.folder, self.job.tag, self.job.attempt)
+        path = FolderLayout(self.folder).in_place_request(self.job.tag, self.job.attempt)
         request = Request(restart.keep, release, why, self.wall(), restart.spares_in, early)
         try:
             write_request(path, request)
@@ -143,7 +143,7 @@ class Restarts(Successors):
         that takes over waits for this one's end."""
         if self.job.batch_host is None:
             return
-        path = request_path(self.folder, self.job.tag, self.job.attempt)
+        path = FolderLayout(self.folder).in_place_request(self.job.tag, self.job.attempt)
         try:
             write_request(path, Request((), (), why, self.wall()))
         except (OSError, trust.Untrusted) as exc:

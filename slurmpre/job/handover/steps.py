@@ -48,14 +48,12 @@ from typing import Any
 from slurmpre import environment
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import records, trust
-from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.layout import FolderLayout, attempt_key
 from slurmpre.folder.ledger import Ledger
 from slurmpre.job.handover.inplace import (
     Request,
     read_request,
     read_spares,
-    request_path,
-    spares_path,
 )
 from slurmpre.job.handover.steps_args import StepsOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
@@ -172,8 +170,9 @@ class Steps:
         while True:
             self.step_env[environment.IN_PLACE] = str(self.in_place)
             attempt = attempt_key(self.job.restart_count, self.in_place)
-            path = request_path(self.folder, self.job.tag, attempt)
-            spares = spares_path(self.folder, self.job.tag, attempt)
+            files = FolderLayout(self.folder)
+            path = files.in_place_request(self.job.tag, attempt)
+            spares = files.spare_release(self.job.tag, attempt)
             code = self._step(step_argv(self.opts.srun, keep), path, spares, adopted)
             request = read_request(path) if self.can_restart else None
             early, self.early = self.early, None

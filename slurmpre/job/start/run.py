@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from slurmpre import environment
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
+from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
 from slurmpre.job.start.args import RunOptions, parse_args
@@ -37,8 +38,6 @@ from slurmpre.job.watch.notice import (
     DrainSource,
     NoticeSource,
     SignalSource,
-    notice_path,
-    taken_path,
 )
 from slurmpre.launchers import Launcher
 from slurmpre.signals import Latch, quiet_thread, terminating_held
@@ -304,7 +303,7 @@ def _train(
         if job.is_first_node and takes_over_early(opts, job, folder):
             quiet_thread(_take_over, args=(at, supervisor), name="slurmpre-take-over")
         if opts.notice_signal is not None:
-            taken = taken_path(folder, job.tag, job.attempt)
+            taken = FolderLayout(folder).taken(job.tag, job.attempt)
             quiet_thread(
                 functools.partial(
                     relay_notice,
@@ -312,7 +311,7 @@ def _train(
                     taken=lambda: touch(taken, opts.file_access),
                 ),
                 args=(
-                    notice_path(folder, job.tag, job.attempt),
+                    FolderLayout(folder).notice(job.tag, job.attempt),
                     child,
                     opts.notice_signal,
                     stop_relay,

@@ -29,7 +29,6 @@ from typing import Protocol
 
 from slurmpre.folder import trust
 from slurmpre.folder.access import CONTROL_MODE
-from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.records import describe_notice
 from slurmpre.reading import SMALL
 from slurmpre.signals import Latch
@@ -126,20 +125,6 @@ class SignalSource:
         if at is None:
             return []
         return [Notice("time-limit", None, "time limit warning from Slurm (--signal)", at, at)]
-
-
-def notice_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
-    return FolderLayout(folder).notice(job_tag, attempt)
-
-
-def listening_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
-    """Exists once the training script has asked `preemption_requested()` in this attempt."""
-    return FolderLayout(folder).listening(job_tag, attempt)
-
-
-def taken_path(folder: Path, job_tag: str, attempt: str | int) -> Path:
-    """Exists once `preemption_requested()` has answered True: the script stops on the notice."""
-    return FolderLayout(folder).taken(job_tag, attempt)
 
 
 def write_notice(path: Path, notice: Notice) -> None:
