@@ -92,7 +92,7 @@ def test_two_calls_a_step_still_agree_about_once_a_second() -> None:
     seen = {"level": 0}
 
     def agree(flag: int, every: int) -> tuple[int, int]:
-        syncs.append(gate.calls)
+        syncs.append(gate.syncs.calls)
         return flag, every
 
     gate = NoticeGate(

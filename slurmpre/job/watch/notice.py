@@ -174,6 +174,18 @@ Agree = Callable[[int, int], tuple[int, int]]
 """(local flag, proposed calls between syncs) -> (max flag over ranks, min proposal)."""
 
 
+@dataclass
+class Syncs:
+    """The schedule of one process's syncs: the calls so far, the call of the next sync,
+    and the last sync's time, its call, and the calls since the one before."""
+
+    calls: int = 0
+    next: int = 1
+    at: float | None = None
+    at_call: int = 0
+    every: int = 1
+
+
 class NoticeGate:
     """One process's view of the notice, and the schedule on which all ranks agree on it.
 
@@ -209,11 +221,7 @@ class NoticeGate:
         self.seen = NO_NOTICE  # the level this process saw in the file
         self.level = NO_NOTICE  # the level all ranks agreed on
         self.checked_at = float("-inf")
-        self.calls = 0
-        self.next_sync = 1
-        self.synced_at: float | None = None  # when the last sync ran
-        self.synced_calls = 0  # self.calls then
-        self.every = 1  # calls between the last two syncs
+        self.syncs = Syncs()
         # What the script has asked so far (the same on every rank), for slurmpre.api:
         self.marked: set[str] = set()  # the marks it left (listening, goes on, taken)
         self.goes_on = False  # it asks checkpoint_requested(): it can save and go on
@@ -239,11 +247,12 @@ class NoticeGate:
         """Calls to the next sync: about ``sync_period`` seconds at the rate of calls
         since the last sync, at most twice as many as last time (a script may ask
         twice in a step, so two calls in a row say little of a step's length)."""
-        if self.synced_at is None:
+        syncs = self.syncs
+        if syncs.at is None:
             return 1
-        per_call = (now - self.synced_at) / max(self.calls - self.synced_calls, 1)
+        per_call = (now - syncs.at) / max(syncs.calls - syncs.at_call, 1)
         calls = math.ceil(self._soon(self.sync_period) / max(per_call, 1e-6))
-        return max(1, min(self.max_every, 2 * self.every, calls))
+        return max(1, min(self.max_every, 2 * syncs.every, calls))
 
     def __call__(self, agree: Agree | None) -> bool:
         """True once all ranks know of a notice, of either level."""
@@ -258,12 +267,13 @@ class NoticeGate:
         if agree is None:
             self.level = max(self.level, local)
             return self.level
-        self.calls += 1
-        if self.calls < self.next_sync:
+        syncs = self.syncs
+        syncs.calls += 1
+        if syncs.calls < syncs.next:
             return self.level
         flag, every = agree(local, self._proposal(now))
-        self.every = max(1, every)
-        self.next_sync = self.calls + self.every
-        self.synced_at, self.synced_calls = now, self.calls
+        syncs.every = max(1, every)
+        syncs.next = syncs.calls + syncs.every
+        syncs.at, syncs.at_call = now, syncs.calls
         self.level = max(self.level, flag)
         return self.level
