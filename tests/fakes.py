@@ -19,6 +19,8 @@ UNREACHABLE = "command failed (exit 1): scontrol show job\n    Unable to contact
 class FakeSlurm:
     """The base: every call fails the test unless a subclass scripts it."""
 
+    throttled = 0
+
     def _unexpected(self, call: str) -> AssertionError:
         return AssertionError(f"{type(self).__name__}: this test did not expect `{call}`")
 

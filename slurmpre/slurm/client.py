@@ -29,6 +29,9 @@ from slurmpre.slurm.parse import (
 class SlurmClient(Protocol):
     """What slurmpre asks of Slurm."""
 
+    # Times slurmctld's rate limit told a query to back off (0 where a backend cannot tell).
+    throttled: int
+
     def version(self) -> tuple[int, int, int]: ...
 
     def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]: ...

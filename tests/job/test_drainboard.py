@@ -74,7 +74,7 @@ def test_one_job_polls_for_all_and_the_others_read_its_answer(tmp_path: Path) ->
     assert len(slurm.asked) <= 60 / INTERVAL + 1
     assert set(slurm.asked[-1]) == {f"n{i}" for i in range(10)}
     assert sum(b.holding for b in jobs.values()) == 1
-    assert sum(b.shared_answers for b in jobs.values()) > 400
+    assert sum(b.tally.shared_answers for b in jobs.values()) > 400
     for b in jobs.values():
         b.close()
     assert not (tmp_path / "watch" / "lease.json").exists()
@@ -263,8 +263,9 @@ def test_a_job_that_may_grow_reads_every_node_from_the_same_one_poll(tmp_path: P
     """Grow back watches the cluster's idle nodes through the board: the holder asks about
     every node in its one query per interval, and no job asks Slurm on its own."""
     slurm, clock = WholeCluster(), Clock()
-    grower = DrainBoard(tmp_path / "watch", "0", slurm, INTERVAL, jitter=0.0, wall=clock)
-    grower.everything = True
+    grower = DrainBoard(
+        tmp_path / "watch", "0", slurm, INTERVAL, jitter=0.0, wall=clock, everything=True
+    )
     assert grower.register(["n0"])
     other = board(tmp_path, "1", slurm, clock, ["n1"])
     for _ in range(60):
@@ -276,7 +277,7 @@ def test_a_job_that_may_grow_reads_every_node_from_the_same_one_poll(tmp_path: P
         assert all(n.features == ("preemptible",) for n in seen)  # the board keeps features
     assert len(slurm.asked) <= 60 / INTERVAL + 1  # one poll per interval, for both jobs
     assert all(a == ("*",) for a in slurm.asked)  # ... and each about every node
-    assert grower.shared_answers + other.shared_answers > 60
+    assert grower.tally.shared_answers + other.tally.shared_answers > 60
 
 
 def test_without_a_job_that_may_grow_the_poll_names_only_the_registered_nodes(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from slurmpre import defaults
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Record
-from slurmpre.job.watch.notice import NodeView, Notice
+from slurmpre.job.watch.notice import NodeView, Notice, NoticeSource
 from slurmpre.placement import facts as run_facts
 from slurmpre.placement.policy import (
     PREEMPTIBLE,
@@ -139,7 +139,7 @@ def place(
     return Placement(decision, asked, (), twin_at, twin_args)
 
 
-class ReturnSource:
+class ReturnSource(NoticeSource):
     """A notice of its own for a run on standard nodes with a deadline: preemptible
     nodes are idle again and the policy says go back (ahead of the line, slack to spare).
     The hand-over that follows is the usual one (make before break, a successor with the

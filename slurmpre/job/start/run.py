@@ -124,23 +124,21 @@ def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> Dr
     where = drainboard.folder(os.environ if env is None else env)
     board = None
     if where is not None:
+        grows = may_grow(at)
         board = drainboard.DrainBoard(
-            where, at.job.tag, at.client, at.opts.watch.interval, say=at.say
+            where, at.job.tag, at.client, at.opts.watch.interval, everything=grows, say=at.say
         )
-        board.everything = may_grow(at)
     # Every node the job holds: a spare that drains is released before it is removed.
     nodes = at.job.allocation
     if board is None or not board.register(nodes):
-        alone = DrainSource(at.client, nodes, at.opts.drain_reason)
 
-        def said() -> None:
-            throttled = getattr(at.client, "throttled", 0)
+        def said() -> None:  # once the watcher ends: what asking alone cost
             at.say(
-                f"drain: {alone.queries} Slurm queries by this job alone, {throttled} times "
-                "told to back off by Slurm's rate limit"
+                f"drain: {alone.queries} Slurm queries by this job alone, "
+                f"{at.client.throttled} times told to back off by Slurm's rate limit"
             )
 
-        alone.close = said
+        alone = DrainSource(at.client, nodes, at.opts.drain_reason, close=said)
         return alone
     return DrainSource(
         board, nodes, at.opts.drain_reason, every=drainboard.READ_EVERY, close=board.close

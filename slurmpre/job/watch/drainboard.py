@@ -36,8 +36,10 @@ import os
 import random
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from slurmpre import environment
 from slurmpre.atomic import write_atomic
@@ -80,6 +82,44 @@ def folder(env: Mapping[str, str]) -> Path | None:
     return Path(base) / "slurmpre" / "watch" / safe
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class Tally:
+    """What sharing did for one job: its own Slurm queries (as holder or alone), and
+    the answers it took from another job's poll."""
+
+    queries: int = 0
+    shared_answers: int = 0
+
+
+@dataclass
+class _Registration:
+    """This job's own entry in the board's folder."""
+
+    everything: bool  # it asks about every node (it may grow)
+    at: float = 0.0  # wall clock: last written
+    broken: str | None = None  # why the folder cannot be shared: the job asks Slurm itself
+
+
+@dataclass
+class _Cached(Generic[T]):
+    """What was last read from a file or folder, and its stamp then: read again when the
+    stamp changes."""
+
+    value: T
+    stamp: Hashable = None
+
+
+@dataclass
+class _Own:
+    """This job's own query of Slurm: its last answer, and when it may ask again."""
+
+    answer: list[NodeInfo] = field(default_factory=list)
+    due: float = 0.0
+
+
 class DrainBoard:
     """The shared view of drains for one job: `nodes(names)` answers as
     `SlurmClient.nodes` does, from the board when it may, else from Slurm."""
@@ -94,8 +134,10 @@ class DrainBoard:
         jitter: float = 0.1,
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        everything: bool = False,
         say: Callable[[str], None] = lambda _: None,
     ) -> None:
+        """``everything``: this job may grow, and asks about every node."""
         self.dir = where
         self.me = me
         self.client = client
@@ -104,19 +146,13 @@ class DrainBoard:
         self.wall = wall
         self.rng = rng or random.Random()
         self.say = say
-        self.queries = 0  # this job's own Slurm queries (as holder or alone)
-        self.shared_answers = 0  # answers taken from another job's poll
+        self.tally = Tally()
         self.holding = False
-        self._board: Board | None = None
-        self._board_key: tuple[int, int, int] | None = None
-        self._regs: set[str] = set()
-        self._regs_all = False  # a registered job asks for every node
-        self.everything = False  # this job does (it may grow)
-        self._regs_key: tuple[int, float] | None = None
-        self._own_due = 0.0
-        self._own: list[NodeInfo] = []
-        self._registered_at = 0.0
-        self._broken: str | None = None
+        self._mine = _Registration(everything)
+        self._board: _Cached[Board | None] = _Cached(None)
+        # every registered job's nodes, and whether one of them asks about every node
+        self._registered_jobs: _Cached[tuple[set[str], bool]] = _Cached((set(), False))
+        self._own = _Own()
 
     # -- the files ---------------------------------------------------------------------
     @property
@@ -144,29 +180,28 @@ class DrainBoard:
                 if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
                     raise ValueError(f"{d} is not an owner-only folder of this user")
             data = {"v": VERSION, "job": self.me, "nodes": sorted(nodes), "at": self.wall()}
-            if self.everything:
+            if self._mine.everything:
                 data["all"] = True
             write_atomic(self._registration(), json.dumps(data), mode=OWNER.file_mode)
         except (OSError, ValueError) as exc:
-            self._broken = str(exc)
+            self._mine.broken = str(exc)
             self.say(f"drain board {self.dir}: not shared ({exc}); this job asks Slurm itself")
             return False
-        self._registered_at = self.wall()
+        self._mine.at = self.wall()
         return True
 
     @property
     def broken(self) -> bool:
         """The folder could not be shared safely: this job asks Slurm itself."""
-        return self._broken is not None
+        return self._mine.broken is not None
 
     def close(self) -> None:
         """The job ends: its registration goes, and its lease, if it holds it; what it
         cost Slurm is said."""
-        throttled = getattr(self.client, "throttled", 0)
         self.say(
-            f"drain board: {self.queries} Slurm queries by this job, {self.shared_answers} "
-            f"answers read from the board, {throttled} times told to back off by Slurm's "
-            "rate limit"
+            f"drain board: {self.tally.queries} Slurm queries by this job, "
+            f"{self.tally.shared_answers} answers read from the board, "
+            f"{self.client.throttled} times told to back off by Slurm's rate limit"
         )
         with contextlib.suppress(OSError):
             self._registration().unlink()
@@ -244,13 +279,13 @@ class DrainBoard:
         # Each write is a new file (renamed over the old): its inode tells it apart even
         # when the clock's grain gives two writes one mtime.
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self._board_key:
-            return self._board
+        if key == self._board.stamp:
+            return self._board.value
         try:
             board = board_of(read_owned(self.board_path, BOARD_MAX_BYTES))
         except (OSError, ValueError, KeyError, TypeError):
             board = None
-        self._board, self._board_key = board, key
+        self._board = _Cached(board, key)
         return board
 
     def _registered(self, now: float) -> set[str]:
@@ -260,8 +295,8 @@ class DrainBoard:
             key = (os.lstat(self.jobs_dir).st_mtime_ns, now // RESCAN)
         except OSError:
             return set()
-        if key == self._regs_key:
-            return self._regs
+        if key == self._registered_jobs.stamp:
+            return self._registered_jobs.value[0]
         nodes: set[str] = set()
         everything = False
         with contextlib.suppress(OSError):
@@ -278,7 +313,7 @@ class DrainBoard:
                     continue  # a dead job's, or stamped from the future: never renewed
                 nodes.update(n for n in names if isinstance(n, str) and n)
                 everything = everything or d.get("all") is True
-        self._regs, self._regs_key, self._regs_all = nodes, key, everything
+        self._registered_jobs = _Cached((nodes, everything), key)
         return nodes
 
     # -- the answer --------------------------------------------------------------------
@@ -289,10 +324,10 @@ class DrainBoard:
         """``names``' states: from a fresh board naming them all, else from Slurm (this
         job polling for every registered job, as the lease's holder, or for itself)."""
         wanted = set(names)
-        if self._broken is not None:
+        if self._mine.broken is not None:
             return self._ask(wanted, now=self.wall())
         now = self.wall()
-        if now - self._registered_at > RENEW_REGISTRATION:
+        if now - self._mine.at > RENEW_REGISTRATION:
             self.register(sorted(wanted))
         board = self._read_board()
         age = None if board is None else now - board.polled_at
@@ -309,7 +344,7 @@ class DrainBoard:
             if due and self._take_lease(now):
                 return self._poll_for_all(wanted, now)
         if fresh and board is not None:
-            self.shared_answers += 1
+            self.tally.shared_answers += 1
             return [board.nodes[n] for n in sorted(wanted) if n in board.nodes]
         return self._ask(wanted, now)
 
@@ -318,14 +353,14 @@ class DrainBoard:
         from a fresh board that asked about all of them, else as `nodes` asks Slurm."""
         now = self.wall()
         board = self._read_board()
-        if not self._fresh_all(board, now) and not self._broken and self._take_lease(now):
+        if not self._fresh_all(board, now) and not self.broken and self._take_lease(now):
             self._poll_for_all(set(), now)  # as the lease's holder: for every job
             board = self._read_board()
         if board is not None and self._fresh_all(board, now):
-            self.shared_answers += 1
+            self.tally.shared_answers += 1
             return list(board.nodes.values())
         self._ask(set(), now)  # this job's own query of every node, when it is due
-        return list(self._own)
+        return list(self._own.answer)
 
     def _fresh_all(self, board: Board | None, now: float) -> bool:
         fresh = board is not None and -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
@@ -333,9 +368,9 @@ class DrainBoard:
 
     def _poll_for_all(self, wanted: set[str], now: float) -> list[NodeInfo]:
         every = sorted(self._registered(now) | wanted)
-        everything = self._regs_all or self.everything
+        everything = self._registered_jobs.value[1] or self._mine.everything
         answer = self.client.nodes() if everything else self.client.nodes(every)
-        self.queries += 1
+        self.tally.queries += 1
         polled_at = self.wall()
         asked = sorted({*every, *(n.name for n in answer)}) if everything else every
         board = Board(polled_at, self.me, frozenset(asked), {n.name: n for n in answer}, everything)
@@ -343,15 +378,16 @@ class DrainBoard:
             write_atomic(self.board_path, board_json(board), mode=OWNER.file_mode)
         except OSError as exc:
             self.say(f"drain board: cannot write {self.board_path} ({exc.strerror or exc})")
-        self._own_due = self._next(now)
+        self._own.due = self._next(now)
         return [n for n in answer if n.name in wanted]
 
     def _ask(self, wanted: set[str], now: float) -> list[NodeInfo]:
         """This job's own query, at most once per interval (jittered): of its nodes, or of
         every node when it may grow (one query serves both its looks)."""
-        if now >= self._own_due:
-            asked = () if self.everything else sorted(wanted)  # () asks about every node
-            self._own = self.client.nodes(asked)
-            self.queries += 1
-            self._own_due = self._next(now)
-        return [n for n in self._own if n.name in wanted]
+        own = self._own
+        if now >= own.due:
+            asked = () if self._mine.everything else sorted(wanted)  # () asks about every node
+            own.answer = self.client.nodes(asked)
+            self.tally.queries += 1
+            own.due = self._next(now)
+        return [n for n in own.answer if n.name in wanted]

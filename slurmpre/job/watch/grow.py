@@ -25,7 +25,7 @@ from pathlib import Path
 
 from slurmpre import defaults
 from slurmpre.folder.layout import STALE, file_tag
-from slurmpre.job.watch.notice import Notice
+from slurmpre.job.watch.notice import Notice, NoticeSource
 from slurmpre.slurm.parse import NodeInfo
 
 # How long a job trains on beside its bigger successor, waiting for it to start on idle
@@ -79,7 +79,7 @@ def writing_checkpoint(folder: Path, attempt_prefix: str) -> bool:
         return True  # cannot tell: do not grow now
 
 
-class GrowSource:
+class GrowSource(NoticeSource):
     """The ``grow`` notice: idle preemptible nodes, settled, worth a hand-over."""
 
     name = "grow"

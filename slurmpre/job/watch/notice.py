@@ -60,13 +60,24 @@ class Notice:
 
 
 class NoticeSource(Protocol):
-    """Something that can tell that the job is about to lose its nodes."""
+    """Something that can tell that the job is about to lose its nodes. A source that
+    subclasses it takes the defaults: asked at the watcher's interval, nothing to close,
+    nothing to undo when its notice is refused."""
 
     name: str
+    every: float | None = None  # seconds between asks; None: the watcher's interval
 
     def poll(self) -> list[Notice]:
         """Every notice it sees now (empty when all is well); SlurmpreError when it cannot tell."""
         ...
+
+    def refused(self) -> None:
+        """Its notice was not acted on (a grow the cluster refused): it may come again."""
+        return None
+
+    def close(self) -> None:
+        """The watcher ends: let go of what the source holds, say what it cost."""
+        return None
 
 
 class NodeView(Protocol):
@@ -76,7 +87,7 @@ class NodeView(Protocol):
     def nodes(self, names: Sequence[str] = ()) -> list[NodeInfo]: ...
 
 
-class DrainSource:
+class DrainSource(NoticeSource):
     """The provider's notice: a node of the job drained (one query for all nodes).
     ``every``: ask this often instead of at the watcher's interval (a shared board is
     read every second; it asks Slurm at most once per interval itself)."""
@@ -98,7 +109,10 @@ class DrainSource:
         self.wall = wall
         self.queries = 0
         self.every = every
-        self.close = close
+        self._close = close
+
+    def close(self) -> None:
+        self._close()
 
     def poll(self) -> list[Notice]:
         self.queries += 1
@@ -112,7 +126,7 @@ class DrainSource:
         return found
 
 
-class SignalSource:
+class SignalSource(NoticeSource):
     """The time-limit warning: Slurm's ``--signal`` reaches the wrapper; a latch keeps its time."""
 
     name = "time-limit"

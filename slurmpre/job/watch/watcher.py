@@ -119,12 +119,10 @@ class Watcher:
             self.say(f"watcher stopped by an unexpected error: {type(exc).__name__}: {exc}")
         finally:
             for schedule in self.schedules:
-                close = getattr(schedule.source, "close", None)
-                if close is not None:
-                    try:
-                        close()
-                    except Exception as exc:  # noqa: BLE001 - said; the job goes on ending
-                        self.say(f"{schedule.source.name}: closing failed: {exc}")
+                try:
+                    schedule.source.close()
+                except Exception as exc:  # noqa: BLE001 - said; the job goes on ending
+                    self.say(f"{schedule.source.name}: closing failed: {exc}")
             self.finished.set()
 
     def run(self) -> None:
@@ -187,14 +185,13 @@ class Watcher:
         if schedule.failures:
             self.say(f"{name}: Slurm answers again after {schedule.failures} failed queries")
             schedule.failures = 0
-        every = getattr(schedule.source, "every", None)
         for notice in found:
             if self.after.notice is None and self.restarts.is_spare(notice.node):
                 self.restarts.lose_spare(str(notice.node), notice.reason)  # trains on
             elif self.after.notice is None:
                 self.after.begin(notice)
                 if notice.kind == "grow" and self.after.notice is None:  # refused: later
-                    getattr(schedule.source, "refused", lambda: None)()
+                    schedule.source.refused()
             else:
                 self.after.also_drained(notice)
-        return every if every else self._interval(0)
+        return schedule.source.every or self._interval(0)
