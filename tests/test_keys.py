@@ -1,16 +1,22 @@
-"""The one table of spec keys (#38): the spec, the wrapper and the docs derive from it."""
+"""The one table of spec keys (#38, #50): the spec, the wrapper and the docs derive from it."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from slurmpre import keys
-from slurmpre.job.start.args import parse_args
+from slurmpre.folder import access
+from slurmpre.job.start.args import RunOptions, parse_args
+from slurmpre.job.start.limits import Limits
+from slurmpre.job.start.options import WatchConfig
 from slurmpre.login.parsers import PARSERS
-from slurmpre.login.spec import JobSpec
+from slurmpre.login.render import launch_argv
+from slurmpre.login.spec import JobSpec, load, validate
 
 DOCS = Path(__file__).parents[1] / "docs" / "spec.md"
+EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
 def test_jobspec_is_the_tables_keys_in_its_order_with_its_defaults() -> None:
@@ -35,20 +41,67 @@ def test_docs_spec_md_holds_the_table_as_it_is() -> None:
     assert keys.markdown() in DOCS.read_text()
 
 
+def held(opts: RunOptions, k: keys.Key) -> Any:
+    """What the wrapper's options hold for the key, in the part the table names."""
+    part = {"": opts, "watch": opts.watch, "goals": opts.watch.goals, "limits": opts.limits}
+    return getattr(part[k.part], k.attr or k.name)
+
+
 def test_the_wrappers_defaults_are_the_specs() -> None:
-    """A hand-run wrapper, given no option, watches as a job of the default spec would."""
+    """A hand-run wrapper, given no option, runs as a job of the default spec would; the
+    parts it fills, made by hand, hold the same defaults."""
     parsed = parse_args(["--checkpoint-dir=/c", "--", "true"])
-    spec = {k.name: k for k in keys.KEYS}
-    assert parsed.watch.interval == spec["poll_interval"].default
-    assert parsed.watch.window == spec["preempt_window"].default
-    assert parsed.watch.margin == spec["safety_margin"].default
-    assert parsed.watch.time_warning == spec["warn_before_end"].default
-    assert parsed.watch.restart == spec["restart"].default
-    assert parsed.max_restarts == spec["max_restarts"].default
-    assert parsed.launcher == spec["launcher"].default.value
+    for k in keys.wrapper_options():
+        if k.kind == "switch":
+            assert held(parsed, k) is k.default, k.name
+        elif not k.convert:
+            assert held(parsed, k) == k.wrapper_default, k.name
+    assert parsed.watch == WatchConfig()
+    assert parsed.limits == Limits()
+    assert parsed.watch.margin == keys.BY_NAME["safety_margin"].default == 30
 
 
-def test_the_batch_script_writes_every_key_the_wrapper_takes() -> None:
-    """A key with a wrapper flag that the batch script never writes would be dropped
-    between the spec and the job (as `spare_overlap = false` once was)."""
-    assert {k.name for k in keys.KEYS if k.flag} == set(keys.WRITTEN)
+def test_every_key_the_wrapper_takes_comes_back_from_the_batch_script() -> None:
+    """Each key with a flag is written by the batch script and read back into the part
+    the table names, with the spec's value (a key dropped between the spec and the job,
+    as `spare_overlap = false` once was, fails here)."""
+    raw = {
+        "name": "job", "command": ["python", "t.py"], "nodes": "2-4", "launcher": "plain",
+        "nproc_per_node": 2, "warn_before_end": 120, "poll_interval": 2, "preempt_window": 200,
+        "safety_margin": 20, "watch": True, "in_place": True, "spare_nodes": 1,
+        "spare_overlap": False, "grow_settle": 7, "grow_min_gain": 3, "max_restarts": 9,
+        "max_stalled_restarts": 5, "max_preemptions": 11, "total_steps": 1000,
+        "fallback_after": 4, "max_wait": 600, "max_cost": 50, "resume_arg": "--resume",
+        "file_access": "group",
+    }  # fmt: skip
+    spec = validate(raw, user="alice", python="/opt/venv/bin/python")
+    argv = launch_argv(spec)
+    parsed = parse_args(argv[argv.index("run") :])
+    checked = 0
+    for k in keys.KEYS:
+        if not k.flag or k.convert or k.writes.startswith("elastic"):
+            continue
+        value = getattr(spec, k.name)
+        assert held(parsed, k) == (keys.as_text(value) if k.kind == "choice" else value), k.name
+        checked += 1
+    assert checked >= 20
+    assert (parsed.watch.min_nodes, parsed.watch.grow_to) == (2, 4)
+    assert parsed.file_access == access.GROUP
+
+
+# A launch line written before the keys were written in the table's order (the wrapper's
+# options then came in an order of their own): a successor resumes from a script recorded
+# then, so the wrapper reads it as the same run.
+OLD_FINETUNE = (
+    "run --launcher torchrun --checkpoint-dir=/home/alice/checkpoints/llama-finetune "
+    "--resume-arg=--resume-from --poll-interval 5 --window 300 --safety-margin 30 "
+    "--time-warning 300 --min-nodes 2 --grow-to 4 -- python train.py --config "
+    "configs/finetune.yaml"
+)
+
+
+def test_a_script_rendered_before_reads_as_one_rendered_now() -> None:
+    spec = load(EXAMPLES / "finetune.toml", user="alice", python="/opt/venv/bin/python")
+    argv = launch_argv(spec)
+    assert argv[argv.index("run") :] != OLD_FINETUNE.split()
+    assert parse_args(OLD_FINETUNE.split()) == parse_args(argv[argv.index("run") :])

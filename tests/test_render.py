@@ -97,14 +97,8 @@ def test_default_script_carries_the_preemptible_contract() -> None:
     ):
         assert directive in lines
     launch = next(ln for ln in lines if "-m slurmpre.job run" in ln)
-    assert launch.split()[:6] == [
-        "/opt/venv/bin/python",
-        "-m",
-        "slurmpre.job",
-        "run",
-        "--launcher",
-        "torchrun",
-    ]
+    assert launch.split()[:4] == ["/opt/venv/bin/python", "-m", "slurmpre.job", "run"]
+    assert "--launcher torchrun" in launch
     # srun does not inherit sbatch's --cpus-per-task (Slurm >= 22.05): it is given again.
     stripped = [ln.strip() for ln in lines]
     assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --label --cpus-per-task=32 \\" in stripped

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.login.spec import JobSpec, Launcher, NodeRange, SpecError, load, parse_sets, validate
+from slurmpre.login.spec import JobSpec, Launcher, SpecError, load, parse_sets, validate
+from slurmpre.noderange import NodeRange
 
 from tests.conftest import slurmpre_cli
 

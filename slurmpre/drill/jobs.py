@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre import environment
+from slurmpre.defaults import SAFETY_MARGIN
 from slurmpre.drill.options import DrillOptions
 from slurmpre.errors import UsageError
 from slurmpre.login.spec import JobSpec, read, validate
@@ -89,7 +90,9 @@ def drill_spec(
             "command": command,
             "checkpoint_dir": str(folder),
             "preempt_window": int(opts.window),
-            "safety_margin": min(int(raw.get("safety_margin", 30)), int(opts.window) // 3),
+            "safety_margin": min(
+                int(raw.get("safety_margin", SAFETY_MARGIN)), int(opts.window) // 3
+            ),
             "poll_interval": min(float(raw.get("poll_interval", 1)), opts.window / 6),
             # The drill measures the requeue path, against the seeds' recipe, one restart
             # per preemption; in-place restarts have their own benchmark (bench/inplace.py).

@@ -1,24 +1,27 @@
-"""Every key of a job spec, in one table: its default, the parser that checks it
-(`slurmpre.login.parsers`), the wrapper's option it becomes when the job side needs it
-(`slurmpre.job.start.args`, and `slurmpre.login.render.launch_argv` writes it), and its
-documentation (docs/spec.md's reference table is `markdown()`). `JobSpec` holds to it (a
-test fails when they differ). Both sides import it: it imports nothing of either.
+"""Every key of a job spec, in one table: its default and range, the parser that checks
+it (`slurmpre.login.parsers`), the wrapper's option it becomes when the job side needs it
+and where the wrapper holds it (`slurmpre.login.render.launch_argv` writes every such
+option from this table, `slurmpre.job.start.args` reads them back from it), and its
+documentation (docs/spec.md's reference table is `markdown()`). Each key is a field of
+its part of the spec (`JobKeys`, `RunKeys`, `CodeKeys`), which `JobSpec` is made of.
+Both sides import it: it imports nothing of either.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 
 from slurmpre import defaults
-from slurmpre.keys.code import CODE
-from slurmpre.keys.job import JOB
+from slurmpre.keys.code import CODE, CodeKeys
+from slurmpre.keys.job import JOB, JobKeys
 from slurmpre.keys.key import REQUIRED, Key, as_text, as_written
-from slurmpre.keys.run import RUN
+from slurmpre.keys.run import RUN, RunKeys
 
 __all__ = [
-    "BY_NAME", "FLAGS", "KEYS", "REQUIRED", "WRAPPER_ONLY", "WRITTEN", "Key", "as_text",
-    "as_written",
+    "BY_NAME", "FLAGS", "KEYS", "RANGES", "REQUIRED", "WRAPPER_ONLY", "CodeKeys", "JobKeys",
+    "Key", "RunKeys", "as_text", "as_written",
 ]  # fmt: skip
 
 # The one table, in the order docs/spec.md and `JobSpec` follow.
@@ -28,17 +31,8 @@ BY_NAME = {k.name: k for k in KEYS}
 # The wrapper's options that are not spec keys (a hand-run wrapper may set them).
 WRAPPER_ONLY = (
     Key("agree_timeout", defaults.AGREE_TIMEOUT, "seconds", "", "",
-        flag="--agree-timeout", kind="seconds",
+        flag="--agree-timeout", kind="seconds", bounds=(1, 86_400),
         help="seconds the other nodes wait for node 0's checkpoint choice"),
-)  # fmt: skip
-# The order in which the batch script writes the wrapper's options (the golden files').
-WRITTEN = (
-    "launcher", "checkpoint_dir", "nproc_per_node", "resume_arg", "accelerate_config",
-    "poll_interval", "preempt_window", "safety_margin", "warn_before_end", "drain_reason",
-    "notice_signal", "watch", "nodes", "restart", "grow", "grow_settle", "grow_min_gain",
-    "in_place", "spare_nodes", "spare_overlap", "file_access", "local_dir", "max_restarts",
-    "max_stalled_restarts", "max_preemptions", "deadline", "total_steps", "fallback_after",
-    "max_wait", "max_cost",
 )  # fmt: skip
 
 
@@ -49,6 +43,19 @@ def wrapper_options() -> tuple[Key, ...]:
 
 # Every word the wrapper takes as an option of its own (a resume_arg may not be one).
 FLAGS = frozenset(str(k.flag) for k in wrapper_options()) | {"--help", "-h"}
+
+
+# The range of every number a spec (and the wrapper's command line) accepts: finite, and
+# inside what Slurm itself takes (--signal's time is at most 65535 s).
+RANGES = {k.name: k.bounds for k in (*KEYS, *WRAPPER_ONLY) if k.bounds is not None}
+
+
+def in_range(key: str, value: float) -> str | None:
+    """Why ``value`` is outside the key's range (`RANGES`); None when it is inside."""
+    low, high = RANGES[key]
+    if math.isfinite(value) and low <= value <= high:
+        return None
+    return f"must be from {low:g} to {high:g}"
 
 
 def pattern(text: str) -> re.Pattern[str]:

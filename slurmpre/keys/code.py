@@ -3,18 +3,22 @@ config, the code snapshot, file access, the interpreter and the template."""
 
 from __future__ import annotations
 
-from slurmpre import defaults
-from slurmpre.keys.key import Key
+from dataclasses import dataclass
 
-CODE: tuple[Key, ...] = (
-    Key(
-        'resume_arg', None, 'resume_arg', "unset (not `--`, not one of the wrapper's own options)",
+from slurmpre import defaults
+from slurmpre.keys.key import Key, key, table
+
+
+# fmt: off
+@dataclass(frozen=True, kw_only=True)
+class CodeKeys:
+    resume_arg: str | None = key(
+        None, 'resume_arg', "unset (not `--`, not one of the wrapper's own options)",
         'e.g. `"--resume-from"`: appended with the checkpoint path after a restart',
         flag='--resume-arg', kind='text', writes='truthy', joined=True,
         help='after a restart, append this flag and the checkpoint path to COMMAND',
-    ),
-    Key(
-        'accelerate_config', None, 'accelerate_config', 'unset',
+    )
+    accelerate_config: str | None = key(None, 'accelerate_config', 'unset',
         'with `launcher = "accelerate"`: your Accelerate config file (what `accelerate launch '
         '--config_file` takes: FSDP, DeepSpeed, precision), a path key on the shared volume. '
         "`submit` reads it with the nodes' `python` and Accelerate's own reader (an unknown key "
@@ -25,9 +29,9 @@ CODE: tuple[Key, ...] = (
         'E.g. `accelerate_config = "~/configs/fsdp.yaml"`',
         flag='--accelerate-config', kind='text', writes='truthy', joined=True,
         help='launcher accelerate: its config file (--config_file), on every attempt',
-    ),
-    Key(
-        'local_dir', "off", 'local_dir', '`"off"`',
+        convert='config_file',
+    )
+    local_dir: str = key("off", 'local_dir', '`"off"`',
         'where `slurmpre.checkpoint()` writes first, on each node: `"off"` (straight into the '
         'checkpoint folder), `"auto"` (the node\'s `$SLURMPRE_NODE_LOCAL_DIR`, else '
         '`/dev/shm`), or an absolute path on the node (`$VAR` read there, e.g. '
@@ -39,8 +43,9 @@ CODE: tuple[Key, ...] = (
         '`local_dir = "auto"`',
         flag='--local-dir', kind='text', writes='changed', joined=True,
         help='where checkpoint() writes first on each node: off, auto or a path',
-    ),
-    Key('snapshot', "none", 'snapshot', '`"none"`',
+        convert='or_default',
+    )
+    snapshot: str = key("none", 'snapshot', '`"none"`',
         'the code every attempt runs. `"none"`: the folder you submitted from, as it is when '
         'the attempt starts (an edit during a two-day job is what the next restart runs). '
         '`"git"`: `submit` copies the files `git` shows in the work tree you submit from '
@@ -59,14 +64,14 @@ CODE: tuple[Key, ...] = (
         "the folder's commit as the attempt starts), and `slurmpre status` shows it under the "
         'first attempt and wherever it changes. E.g. `snapshot = "git"`',
         choices=defaults.SNAPSHOTS,
-    ),
-    Key('snapshot_max_mb', defaults.SNAPSHOT_MAX_MB, 'whole', '`200` (1 to 100000)',
+    )
+    snapshot_max_mb: int = key(defaults.SNAPSHOT_MAX_MB, 'whole', '`200` (1 to 100000)',
         'the most a snapshot may copy, in MB (10^6 bytes): past it `submit` refuses before '
         'copying anything, naming the three largest files (keep data and outputs in '
         '`.gitignore`). E.g. `snapshot_max_mb = 500`',
-    ),
-    Key(
-        'file_access', "owner", 'file_access', '`"owner"`',
+        bounds=(1, 100_000),
+    )
+    file_access: str = key("owner", 'file_access', '`"owner"`',
         'who may read what slurmpre creates (checkpoint and log folders it makes, checkpoints '
         'it commits, the ledger): `"owner"` (folders 0700, files 0600) or `"group"` (checkpoint '
         'folders 1770, files 0660, the ledger 0640), whatever the umask; what makes a job act '
@@ -75,14 +80,18 @@ CODE: tuple[Key, ...] = (
         flag='--file-access', kind='choice', writes='changed', joined=True,
         choices=("owner", "group"),
         help='who may read what slurmpre creates: owner (default) or group',
-    ),
-    Key('python', "", 'path', 'the interpreter running `slurmpre`',
+        convert='access',
+    )
+    python: str = key("", 'path', 'the interpreter running `slurmpre`',
         'the interpreter with slurmpre installed, as the nodes see it, and what the launcher '
         'runs (torch for `torchrun`, accelerate for `accelerate`): `submit` checks both in '
         'one run of it; a path key',
-    ),
-    Key('template', None, 'template', 'the default',
+    )
+    template: str | None = key(None, 'template', 'the default',
         'your own Jinja template; `{% extends "default.sbatch.j2" %}` and override a block '
         '(`directives`, `environment`, `logs`, `setup`, `launch`)',
-    ),
-)  # fmt: skip
+    )
+# fmt: on
+
+
+CODE: tuple[Key, ...] = table(CodeKeys)

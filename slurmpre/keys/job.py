@@ -3,23 +3,29 @@ options, its folders, its launcher, and how it watches for a notice."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from slurmpre import defaults, launchers
-from slurmpre.keys.key import REQUIRED, Key
+from slurmpre.keys.key import REQUIRED, Key, key, table
+from slurmpre.launchers import Launcher
 from slurmpre.noderange import NodeRange
 
-JOB: tuple[Key, ...] = (
-    Key('name', REQUIRED, 'name', "the file's stem",
-        'job name; one line, no `/` (it names the checkpoint folder)'),
-    Key('command', REQUIRED, 'command', 'required',
+
+# fmt: off
+@dataclass(frozen=True, kw_only=True)
+class JobKeys:
+    name: str = key(REQUIRED, 'name', "the file's stem",
+        'job name; one line, no `/` (it names the checkpoint folder)')
+    command: tuple[str, ...] = key(REQUIRED, 'command', 'required',
         'argv list, or a string split like a shell would (no shell runs it). `$NAME` and '
         "`${NAME}` in an argument expand on every node as the job starts, from the "
         "training's environment (the job's, with slurmpre's own such as "
         '`$SLURMPRE_CHECKPOINT_DIR`), as in double quotes: each argument stays one, nothing '
         'else is read, `$$` is a `$`. Another `$` is refused at submit; a variable nothing '
         'is known to set (not slurmpre\'s, Slurm\'s, in `env`, nor where you submit) is a '
-        'warning; one unset on the node stops the run at its start (exit 2, no restart)'),
-    Key(
-        'nodes', NodeRange(1, 1), 'nodes', '`1`',
+        'warning; one unset on the node stops the run at its start (exit 2, no restart)')
+    nodes: NodeRange = key(NodeRange(1, 1), 'nodes', '`1`',
         'a count, or an elastic range `"2-4"` (the job starts on MIN free nodes, uses up to '
         'MAX)',
         flag='--min-nodes', kind='count', writes='elastic_min',
@@ -27,65 +33,68 @@ JOB: tuple[Key, ...] = (
             "fewest nodes the job trains on (the spec's MIN): an in-place restart needs at "
             'least this many left'
         ),
-    ),
-    Key('gpus_per_node', 0, 'gpus', '`0` (0 to 1024)',
+        bounds=(1, 100_000), part='watch', attr='min_nodes',
+    )
+    gpus_per_node: int = key(0, 'gpus', '`0` (0 to 1024)',
         '`--gpus-per-node`; also the default processes per node for torchrun. A GPU type as '
         'Slurm writes it: `"h100:8"` (or `gpu_type = "h100"` beside a count) renders '
         '`--gpus-per-node=h100:8`',
-    ),
-    Key('gpu_type', None, 'gpu_type', 'unset',
+        bounds=(0, 1_024),
+    )
+    gpu_type: str | None = key(None, 'gpu_type', 'unset',
         'the GPU type Slurm knows (`h100`: letters, digits, `_.-`), beside a count in '
         '`gpus_per_node` or `gpus`; the same as writing it in their value (`"h100:8"`). It '
         'needs one of them',
-    ),
-    Key('gpus', 0, 'gpus', '`0` (0 to 1048576)',
+    )
+    gpus: int = key(0, 'gpus', '`0` (0 to 1048576)',
         '`--gpus`: GPUs for the whole job, which Slurm spreads over the nodes it gives; with a '
         'type as Slurm writes it (`"h100:16"`, or `gpu_type` beside a count). Give `gpus` or '
         "`gpus_per_node`, not both; `--gpus`/`-G` in `extra_sbatch` is refused with this key's "
         "name. torchrun's processes per node are the GPUs Slurm gave each node",
-    ),
-    Key('cpus_per_task', None, 'whole_or_auto', 'unset',
+        bounds=(0, 1_048_576),
+    )
+    cpus_per_task: int | None = key(None, 'whole_or_auto', 'unset',
         '`--cpus-per-task`',
-    ),
-    Key('mem', None, 'mem', 'unset',
+        bounds=(1, 65_536),
+    )
+    mem: str | None = key(None, 'mem', 'unset',
         '`--mem`',
-    ),
-    Key('time', None, 'time_limit', 'unset',
+    )
+    time: str | None = key(None, 'time_limit', 'unset',
         "`--time`, in Slurm's forms (`90`, `4:00:00`, `2-12:00:00`, `UNLIMITED`; `0` is no "
         'limit, as in Slurm) and no longer than Slurm holds (2^31-1 seconds, about 68 years)',
-    ),
-    Key('partition', None, 'word', 'unset',
+    )
+    partition: str | None = key(None, 'word', 'unset',
         '`--partition`',
-    ),
-    Key('account', None, 'word', 'unset',
+    )
+    account: str | None = key(None, 'word', 'unset',
         '`--account`',
-    ),
-    Key('qos', None, 'word', 'unset',
+    )
+    qos: str | None = key(None, 'word', 'unset',
         '`--qos`',
-    ),
-    Key('constraint', "preemptible", 'constraint', '`"preemptible"`',
+    )
+    constraint: str | None = key("preemptible", 'constraint', '`"preemptible"`',
         'a Slurm feature expression; `"standard"` (or your cluster\'s feature) for coordinators',
-    ),
-    Key('requeue', True, 'boolean', '`true`',
+    )
+    requeue: bool = key(True, 'boolean', '`true`',
         '`--requeue`; without it a notice still checkpoints but nothing requeues',
-    ),
-    Key('array', None, 'array', 'unset',
+    )
+    array: str | None = key(None, 'array', 'unset',
         '`--array`, e.g. `"0-99%16"`; each task keeps its checkpoints in '
         '`<checkpoint_dir>/task-<id>`. Indexes 0 to 4000000 (the most `MaxArraySize` allows), '
         'ranges that run forwards, steps and `%` limits of 1 or more',
-    ),
-    Key(
-        'checkpoint_dir', "", 'path', '`/home/<user>/checkpoints/<name>`',
+    )
+    checkpoint_dir: str = key("", 'path', '`/home/<user>/checkpoints/<name>`',
         'on the shared volume; created by `submit`. A path key: `~` and `$VAR` expand at submit '
         '(see "Variables" below)',
         flag='--checkpoint-dir', kind='text', writes='always', joined=True,
         help="the job's checkpoint folder (shared volume)",
-    ),
-    Key('log_dir', "", 'path', '`<checkpoint_dir>/logs`',
+        convert='path',
+    )
+    log_dir: str = key("", 'path', '`<checkpoint_dir>/logs`',
         'the appended job log `<name>-<jobid>.out` and one log per attempt; a path key',
-    ),
-    Key(
-        'launcher', launchers.DEFAULT, 'launcher', '`"torchrun"`',
+    )
+    launcher: Launcher = key(launchers.DEFAULT, 'launcher', '`"torchrun"`',
         "Which launcher slurmpre starts on every node, given this allocation's machines, node "
         'rank, processes and a c10d rendezvous on node 0. `"torchrun"`: plain scripts, DDP, '
         "FSDP, and DeepSpeed scripts (`deepspeed.initialize()` reads torchrun's environment). "
@@ -108,68 +117,68 @@ JOB: tuple[Key, ...] = (
             'accelerate: one `accelerate launch` per node, the same rendezvous; plain: '
             'COMMAND once per node'
         ),
-    ),
-    Key(
-        'nproc_per_node', None, 'whole_or_auto', 'GPUs on the node, else 1',
+    )
+    nproc_per_node: int | None = key(None, 'whole_or_auto', 'GPUs on the node, else 1',
         'torchrun processes per node',
         flag='--nproc-per-node', kind='count', writes='set',
         help='torchrun processes per node (default: the GPUs Slurm gave the node, else 1)',
-    ),
-    Key('env', {}, 'env', '`{}`',
+        bounds=(1, 1_024),
+    )
+    env: Mapping[str, str] = key({}, 'env', '`{}`',
         'variables exported in the script; `$VAR` and `${VAR}` in a value expand on the node as '
         'the job starts, `$$` is a `$` (see "Variables" below). Names bash keeps (`_`, `IFS`, '
         '`UID`, `BASH*`, ...) and the `SLURMPRE_` names slurmpre sets are refused',
-    ),
-    Key('setup', (), 'setup', '`[]`',
+    )
+    setup: tuple[str, ...] = key((), 'setup', '`[]`',
         'shell lines run before the launch (module loads, venv activation); a failing line '
         'fails the job. They must be whole commands: `submit` and `render` give them to `bash '
         '-n` and refuse an unterminated heredoc (`cat > cfg.yaml <<EOF` without its `EOF`), '
         'quote or block, which would swallow the launch line below them and end the job '
         'COMPLETED without training; the script also fails a job that ends inside the block (an '
         '`exit` there)',
-    ),
-    Key('extra_sbatch', (), 'extra_sbatch', '`[]`',
+    )
+    extra_sbatch: tuple[str, ...] = key((), 'extra_sbatch', '`[]`',
         'more sbatch options, read as sbatch reads an `#SBATCH` line (see "How extra_sbatch is '
         'read" below) and rendered one per line as `--long=value`; an option slurmpre sets '
         'itself is refused however it is spelled, naming the key to use, and so are `--wrap`, '
         '`--parsable`, `--test-only`, `--wait`, and `--container` and every `--container-*` '
         "option (pyxis's `--container-image` among them): they run the batch script itself "
         'inside a container, where `srun` and `scontrol` are missing',
-    ),
-    Key(
-        'warn_before_end', defaults.WARN_BEFORE_END, 'whole', "`300` (0 to 65535, Slurm's limit)",
+    )
+    warn_before_end: int = key(
+        defaults.WARN_BEFORE_END, 'whole', "`300` (0 to 65535, Slurm's limit)",
         'seconds: `--signal=USR2@N`, the time-limit warning (0: none)',
         flag='--time-warning', kind='seconds', writes='truthy',
         help="seconds before the time limit that sbatch's --signal warning comes",
-    ),
-    Key(
-        'poll_interval', defaults.POLL_INTERVAL, 'seconds',
+        bounds=(0, 65_535), part='watch', attr='time_warning',
+    )
+    poll_interval: float = key(defaults.POLL_INTERVAL, 'seconds',
         '`5` (0.1 to 3600, and shorter than `preempt_window - safety_margin`)',
         "seconds between the watcher's Slurm queries",
         flag='--poll-interval', kind='seconds', writes='always',
         help="seconds between the watcher's Slurm queries",
-    ),
-    Key(
-        'preempt_window', defaults.PREEMPT_WINDOW, 'whole', '`300` (1 to 86400)',
+        bounds=(0.1, 3_600), part='watch', attr='interval',
+    )
+    preempt_window: int = key(defaults.PREEMPT_WINDOW, 'whole', '`300` (1 to 86400)',
         'seconds from drain to removal on your provider',
         flag='--window', kind='seconds', writes='always',
         help='seconds from drain to node removal on this provider',
-    ),
-    Key(
-        'safety_margin', defaults.SAFETY_MARGIN, 'whole',
+        bounds=(1, 86_400), part='watch', attr='window',
+    )
+    safety_margin: int = key(defaults.SAFETY_MARGIN, 'whole',
         '`30` (0 to 86400, below `preempt_window`)',
         'requeue anyway this long before the window closes',
         flag='--safety-margin', kind='seconds', writes='always',
         help='requeue anyway this long before the window closes',
-    ),
-    Key(
-        'drain_reason', None, 'pattern', 'any',
+        bounds=(0, 86_400), part='watch', attr='margin',
+    )
+    drain_reason: str | None = key(None, 'pattern', 'any',
         'only drains whose reason matches this regular expression are notices',
         flag='--drain-reason', kind='text', writes='truthy', joined=True,
         help='only drains whose reason matches this regular expression are notices',
-    ),
-    Key(
-        'notice_signal', None, 'signal_name', 'none',
+        convert='pattern',
+    )
+    notice_signal: str | None = key(None, 'signal_name', 'none',
         'also send this signal (e.g. `USR1`) to the training processes on a notice, on every '
         'node: the command itself (`launcher = "plain"`) or the launcher\'s workers, never the '
         "launcher nor a whole process group; once sent, the script's exit is its stop on the "
@@ -181,19 +190,22 @@ JOB: tuple[Key, ...] = (
         "and so is `USR2`, which carries Slurm's time-limit warning",
         flag='--notice-signal', kind='text', writes='truthy', joined=True,
         help='also send this signal (e.g. USR1) to the training processes on a notice',
-    ),
-    Key('watch', True, 'boolean', '`true`', 'run the watcher',
+        convert='signal',
+    )
+    watch: bool = key(True, 'boolean', '`true`', 'run the watcher',
         flag='--no-watch', kind='switch', writes='off',
         help='no watcher: resume and rendezvous only',
-    ),
-    Key('in_place', True, 'boolean', '`true`',
+        attr='watching',
+    )
+    in_place: bool = key(True, 'boolean', '`true`',
         'when a drained node is not the batch host and at least MIN of `nodes` remain, release '
         'it and restart inside the allocation instead of requeuing (see the README\'s "Fast '
         'restart")',
         flag='--no-in-place', kind='switch', writes='off',
         help='always requeue on a drain, never restart inside the allocation',
-    ),
-    Key('spare_nodes', 0, 'whole', '`0` (0 to 64)',
+        part='watch',
+    )
+    spare_nodes: int = key(0, 'whole', '`0` (0 to 64)',
         'hot spares: the job holds this many nodes beyond `nodes` that do not train. When a '
         'training node drains, a spare takes its place inside the allocation (an in-place '
         'restart from the notice checkpoint on as many nodes as before: the world size does '
@@ -204,8 +216,9 @@ JOB: tuple[Key, ...] = (
         'next hand-over. Needs `in_place` and the watcher',
         flag='--spare-nodes', kind='count', writes='changed',
         help='nodes the job holds beyond its training nodes, to take a drained one\'s place',
-    ),
-    Key('spare_overlap', True, 'boolean', '`true`',
+        bounds=(0, 64), part='watch',
+    )
+    spare_overlap: bool = key(True, 'boolean', '`true`',
         'with spares, make before break in place: at a drain the next step starts at once on '
         'the spare and the nodes that stay (`srun --overlap`), and a script that asks '
         '`checkpoint_requested()` trains on after its notice checkpoint until that step waits '
@@ -215,5 +228,9 @@ JOB: tuple[Key, ...] = (
         '`resume_path()`',
         flag='--no-spare-overlap', kind='switch', writes='off',
         help='with spares, start the next step only once the training has stopped',
-    ),
-)  # fmt: skip
+        part='watch',
+    )
+# fmt: on
+
+
+JOB: tuple[Key, ...] = table(JobKeys)

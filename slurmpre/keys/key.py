@@ -1,5 +1,9 @@
-"""What a spec key is: its default, its parser, its documentation and the wrapper's
-option it becomes (`slurmpre.keys` holds the table of them)."""
+"""What a spec key is: its default, its range, its parser, its documentation and the
+wrapper's option it becomes (`slurmpre.keys` holds the table of them).
+
+A key is defined once, as a field of its part of the spec (`key()`): the field's name
+is the key's, its annotation the type `JobSpec` holds, and its `Key` everything else.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import enum
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 REQUIRED: Any = object()  # no default: the spec must give it (name and command)
@@ -29,6 +33,19 @@ class Key:
     joined: bool = False  # --flag=value (a value may start with "-"), else --flag value
     help: str = ""  # the wrapper's --help line for it
     choices: tuple[str, ...] | None = None
+    bounds: tuple[float, float] | None = None  # the range a number must be in (both ends)
+    # Where the wrapper holds the value (`slurmpre.job.start.args`): its part ("": the run's
+    # options themselves, else "watch", "goals" or "limits"), under the key's name unless
+    # `attr` gives the one that part reads it by, after the wrapper's `convert` (pattern,
+    # signal, path, ...; "": as parsed).
+    part: str = ""
+    attr: str = ""
+    convert: str = ""
+
+    @property
+    def dest(self) -> str:
+        """The wrapper's argparse name for the option."""
+        return str(self.flag)[2:].replace("-", "_")
 
     def written(self, value: Any, nodes: Any = None) -> list[str]:
         """The wrapper's option for the spec's ``value``, as the batch script writes it
@@ -57,6 +74,22 @@ class Key:
         if self.writes == "elastic_max":
             return None
         return as_text(self.default) if self.kind == "choice" else self.default
+
+
+def key(default: Any, parse: str, shown: str, doc: str, **options: Any) -> Any:
+    """A key defined as a field of its part of the spec (a frozen dataclass); `table`
+    names it after the field."""
+    meta = {"key": Key("", default, parse, shown, doc, **options)}
+    if default is REQUIRED:
+        return field(metadata=meta)
+    if isinstance(default, dict):  # mutable: one each
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def table(part: type) -> tuple[Key, ...]:
+    """The keys of a part of the spec, in its order, each named as its field."""
+    return tuple(replace(f.metadata["key"], name=f.name) for f in fields(part))
 
 
 def as_text(value: Any) -> str:

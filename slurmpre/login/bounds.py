@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from slurmpre import defaults
+from slurmpre import keys
 from slurmpre.errors import SpecError, UsageError
 from slurmpre.login.values import bad, one_line, seconds
 from slurmpre.placement import deadline as placement_deadline
@@ -29,7 +29,7 @@ def duration(key: str, value: object) -> float:
         found = placement_deadline.duration(value)
         if found is None:
             raise bad(key, value, "must be seconds or a duration such as 30m, 2h or 1d")
-        why = defaults.in_range(key, found)
+        why = keys.in_range(key, found)
         if why is not None:
             raise bad(key, value, f"{why} seconds")
         return found
@@ -40,7 +40,7 @@ def money(key: str, value: object) -> float:
     """An amount in the prices' currency (`defaults.ON_DEMAND_PRICE`), within its range."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise bad(key, value, "must be a number (the prices' currency)")
-    why = defaults.in_range(key, float(value))
+    why = keys.in_range(key, float(value))
     if why is not None:
         raise bad(key, value, why)
     return float(value)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmpre import defaults
+from slurmpre import defaults, keys
 from slurmpre.errors import UsageError
 from slurmpre.folder.records import Record, Start
 from slurmpre.login.plan import Sources, ledgers, measure
@@ -128,7 +128,7 @@ def _gpus_per_node(asked: Asked) -> int:
     assumed (providers' nodes hold 1 to 8 and more)."""
     given = asked.gpus_per_node
     if given is not None:
-        if (why := defaults.in_range("gpus_per_node", given)) is not None:
+        if (why := keys.in_range("gpus_per_node", given)) is not None:
             raise UsageError(f"--gpus-per-node {given}: {why}")
         return given
     if asked.spec is None:

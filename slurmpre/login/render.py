@@ -120,11 +120,11 @@ def launch_argv(spec: JobSpec) -> list[str]:
     Values go as ``--flag=value``, so one that starts with ``-`` reaches the wrapper intact.
     """
     argv = [spec.python, "-m", "slurmpre.job", "run"]
-    for name in keys.WRITTEN:  # the table says how each is written, and when
-        value = getattr(spec, name)
-        if name == "deadline" and value:  # the login node's zone, as an absolute instant
+    for k in keys.KEYS:  # each key with a flag, in the table's order: it says when and how
+        value = getattr(spec, k.name)
+        if k.parse == "deadline" and value:  # the login node's zone, as an absolute instant
             value = deadline.pinned(value)
-        argv += keys.BY_NAME[name].written(value, spec.nodes)
+        argv += k.written(value, spec.nodes)
     return [*argv, "--", *spec.command]
 
 

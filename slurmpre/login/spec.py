@@ -11,7 +11,7 @@ import difflib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,6 @@ from slurmpre.errors import SpecError
 from slurmpre.launchers import Launcher
 from slurmpre.login import parsers
 from slurmpre.login import values as v
-from slurmpre.noderange import NodeRange
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,68 +27,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 
-def _default(key: str) -> Any:
-    """A key's default, from the one table (`slurmpre.keys`)."""
-    return keys.BY_NAME[key].default
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """A checked spec: its fields are the table's keys (`slurmpre.keys`), in its order,
-    with its defaults; a test holds them to it."""
-
-    name: str
-    command: tuple[str, ...]
-    nodes: NodeRange = _default("nodes")  # noqa: RUF009 - immutable: one shared default is safe
-    gpus_per_node: int = _default("gpus_per_node")
-    gpu_type: str | None = _default("gpu_type")
-    gpus: int = _default("gpus")
-    cpus_per_task: int | None = _default("cpus_per_task")
-    mem: str | None = _default("mem")
-    time: str | None = _default("time")
-    partition: str | None = _default("partition")
-    account: str | None = _default("account")
-    qos: str | None = _default("qos")
-    constraint: str | None = _default("constraint")
-    requeue: bool = _default("requeue")
-    array: str | None = _default("array")
-    checkpoint_dir: str = _default("checkpoint_dir")
-    log_dir: str = _default("log_dir")
-    launcher: Launcher = _default("launcher")  # noqa: RUF009 - immutable: one shared default is safe
-    nproc_per_node: int | None = _default("nproc_per_node")
-    env: Mapping[str, str] = field(default_factory=dict)  # the table's {}, one each
-    setup: tuple[str, ...] = _default("setup")
-    extra_sbatch: tuple[str, ...] = _default("extra_sbatch")
-    warn_before_end: int = _default("warn_before_end")
-    poll_interval: float = _default("poll_interval")
-    preempt_window: int = _default("preempt_window")
-    safety_margin: int = _default("safety_margin")
-    drain_reason: str | None = _default("drain_reason")
-    notice_signal: str | None = _default("notice_signal")
-    watch: bool = _default("watch")
-    in_place: bool = _default("in_place")
-    spare_nodes: int = _default("spare_nodes")
-    spare_overlap: bool = _default("spare_overlap")
-    restart: str = _default("restart")
-    grow: bool = _default("grow")
-    grow_settle: float = _default("grow_settle")
-    grow_min_gain: int = _default("grow_min_gain")
-    max_restarts: int = _default("max_restarts")
-    max_stalled_restarts: int = _default("max_stalled_restarts")
-    max_preemptions: int | None = _default("max_preemptions")
-    deadline: str | None = _default("deadline")
-    total_steps: int | None = _default("total_steps")
-    fallback_after: int | None = _default("fallback_after")
-    max_wait: float | None = _default("max_wait")
-    max_cost: float | None = _default("max_cost")
-    resume_arg: str | None = _default("resume_arg")
-    accelerate_config: str | None = _default("accelerate_config")
-    local_dir: str = _default("local_dir")
-    snapshot: str = _default("snapshot")
-    snapshot_max_mb: int = _default("snapshot_max_mb")
-    file_access: str = _default("file_access")
-    python: str = _default("python")
-    template: str | None = _default("template")
+@dataclass(frozen=True, kw_only=True)
+class JobSpec(keys.CodeKeys, keys.RunKeys, keys.JobKeys):
+    """A checked spec: its fields are the table's keys (`slurmpre.keys`), in its order
+    (its parts' fields, each defined once there), with their defaults."""
 
     @property
     def is_array(self) -> bool:

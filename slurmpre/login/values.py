@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmpre import defaults, dollars, environment, keys, signals
+from slurmpre import dollars, environment, keys, signals
 from slurmpre.errors import SpecError, UsageError
 from slurmpre.login import sbatch_options, variables
 from slurmpre.noderange import NodeRange
@@ -38,13 +38,13 @@ def bad(key: str, value: object, why: str) -> SpecError:
 
 
 def whole(key: str, value: object) -> int:
-    """A whole number within the key's range (`defaults.RANGES`)."""
+    """A whole number within the key's range (`keys.RANGES`)."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and re.fullmatch(r"-?\d{1,30}", value.strip()):
             value = int(value)
         else:
             raise bad(key, value, "must be a whole number")
-    low, high = defaults.RANGES[key]
+    low, high = keys.RANGES[key]
     if value < low:
         raise bad(key, value, f"must be {low:g} or more")
     if value > high:
@@ -90,7 +90,7 @@ def parse_nodes(value: object) -> NodeRange:
     lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
     if lo < 1:
         raise bad(key, value, "needs at least 1 node")
-    most = int(defaults.RANGES["nodes"][1])
+    most = int(keys.RANGES["nodes"][1])
     if hi > most:
         raise bad(key, value, f"is more than {most} nodes")
     if hi < lo:
@@ -229,14 +229,14 @@ def boolean(key: str, value: object) -> bool:
 
 
 def seconds(key: str, value: object) -> float:
-    """A finite number of seconds within the key's range (`defaults.RANGES`)."""
+    """A finite number of seconds within the key's range (`keys.RANGES`)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise bad(key, value, "must be a number of seconds")
     try:
         number = float(value)
     except ValueError:
         raise bad(key, value, "must be a number of seconds") from None
-    why = defaults.in_range(key, number)
+    why = keys.in_range(key, number)
     if why is not None:
         raise bad(key, value, f"{why} seconds")
     return number

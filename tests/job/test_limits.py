@@ -13,7 +13,7 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import AttemptId
 from slurmpre.job.start.args import parse_args
 from slurmpre.job.start.env import JobEnv
-from slurmpre.job.start.limits import Causes, causes, give_up_why, stalled
+from slurmpre.job.start.limits import Causes, Limits, causes, give_up_why, stalled
 from slurmpre.job.start.resume import AttemptContext, agree
 
 from tests.fakes import FakeSlurm
@@ -61,19 +61,19 @@ def test_the_count_goes_on_across_the_jobs_of_a_run() -> None:
         *attempt("9", 0, 10),
     ]  # fmt: skip
     assert stalled(typed(recs), "3", AttemptId(0), 50) == 2
-    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, 100, 2) is not None
-    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, 100, 3) is None
-    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, 100, 0) is None  # 0: never
+    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, Limits(100, 2)) is not None
+    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, Limits(100, 3)) is None
+    assert give_up_why(typed(recs), "3", AttemptId(0), 50, 2, Limits(100, 0)) is None  # 0: never
 
 
 def test_a_restart_past_max_restarts_gives_up() -> None:
     """Restarts the ledger does not explain count as failures (as before budgets split)."""
-    why = give_up_why([], "1", AttemptId(5), None, 5, 4, 3)
+    why = give_up_why([], "1", AttemptId(5), None, 5, Limits(4, 3))
     assert why == (
         "5 restarts of the run after a failure is past max_restarts = 4 (preemptions are "
         "counted apart): not restarting again"
     )
-    assert give_up_why([], "1", AttemptId(4), None, 4, 4, 3) is None
+    assert give_up_why([], "1", AttemptId(4), None, 4, Limits(4, 3)) is None
 
 
 def preempted(job: str, n: int) -> list[dict[str, Any]]:
@@ -94,17 +94,17 @@ def killed(job: str, n: int) -> list[dict[str, Any]]:
 def test_preemptions_never_spend_the_crash_budget() -> None:
     recs = typed([*preempted("1", 0), *killed("1", 1), *preempted("1", 2), *preempted("1", 3)])
     assert causes(recs, "1", AttemptId(4)) == Causes(preemptions=4)
-    assert give_up_why(recs, "1", AttemptId(4), 40, 4, 0, 0) is None  # max_restarts = 0
-    why = give_up_why(recs, "1", AttemptId(4), 40, 4, 0, 0, max_preemptions=3)
+    assert give_up_why(recs, "1", AttemptId(4), 40, 4, Limits(0, 0)) is None  # max_restarts = 0
+    why = give_up_why(recs, "1", AttemptId(4), 40, 4, Limits(0, 0), max_preemptions=3)
     assert why is not None and "4 preemptions of the run is past max_preemptions = 3" in why
-    assert give_up_why(recs, "1", AttemptId(4), 40, 4, 0, 0, max_preemptions=4) is None
+    assert give_up_why(recs, "1", AttemptId(4), 40, 4, Limits(0, 0), max_preemptions=4) is None
 
 
 def test_crashes_never_spend_the_preemption_budget() -> None:
     recs = typed([*attempt("1", 0, 0), *attempt("1", 1, 10), *attempt("1", 2, 20)])
     assert causes(recs, "1", AttemptId(3)) == Causes(failures=3)
-    assert give_up_why(recs, "1", AttemptId(3), 30, 3, 3, 0, max_preemptions=0) is None
-    why = give_up_why(recs, "1", AttemptId(3), 30, 3, 2, 0, max_preemptions=0)
+    assert give_up_why(recs, "1", AttemptId(3), 30, 3, Limits(3, 0), max_preemptions=0) is None
+    why = give_up_why(recs, "1", AttemptId(3), 30, 3, Limits(2, 0), max_preemptions=0)
     assert why is not None and "3 restarts of the run after a failure" in why
 
 
@@ -116,7 +116,7 @@ def test_a_time_limit_is_neither_budget() -> None:
         {"event": "end", "job": "1", "attempt": 0, "exit_code": 0},
     ])  # fmt: skip
     assert causes(recs, "1", AttemptId(1)) == Causes(other=1)
-    assert give_up_why(recs, "1", AttemptId(1), 5, 1, 0, 0, max_preemptions=0) is None
+    assert give_up_why(recs, "1", AttemptId(1), 5, 1, Limits(0, 0), max_preemptions=0) is None
 
 
 class Requeues(FakeSlurm):

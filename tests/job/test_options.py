@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from slurmpre import defaults, keys
+from slurmpre import keys
 from slurmpre.errors import UsageError
 from slurmpre.job.start.args import parse_args
 from slurmpre.login.render import launch_argv
@@ -65,7 +65,7 @@ def test_the_spec_and_the_wrapper_refuse_a_notice_signal_for_the_same_reason(
      ("--safety-margin", "safety_margin", "nan")],
 )  # fmt: skip
 def test_the_wrapper_takes_the_spec_ranges(flag: str, key: str, value: str) -> None:
-    low, high = defaults.RANGES[key]
+    low, high = keys.RANGES[key]
     with pytest.raises(UsageError, match=f"{flag} must be from {low:g} to {high:g}"):
         parse_args(["--checkpoint-dir=/tmp/x", f"{flag}={value}", "--", "true"])
 

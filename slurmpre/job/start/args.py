@@ -1,7 +1,9 @@
 """The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``.
 
-The template writes every option from the spec; the defaults here are the
-same `slurmpre.defaults`, for a wrapper run by hand.
+The batch script writes every option from the spec (`slurmpre.login.render.launch_argv`,
+from the one table of keys); here the same table reads them back into the run's typed
+options, each key into the part that reads it (`Key.part`): no key is listed by hand.
+The defaults are the table's, for a wrapper run by hand.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from slurmpre import defaults, keys, signals
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.job.start import options
+from slurmpre.job.start.limits import Limits
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.placement.policy import Goals
 
@@ -41,16 +44,7 @@ class RunOptions:
     drain_reason: re.Pattern[str] | None = None
     notice_signal: signal.Signals | None = None
     file_access: access.Access = access.OWNER
-    max_restarts: int = defaults.MAX_RESTARTS
-    max_stalled_restarts: int = defaults.MAX_STALLED_RESTARTS
-
-
-def _in_range(flag: str, key: str, value: float) -> float:
-    """The spec's range for the key: the wrapper can be run by hand."""
-    why = defaults.in_range(key, value)
-    if why is not None:
-        raise UsageError(f"{flag} {why}, got {value:g}")
-    return value
+    limits: Limits = Limits()  # noqa: RUF009 - frozen: one shared default is safe
 
 
 def _checked(flag: str, text: str | None, check: Callable[[str], _T]) -> _T | None:
@@ -77,23 +71,45 @@ def _config_file(text: str) -> str:
     return text
 
 
-def _goals(ns: argparse.Namespace) -> Goals:
-    """The spec's deadline and budgets (checked as at submit: the wrapper can be run by hand)."""
-    if ns.deadline:
-        from slurmpre.placement import deadline  # here: datetime only for a deadline
+def _deadline(text: str) -> str:
+    """The spec's deadline, checked as at submit (the wrapper can be run by hand)."""
+    from slurmpre.placement import deadline  # here: datetime only for a deadline
 
-        try:
-            deadline.parse(ns.deadline, first_submit=0.0, key="--deadline")
-        except UsageError as exc:
-            raise UsageError(str(exc).replace("--deadline = ", "--deadline ")) from None
-    return Goals(
-        deadline=ns.deadline or None,
-        total_steps=ns.total_steps,
-        fallback_after=ns.fallback_after,
-        max_wait_s=ns.max_wait,
-        max_preemptions=ns.max_preemptions,
-        max_cost=ns.max_cost,
-    )
+    try:
+        deadline.parse(text, first_submit=0.0, key="--deadline")
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--deadline = ", "--deadline ")) from None
+    return text
+
+
+# What the wrapper makes of an option's text (`Key.convert`); an empty text is None.
+_CONVERT: dict[str, Callable[[str], Any]] = {
+    "pattern": keys.pattern,
+    "signal": signals.notice_signal,
+    "config_file": _config_file,
+    "deadline": _deadline,
+}
+
+
+def _value(k: keys.Key, ns: argparse.Namespace) -> Any:
+    """The option's value as the part that reads it takes it: in the key's range, converted."""
+    value = getattr(ns, k.dest)
+    flag = str(k.flag)
+    if k.kind == "switch":  # --no-<key>: the key is on without it
+        return not value
+    if k.kind in ("seconds", "count") and value is not None:
+        why = keys.in_range(k.name, value)
+        if why is not None:
+            raise UsageError(f"{flag} {why}, got {value:g}")
+    if k.convert == "path":
+        return Path(value)
+    if k.convert == "access":
+        return access.NAMES[value]
+    if k.convert == "or_default":
+        return value or k.default
+    if k.convert:
+        return _checked(flag, value, _CONVERT[k.convert])
+    return value
 
 
 def _parser() -> options.Parser:
@@ -136,45 +152,15 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
     command = tuple(args_list[cut + 1 :])
     if not command:
         raise UsageError("no command after --")
-    numbers = {}
+    parts: dict[str, dict[str, Any]] = {"": {}, "watch": {}, "goals": {}, "limits": {}}
     for k in keys.wrapper_options():
-        value = getattr(ns, str(k.flag)[2:].replace("-", "_"))
-        if k.kind in ("seconds", "count") and value is not None:
-            numbers[k.name] = _in_range(str(k.flag), k.name, value)
-    watch = WatchConfig(
-        interval=numbers["poll_interval"],
-        window=numbers["preempt_window"],
-        time_warning=numbers["warn_before_end"],
-        margin=numbers["safety_margin"],
-        in_place=not ns.no_in_place,
-        spare_overlap=not ns.no_spare_overlap,
-        restart=ns.restart,
-        min_nodes=ns.min_nodes,
-        grow_to=ns.grow_to,
-        grow_settle=ns.grow_settle,
-        grow_min_gain=ns.grow_min_gain,
-        spare_nodes=ns.spare_nodes,
-        goals=_goals(ns),
-    )
-    reason = _checked("--drain-reason", ns.drain_reason, keys.pattern)
-    notice_signal = _checked("--notice-signal", ns.notice_signal, signals.notice_signal)
-    config = _checked("--accelerate-config", ns.accelerate_config, _config_file)
-    if config is not None and ns.launcher != "accelerate":
-        raise UsageError(f"--accelerate-config is for --launcher accelerate, not {ns.launcher}")
+        parts[k.part][k.attr or k.name] = _value(k, ns)
+    run = parts[""]
+    if run["accelerate_config"] is not None and run["launcher"] != "accelerate":
+        raise UsageError(f"--accelerate-config is for --launcher accelerate, not {run['launcher']}")
     return RunOptions(
-        launcher=ns.launcher,
-        checkpoint_dir=Path(ns.checkpoint_dir),
         command=command,
-        nproc_per_node=ns.nproc_per_node,
-        resume_arg=ns.resume_arg,
-        accelerate_config=config,
-        local_dir=ns.local_dir or "off",
-        agree_timeout=ns.agree_timeout,
-        watch=watch,
-        watching=not ns.no_watch,
-        drain_reason=reason,
-        notice_signal=notice_signal,
-        file_access=access.NAMES[ns.file_access],
-        max_restarts=ns.max_restarts,
-        max_stalled_restarts=ns.max_stalled_restarts,
+        watch=WatchConfig(**parts["watch"], goals=Goals(**parts["goals"])),
+        limits=Limits(**parts["limits"]),
+        **run,
     )

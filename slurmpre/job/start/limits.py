@@ -8,7 +8,7 @@ before it chooses a checkpoint. The run gives up when
 - it has been preempted more than ``max_preemptions`` times: the two budgets count apart
   (`causes`), so a crash never spends the preemption budget nor a preemption the crash
   budget, or
-- its last ``max_stalled`` attempts committed no checkpoint: it cannot progress (a bad
+- its last ``max_stalled_restarts`` attempts committed no checkpoint: it cannot progress (a bad
   node image, a checkpoint that fails to load, a data error that shows only after a
   resume); restarting again would spend money on the same failure, or
 - it has cost ``max_cost`` already (`placement.facts.cost`: each node-hour at its kind's
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slurmpre import defaults
 from slurmpre.folder.records import (
     AttemptId,
     AttemptRecord,
@@ -32,6 +33,14 @@ from slurmpre.folder.records import (
     Start,
     Successor,
 )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The spec's restart budgets (`slurmpre.keys`, part "limits"), as the wrapper read them."""
+
+    max_restarts: int = defaults.MAX_RESTARTS
+    max_stalled_restarts: int = defaults.MAX_STALLED_RESTARTS
 
 
 def run_jobs(records: Sequence[Record], job: str) -> list[str]:
@@ -116,8 +125,7 @@ def give_up_why(
     current: AttemptId,
     newest: int | None,
     run_restarts: int,
-    max_restarts: int,
-    max_stalled: int,
+    limits: Limits,
     max_preemptions: int | None = None,
 ) -> str | None:
     """Why this attempt, about to resume from step ``newest``, must not train (one
@@ -127,20 +135,21 @@ def give_up_why(
         found = causes(records, job, current)
         counted = found.preemptions + found.failures + found.other
         failures = found.failures + max(0, run_restarts - counted)
-        if failures > max_restarts:
+        if failures > limits.max_restarts:
             return (
                 f"{failures} restarts of the run after a failure is past max_restarts = "
-                f"{max_restarts} (preemptions are counted apart): not restarting again"
+                f"{limits.max_restarts} (preemptions are counted apart): not restarting again"
             )
         if max_preemptions is not None and found.preemptions > max_preemptions:
             return (
                 f"{found.preemptions} preemptions of the run is past max_preemptions = "
                 f"{max_preemptions}: not restarting again"
             )
-    if max_stalled and (n := stalled(records, job, current, newest)) >= max_stalled:
+    most = limits.max_stalled_restarts
+    if most and (n := stalled(records, job, current, newest)) >= most:
         return (
             f"the last {n} attempts committed no checkpoint (max_stalled_restarts = "
-            f"{max_stalled}): the job cannot progress; see their logs"
+            f"{most}): the job cannot progress; see their logs"
         )
     return None
 

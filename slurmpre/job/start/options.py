@@ -27,6 +27,10 @@ class Parser(argparse.ArgumentParser):
 
 @dataclass(frozen=True)
 class WatchConfig:
+    """The watcher's settings: the spec's keys of the part "watch" (`slurmpre.keys`, each
+    by its `attr` there) and its own timings; its defaults are the table's (a test holds
+    them to it), for a watcher made by hand."""
+
     interval: float = defaults.POLL_INTERVAL  # seconds between Slurm queries
     jitter: float = 0.2  # +- this fraction of the interval, so jobs do not poll in step
     window: float = defaults.PREEMPT_WINDOW  # drain -> removal, the provider's five minutes

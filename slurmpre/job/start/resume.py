@@ -331,8 +331,7 @@ def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkp
         AttemptId(at.job.restart_count, at.job.in_place),
         ckpt.step if ckpt else None,
         at.job.run_restarts,
-        at.opts.max_restarts,
-        at.opts.max_stalled_restarts,
+        at.opts.limits,
         at.opts.watch.goals.max_preemptions,
     )
     if why is None and at.job.run_restarts:
