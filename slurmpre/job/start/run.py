@@ -10,7 +10,6 @@ deciding by `requeue`). The wrapper exits with the child's code.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import time
@@ -116,13 +115,13 @@ def may_grow(at: AttemptContext) -> bool:
     return w.grow_to is not None and w.restart == "successor" and len(at.job.nodes) < w.grow_to
 
 
-def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> DrainSource:
+def drain_source(at: AttemptContext, env: Mapping[str, str]) -> DrainSource:
     """The drain notice's source: through the user's shared drain board (one Slurm
     query per interval for all the user's jobs on the cluster), unless sharing is off
     (`slurmpre.job.watch.drainboard`). A job that may grow asks the board for every node."""
     from slurmpre.job.watch import drainboard
 
-    where = drainboard.folder(os.environ if env is None else env)
+    where = drainboard.folder(env)
     board = None
     if where is not None:
         board = drainboard.DrainBoard(
@@ -172,13 +171,17 @@ def grow_source(at: AttemptContext, drain: DrainSource) -> NoticeSource:
     )
 
 
-def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
+def watcher_for(
+    at: AttemptContext, warning: Latch, env: Mapping[str, str]
+) -> Callable[[], Watcher]:
+    """``env``: the job's own environment (a successor is submitted with it)."""
+
     def build() -> Watcher:
         # Here, in the watcher's own thread: none of it is needed to launch the training.
         from slurmpre.job.handover.placing import ReturnSource
         from slurmpre.job.watch.watcher import Watcher
 
-        drain = drain_source(at)
+        drain = drain_source(at, env)
         sources: list[NoticeSource] = [drain, SignalSource(warning)]
         if may_grow(at):
             sources.append(grow_source(at, drain))
@@ -197,6 +200,7 @@ def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
             at.opts.watch,
             requeue_allowed=requeue_allowed(at.client, at.job, at.say),
             say=at.say,
+            env=env,
         )
 
     return build
@@ -222,7 +226,7 @@ def run_attempt(
     client: SlurmClient | None = None,
     say: Callable[[str], None] | None = None,
 ) -> int:
-    job = read_job_env(env)
+    job, given = read_job_env(env), env
     prefix = f"slurmpre[{job.tag}.{job.attempt} node {job.node_id} {job.node_name}]"
 
     def log(message: str) -> None:
@@ -246,7 +250,7 @@ def run_attempt(
     watching: Watching | None = None
     if job.is_first_node and opts.watching:
         # Watching starts before the choice: a drain or a warning during start-up counts.
-        watching = Watching(watcher_for(at, warning), say)
+        watching = Watching(watcher_for(at, warning, given), say)
     stop_relay = threading.Event()
     started_at = time.time()
     try:
@@ -339,14 +343,14 @@ def _see_through(at: AttemptContext, watching: Watching | None, code: int) -> No
 
 
 def main(
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
+    argv: Sequence[str] | None,
+    env: Mapping[str, str],
     *,
     warning: Latch | None = None,
 ) -> int:
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
-        return run_attempt(opts, os.environ if env is None else env, warning=warning)
+        return run_attempt(opts, env, warning=warning)
     except SlurmpreError as exc:
         kind = "error: " if exc.exit_code else ""
         print(f"slurmpre run: {kind}{exc}", file=sys.stderr, flush=True)

@@ -15,7 +15,6 @@ outcome after `finished` is set.
 
 from __future__ import annotations
 
-import os
 import queue
 import random
 import threading
@@ -64,7 +63,7 @@ class Watcher:
         wall: Callable[[], float] = time.time,
         wait: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str],
     ) -> None:
         """``env``: this job's environment (a successor is submitted with it)."""
         self.schedules = [_Schedule(s) for s in sources]
@@ -80,8 +79,7 @@ class Watcher:
         self.outcome = Outcome()
         log = AttemptLog(ledger, job, say)
         self.restarts = Restarts(
-            job, folder, log, client, config, requeue_allowed, say, self.wall,
-            os.environ if env is None else env,
+            job, folder, log, client, config, requeue_allowed, say, self.wall, env
         )  # fmt: skip
         self.after = AfterNotice(job, folder, config, self.restarts, log, say, clock, self.wall)
         self._said_failing: set[str] = set()
