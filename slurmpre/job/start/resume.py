@@ -123,7 +123,7 @@ def _adopted(at: AttemptContext) -> int | None:
     found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
     at_id = AttemptId(job.restart_count, job.in_place)
     durable = found.step if found else None
-    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, durable, at.say)
+    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, durable)
 
 
 def _pull(at: AttemptContext, timeout: float) -> int | None:
@@ -159,7 +159,6 @@ def _pull(at: AttemptContext, timeout: float) -> int | None:
         durable=durable,
         ended=ended,
         timeout=timeout,
-        say=at.say,
     )
 
 

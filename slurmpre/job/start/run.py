@@ -21,6 +21,7 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
+from slurmpre.job.start import tier_log
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.launch import check_command, launch, takes_over_early
@@ -241,7 +242,8 @@ def run_attempt(
     here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
                    job.node_name, job.num_nodes, job.predecessor or None,
                    adopts=job.restarted or (job.in_place > 0 and not job.releasing))  # fmt: skip
-    tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access, say)
+    heard = tier_log.hear(say)  # the tier's lines go where the wrapper's own go
+    tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access)
     if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
         env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}
     if tier is not None:  # checkpoint() writes there first; it leaves the node from there
@@ -284,6 +286,7 @@ def run_attempt(
             watching.stop()
         if tier is not None:
             tier.finish()
+        tier_log.stop(heard)
     return code
 
 
