@@ -23,5 +23,6 @@ def folder(tmp_path: Path) -> Path:
 def said() -> Iterator[list[str]]:
     """Every line the tier says, as the wrapper hears them for the job's log (`tier_log`)."""
     out: list[str] = []
-    with tier_log.heard(out.append):
-        yield out
+    handler = tier_log.hear(out.append)
+    yield out
+    tier_log.stop(handler)

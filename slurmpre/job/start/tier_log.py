@@ -10,9 +10,8 @@ went before (its warnings to Python's last resort, unprefixed).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 SPEAKING = tuple(
     f"slurmpre.tier.{name}"
@@ -53,13 +52,3 @@ def stop(handler: Said) -> None:
         if handler in logger.handlers:
             logger.removeHandler(handler)
             logger.setLevel(logging.NOTSET)
-
-
-@contextlib.contextmanager
-def heard(say: Callable[[str], None]) -> Iterator[None]:
-    """The tier's lines go to ``say`` within the block."""
-    handler = hear(say)
-    try:
-        yield
-    finally:
-        stop(handler)
