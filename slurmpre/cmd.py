@@ -21,8 +21,8 @@ from slurmpre.signals import warning_blocked
 
 
 def _debug(message: str, *args: object) -> None:
-    """Log at debug level, when something set logging up (``--debug``); the job side
-    never imports logging (it would cost the wrapper's start-up, to say nothing)."""
+    """Log at debug level, when something set logging up (``--debug``); a process that
+    never imported logging does not import it here, to say nothing."""
     logging = sys.modules.get("logging")
     if logging is None:
         return

@@ -219,7 +219,7 @@ def test_an_attempt_refuses_a_snapshot_changed_since_submit(
 
 
 def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, tmp_path: Path
 ) -> None:
     from slurmpre import environment
     from slurmpre.errors import JobEnvironmentError
@@ -234,10 +234,10 @@ def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
     root = Path(code.snapshot(repo, ck, 10, access.OWNER).root or "")
     (root / "train.py").chmod(0o600)
     (root / "train.py").write_text("print('not what was submitted')\n")
-    monkeypatch.setenv(environment.CODE_DIR, str(root))
     ledger = Ledger(ck)
     opts = parse_args(["--checkpoint-dir", str(ck), "--", "python", "train.py"])
     job = JobEnv("42", 0, 0, ("n1",), "n1", 0)
     with pytest.raises(JobEnvironmentError, match="changed since it was submitted"):
-        agree(AttemptContext(opts, job, ck, ledger, Jobs({}), lambda _: None))
+        env = {environment.CODE_DIR: str(root)}
+        agree(AttemptContext(opts, job, ck, ledger, Jobs({}), lambda _: None, env))
     assert not ledger.layout.choice("42", "0").exists()  # nothing chosen, nothing runs

@@ -4,7 +4,6 @@ reported (`committed`): the commit, and the record the watcher acts on."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 import time
@@ -89,7 +88,7 @@ def checkpoint(
     if not timeout > 0:
         raise CheckpointError(f"checkpoint timeout must be more than 0 seconds, got {timeout!r}")
     target = Path(folder) if folder is not None else checkpoint_dir()
-    env = os.environ
+    env = env_of(None)
     if env.get(environment.RESUME_PENDING):
         taken_over(env)  # never write beside a predecessor that still trains
     dist = distributed()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import threading
@@ -32,6 +33,8 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local, replica, salvage
+
+LOG = logging.getLogger(__name__)
 
 POLL = 0.25  # seconds between looks at the node-local folder
 PEERS_WAIT = 600.0  # seconds node 0 waits for the other nodes' parts of one step
@@ -55,10 +58,9 @@ class Flusher:
         node_id: int,
         nodes: int,
         access: Access,
-        say: Callable[[str], None],
     ) -> None:
         self.held, self.run, self.folder, self.tag = held, held.run, folder, tag
-        self.node_id, self.nodes, self.access, self.say = node_id, nodes, access, say
+        self.node_id, self.nodes, self.access = node_id, nodes, access
         self.ledger = Ledger(folder, access=access)
         self.lead = node_id == 0
         self.durable = _newest_durable(folder)
@@ -86,7 +88,6 @@ class Flusher:
         folder this node can use; else None, and one line when it named one. With
         ``adopt_job``: the newest whole copy an earlier attempt of that job left on this
         node is taken over first, when the folder holds nothing as new (`local.adopt`)."""
-        say = kwargs["say"]
         adopted: list[salvage.Taken] = []
         try:
             held = local.prepare(setting, env, folder, node, attempt, clear=not adopt_job)
@@ -94,11 +95,13 @@ class Flusher:
                 adopted = salvage.adopt(held.run, adopt_job, _newest_durable(folder))
                 local.clear_dead(held.run.parent, keep=held.run.name)
         except local.Unusable as exc:
-            say(f"{exc}: checkpoints go straight to the checkpoint folder")
+            LOG.info(f"{exc}: checkpoints go straight to the checkpoint folder")
             return None
         except OSError as exc:
-            say(f"local_dir {setting!r}: {exc.strerror or exc}: checkpoints go straight to "
-                "the checkpoint folder")  # fmt: skip
+            LOG.info(
+                f"local_dir {setting!r}: {exc.strerror or exc}: checkpoints go straight to "
+                "the checkpoint folder"
+            )
             return None
         if held is None:
             return None
@@ -138,9 +141,9 @@ class Flusher:
         if gone:
             local.remove_run(self.run)
         elif done:
-            self.say(f"the newest checkpoint is not in the folder: it stays in {self.run}")
+            LOG.info(f"the newest checkpoint is not in the folder: it stays in {self.run}")
         else:
-            self.say(f"the flush did not finish in {timeout:g} s: copies stay in {self.run}")
+            LOG.info(f"the flush did not finish in {timeout:g} s: copies stay in {self.run}")
         self.held.release()
         return gone
 
@@ -177,7 +180,7 @@ class Flusher:
                     failures = 0
                 except Exception as exc:  # noqa: BLE001 - said, and tried again
                     if str(exc) != self.error:
-                        self.say(f"the flush to the checkpoint folder failed, trying again: {exc}")
+                        LOG.info(f"the flush to the checkpoint folder failed, trying again: {exc}")
                     self.error, worked = str(exc), False
                     failures += 1
                     if failures >= TRIES and self.lead:
@@ -204,7 +207,7 @@ class Flusher:
                 skipped = [p.step for p in due[:-1]]
                 if skipped:
                     steps = ", ".join(map(str, skipped))
-                    self.say(f"flush: steps {steps} skipped, step {newest.step} is newer")
+                    LOG.info(f"flush: steps {steps} skipped, step {newest.step} is newer")
                 self._prune(newest.step)  # before a copy of minutes, not after it
                 self._lead(newest)
                 worked = True
@@ -235,7 +238,7 @@ class Flusher:
         newest = self._newest()
         if newest is not None and newest.step > self.durable:
             self.abandoned.add(newest.step)
-            self.say(f"flush: step {newest.step} given up after {TRIES} failures ({why}); "
+            LOG.info(f"flush: step {newest.step} given up after {TRIES} failures ({why}); "
                      f"it stays in {self.run}")  # fmt: skip
 
     def _incoming(self, step: int) -> Path:
@@ -286,7 +289,7 @@ class Flusher:
             if newer or time.monotonic() > deadline:
                 left = self.nodes - self._marked(incoming)
                 why = "a newer step is due" if newer else f"{PEERS_WAIT:g} s passed"
-                self.say(
+                LOG.info(
                     f"flush: step {part.step} skipped, {left} node(s) did not copy "
                     f"their part ({why})"
                 )
@@ -340,9 +343,9 @@ class Flusher:
                 )
             )
         except SlurmpreError as exc:
-            self.say(f"flush: step {part.step} is committed, but not recorded: {exc}")
+            LOG.info(f"flush: step {part.step} is committed, but not recorded: {exc}")
         else:
-            self.say(f"flush: step {part.step} committed in the shared folder ({flushed:.1f} s)")
+            LOG.info(f"flush: step {part.step} committed in the shared folder ({flushed:.1f} s)")
 
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -86,7 +86,7 @@ def _read_key(path: Path) -> bytes:
 
 
 def serve(
-    run: Path, folder: Path, record: Callable[..., None], node: str, say: Callable[[str], None]
+    run: Path, folder: Path, record: Callable[..., None], node: str
 ) -> transfer.Server | None:
     """This node's local checkpoints, served to a job that holds the run's key, and where
     recorded (``record(Serving, ...)``); None (said) when it cannot."""
@@ -96,7 +96,7 @@ def serve(
         server = transfer.Server(run, run_key(folder), max_clients=MAX_CLIENTS).start()
         record(Serving, node=node, host=socket.gethostname(), port=server.port)
     except (OSError, SlurmpreError) as exc:
-        say(f"cannot serve this node's checkpoints to the job that takes over: {exc}")
+        LOG.info(f"cannot serve this node's checkpoints to the job that takes over: {exc}")
         return None
     return server
 
@@ -131,7 +131,6 @@ def arrange(
     durable: Callable[[], int | None],
     ended: Callable[[], bool],
     timeout: float,
-    say: Callable[[str], None],
 ) -> int | None:
     """A successor's node 0: the step every node now holds, pulled from the predecessor's
     nodes; None when the folder's newest checkpoint (``durable()``) is newer, the
@@ -150,10 +149,10 @@ def arrange(
     if newest is not None and step < newest:
         return None
     if not all_serve(ledger, job, AttemptId(attempt), nodes):
-        say(f"not every node of this job has a node-local folder: not pulling step {step}")
+        LOG.info(f"not every node of this job has a node-local folder: not pulling step {step}")
         return None
     ok = ask_pulls(ledger, job=job, at=AttemptId(attempt), predecessor=predecessor, step=step,
-                   sources=sources, pullers=tuple(range(nodes)), say=say)  # fmt: skip
+                   sources=sources, pullers=tuple(range(nodes)))  # fmt: skip
     return step if ok else None
 
 
@@ -166,7 +165,6 @@ def ask_pulls(
     step: int,
     sources: Sequence[str],
     pullers: tuple[int, ...],
-    say: Callable[[str], None],
 ) -> bool:
     """Node 0: ask ``pullers`` (node ids of this attempt) to pull ``step`` from ``sources``
     (`PullAsked`), wait for them (`Pulled`), and record how it went (`PullDone`): True
@@ -196,12 +194,14 @@ def ask_pulls(
                            predecessor=predecessor, step=step, ok=ok, why=why))  # fmt: skip
     whence = f"job {predecessor}'s nodes" if predecessor != job else "this attempt's nodes"
     if not ok:
-        say(f"pulling step {step} from {whence} failed ({why}): "
-            "resuming from the newest checkpoint in the folder")  # fmt: skip
+        LOG.info(
+            f"pulling step {step} from {whence} failed ({why}): "
+            "resuming from the newest checkpoint in the folder"
+        )
         return False
     moved = sum(r.bytes for r in results.values()) / 1e6
     took = max((r.seconds for r in results.values()), default=0.0)
-    say(f"step {step} pulled from {whence}: {moved:.0f} MB in {took:.1f} s")
+    LOG.info(f"step {step} pulled from {whence}: {moved:.0f} MB in {took:.1f} s")
     return True
 
 
@@ -217,9 +217,7 @@ def all_serve(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> bool:
         time.sleep(POLL)
 
 
-def await_taker(
-    ledger: Ledger, job: str, attempt: int, step: int, grace: float, say: Callable[[str], None]
-) -> None:
+def await_taker(ledger: Ledger, job: str, attempt: int, step: int, grace: float) -> None:
     """A job that handed over to a successor, its notice save (``step``) already in the
     folder: serve it a little longer, until the successor has pulled it (or given up),
     at most ``grace`` seconds: reading it from this node's RAM beats reading it back."""
@@ -232,7 +230,7 @@ def await_taker(
     deadline = time.monotonic() + grace
     while not any(isinstance(r, PullDone) and r.predecessor == job for r in records):
         if time.monotonic() >= deadline:
-            say(f"no job pulled this node's checkpoint within {grace:g} s")
+            LOG.info(f"no job pulled this node's checkpoint within {grace:g} s")
             return
         time.sleep(POLL)
         records = ledger.records()

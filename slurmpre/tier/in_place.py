@@ -14,7 +14,8 @@ step waits for the flush as without it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Sequence
 
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.ledger import Ledger
@@ -27,6 +28,8 @@ from slurmpre.folder.records import (
     Record,
 )
 from slurmpre.tier import serving as where
+
+LOG = logging.getLogger(__name__)
 
 
 class InPlacePull:
@@ -43,9 +46,8 @@ class InPlacePull:
         at: AttemptId,
         nodes: Sequence[str],
         keep: Sequence[str],
-        say: Callable[[str], None],
     ) -> None:
-        self.ledger, self.job, self.at, self.say = ledger, job, at, say
+        self.ledger, self.job, self.at = ledger, job, at
         self.kept = tuple(i for i, node in enumerate(nodes) if node in keep)
         self.spares = sorted(set(keep) - set(nodes))  # not of this step: they hold no copy
         self.step: int | None = None
@@ -115,10 +117,10 @@ class InPlacePull:
             pulled = [r for r in records if isinstance(r, Pulled) and r.job == self.job
                       and r.attempt_id == self.at and r.step == step]  # fmt: skip
             took = max((r.seconds for r in pulled), default=0.0)
-            self.say(f"step {step} pulled onto the node(s) kept in {took:.1f} s: "
+            LOG.info(f"step {step} pulled onto the node(s) kept in {took:.1f} s: "
                      "the next step takes it over from there")  # fmt: skip
         else:
-            self.say(f"the nodes kept could not pull step {step} ({why}): the next step "
+            LOG.info(f"the nodes kept could not pull step {step} ({why}): the next step "
                      "waits for its flush to the checkpoint folder")  # fmt: skip
         return self.result
 

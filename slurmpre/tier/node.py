@@ -6,8 +6,9 @@ thread of their own, off the way to the launch), finished after it."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from slurmpre.signals import quiet_thread
 from slurmpre.tier import in_place, local
 from slurmpre.tier.flush import Flusher
 from slurmpre.tier.replica import Replicator
+
+LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from slurmpre.tier.handoff import Puller
@@ -49,7 +52,6 @@ class NodeTier:
     flusher: Flusher
     ledger: Ledger
     attempt: Attempt
-    say: Callable[[str], None]
     server: Server | None = None
     puller: Puller | None = None
     replicator: Replicator | None = None
@@ -67,21 +69,20 @@ class NodeTier:
         ledger: Ledger,
         at: Attempt,
         access: Access,
-        say: Callable[[str], None],
     ) -> NodeTier | None:
         """The tier on this node, when the spec's ``local_dir`` names a folder it can use
         (else None, said in one line when it named one)."""
         flusher = Flusher.for_node(
             setting, env, ledger.folder, node=at.node_name, attempt=at.prefix.rstrip("-"),
             adopt_job=at.job if at.adopts else None, tag=f"{at.prefix}flush",
-            node_id=at.node_id, nodes=at.nodes, access=access, say=say,
+            node_id=at.node_id, nodes=at.nodes, access=access,
         )  # fmt: skip
         if flusher is None:
             return None
-        tier = cls(flusher, ledger, at, say)
+        tier = cls(flusher, ledger, at)
         for taken in flusher.adopted:
             what = "a whole copy" if taken.parts is None else f"the parts of nodes {taken.parts}"
-            say(f"took over {what} of step {taken.step} from {taken.source} on this node")
+            LOG.info(f"took over {what} of step {taken.step} from {taken.source} on this node")
             with contextlib.suppress(SlurmpreError):
                 ledger.append(Adopted(job=at.job, attempt=at.attempt, in_place=at.in_place,
                                       node=at.node_id, step=taken.step, source=taken.source,
@@ -99,8 +100,7 @@ class NodeTier:
             self.ledger.append(kind(job=at.job, attempt=at.attempt, in_place=at.in_place, **fields))
 
         try:
-            self.server = handoff.serve(self.run, self.ledger.folder, record, at.node_name,
-                                        self.say)  # fmt: skip
+            self.server = handoff.serve(self.run, self.ledger.folder, record, at.node_name)
             # A successor's nodes pull its predecessor's save; any step's kept nodes pull
             # its own notice save when it restarts in place (`tier.in_place`).
             successor = bool(at.predecessor) and at.attempt == 0 and at.in_place == 0
@@ -112,7 +112,7 @@ class NodeTier:
             if self.server is not None and at.nodes > 1:  # a copy on the neighbour's node
                 self.replicator = Replicator(
                     self.run, self.ledger, job=at.job, at=AttemptId(at.attempt, at.in_place),
-                    node=at.node_id, nodes=at.nodes, say=self.say,
+                    node=at.node_id, nodes=at.nodes,
                 ).start()  # fmt: skip
         finally:
             self._up.set()
@@ -142,19 +142,19 @@ class NodeTier:
         done = False
         if not kept():
             if not self.flusher.settled():
-                self.say("waiting for the newest checkpoint to leave this node")
+                LOG.info("waiting for the newest checkpoint to leave this node")
             done = self.flusher.stop(timeout, lambda: handed() or kept())
         if kept():
             # The next step takes it over from the kept nodes' folders, and its flush
             # commits it: nothing waits for this one's, and nothing is removed.
-            self.say(f"step {newest} is held by the nodes kept: the next step takes it over")
+            LOG.info(f"step {newest} is held by the nodes kept: the next step takes it over")
             self._close()
             self.flusher.abandon()
             return
         if done and not handed() and self.server is not None and newest is not None:
             # Its notice save is in the folder already: serve it a little longer all the
             # same, to a successor that pulls it (RAM to RAM beats reading it back).
-            handoff.await_taker(self.ledger, at.job, at.attempt, newest, SERVE_GRACE, self.say)
+            handoff.await_taker(self.ledger, at.job, at.attempt, newest, SERVE_GRACE)
         self._close()
         self.flusher.finish(0.0, handed)
 

@@ -13,10 +13,11 @@ never taken for this node's own), and records it (`Replicated`). Only the newest
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from slurmpre.errors import SlurmpreError
@@ -26,6 +27,8 @@ from slurmpre.folder.records import AttemptId, Record, Replicated
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local
 from slurmpre.tier import serving as where
+
+LOG = logging.getLogger(__name__)
 
 POLL = 1.0  # seconds between looks for a newer part of this node's own
 PREFIX = "replica-"
@@ -68,9 +71,8 @@ class Replicator:
         at: AttemptId,
         node: int,
         nodes: int,
-        say: Callable[[str], None],
     ) -> None:
-        self.run, self.ledger, self.job, self.at, self.say = run, ledger, job, at, say
+        self.run, self.ledger, self.job, self.at = run, ledger, job, at
         self.node, self.of = node, (node - 1) % nodes
         self.done = -1  # the newest step whose neighbour's part this node holds
         self._stop = threading.Event()
@@ -111,7 +113,7 @@ class Replicator:
             except (OSError, SlurmpreError) as exc:
                 shutil.rmtree(dest, ignore_errors=True)
                 if str(exc) != self._said and "no folder named" not in str(exc):
-                    self.say(f"keeping node {self.of}'s part of step {step} here: {exc}")
+                    LOG.info(f"keeping node {self.of}'s part of step {step} here: {exc}")
                 self._said = str(exc)
                 continue
             self.done = step

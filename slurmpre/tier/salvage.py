@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Adopted, AttemptId
 from slurmpre.tier import local, replica
 from slurmpre.tier import serving as where
+
+LOG = logging.getLogger(__name__)
 
 HELD = "held-"  # a part taken over that is not the whole step: served under this name
 
@@ -167,7 +170,6 @@ def gather(
     at: AttemptId,
     names: Sequence[str],
     durable: int | None,
-    say: Callable[[str], None],
 ) -> int | None:
     """Node 0 of a restarted attempt: the step its nodes resume from, taken over on them
     (`Adopted`), newer than the folder's newest (``durable``): at once when every node
@@ -206,9 +208,12 @@ def gather(
         picked = [copy] if copy is not None else [parts[i] for i in sorted(parts)]
         pullers = tuple(i for i in range(nodes) if i not in whole)
         ok = handoff.ask_pulls(ledger, job=job, at=at, predecessor=job, step=step,
-                               sources=picked, pullers=pullers, say=say)  # fmt: skip
+                               sources=picked, pullers=pullers)  # fmt: skip
         return step if ok else None
     if taken:
-        say(f"the nodes of this attempt hold only some parts of step {max(r.step for r in taken)}"
-            ": resuming from the checkpoint folder")  # fmt: skip
+        newest = max(r.step for r in taken)
+        LOG.info(
+            f"the nodes of this attempt hold only some parts of step {newest}"
+            ": resuming from the checkpoint folder"
+        )
     return None

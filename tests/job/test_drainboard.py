@@ -290,3 +290,30 @@ def test_without_a_job_that_may_grow_the_poll_names_only_the_registered_nodes(
         for i, b in enumerate(jobs):
             b.nodes([f"n{i}"])
     assert slurm.asked and all(set(a) == {"n0", "n1"} for a in slurm.asked)
+
+
+def test_the_watcher_watches_and_restarts_by_the_environment_it_is_given(tmp_path: Path) -> None:
+    """The board and the successor's environment are the job's (`run_attempt`'s ``env``),
+    not this process's."""
+    from slurmpre.folder.ledger import Ledger
+    from slurmpre.job.start.args import parse_args
+    from slurmpre.job.start.env import JobEnv
+    from slurmpre.job.start.resume import AttemptContext
+    from slurmpre.job.start.run import watcher_for
+    from slurmpre.signals import Latch
+
+    from tests.fakes import Jobs
+
+    opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
+    job = JobEnv("42", 0, 0, ("n1",), "n1", 0)
+    said: list[str] = []
+    at = AttemptContext(opts, job, tmp_path, Ledger(tmp_path), Jobs({}, down=True), said.append, {})
+    shared = {"SLURMPRE_SHARED_DIR": str(tmp_path / "board")}
+    for env, board in ((shared, True), ({"SLURMPRE_SHARED_WATCH": "0"}, False)):
+        watcher = watcher_for(at, Latch(), env)()
+        drain = watcher.schedules[0].source
+        assert isinstance(drain, DrainSource)
+        assert isinstance(drain.client, DrainBoard) is board
+        assert watcher.restarts.env is env
+        if drain.close is not None:
+            drain.close()

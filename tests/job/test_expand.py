@@ -131,6 +131,24 @@ def test_the_training_gets_its_arguments_expanded_on_the_node(tmp_path: Path) ->
     assert argv == [str(tmp_path), "7x", "$HOME", "a *", "0"]  # RANK: plain sets it
 
 
+def test_a_local_dir_whose_variable_is_unset_is_one_line_of_the_wrappers_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tier says it through its logger; the wrapper writes it as its own lines: its
+    prefix, on its standard error."""
+    from slurmpre.job.start.run import run_attempt
+
+    opts = parse_args(["--launcher", "plain", "--no-watch", "--checkpoint-dir", str(tmp_path),
+                       "--local-dir=$NOPE/x", "--", sys.executable, "-c", "pass"])  # fmt: skip
+    env = {k: v for k, v in NODE_0.items() if k != "NOPE"}
+    assert run_attempt(opts, env, client=Nodes()) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert said[0] == (
+        "slurmpre[42.0 node 0 node-1]: local_dir = '$NOPE/x': $NOPE is not set on this node: "
+        "checkpoints go straight to the checkpoint folder"
+    )
+
+
 def test_an_unset_variable_stops_the_run_at_once_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

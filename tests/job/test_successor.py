@@ -418,7 +418,7 @@ def test_a_predecessor_requeued_by_hand_after_its_hand_over_does_not_train_again
     again = dataclasses.replace(JOB, restart_count=1)
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
     with pytest.raises(HandedOver, match="handed over to job 77") as caught:
-        agree(AttemptContext(opts, again, tmp_path, ledger, Jobs({}), said.append))
+        agree(AttemptContext(opts, again, tmp_path, ledger, Jobs({}), said.append, {}))
     assert caught.value.exit_code == 0
     assert not FolderLayout(tmp_path).choice("42", "1").exists()  # nothing chosen
 

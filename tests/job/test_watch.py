@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import re
 import time
@@ -151,7 +152,7 @@ class Harness:
             clock=WatchClock(self.clock.monotonic, self.clock.wall),
             wait=self.wait,
             rng=random.Random(0),
-            env=env,
+            env={**os.environ, **(env or {})},  # the job's, as the wrapper hands it on
         )
 
     def at(self, when: float, action: Callable[[], object]) -> None:
@@ -231,6 +232,19 @@ def test_drain_is_seen_within_one_interval_then_requeue_after_the_commit(tmp_pat
     assert on_disk is not None and on_disk.node == "gpu-preemptible-dp-2"
     assert h.record("committed")["step"] == 14
     assert any("requeued job 42 (after the just-in-time checkpoint)" in s for s in h.said)
+
+
+def test_the_requeue_takes_its_submit_slot_where_the_jobs_environment_says(
+    tmp_path: Path,
+) -> None:
+    """The watcher honours the environment it is given, not this process's."""
+    board = tmp_path / "board"
+    h = Harness(tmp_path / "ck", env={"SLURMPRE_SHARED_DIR": str(board)})
+    h.slurm.drains["gpu-preemptible-dp-2"] = (12.3, "preempted")
+    h.at(20.0, lambda: h.commit(14))
+    h.run()
+    assert h.slurm.requeued == ["42"]
+    assert [p.name for p in board.glob("submit-*.lock")]  # the slot was taken there
 
 
 def test_without_a_commit_it_requeues_at_the_deadline_counted_from_the_drain(

@@ -27,12 +27,10 @@ def _seal(run: Path, step: int, files: dict[str, bytes], job: str = "9") -> None
     local.seal(written, run, step, {"job": job, "attempt": 0, "seconds": 0.5})
 
 
-def _flusher(
-    run: Path, folder: Path, said: list[str], node: int = 0, nodes: int = 1
-) -> flush.Flusher:
+def _flusher(run: Path, folder: Path, node: int = 0, nodes: int = 1) -> flush.Flusher:
     held = local.Held(run, os.open(run / local.LOCK, os.O_RDWR | os.O_CREAT, 0o600))
     return flush.Flusher(
-        held, folder, tag="9-0-flush", node_id=node, nodes=nodes, access=OWNER, say=said.append
+        held, folder, tag="9-0-flush", node_id=node, nodes=nodes, access=OWNER
     ).start()
 
 
@@ -41,9 +39,9 @@ def _records(folder: Path) -> list[Checkpoint]:
 
 
 def test_a_part_is_committed_in_the_folder_and_recorded(tmp_path: Path, folder: Path) -> None:
-    run, said = tmp_path / "run", list[str]()
+    run = tmp_path / "run"
     run.mkdir()
-    f = _flusher(run, folder, said)
+    f = _flusher(run, folder)
     _seal(run, 4, {"model/w.bin": b"w" * 4096, "extra.json": b"{}"})
     (rec,) = wait_for("the flush's record", lambda: _records(folder) or None)
     assert rec.step == 4 and rec.seconds == 0.5 and rec.flush_seconds is not None
@@ -54,12 +52,14 @@ def test_a_part_is_committed_in_the_folder_and_recorded(tmp_path: Path, folder: 
     assert not [p for p in folder.iterdir() if p.name.startswith(".sync")]
 
 
-def test_saves_faster_than_the_flush_skip_to_the_newest(tmp_path: Path, folder: Path) -> None:
-    run, said = tmp_path / "run", list[str]()
+def test_saves_faster_than_the_flush_skip_to_the_newest(
+    tmp_path: Path, folder: Path, said: list[str]
+) -> None:
+    run = tmp_path / "run"
     run.mkdir()
     for step in (1, 2, 3):
         _seal(run, step, {"w": bytes([step]) * 100})
-    f = _flusher(run, folder, said)
+    f = _flusher(run, folder)
     wait_for("step 3 committed", lambda: _records(folder) or None)
     assert f.stop(30)
     assert [r.step for r in _records(folder)] == [3]
@@ -68,11 +68,11 @@ def test_saves_faster_than_the_flush_skip_to_the_newest(tmp_path: Path, folder: 
 
 
 def test_two_nodes_parts_make_one_checkpoint(tmp_path: Path, folder: Path) -> None:
-    run0, run1, said = tmp_path / "n0", tmp_path / "n1", list[str]()
+    run0, run1 = tmp_path / "n0", tmp_path / "n1"
     run0.mkdir()
     run1.mkdir()
-    lead = _flusher(run0, folder, said, node=0, nodes=2)
-    other = _flusher(run1, folder, said, node=1, nodes=2)
+    lead = _flusher(run0, folder, node=0, nodes=2)
+    other = _flusher(run1, folder, node=1, nodes=2)
     _seal(run0, 8, {"__0_0.distcp": b"a" * 300, ".metadata": b"m"})
     assert local.parts(run0)
     # Node 0 announces and copies its part, then waits for node 1's.
@@ -84,17 +84,17 @@ def test_two_nodes_parts_make_one_checkpoint(tmp_path: Path, folder: Path) -> No
 
 
 def test_a_step_a_node_never_copies_is_skipped_for_a_newer_one(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, said: list[str]
 ) -> None:
     monkeypatch.setattr(flush, "POLL", 0.05)
-    run0, run1, said = tmp_path / "n0", tmp_path / "n1", list[str]()
+    run0, run1 = tmp_path / "n0", tmp_path / "n1"
     run0.mkdir()
     run1.mkdir()
-    lead = _flusher(run0, folder, said, node=0, nodes=2)
+    lead = _flusher(run0, folder, node=0, nodes=2)
     _seal(run0, 5, {"a": b"a"})
     wait_for("step 5 announced", lambda: any(folder.glob(".incoming-step-00000005-*")) or None)
     _seal(run0, 6, {"a": b"a6"})  # node 1 never saved step 5: a newer step is due
-    other = _flusher(run1, folder, said, node=1, nodes=2)
+    other = _flusher(run1, folder, node=1, nodes=2)
     _seal(run1, 6, {"b": b"b6"})
     (rec,) = wait_for("step 6 committed", lambda: _records(folder) or None)
     assert rec.step == 6
@@ -104,12 +104,12 @@ def test_a_step_a_node_never_copies_is_skipped_for_a_newer_one(
 
 
 def test_a_flush_cut_midway_is_never_chosen(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, said: list[str]
 ) -> None:
-    run, said = tmp_path / "run", list[str]()
+    run = tmp_path / "run"
     run.mkdir()
     _seal(run, 1, {"w": b"1"})
-    f = _flusher(run, folder, said)
+    f = _flusher(run, folder)
     wait_for("step 1", lambda: _records(folder) or None)
     real = flush.copy_file
     copied: list[Path] = []
@@ -136,7 +136,7 @@ def test_a_flush_cut_midway_is_never_chosen(
 
 
 def test_a_step_the_volume_keeps_refusing_is_given_up_and_stays_on_the_node(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, said: list[str]
 ) -> None:
     monkeypatch.setattr(flush, "RETRY", 0.01)
     monkeypatch.setattr(flush, "TRIES", 3)
@@ -145,10 +145,10 @@ def test_a_step_the_volume_keeps_refusing_is_given_up_and_stays_on_the_node(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(flush, "copy_file", refused)
-    run, said = tmp_path / "run", list[str]()
+    run = tmp_path / "run"
     run.mkdir()
     _seal(run, 7, {"w": b"w"})
-    f = _flusher(run, folder, said)
+    f = _flusher(run, folder)
     wait_for("the give-up", lambda: 7 in f.abandoned or None)
     assert not f.finish(30)  # the attempt's end does not wait for it any more...
     assert [p.step for p in local.parts(run)] == [7]  # ...and the only copy stays
@@ -172,11 +172,11 @@ def test_a_copy_cut_halfway_and_tried_again_commits_the_whole_file(
         real(src, dest, mode)
 
     monkeypatch.setattr(flush, "copy_file", cut_once)
-    run0, run1, said = tmp_path / "n0", tmp_path / "n1", list[str]()
+    run0, run1 = tmp_path / "n0", tmp_path / "n1"
     run0.mkdir()
     run1.mkdir()
-    lead = _flusher(run0, folder, said, node=0, nodes=2)
-    other = _flusher(run1, folder, said, node=1, nodes=2)
+    lead = _flusher(run0, folder, node=0, nodes=2)
+    other = _flusher(run1, folder, node=1, nodes=2)
     _seal(run0, 3, {"a.bin": b"a" * 1000})
     _seal(run1, 3, {"b.bin": b"b" * 1000})
     (rec,) = wait_for("the commit", lambda: _records(folder) or None)
@@ -191,14 +191,14 @@ def test_a_given_up_step_does_not_hide_an_older_save_still_due(
     """A step node 0 gave up on (a node never copied it) is no "newer step" for a save
     below it, and the attempt's end waits for that one."""
     monkeypatch.setattr(flush, "PEERS_WAIT", 0.3)
-    run0, said = tmp_path / "n0", list[str]()
+    run0 = tmp_path / "n0"
     run0.mkdir()
     _seal(run0, 9, {"a": b"9"})  # node 1 never has step 9
-    lead = _flusher(run0, folder, said, node=0, nodes=2)
+    lead = _flusher(run0, folder, node=0, nodes=2)
     wait_for("step 9 given up", lambda: 9 in lead.abandoned or None)
     run1 = tmp_path / "n1"
     run1.mkdir()
-    other = _flusher(run1, folder, said, node=1, nodes=2)
+    other = _flusher(run1, folder, node=1, nodes=2)
     _seal(run0, 8, {"a": b"8"})
     _seal(run1, 8, {"b": b"8"})
     (rec,) = wait_for("step 8 committed", lambda: _records(folder) or None)
@@ -241,10 +241,10 @@ def test_the_flush_gives_way_to_a_save_in_flight_in_its_folder(
         dest.write_bytes(src.read_bytes())
 
     monkeypatch.setattr(flush, "copy_file", copy)
-    run, said = tmp_path / "run", list[str]()
+    run = tmp_path / "run"
     run.mkdir()
     _seal(run, 1, {"w": b"1"})
-    f = _flusher(run, folder, said)
+    f = _flusher(run, folder)
     wait_for("step 1", lambda: _records(folder) or None)
     assert asked == [False, True]
     assert f.stop(30)
@@ -257,9 +257,9 @@ def test_a_step_another_attempt_has_committed_is_not_copied_again(
     slow volume it is not written a second time (and set aside as a duplicate)."""
     copied: list[Path] = []
     monkeypatch.setattr(flush, "copy_file", lambda src, dest, mode, **_: copied.append(dest))
-    run, said = tmp_path / "run", list[str]()
+    run = tmp_path / "run"
     run.mkdir()
-    f = _flusher(run, folder, said)  # the folder is empty as it starts
+    f = _flusher(run, folder)  # the folder is empty as it starts
     with checkpoints.writing(folder, 5) as incoming:
         (incoming / "w").write_bytes(b"5")
     _seal(run, 5, {"w": b"5"})
@@ -285,8 +285,7 @@ def test_the_step_whose_neighbours_part_is_kept_here_keeps_its_own_part_too(
     sealed = local.seal(written, other, 10, {"job": "9", "node": 0, "nodes": 2})
     sealed.rename(run / replica.replica_name(10, 0))  # node 0's part, as a pull leaves it
     held = local.Held(run, os.open(run / local.LOCK, os.O_RDWR | os.O_CREAT, 0o600))
-    f = flush.Flusher(held, folder, tag="9-0-flush", node_id=1, nodes=2, access=OWNER,
-                      say=print)  # fmt: skip
+    f = flush.Flusher(held, folder, tag="9-0-flush", node_id=1, nodes=2, access=OWNER)
     f._cycle()
     assert [p.step for p in local.parts(run)] == [10, 15]
 
@@ -297,10 +296,10 @@ def test_a_part_already_in_the_folder_goes_before_the_next_flush_not_after_it(
     """A flush of a big state takes minutes; the part before it, already in the folder,
     went only at its end, so a notice save then made three copies on the node (the
     big-state bench's 1-node scene: steps 200, 400 and 403 in RAM, 2.94x)."""
-    run, said = tmp_path / "run", list[str]()
+    run = tmp_path / "run"
     run.mkdir()
     _seal(run, 1, {"w": b"1"})
-    f = _flusher(run, folder, said)
+    f = _flusher(run, folder)
     wait_for("step 1 in the folder", lambda: _records(folder) or None)
     real, copying, go_on = flush.copy_file, threading.Event(), threading.Event()
 

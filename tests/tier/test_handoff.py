@@ -84,7 +84,7 @@ def _predecessor(folder: Path, runs: list[Path], step: int) -> list[transfer.Ser
 
 
 def test_every_node_of_the_successor_holds_the_predecessors_save(
-    tmp_path: Path, folder: Path
+    tmp_path: Path, folder: Path, said: list[str]
 ) -> None:
     old = [tmp_path / "old0", tmp_path / "old1"]
     for run in old:
@@ -100,7 +100,6 @@ def test_every_node_of_the_successor_holds_the_predecessors_save(
             handoff.Puller(run, folder, Ledger(folder), job="8", attempt=0, node=node).start()
         )
     _serving(folder, "8", 2)
-    said: list[str] = []
     step = handoff.arrange(
         Ledger(folder),
         job="8",
@@ -110,7 +109,6 @@ def test_every_node_of_the_successor_holds_the_predecessors_save(
         durable=lambda: 10,
         ended=lambda: False,
         timeout=60,
-        say=said.append,
     )
     assert step == 12
     for run in new:
@@ -126,7 +124,7 @@ def test_every_node_of_the_successor_holds_the_predecessors_save(
 
 
 def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
-    tmp_path: Path, folder: Path
+    tmp_path: Path, folder: Path, said: list[str]
 ) -> None:
     old = tmp_path / "old"
     old.mkdir()
@@ -137,7 +135,6 @@ def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
     new.mkdir()
     handoff.Puller(new, folder, Ledger(folder), job="8", attempt=0, node=0).start()
     _serving(folder, "8", 1)
-    said: list[str] = []
     step = handoff.arrange(
         Ledger(folder),
         job="8",
@@ -147,7 +144,6 @@ def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
         durable=lambda: 3,
         ended=lambda: False,
         timeout=60,
-        say=said.append,
     )
     assert step is None
     (done,) = [r for r in Ledger(folder).records() if isinstance(r, PullDone)]
@@ -158,7 +154,7 @@ def test_a_pull_that_fails_resumes_from_the_folder_and_says_why(
 
 
 def test_a_pull_cut_midway_resumes_from_the_folder_said_in_one_line(
-    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, said: list[str]
 ) -> None:
     """The predecessor's node removed during the transfer (bench/big_state.py's ``1 node,
     pull cut midway``): its server sends half a file and its connection ends. The job's
@@ -178,20 +174,18 @@ def test_a_pull_cut_midway_resumes_from_the_folder_said_in_one_line(
     servers = _predecessor(folder, [old], 5)
     new = tmp_path / "new"
     new.mkdir()
-    output: list[str] = []  # the job's output: every line the wrapper says
     puller = handoff.Puller(new, folder, Ledger(folder), job="8", attempt=0, node=0).start()
     _serving(folder, "8", 1)
     step = handoff.arrange(Ledger(folder), job="8", attempt=0, predecessor="7", nodes=1,
-                           durable=lambda: 3, ended=lambda: False, timeout=60,
-                           say=output.append)  # fmt: skip
+                           durable=lambda: 3, ended=lambda: False, timeout=60)  # fmt: skip
     puller.stop()
     servers[0].close()
     assert step is None
     (done,) = [r for r in Ledger(folder).records() if isinstance(r, PullDone)]
     assert not done.ok and done.why and "ended within 'w'" in done.why
-    assert len(output) == 1, output
-    assert "failed" in output[0] and "ended within 'w'" in output[0]
-    assert output[0].endswith("resuming from the newest checkpoint in the folder")
+    assert len(said) == 1, said
+    assert "failed" in said[0] and "ended within 'w'" in said[0]
+    assert said[0].endswith("resuming from the newest checkpoint in the folder")
     assert list(new.iterdir()) == []  # nothing half-pulled
 
 
@@ -209,7 +203,6 @@ def test_a_save_older_than_the_folders_newest_is_not_pulled(tmp_path: Path, fold
         durable=lambda: 6,
         ended=lambda: False,
         timeout=60,
-        say=print,
     )
     assert step is None
     server.close()
@@ -225,7 +218,6 @@ def test_a_predecessor_that_ends_without_serving_is_not_waited_for(folder: Path)
         durable=lambda: None,
         ended=lambda: True,
         timeout=60,
-        say=print,
     )
     assert step is None
 

@@ -57,18 +57,17 @@ def _step(folder: Path, tmp_path: Path) -> tuple[list[Path], list[transfer.Serve
     return runs, servers
 
 
-def _pull(folder: Path, keep: tuple[str, ...], said: list[str]) -> bool:
-    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), keep, said.append)
+def _pull(folder: Path, keep: tuple[str, ...]) -> bool:
+    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), keep)
     wait_for("the pull's end", lambda: pull.poll(12, late=False) is not None, timeout=60)
     return bool(pull.result)
 
 
 def test_the_kept_node_pulls_the_save_whole_and_the_next_step_takes_it_over(
-    tmp_path: Path, folder: Path
+    tmp_path: Path, folder: Path, said: list[str]
 ) -> None:
     runs, servers = _step(folder, tmp_path)
-    said: list[str] = []
-    assert _pull(folder, ("n0",), said) is True  # n1 drained: n0 is kept
+    assert _pull(folder, ("n0",)) is True  # n1 drained: n0 is kept
     records = Ledger(folder).records()
     (asked,) = [r for r in records if isinstance(r, PullAsked)]
     assert asked.pullers == (0,) and len(asked.sources) == 2
@@ -94,16 +93,15 @@ def test_the_kept_node_pulls_the_save_whole_and_the_next_step_takes_it_over(
         Adopted(job="7", attempt=0, in_place=1, node=0, step=12, source="7-0", save="7.0.0")
     )
     ledger.append(Serving(job="7", attempt=0, in_place=1, node="n0", host="h", port=1))
-    assert salvage.gather(ledger, "7", AttemptId(0, 1), ["n0"], 10, said.append) == 12
+    assert salvage.gather(ledger, "7", AttemptId(0, 1), ["n0"], 10) == 12
 
 
 def test_a_pull_cut_when_the_drained_node_goes_leaves_the_flush_to_the_folder(
-    tmp_path: Path, folder: Path
+    tmp_path: Path, folder: Path, said: list[str]
 ) -> None:
     runs, servers = _step(folder, tmp_path)
     servers[1].close()  # n1 removed before the pull
-    said: list[str] = []
-    assert _pull(folder, ("n0",), said) is False
+    assert _pull(folder, ("n0",)) is False
     (done,) = [r for r in Ledger(folder).records() if isinstance(r, PullDone)]
     assert not done.ok and done.why and done.why.startswith("node 0:")
     assert "waits for its flush to the checkpoint folder" in said[-1]
@@ -111,18 +109,18 @@ def test_a_pull_cut_when_the_drained_node_goes_leaves_the_flush_to_the_folder(
     servers[0].close()
 
 
-def test_a_pull_that_cannot_start_before_the_deadline_is_given_up(folder: Path) -> None:
+def test_a_pull_that_cannot_start_before_the_deadline_is_given_up(
+    folder: Path, said: list[str]
+) -> None:
     Ledger(folder).append(Start(job="7", attempt=0, nodes=("n0", "n1"), num_nodes=2))
-    said: list[str] = []
-    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0",), said.append)
+    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0",))
     assert pull.poll(12, late=False) is None  # no node serves yet: wait
     assert pull.poll(12, late=True) is False
     assert "not every node of this step serves" in said[-1]
 
 
-def test_a_spare_among_the_nodes_kept_means_no_pull(folder: Path) -> None:
-    said: list[str] = []
-    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), said.append)
+def test_a_spare_among_the_nodes_kept_means_no_pull(folder: Path, said: list[str]) -> None:
+    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"))
     assert pull.poll(12, late=False) is False
     assert "spare(s) s1 hold no copy" in said[-1]
     assert not [r for r in Ledger(folder).records() if isinstance(r, PullAsked)]
@@ -188,13 +186,13 @@ def test_the_next_step_resumes_from_a_copy_only_when_every_node_took_the_same_ov
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(handoff, "SERVE_WAIT", 0.3)
-    ledger, at, said = Ledger(folder), AttemptId(1, 0), list[str]()
+    ledger, at = Ledger(folder), AttemptId(1, 0)
     names = ["n0", "n1"]
-    assert salvage.gather(ledger, "7", at, names, 10, said.append) is None  # no node serves
+    assert salvage.gather(ledger, "7", at, names, 10) is None  # no node serves
     ledger.append(Adopted(job="7", attempt=1, node=0, step=12, source="7-0", save="7.0.0"))
     for node in names:
         ledger.append(Serving(job="7", attempt=1, node=node, host="h", port=1))
-    assert salvage.gather(ledger, "7", at, names, 12, said.append) is None  # the folder has it
+    assert salvage.gather(ledger, "7", at, names, 12) is None  # the folder has it
     ledger.append(Adopted(job="7", attempt=1, node=1, step=12, source="7-0", save="7.0.1"))
     asked: list[tuple[int, tuple[str, ...], tuple[int, ...]]] = []
 
@@ -204,14 +202,14 @@ def test_the_next_step_resumes_from_a_copy_only_when_every_node_took_the_same_ov
 
     monkeypatch.setattr(handoff, "ask_pulls", ask_pulls)
     # Node 1's step 12 is another save than node 0's: not one step, each node must pull.
-    assert salvage.gather(ledger, "7", at, names, 10, said.append) is None
+    assert salvage.gather(ledger, "7", at, names, 10) is None
     assert len(asked) == 1 and asked[0][2] in ((0,), (1,))  # one node pulls the other's
     monkeypatch.undo()
     ledger.append(Adopted(job="7", attempt=2, node=0, step=12, source="7-1", save="7.1.0"))
     ledger.append(Adopted(job="7", attempt=2, node=1, step=12, source="7-1", save="7.1.0"))
     for node in names:
         ledger.append(Serving(job="7", attempt=2, node=node, host="h", port=1))
-    assert salvage.gather(ledger, "7", AttemptId(2, 0), names, 10, said.append) == 12
+    assert salvage.gather(ledger, "7", AttemptId(2, 0), names, 10) == 12
 
 
 def test_a_step_whose_kept_nodes_hold_its_save_does_not_wait_for_its_flush(
@@ -244,8 +242,7 @@ def test_a_later_ask_in_the_same_attempt_is_pulled_too(tmp_path: Path, folder: P
                             sources=("127.0.0.1:1",), pullers=(0,)))  # fmt: skip
     wait_for("the first pull's end", lambda: any(
         isinstance(r, Pulled) and not r.ok for r in Ledger(folder).records()))  # fmt: skip
-    said: list[str] = []
-    assert _pull(folder, ("n0",), said) is True
+    assert _pull(folder, ("n0",)) is True
     (whole,) = [p for p in local.parts(runs[0]) if p.whole]
     assert whole.step == 12
     for server in servers:

@@ -46,9 +46,11 @@ class Attempt:
                                              attempt=attempt, node=node,
                                              poll=0.05).start())  # fmt: skip
             if replicate:
-                self.stops.append(replica.Replicator(run, Ledger(folder), job="7", at=self.at,
-                                                     node=node, nodes=len(names),
-                                                     say=print).start())  # fmt: skip
+                self.stops.append(
+                    replica.Replicator(
+                        run, Ledger(folder), job="7", at=self.at, node=node, nodes=len(names)
+                    ).start()
+                )
             self.runs.append(run)
             self.servers.append(server)
 
@@ -97,15 +99,14 @@ def _saved_then_lost(tmp_path: Path, folder: Path, names: list[str], lost: list[
 
 
 def test_two_nodes_one_lost_the_survivor_holds_the_step_and_the_new_node_pulls_it(
-    tmp_path: Path, folder: Path
+    tmp_path: Path, folder: Path, said: list[str]
 ) -> None:
     first = _saved_then_lost(tmp_path, folder, ["n0", "n1"], lost=[1])
     (kept,) = replica.replicas(first.runs[0])
     assert kept.meta["node"] == 1 and kept.path.name == "replica-step-00000012-1"
     second = Attempt(tmp_path, folder, 1, ["n0", "n2"])  # requeued: the survivor and a new node
     assert second.taken == [salvage.Taken(12, 2, None, "7-0", "7.0.0"), None]  # whole on n0
-    said: list[str] = []
-    step = salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n2"], 10, said.append)
+    step = salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n2"], 10)
     assert step == 12, said
     for run in second.runs:
         (part,) = local.parts(run)
@@ -115,13 +116,12 @@ def test_two_nodes_one_lost_the_survivor_holds_the_step_and_the_new_node_pulls_i
 
 
 def test_three_nodes_one_lost_the_survivors_hold_every_part_between_them(
-    tmp_path: Path, folder: Path
+    tmp_path: Path, folder: Path, said: list[str]
 ) -> None:
     _saved_then_lost(tmp_path, folder, ["n0", "n1", "n2"], lost=[1])
     second = Attempt(tmp_path, folder, 1, ["n0", "n2"])
     assert [t.parts if t else None for t in second.taken] == [(0, 2), (1, 2)]
-    said: list[str] = []
-    assert salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n2"], 10, said.append) == 12
+    assert salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n2"], 10) == 12
     for run in second.runs:
         whole = [p for p in local.parts(run) if p.whole]
         assert [p.step for p in whole] == [12]
@@ -130,11 +130,12 @@ def test_three_nodes_one_lost_the_survivors_hold_every_part_between_them(
     second.end()
 
 
-def test_a_part_that_no_node_holds_any_more_leaves_the_folder(tmp_path: Path, folder: Path) -> None:
+def test_a_part_that_no_node_holds_any_more_leaves_the_folder(
+    tmp_path: Path, folder: Path, said: list[str]
+) -> None:
     """Two neighbours lost at once: node 1's part was on nodes 1 and 2 only."""
     _saved_then_lost(tmp_path, folder, ["n0", "n1", "n2"], lost=[1, 2])
     second = Attempt(tmp_path, folder, 1, ["n0", "n3"])
-    said: list[str] = []
-    assert salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n3"], 10, said.append) is None
+    assert salvage.gather(second.ledger, "7", AttemptId(1), ["n0", "n3"], 10) is None
     assert "hold only some parts of step 12" in said[-1]
     second.end()

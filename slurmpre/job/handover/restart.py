@@ -10,7 +10,6 @@ floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -165,7 +164,7 @@ class Restarts(Successors):
             if done is not None:
                 return done
         try:
-            with submit_slot(os.environ):
+            with submit_slot(self.env):
                 self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
             self.say(f"requeue failed, retrying: {first_line(exc)}")

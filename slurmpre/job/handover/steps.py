@@ -36,7 +36,6 @@ put in a drained node's place; a spare that drains is released while the step ru
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -360,16 +359,16 @@ class Steps:
             self.say(str(exc))
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    environ = os.environ if env is None else env
+def main(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
+    """``env``: the process's environment, as `entry` read it."""
 
     def say(message: str) -> None:
         print(f"slurmpre[steps]: {message}", file=sys.stderr, flush=True)
 
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
-        job = read_job_env(environ)
-        return Steps(opts, job, environ, CommandLineSlurm(), say).run()
+        job = read_job_env(env)
+        return Steps(opts, job, env, CommandLineSlurm(), say).run()
     except SlurmpreError as exc:
         print(f"slurmpre steps: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code

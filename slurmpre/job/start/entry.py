@@ -10,24 +10,28 @@ click), and hand over the arguments after the program name.
 
 from __future__ import annotations
 
+import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from slurmpre.signals import WARN_SIGNAL, Latch
 
 
-def main(argv: Sequence[str]) -> int:
-    """``steps ...`` (the batch script's supervisor of steps) or ``run ...`` (the wrapper)."""
+def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """``steps ...`` (the batch script's supervisor of steps) or ``run ...`` (the wrapper).
+    ``env``: the process's environment (None: read here, the one place the job side reads
+    it; everything after is handed this mapping)."""
+    environ = os.environ if env is None else env
     warning = Latch()
     signal.signal(WARN_SIGNAL, warning)
     try:
         if list(argv[:1]) == ["steps"]:
             from slurmpre.job.handover.steps import main as steps
 
-            return steps(list(argv))
+            return steps(list(argv), environ)
         from slurmpre.job.start.run import main as run  # after the handler, on purpose
 
-        return run(list(argv), warning=warning)
+        return run(list(argv), environ, warning=warning)
     finally:
         # While Python exits it puts back the default action of every signal it handled:
         # a warning arriving then killed the task (exit 140, the job FAILED) just as the

@@ -22,12 +22,12 @@ from slurmpre.launchers import Launcher
 from slurmpre.tier import local
 
 
-def check_command(command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+def check_command(command: Sequence[str], env: Mapping[str, str]) -> None:
     """The program the command names is on this node (before anything is chosen)."""
     exe = command[0]
     if "$" in exe:
         try:
-            exe = expand.command([exe], os.environ if env is None else env)[0]
+            exe = expand.command([exe], env)[0]
         except UsageError:
             return  # node 0 says why before it chooses (`resume.command_or_give_up`)
     found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
@@ -85,15 +85,14 @@ def child_command(
     opts: RunOptions,
     job: JobEnv,
     choice: Choice,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
     *,
     command: Sequence[str] | None = None,
 ) -> list[str]:
     """The launcher's command line around ``command`` (the spec's, expanded: `launch`)."""
     command = list(opts.command if command is None else command)
     if opts.resume_arg and choice.resume_from:
-        near = local.nearest((os.environ if env is None else env).get(environment.LOCAL_DIR),
-                             choice.resume_from)  # fmt: skip
+        near = local.nearest(env.get(environment.LOCAL_DIR), choice.resume_from)
         command += [opts.resume_arg, near or choice.resume_from]
     if opts.launcher == Launcher.PLAIN:
         return command
@@ -107,9 +106,7 @@ def child_command(
         node_rank=job.node_id,
     )
     if opts.launcher == Launcher.ACCELERATE:
-        return accelerate_argv(
-            command, rdzv, os.environ if env is None else env, opts.accelerate_config
-        )
+        return accelerate_argv(command, rdzv, env, opts.accelerate_config)
     return torchrun_argv(command, rdzv)
 
 

@@ -60,11 +60,11 @@ class AttemptContext:
     ledger: Ledger
     client: SlurmClient
     say: Callable[[str], None]
-    env: Mapping[str, str] | None = None  # the job's environment (None: this process's)
+    env: Mapping[str, str]  # the job's environment, as the wrapper was given it
 
     @property
     def environ(self) -> Mapping[str, str]:
-        return os.environ if self.env is None else self.env
+        return self.env
 
 
 def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
@@ -123,7 +123,7 @@ def _adopted(at: AttemptContext) -> int | None:
     found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
     at_id = AttemptId(job.restart_count, job.in_place)
     durable = found.step if found else None
-    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, durable, at.say)
+    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, durable)
 
 
 def _pull(at: AttemptContext, timeout: float) -> int | None:
@@ -159,7 +159,6 @@ def _pull(at: AttemptContext, timeout: float) -> int | None:
         durable=durable,
         ended=ended,
         timeout=timeout,
-        say=at.say,
     )
 
 
@@ -279,7 +278,7 @@ def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = Non
             world_size=world,
             resume_from=choice.resume_from,
             step=choice.step,
-            code=code_run(os.environ),
+            code=code_run(at.environ),
             spares=job.spares or None,
         ),
         timeout=opts.agree_timeout,
@@ -294,7 +293,7 @@ def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = Non
 def _clear_the_way(at: AttemptContext) -> None:
     """Before anything runs: the snapshot is the user's and as submitted, no other job
     trains in the folder, and what dead attempts left is published or removed."""
-    snapshot = os.environ.get(environment.CODE_DIR)
+    snapshot = at.environ.get(environment.CODE_DIR)
     if snapshot:
         snapshots.verify(Path(snapshot))
     holders = live_holders(at.ledger, at.client, besides=at.job.tag, say=at.say)

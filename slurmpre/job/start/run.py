@@ -10,7 +10,6 @@ deciding by `requeue`). The wrapper exits with the child's code.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from slurmpre.folder.access import touch
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
+from slurmpre.job.start import tier_log
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.launch import check_command, launch, takes_over_early
@@ -115,13 +115,13 @@ def may_grow(at: AttemptContext) -> bool:
     return w.grow_to is not None and w.restart == "successor" and len(at.job.nodes) < w.grow_to
 
 
-def drain_source(at: AttemptContext, env: Mapping[str, str] | None = None) -> DrainSource:
+def drain_source(at: AttemptContext, env: Mapping[str, str]) -> DrainSource:
     """The drain notice's source: through the user's shared drain board (one Slurm
     query per interval for all the user's jobs on the cluster), unless sharing is off
     (`slurmpre.job.watch.drainboard`). A job that may grow asks the board for every node."""
     from slurmpre.job.watch import drainboard
 
-    where = drainboard.folder(os.environ if env is None else env)
+    where = drainboard.folder(env)
     board = None
     if where is not None:
         grows = may_grow(at)
@@ -169,13 +169,17 @@ def grow_source(at: AttemptContext, drain: DrainSource) -> NoticeSource:
     )
 
 
-def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
+def watcher_for(
+    at: AttemptContext, warning: Latch, env: Mapping[str, str]
+) -> Callable[[], Watcher]:
+    """``env``: the job's own environment (a successor is submitted with it)."""
+
     def build() -> Watcher:
         # Here, in the watcher's own thread: none of it is needed to launch the training.
         from slurmpre.job.handover.placing import ReturnSource
         from slurmpre.job.watch.watcher import Watcher
 
-        drain = drain_source(at)
+        drain = drain_source(at, env)
         sources: list[NoticeSource] = [drain, SignalSource(warning)]
         if may_grow(at):
             sources.append(grow_source(at, drain))
@@ -194,6 +198,7 @@ def watcher_for(at: AttemptContext, warning: Latch) -> Callable[[], Watcher]:
             at.opts.watch,
             requeue_allowed=requeue_allowed(at.client, at.job, at.say),
             say=at.say,
+            env=env,
         )
 
     return build
@@ -219,7 +224,7 @@ def run_attempt(
     client: SlurmClient | None = None,
     say: Callable[[str], None] | None = None,
 ) -> int:
-    job = read_job_env(env)
+    job, given = read_job_env(env), env
     prefix = f"slurmpre[{job.tag}.{job.attempt} node {job.node_id} {job.node_name}]"
 
     def log(message: str) -> None:
@@ -234,7 +239,8 @@ def run_attempt(
     here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
                    job.node_name, job.num_nodes, job.predecessor or None,
                    adopts=job.restarted or (job.in_place > 0 and not job.releasing))  # fmt: skip
-    tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access, say)
+    heard = tier_log.hear(say)  # the tier's lines go where the wrapper's own go
+    tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access)
     if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
         env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}
     if tier is not None:  # checkpoint() writes there first; it leaves the node from there
@@ -243,7 +249,7 @@ def run_attempt(
     watching: Watching | None = None
     if job.is_first_node and opts.watching:
         # Watching starts before the choice: a drain or a warning during start-up counts.
-        watching = Watching(watcher_for(at, warning), say)
+        watching = Watching(watcher_for(at, warning, given), say)
     stop_relay = threading.Event()
     started_at = time.time()
     try:
@@ -277,6 +283,7 @@ def run_attempt(
             watching.stop()
         if tier is not None:
             tier.finish()
+        tier_log.stop(heard)
     return code
 
 
@@ -336,14 +343,14 @@ def _see_through(at: AttemptContext, watching: Watching | None, code: int) -> No
 
 
 def main(
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
+    argv: Sequence[str] | None,
+    env: Mapping[str, str],
     *,
     warning: Latch | None = None,
 ) -> int:
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
-        return run_attempt(opts, os.environ if env is None else env, warning=warning)
+        return run_attempt(opts, env, warning=warning)
     except SlurmpreError as exc:
         kind = "error: " if exc.exit_code else ""
         print(f"slurmpre run: {kind}{exc}", file=sys.stderr, flush=True)

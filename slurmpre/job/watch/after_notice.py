@@ -127,7 +127,7 @@ class AfterNotice:
         if restart.keep and not successor and not state.early:  # the kept nodes pull its save
             at = records.AttemptId(self.job.restart_count, self.job.in_place)
             state.pull = InPlacePull(self.log.ledger, self.job.tag, at, self.job.nodes,
-                                     restart.keep, self.say)  # fmt: skip
+                                     restart.keep)  # fmt: skip
 
     def _record_first(
         self, notice: Notice, restart: Plan, successor: bool, budget: float, floor: int | None

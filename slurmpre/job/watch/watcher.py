@@ -15,7 +15,6 @@ outcome after `finished` is set.
 
 from __future__ import annotations
 
-import os
 import queue
 import random
 import threading
@@ -63,7 +62,7 @@ class Watcher:
         clock: Clock | None = None,
         wait: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str],
     ) -> None:
         """``clock``: the system's unless a test drives one; ``env``: this job's
         environment (a successor is submitted with it)."""
@@ -79,8 +78,7 @@ class Watcher:
         self.outcome = Outcome()
         log = AttemptLog(ledger, job, say)
         self.restarts = Restarts(
-            job, folder, log, client, config, requeue_allowed, say, self.clock.wall,
-            os.environ if env is None else env,
+            job, folder, log, client, config, requeue_allowed, say, self.clock.wall, env
         )  # fmt: skip
         self.after = AfterNotice(job, folder, config, self.restarts, log, say, self.clock)
         self._said_failing: set[str] = set()
