@@ -98,6 +98,16 @@ def echoed(*modules: str, err: bool = False, prefix: str = "") -> AbstractContex
     return sent_to(lambda line: click.echo(prefix + line, err=err), *modules)
 
 
+def nodes_run(python: str) -> None:
+    """Refuse a ``python`` that the nodes of the sandbox whose Slurm commands are first on
+    PATH cannot see (`slurmpre.sandbox.seen.unseen`): asked here, where the command line
+    reaches the sandbox, so that the login side never imports it."""
+    from slurmpre.sandbox.seen import unseen
+
+    if (why := unseen(python, os.environ.get("PATH", ""))) is not None:
+        raise UsageError(why)
+
+
 def reach_sandbox(ctx: click.Context) -> None:
     """Slurm's commands of the sandbox that is up for this command, from any shell
     (`slurmpre.sandbox.reach`): its shims first on PATH and its slurm.conf, put back as

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from slurmpre.cli.common import echoed, say_err
+from slurmpre.cli.common import echoed, nodes_run, say_err
 from slurmpre.errors import UsageError
 
 # -- render / submit -----------------------------------------------------------
@@ -70,6 +71,7 @@ def submit_cmd(
     from slurmpre.slurm.client import default_client
 
     spec = load(spec_file, sets)
+    nodes_run(spec.python)
     client = default_client()
     with echoed(submitting.__name__, err=True):
         if dry_run:  # every check of submit, then the script instead of the queue
@@ -153,21 +155,27 @@ def sweep_cmd(
     specs: Path | list[Path] = spec_files[0] if grid is not None else list(spec_files)
     groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
 
+    def check(spec: Any, client: Any, **options: Any) -> None:
+        nodes_run(spec.python)
+        submitting.check(spec, client, **options)
+
     if dry_run:  # every job checked as submit checks it, then the scripts
         client = default_client()
+        scripts = []
         with echoed(submitting.__name__, err=True):
-            scripts = [
-                submitting.dry_run(
-                    g.spec, client, force=force, resume=resume, fresh=fresh, tasks=g.tasks
+            for g in groups:
+                nodes_run(g.spec.python)
+                scripts.append(
+                    submitting.dry_run(
+                        g.spec, client, force=force, resume=resume, fresh=fresh, tasks=g.tasks
+                    )
                 )
-                for g in groups
-            ]
         click.echo("".join(scripts), nl=False)
         return
 
     with echoed(submitting.__name__, err=True):
         done = sweeps.submit_groups(
-            groups, default_client(), submit_one=submitting.submit, check_one=submitting.check,
+            groups, default_client(), submit_one=submitting.submit, check_one=check,
             force=force, resume=resume, fresh=fresh,
         )  # fmt: skip
     for q in done:

@@ -128,12 +128,8 @@ def check_python(
 
 
 def check_interpreter(spec: JobSpec) -> None:
-    """What the nodes' python must do before a job waits for its nodes; on the sandbox of
-    another Slurm release, also be there (`slurmpre.sandbox.seen.unseen`)."""
-    from slurmpre.sandbox.seen import unseen
-
-    if (why := unseen(spec.python, os.environ.get("PATH", ""))) is not None:
-        raise UsageError(why)
+    """What the nodes' python must do before a job waits for its nodes (whether a
+    sandbox's nodes see it at all is the command line's check: `slurmpre.cli.common`)."""
     # The launcher runs under the command's interpreter (`python train.py`), or is the one
     # on PATH (`train.py`): the spec's python's own when the command names python bare or
     # a script, since the script puts that python's folder first on PATH, and no setup
