@@ -331,7 +331,8 @@ def check(
     """Everything `submit` would refuse, refused now, touching nothing (`test_only`, its
     lines at DEBUG only: `submit` says them once the job is queued). A sweep checks every
     job before it queues the first."""
-    script = _rehearse(spec, client, force, resume, fresh, tasks, level=logging.DEBUG)
+    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks,
+                     level=logging.DEBUG)  # fmt: skip
     client.submit(script, test_only=True)
 
 
@@ -343,25 +344,13 @@ def dry_run(
     resume: bool = False,
     fresh: bool = False,
     tasks: Sequence[Task] = (),
+    level: int = logging.INFO,
 ) -> str:
     """The script `submit` would queue, after every check `submit` makes (the nodes'
     python, a live job in the folder, a finished run, a deadline past, a snapshot's size);
-    what the job would resume from is logged, as `submit` logs it. It writes nothing (no
-    lock, no folder) and never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
-    return _rehearse(spec, client, force, resume, fresh, tasks, level=logging.INFO)
-
-
-def _rehearse(
-    spec: JobSpec,
-    client: SlurmClient,
-    force: bool,
-    resume: bool,
-    fresh: bool,
-    tasks: Sequence[Task],
-    *,
-    level: int,
-) -> str:
-    """`dry_run`, its lines logged at ``level``."""
+    what the job would resume from is logged at ``level``, as `submit` logs it. It writes
+    nothing (no lock, no folder) and never calls sbatch: ``sbatch --test-only`` is
+    `test_only`'s."""
     check_interpreter(spec)
     if (line := _unknown_variables(spec, tasks)) is not None:
         LOG.log(level, line)
