@@ -56,6 +56,7 @@ from slurmpre.drill.run import wait_whole
 from slurmpre.errors import UsageError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Replicated, Saved
+from slurmpre.lines import sent_to
 from slurmpre.login.spec import validate
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
@@ -145,16 +146,16 @@ def bring_up(box: Sandbox, stock: bool, mbps: float) -> Any:
     """The sandbox with a capped shared dir; one up in another shape is brought down first
     (when nothing is queued on it)."""
     shared = SHARED / f"sandbox{box.instance.number}"
-    kw: dict[str, Any] = {"stock_timings": stock, "shared_dir": str(shared),
-                          "shared_mbps": mbps, "say": print}  # fmt: skip
-    try:
-        return box.up(NODES, PREEMPTIBLE, **kw)
-    except UsageError:
-        if box.load() is not None and queued(box, None):
-            raise
-        print("bench: the sandbox is up in another shape, nothing queued: down, then up")
-        box.down(say=print)
-        return box.up(NODES, PREEMPTIBLE, **kw)
+    kw: dict[str, Any] = {"stock_timings": stock, "shared_dir": str(shared), "shared_mbps": mbps}
+    with sent_to(print, "slurmpre.sandbox"):
+        try:
+            return box.up(NODES, PREEMPTIBLE, **kw)
+        except UsageError:
+            if box.load() is not None and queued(box, None):
+                raise
+            print("bench: the sandbox is up in another shape, nothing queued: down, then up")
+            box.down()
+            return box.up(NODES, PREEMPTIBLE, **kw)
 
 
 def queued(box: Sandbox, jobs: list[str] | None) -> list[str]:
@@ -268,14 +269,21 @@ def saves(box: Sandbox, folder: Path, first: str, sc: Scenario, setup: Setup) ->
 def drain(box: Sandbox, victim: str, folder: Path, first: str, sc: Scenario, setup: Setup) -> float:
     """Preempt ``victim`` the provider's way and wait for the run to end; when it drained."""
     plan = PreemptPlan(victim, window=setup.window, return_after=RETURN_AFTER)
-    preempt = InBackground(box, plan, say=lambda line: print(f"  {sc.name}: {line}", flush=True))
+    preempt = InBackground(box, plan)
     preempt.start()
     deadline = time.monotonic() + 3600
+    shown = 0
     while not box.client.job(last_job(folder, first, sc)).finished:
+        for event in preempt.events[shown:]:  # the preemption's timeline, as it happens
+            print(f"  {sc.name}: {event.line()}", flush=True)
+            shown += 1
         if time.monotonic() > deadline:
             raise SystemExit(f"bench: {sc.name} did not end; logs in {folder / 'logs'}")
         time.sleep(1)
-    return preempt.finish(timeout=setup.window + 300)[0].at
+    events = preempt.finish(timeout=setup.window + 300)
+    for event in events[shown:]:
+        print(f"  {sc.name}: {event.line()}", flush=True)
+    return events[0].at
 
 
 def lose(box: Sandbox, victim: str, folder: Path, first: str, sc: Scenario) -> float:
@@ -352,7 +360,8 @@ def main() -> int:
     except BaseException:
         for job in queued(box, None):  # the bench's own sandbox: its jobs are the bench's
             box.client.cancel(job)
-        restore_all(box, print)
+        with sent_to(print, "slurmpre.sandbox"):
+            restore_all(box)
         raise
     print(
         f"\nSlurm {format_version(box.client.version())}; sandbox timings: {state.timings} "
@@ -370,7 +379,8 @@ def main() -> int:
     tables(results, state_mb)
     ok = verdict(results, setup.save_s, window)
     if args.quick:
-        box.down(say=print)  # the lane's next benchmark brings its own shape up
+        with sent_to(print, "slurmpre.sandbox"):
+            box.down()  # the lane's next benchmark brings its own shape up
     return 0 if ok else 1
 
 

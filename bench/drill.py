@@ -20,6 +20,7 @@ from pathlib import Path
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.run import run_drill
 from slurmpre.drill.table import render
+from slurmpre.lines import sent_to
 from slurmpre.sandbox.cluster import Sandbox
 
 
@@ -54,7 +55,8 @@ def main() -> int:
         big_state_mb=args.big_state_mb,
         workdir=args.workdir,
     )
-    result = run_drill(Sandbox.here(), opts, say=print)
+    with sent_to(print, "slurmpre.drill", "slurmpre.sandbox"):
+        result = run_drill(Sandbox.here(), opts)
     # The table's last column is each figure's ratio, as times better for slurmpre.
     for line in render(result):
         print(line)

@@ -36,6 +36,7 @@ from slurmpre.drill.run import bring_up, wait_whole
 from slurmpre.drill.train import LOG
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Notice, Start, Successor
+from slurmpre.lines import sent_to
 from slurmpre.login.submit import submit
 from slurmpre.placement.facts import node_seconds
 from slurmpre.sandbox.cluster import Sandbox
@@ -141,9 +142,11 @@ def shaped(box: Sandbox, nodes: int, preemptible: int, stock: bool, slurm: str |
         sum(bool(n["preemptible"]) for n in current.nodes),
         current.timings,
     ) != (nodes, preemptible, timings):
-        box.down(say=print)
+        with sent_to(print, "slurmpre.sandbox"):
+            box.down()
     if box.load() is None:
-        box.up(nodes, preemptible, stock_timings=stock, slurm=slurm, say=print)
+        with sent_to(print, "slurmpre.sandbox"):
+            box.up(nodes, preemptible, stock_timings=stock, slurm=slurm)
     return box.current().timings
 
 
@@ -173,7 +176,8 @@ def main() -> int:
         timings = shaped(box, args.high + 1, args.high, not args.tuned_timings, args.slurm)
     else:
         opts = DrillOptions(stock_timings=not args.tuned_timings)
-        timings = bring_up(box, opts, print, args.slurm)
+        with sent_to(print, "slurmpre.drill", "slurmpre.sandbox"):
+            timings = bring_up(box, opts, args.slurm)
     box.use()
     version = format_version(box.client.version())
     work = Path(tempfile.mkdtemp(prefix="bench-grow-", dir="/var/lib/slurmpre"))

@@ -32,6 +32,7 @@ from slurmpre.drill.train import LOG
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, Notice
+from slurmpre.lines import sent_to
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
@@ -123,7 +124,8 @@ def main() -> int:
     if args.quick and box.load() is not None:
         timings = box.current().timings  # whatever runs: the restarts are what is checked
     else:
-        timings = bring_up(box, DrillOptions(stock_timings=args.stock_timings), print)
+        with sent_to(print, "slurmpre.drill", "slurmpre.sandbox"):
+            timings = bring_up(box, DrillOptions(stock_timings=args.stock_timings))
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     floor = requeue_floor(box.client.config())
     work = Path(tempfile.mkdtemp(prefix="bench-inplace-", dir="/var/lib/slurmpre"))

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+from slurmpre.lines import sent_to
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version, parse_jobs, parse_nodes, parse_version
 
@@ -45,7 +46,8 @@ def main() -> int:
     n = int(given[0]) if given else 3 if quick else 40
     box = Sandbox.here()
     if box.load() is None:  # any running shape will do
-        box.up(say=print)
+        with sent_to(print, "slurmpre.sandbox"):
+            box.up()
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     version = parse_version(
         subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout

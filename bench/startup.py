@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from slurmpre.folder.checkpoints import writing
+from slurmpre.lines import sent_to
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
 
@@ -58,7 +59,8 @@ def main() -> int:
     box = Sandbox.here()
     state = box.load()
     if state is None or not box.daemons_alive(state):
-        state = box.up(say=print)
+        with sent_to(print, "slurmpre.sandbox"):
+            state = box.up()
     box.use()
     version = format_version(box.client.version())
     with tempfile.TemporaryDirectory() as tmp:

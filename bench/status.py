@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from slurmpre.folder import records
+from slurmpre.lines import sent_to
 from slurmpre.login import jobs
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.slurm.parse import format_version
@@ -82,7 +83,8 @@ def main() -> int:
     box = Sandbox.here()
     state = box.load()
     if state is None:  # any running shape will do: nothing is requeued
-        state = box.up(say=print)
+        with sent_to(print, "slurmpre.sandbox"):
+            state = box.up()
     box.use()  # its Slurm commands first on PATH (26.05's are not the host's)
     work = Path(tempfile.mkdtemp(prefix="bench-status-"))
     env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}

@@ -53,6 +53,7 @@ from slurmpre.drill.train import FINAL, FINAL_PLAIN, LOG, reference
 from slurmpre.drill.verdict import times_better
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import InPlace, Notice, Start
+from slurmpre.lines import sent_to
 from slurmpre.login.status import chain
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
@@ -228,7 +229,8 @@ def main() -> int:
     # provider's recipe has them; long enough to drain after step 60 and end after.
     opts = DrillOptions(window=args.window, steps=900, step_seconds=0.15, every=EVERY)
     box = Sandbox.here()
-    timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), print, args.slurm)
+    with sent_to(print, "slurmpre.drill", "slurmpre.sandbox"):
+        timings = bring_up(box, DrillOptions(stock_timings=not args.tuned_timings), args.slurm)
     box.use()
     floor = requeue_floor(box.client.config())
     version = format_version(box.client.version())

@@ -49,6 +49,7 @@ from typing import Any
 
 from slurmpre.drill.driver import read_jsonl
 from slurmpre.folder.layout import FolderLayout
+from slurmpre.lines import sent_to
 from slurmpre.login.render import render
 from slurmpre.login.spec import validate
 from slurmpre.sandbox.cluster import Sandbox
@@ -255,8 +256,9 @@ def main() -> int:
     box = Sandbox.here()
     box.down()
     time.sleep(5)  # the last slurmd let go of its port
-    box.up(args.nodes, args.nodes - 1, slurm=args.slurm, rate_limit=args.rate_limit,
-           timeout=180, say=print)  # fmt: skip
+    with sent_to(print, "slurmpre.sandbox"):
+        box.up(args.nodes, args.nodes - 1, slurm=args.slurm, rate_limit=args.rate_limit,
+               timeout=180)  # fmt: skip
     global ENV, USER
     ENV = box.env
     if args.as_user:

@@ -268,11 +268,7 @@ def set_tracking(tracking: str) -> None:
         return
     from slurmpre.sandbox.tracking import choose_tracking
 
-    if (
-        state is not None
-        and tracking == "auto"
-        and state.tracking == choose_tracking("auto", lambda _: None).name
-    ):
+    if state is not None and tracking == "auto" and state.tracking == choose_tracking("auto").name:
         return
     slurmpre_cli("sandbox", "down", check=True)
     slurmpre_cli("sandbox", "up", "--tracking", tracking, check=True)

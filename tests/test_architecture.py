@@ -3,6 +3,7 @@ of the package is named, and its table of ledger records is the code's."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -40,3 +41,19 @@ def test_the_table_of_records_is_the_codes() -> None:
         fields = {f.name for f in dataclasses.fields(cls)} - skip
         named = set(re.findall(r"`(\w+)`", rows[cls.__name__]))
         assert fields <= named, (cls.__name__, sorted(fields - named))
+
+
+def test_the_login_side_imports_nothing_of_the_sandbox() -> None:
+    """The sandbox is a rehearsal: the login side runs on any cluster without it (what a
+    sandbox's nodes can run is asked by `cli/`)."""
+    found = []
+    for path in sorted((PACKAGE / "login").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            found += [f"{path.name}: {n}" for n in names if n.startswith("slurmpre.sandbox")]
+    assert found == []

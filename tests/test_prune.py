@@ -11,6 +11,7 @@ import slurmpre
 from slurmpre.errors import CheckpointError, UsageError
 from slurmpre.folder.checkpoints import latest, step_dir_name, writing
 from slurmpre.folder.ledger import Ledger
+from slurmpre.lines import sent_to
 from slurmpre.login.prune import prune
 
 from tests.conftest import slurmpre_cli
@@ -107,7 +108,8 @@ def test_a_job_slurm_cannot_judge_counts_as_live(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, [1, 2, 3])
     start(folder, "7", 1)
     said: list[str] = []
-    prune(folder, 1, Jobs({}, down=True), say=said.append)
+    with sent_to(said.append, prune.__module__):
+        prune(folder, 1, Jobs({}, down=True))
     assert names(folder) == ["step-00000001", "step-00000003"]
     assert said == ["cannot tell whether job 7 still runs: keeping what it may need"]
 

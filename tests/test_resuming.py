@@ -11,6 +11,7 @@ import pytest
 from slurmpre.errors import UsageError
 from slurmpre.folder import trust
 from slurmpre.folder.ledger import Ledger
+from slurmpre.lines import sent_to
 from slurmpre.login import resuming
 from slurmpre.login.spec import load
 from slurmpre.login.submit import submit
@@ -208,10 +209,12 @@ def test_submit_refuses_then_resumes_or_starts_fresh_on_purpose(tmp_path: Path) 
         submit(spec, client)
     assert client.scripts == []
     said: list[str] = []
-    assert submit(spec, client, resume=True, say=said.append).job_id == "101"
+    with sent_to(said.append, submit.__module__):
+        assert submit(spec, client, resume=True).job_id == "101"
     assert said[0].startswith("resumes from step 30 (step-00000030, written by job 41")
     said.clear()
-    assert submit(spec, client, fresh=True, say=said.append).job_id == "102"
+    with sent_to(said.append, submit.__module__):
+        assert submit(spec, client, fresh=True).job_id == "102"
     (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("ck.")]
     assert said == [f"moved the earlier ck aside to {aside}; starts at step 0"]
     assert resuming.earlier(aside) is not None and resuming.earlier(folder) is None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
+from slurmpre.lines import sent_to
 from slurmpre.login.spec import JobSpec, Launcher, SpecError, load, parse_sets, validate
 from slurmpre.noderange import NodeRange
 
@@ -712,7 +713,8 @@ def test_submit_warns_of_a_variable_nothing_sets_and_queues_anyway(
     s = load(spec_in(tmp_path, tmp_path / "ck"), [f"command={command}"])
     said: list[str] = []
     client = Submits()
-    assert submit(s, client, say=said.append).job_id == "101"
+    with sent_to(said.append, submit.__module__):
+        assert submit(s, client).job_id == "101"
     assert said[0] == (
         "warning: command names $OUTPUT_DIR, which is not set here, nor in the spec's env, "
         "nor one slurmpre or Slurm sets: the job stops at its start unless the nodes set it"
@@ -720,7 +722,8 @@ def test_submit_warns_of_a_variable_nothing_sets_and_queues_anyway(
     assert "'$OUTPUT_DIR' '$SLURMPRE_CHECKPOINT_DIR'" in client.scripts[0]  # for the nodes
     monkeypatch.setenv("OUTPUT_DIR", "/scratch/out")  # set where you submit: sbatch hands it on
     said.clear()
-    submit(s, client, say=said.append)
+    with sent_to(said.append, submit.__module__):
+        submit(s, client)
     assert not [line for line in said if line.startswith("warning:")]
 
 
@@ -736,6 +739,7 @@ def test_a_dry_run_warns_of_a_variable_nothing_sets_as_submit_does(
     s = load(spec_in(tmp_path, tmp_path / "ck"), [f"command={command}"])
     said: list[str] = []
     client = Submits()
-    script = dry_run(s, client, say=said.append)
+    with sent_to(said.append, dry_run.__module__):
+        script = dry_run(s, client)
     assert said[0].startswith("warning: command names $OUTPUT_DIR, which is not set here")
     assert "'$OUTPUT_DIR'" in script and client.scripts == []

@@ -257,7 +257,7 @@ def test_log_keeps_every_attempt_across_a_preemption(
     wait_for("a first tick", lambda: main.exists() and "tick 2" in main.read_text())
     victim = job.nodes[0]
     try:
-        preempt(sandbox, PreemptPlan(victim, window=2), say=lambda _: None)
+        preempt(sandbox, PreemptPlan(victim, window=2))
         wait_for(
             "the restart",
             lambda: (j := slurm.job(job_id)).state == "RUNNING" and j.restarts == 1,

@@ -207,6 +207,34 @@ def test_dry_run_refuses_what_submit_refuses(
     assert not (tmp_path / "ran").exists()  # no sbatch, not even --test-only
 
 
+@pytest.mark.parametrize(
+    "args", [["submit"], ["submit", "--dry-run"], ["sweep", "--grid", "env.LR=1,2"]]
+)
+def test_a_python_the_sandboxs_nodes_cannot_see_is_refused_by_the_command_line(
+    tmp_path: Path,
+    fake_sbatch: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+) -> None:
+    """The command line asks the sandbox (`slurmpre.sandbox.seen.unseen`) before it
+    submits anything: the login side, which never imports the sandbox, does not."""
+    from slurmpre.cli import main
+    from slurmpre.sandbox import seen
+
+    def unseen(python: str, path: str) -> str:
+        return f"python = {python!r} is not inside the sandbox's root"
+
+    monkeypatch.setattr(seen, "unseen", unseen)
+    monkeypatch.setenv("PATH", fake_sbatch["PATH"])
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    spec = job_spec(tmp_path)
+    assert main([args[0], str(spec), *args[1:]]) == 2
+    assert f"python = {sys.executable!r} is not inside" in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / "ck").exists()
+
+
 def test_dry_run_says_what_it_resumes_and_touches_nothing(
     tmp_path: Path, fake_sbatch: dict[str, str]
 ) -> None:

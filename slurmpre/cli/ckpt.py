@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from slurmpre.cli.common import folder_arg, json_document, shown
+from slurmpre.cli.common import echoed, folder_arg, json_document, shown
 
 
 # -- checkpoints -----------------------------------------------------------------
@@ -114,14 +114,8 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
     from slurmpre.login.prune import human, prune
     from slurmpre.slurm.client import default_client
 
-    done = prune(
-        folder_arg(folder),
-        keep,
-        default_client(),
-        dry_run=dry_run,
-        wait=wait,
-        say=lambda line: click.echo(f"slurmpre: {line}", err=True),
-    )
+    with echoed(prune.__module__, err=True, prefix="slurmpre: "):
+        done = prune(folder_arg(folder), keep, default_client(), dry_run=dry_run, wait=wait)
     if as_json:
         click.echo(
             json_document(

@@ -6,6 +6,7 @@ import json
 import math
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,24 @@ def sandbox_here() -> Any:
 
 # The commands that find the sandbox's Slurm by themselves (`Sandbox.env`, `Sandbox.use`).
 FIND_THEIR_OWN_SLURM = frozenset({"sandbox", "drill", "run"})  # run: the job side's own
+
+
+def echoed(*modules: str, err: bool = False, prefix: str = "") -> AbstractContextManager[None]:
+    """While inside, what ``modules`` (logger names) say on this thread is echoed, a line
+    each, ``prefix`` first, on stderr with ``err`` (`slurmpre.lines`)."""
+    from slurmpre.lines import sent_to
+
+    return sent_to(lambda line: click.echo(prefix + line, err=err), *modules)
+
+
+def nodes_run(python: str) -> None:
+    """Refuse a ``python`` that the nodes of the sandbox whose Slurm commands are first on
+    PATH cannot see (`slurmpre.sandbox.seen.unseen`): asked here, where the command line
+    reaches the sandbox, so that the login side never imports it."""
+    from slurmpre.sandbox.seen import unseen
+
+    if (why := unseen(python, os.environ.get("PATH", ""))) is not None:
+        raise UsageError(why)
 
 
 def reach_sandbox(ctx: click.Context) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from slurmpre.cli.common import json_document, sandbox_here
+from slurmpre.cli.common import echoed, json_document, sandbox_here
 from slurmpre.errors import SlurmpreError
 
 
@@ -99,13 +99,13 @@ def drill(
         big_state_mb=big_state_mb,
         workdir=workdir,
     )
-    say = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     if recorded is not None:
         result = DrillResult.load(recorded / FILE if recorded.is_dir() else recorded)
     else:
-        result = run_drill(sandbox_here(), opts, say=say)
+        with echoed("slurmpre.drill", "slurmpre.sandbox", err=as_json):
+            result = run_drill(sandbox_here(), opts)
     for line in render(result):
-        say(line)
+        click.echo(line, err=as_json)
     if as_json:
         click.echo(json_document("drill", result.as_dict()))
     failures = result.failures()

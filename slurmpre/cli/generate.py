@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from slurmpre.cli.common import echoed, nodes_run, say_err
 from slurmpre.errors import UsageError
 
 # -- render / submit -----------------------------------------------------------
@@ -69,19 +71,18 @@ def submit_cmd(
     from slurmpre.slurm.client import default_client
 
     spec = load(spec_file, sets)
-    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    nodes_run(spec.python)
     client = default_client()
-    if dry_run:  # every check of submit, then the script instead of the queue
-        script = submitting.dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say)
-        click.echo(script, nl=False)
-        return
-    if test_only:
-        verdict = submitting.test_only(
-            spec, client, force=force, resume=resume, fresh=fresh, say=say
-        )
-        click.echo(verdict)
-        return
-    done = submitting.submit(spec, client, force=force, resume=resume, fresh=fresh, say=say)
+    with echoed(submitting.__name__, err=True):
+        if dry_run:  # every check of submit, then the script instead of the queue
+            script = submitting.dry_run(spec, client, force=force, resume=resume, fresh=fresh)
+            click.echo(script, nl=False)
+            return
+        if test_only:
+            verdict = submitting.test_only(spec, client, force=force, resume=resume, fresh=fresh)
+            click.echo(verdict)
+            return
+        done = submitting.submit(spec, client, force=force, resume=resume, fresh=fresh)
     click.echo(done.job_id)
     click.echo(f"log: {done.log}  script: {done.script_copy}", err=True)
 
@@ -154,30 +155,34 @@ def sweep_cmd(
     specs: Path | list[Path] = spec_files[0] if grid is not None else list(spec_files)
     groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
 
-    def say(line: str) -> None:
-        click.echo(line, err=True)
+    def check(spec: Any, client: Any, **options: Any) -> None:
+        nodes_run(spec.python)
+        submitting.check(spec, client, **options)
 
     if dry_run:  # every job checked as submit checks it, then the scripts
         client = default_client()
-        scripts = [
-            submitting.dry_run(
-                g.spec, client, force=force, resume=resume, fresh=fresh, say=say, tasks=g.tasks
-            )
-            for g in groups
-        ]
+        scripts = []
+        with echoed(submitting.__name__, err=True):
+            for g in groups:
+                nodes_run(g.spec.python)
+                scripts.append(
+                    submitting.dry_run(
+                        g.spec, client, force=force, resume=resume, fresh=fresh, tasks=g.tasks
+                    )
+                )
         click.echo("".join(scripts), nl=False)
         return
 
-    done = sweeps.submit_groups(
-        groups, default_client(), submit_one=submitting.submit,
-        check_one=submitting.check, force=force,
-        resume=resume, fresh=fresh, say=say,
-    )  # fmt: skip
+    with echoed(submitting.__name__, err=True):
+        done = sweeps.submit_groups(
+            groups, default_client(), submit_one=submitting.submit, check_one=check,
+            force=force, resume=resume, fresh=fresh,
+        )  # fmt: skip
     for q in done:
         click.echo(q.job_id)
         if q.group.tasks:
-            say(f"array job {q.job_id} ({q.group.spec.name}): {len(q.group.tasks)} tasks")
+            say_err(f"array job {q.job_id} ({q.group.spec.name}): {len(q.group.tasks)} tasks")
             for i, task in enumerate(q.group.tasks):
-                say(f"  {q.job_id}_{i}  {task.label}")
+                say_err(f"  {q.job_id}_{i}  {task.label}")
         else:
-            say(f"job {q.job_id} ({q.group.spec.name})")
+            say_err(f"job {q.job_id} ({q.group.spec.name})")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from slurmpre import defaults
-from slurmpre.cli.common import json_document, sandbox_here
+from slurmpre.cli.common import echoed, json_document, sandbox_here
+
+SANDBOX = "slurmpre.sandbox"  # the package whose lines these commands show
 
 
 # -- sandbox -----------------------------------------------------------------
@@ -74,19 +76,19 @@ def sandbox_up(
 ) -> None:
     """Install (if needed) and start munge, slurmctld and one slurmd per node."""
     box = sandbox_here()
-    box.up(
-        nodes,
-        preemptible,
-        stock_timings=stock_timings,
-        tracking=tracking,
-        slurm=slurm,
-        timeout=timeout,
-        say=click.echo,
-        rate_limit=rate_limit,
-        expedite=expedite,
-        shared_dir=shared_dir,
-        shared_mbps=shared_mbps,
-    )
+    with echoed(SANDBOX):
+        box.up(
+            nodes,
+            preemptible,
+            stock_timings=stock_timings,
+            tracking=tracking,
+            slurm=slurm,
+            timeout=timeout,
+            rate_limit=rate_limit,
+            expedite=expedite,
+            shared_dir=shared_dir,
+            shared_mbps=shared_mbps,
+        )
     if box.root is not None:
         click.echo(
             f"Slurm's commands for this sandbox run in {box.root.path}: "
@@ -117,14 +119,16 @@ def sandbox_fetch(releases: tuple[str, ...]) -> None:
             click.echo(f"Slurm {release} is this host's own: nothing to fetch")
             continue
         root = Root.for_version(release)
-        root.ensure(click.echo)
+        with echoed(SANDBOX):
+            root.ensure()
         click.echo(f"Slurm {release}: Debian {root.suite} root ready in {root.path}")
 
 
 @sandbox.command("down")
 def sandbox_down() -> None:
     """Stop exactly what `up` started, and the job processes it left."""
-    sandbox_here().down(say=click.echo)
+    with echoed(SANDBOX):
+        sandbox_here().down()
 
 
 @sandbox.command("status")
@@ -189,4 +193,5 @@ def sandbox_preempt(
         click.echo(f"preempting {node} in the background (pid {pid}); timeline in {log}")
     else:
         box.config().node(node)
-        preempt(box, plan, say=lambda line: click.echo(line))
+        with echoed(SANDBOX):
+            preempt(box, plan)

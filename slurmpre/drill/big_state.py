@@ -16,11 +16,11 @@ on the node, the pull and each flush.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import stat
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,8 @@ from slurmpre.folder import records
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.instance import STATE_ROOT
+
+LOG = logging.getLogger(__name__)
 
 NAME = BIG_STATE
 EVERY = 100  # steps between periodic saves, at most (the drill's interval, if shorter)
@@ -74,7 +76,6 @@ def run_big_state(
     work: Path,
     timeout: float,
     jobs: list[str],
-    say: Callable[[str], None],
 ) -> tuple[timeline.Observed, Path]:
     """The scene's run, and its checkpoint folder (on the capped shared dir)."""
     scene = scene_options(opts)
@@ -85,12 +86,12 @@ def run_big_state(
     )  # fmt: skip
     started = time.time()
     jobs.append(job := submit(spec, sandbox.client).job_id)
-    say(
+    LOG.info(
         f"submitted job {job} (the big-state scene: {opts.big_state_mb} MB of state, its "
         f"folder {folder} on a shared dir capped at {opts.big_state_mbps():.3g} MB/s)"
     )
     drain = Moment("training", 2 * scene.every + 5)  # just after its second periodic save
-    driver = Driver(sandbox, NAME, job, folder, [drain], scene, random.Random(0), say, started)
+    driver = Driver(sandbox, NAME, job, folder, [drain], scene, random.Random(0), started)
     (run,) = drive([driver], timeout + scene.training_steps() * opts.step_seconds + 4 * opts.window)
     return run, folder
 

@@ -12,9 +12,9 @@ the report shows each resize as `slurmpre status` does.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from slurmpre.errors import SlurmpreError
 from slurmpre.login.submit import submit
 from slurmpre.sandbox.cluster import Sandbox
 
+LOG = logging.getLogger(__name__)
+
 
 def run_capacity(
     sandbox: Sandbox,
@@ -34,7 +36,6 @@ def run_capacity(
     work: Path,
     timeout: float,
     jobs: list[str],
-    say: Callable[[str], None],
 ) -> timeline.Observed:
     nodes = tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
     away = nodes[-1]
@@ -44,13 +45,13 @@ def run_capacity(
         started = time.time()
         jobs.append(job := submit(spec, sandbox.client).job_id)
         back_at = max(opts.training_steps() // 5, 1)
-        say(
+        LOG.info(
             f'submitted job {job} (the capacity scene: nodes = "1-2" while {away} is '
             f"drained; it comes back at step {back_at})"
         )
         driver = Driver(
-            sandbox, "capacity", job, work / "capacity", [], opts, random.Random(0), say,
-            started, (nodes, 1), returns=(away, back_at),
+            sandbox, "capacity", job, work / "capacity", [], opts, random.Random(0), started,
+            (nodes, 1), returns=(away, back_at),
         )  # fmt: skip
         (run,) = drive([driver], timeout)
     finally:

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import timeline
 from slurmpre.drill.options import DrillOptions
 from slurmpre.drill.plan import Moment
-from slurmpre.drill.train import LOG
+from slurmpre.drill.train import LOG as TRAINING_LOG
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder import records
 from slurmpre.folder.layout import FolderLayout
@@ -23,6 +23,8 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import InBackground, PreemptPlan
 from slurmpre.slurm import states
+
+LOG = logging.getLogger(__name__)
 
 POLL = 0.25
 
@@ -56,7 +58,6 @@ class Driver:
         moments: list[Moment],
         opts: DrillOptions,
         rng: random.Random,
-        say: Callable[[str], None],
         submitted_at: float,
         capacity: tuple[tuple[str, ...], int] = ((), 1),
         returns: tuple[str, int] | None = None,
@@ -67,7 +68,7 @@ class Driver:
         self.capacity = capacity  # the cluster's preemptible nodes, how many the job needs
         self.mode, self.job_id, self.folder = mode, job_id, folder
         self.pending = list(moments)
-        self.opts, self.rng, self.say = opts, rng, say
+        self.opts, self.rng = opts, rng
         self.submitted_at = submitted_at
         self.samples: list[timeline.Sample] = []
         self.hits: list[timeline.Hit] = []
@@ -83,12 +84,12 @@ class Driver:
         self.returned: tuple[str, float] | None = None
 
     def _say(self, what: str) -> None:
-        self.say(f"[{self.mode} {time.time() - self.submitted_at:6.1f}s] {what}")
+        LOG.info(f"[{self.mode} {time.time() - self.submitted_at:6.1f}s] {what}")
 
     def step(self) -> bool:
         """One look at the run's jobs; False once the last has ended."""
         now = time.time()
-        log = read_jsonl(self.folder / LOG)
+        log = read_jsonl(self.folder / TRAINING_LOG)
         self._show(log)
         newest: tuple[str, int, Any] | None = None
         for job_id, before in list(self.chain.items()):
@@ -220,7 +221,7 @@ class Driver:
             self.submitted_at,
             ended,
             run_state(list(self.chain), self.ended, finished),
-            read_jsonl(self.folder / LOG),
+            read_jsonl(self.folder / TRAINING_LOG),
             self.samples,
             self.hits,
             ledger,

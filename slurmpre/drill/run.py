@@ -10,9 +10,9 @@ under the same schedule of preemptions, on the same two preemptible nodes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from slurmpre.sandbox import shared_fs
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.preempt import restore_all
 from slurmpre.slurm.parse import format_version
+
+LOG = logging.getLogger(__name__)
 
 
 def _timeout(opts: DrillOptions, timings: str) -> float:
@@ -56,7 +58,6 @@ def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
 def bring_up(
     sandbox: Sandbox,
     opts: DrillOptions,
-    say: Callable[[str], None],
     slurm: str | None = None,
     *,
     shared: tuple[Path, float] | None = None,
@@ -65,7 +66,7 @@ def bring_up(
     capped bandwidth, if given); restarted only when no job is queued on it. Says the
     release and timings it runs on, whether it started the sandbox or found it up (where
     `up` says only that)."""
-    kw: dict[str, Any] = {"stock_timings": opts.stock_timings, "slurm": slurm, "say": say}
+    kw: dict[str, Any] = {"stock_timings": opts.stock_timings, "slurm": slurm}
     if shared is not None:
         kw.update(shared_dir=str(shared[0]), shared_mbps=shared[1])
     try:
@@ -73,10 +74,10 @@ def bring_up(
     except OtherShape:
         if _queued(sandbox):
             raise
-        say("restarting the sandbox with the drill's timings and shape (no job was queued)")
-        sandbox.down(say=say)
+        LOG.info("restarting the sandbox with the drill's timings and shape (no job was queued)")
+        sandbox.down()
         state = sandbox.up(**kw)
-    say(f"sandbox: Slurm {format_version(state.version)}, {state.timings} timings")
+    LOG.info(f"sandbox: Slurm {format_version(state.version)}, {state.timings} timings")
     return state.timings
 
 
@@ -87,47 +88,45 @@ def _queued(sandbox: Sandbox) -> bool:
     return bool(out.strip())
 
 
-def run_drill(
-    sandbox: Sandbox, opts: DrillOptions, *, say: Callable[[str], None] = print
-) -> DrillResult:
+def run_drill(sandbox: Sandbox, opts: DrillOptions) -> DrillResult:
     opts.check()
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**32)
-    say(f"drill seed {seed} (rerun the same preemptions with --seed {seed})")
+    LOG.info(f"drill seed {seed} (rerun the same preemptions with --seed {seed})")
     moments = schedule(opts.preemptions, seed)
     for i, m in enumerate(moments, 1):
-        say(f"  preemption {i}: {m.describe()}")
+        LOG.info(f"  preemption {i}: {m.describe()}")
     raw = load_example()
     shared = None
     if opts.big_state_mb and (why := shared_fs.missing()) is not None:
-        say(f"no big-state scene: its capped shared dir needs FUSE, and {why}")
+        LOG.info(f"no big-state scene: its capped shared dir needs FUSE, and {why}")
         opts = replace(opts, big_state_mb=0)
     if opts.big_state_mb:
         shared = (big_state.shared_dir(sandbox), opts.big_state_mbps())
-    timings = bring_up(sandbox, opts, say, shared=shared)
+    timings = bring_up(sandbox, opts, shared=shared)
     release = format_version(sandbox.current().version)
     sandbox.use()  # the jobs it submits, and what they run, use the sandbox's Slurm
     work = opts.workdir / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     work.mkdir(parents=True, exist_ok=True)
-    say(f"folders: {work}")
+    LOG.info(f"folders: {work}")
     timeout = _timeout(opts, timings)
     wait_whole(sandbox)
 
     jobs: list[str] = []
     folders = {name: work / name for name in ("slurmpre", "reference", "seeds", "capacity")}
     try:
-        runs = _runs(sandbox, opts, raw, work, moments, seed, timeout, jobs, say)
+        runs = _runs(sandbox, opts, raw, work, moments, seed, timeout, jobs)
         if opts.big_state_mb:
             wait_whole(sandbox)
             runs[big_state.NAME], folders[big_state.NAME] = big_state.run_big_state(
-                sandbox, opts, raw, work, timeout, jobs, say
+                sandbox, opts, raw, work, timeout, jobs
             )
     except BaseException:
-        _clean_up(sandbox, jobs, say)
+        _clean_up(sandbox, jobs)
         raise
     identical = _compare(folders, runs, opts)
     result = DrillResult(seed, opts, timings, moments, runs, identical, work, release)
-    say(f"timelines: {result.save()} (slurmpre drill --report reads them again)")
-    say(f"the runs side by side: {page.write(result)} (open it in a browser)")
+    LOG.info(f"timelines: {result.save()} (slurmpre drill --report reads them again)")
+    LOG.info(f"the runs side by side: {page.write(result)} (open it in a browser)")
     wait_whole(sandbox)
     return result
 
@@ -141,7 +140,6 @@ def _runs(
     seed: int,
     timeout: float,
     jobs: list[str],
-    say: Callable[[str], None],
 ) -> dict[str, timeline.Observed]:
     runs: dict[str, timeline.Observed] = {}
     ref_spec = drill_spec(
@@ -151,7 +149,7 @@ def _runs(
     started = time.time()
     jobs.append(ref_job := submit(ref_spec, sandbox.client).job_id)
     jobs.append(job := submit(spec, sandbox.client).job_id)
-    say(
+    LOG.info(
         f"submitted job {job} (slurmpre, {spec.nodes} preemptible nodes) and {ref_job} "
         "(uninterrupted reference, the standard node)"
     )
@@ -160,7 +158,7 @@ def _runs(
 
     def driver(mode: str, job_id: str, plan: list[Moment], at: float) -> Driver:
         rng = random.Random(seed)
-        return Driver(sandbox, mode, job_id, work / mode, plan, opts, rng, say, at, capacity)
+        return Driver(sandbox, mode, job_id, work / mode, plan, opts, rng, at, capacity)
 
     runs["slurmpre"], runs["reference"] = drive(
         [driver("slurmpre", job, moments, started), driver("reference", ref_job, [], started)],
@@ -172,24 +170,24 @@ def _runs(
         script = seeds_script(work / "seeds", opts, str(spec.nodes), "drill-seeds-%j.out")
         started = time.time()
         jobs.append(seeds_job := sandbox.client.submit(script))
-        say(f"submitted job {seeds_job} (the seeds' recipe, same preemptions)")
+        LOG.info(f"submitted job {seeds_job} (the seeds' recipe, same preemptions)")
         (runs["seeds"],) = drive([driver("seeds", seeds_job, moments, started)], timeout)
     if opts.capacity:
         from slurmpre.drill.capacity import run_capacity
 
         wait_whole(sandbox)
-        runs["capacity"] = run_capacity(sandbox, opts, raw, work, timeout, jobs, say)
+        runs["capacity"] = run_capacity(sandbox, opts, raw, work, timeout, jobs)
     return runs
 
 
-def _clean_up(sandbox: Sandbox, jobs: list[str], say: Callable[[str], None]) -> None:
+def _clean_up(sandbox: Sandbox, jobs: list[str]) -> None:
     """After a failure or Ctrl-C: cancel the drill's jobs, put every node back in service."""
     client = sandbox.client
     for job_id in jobs:
         with contextlib.suppress(SlurmpreError):
             client.cancel(job_id)
     with contextlib.suppress(SlurmpreError):
-        restore_all(sandbox, say)
+        restore_all(sandbox)
 
 
 def _compare(

@@ -12,7 +12,6 @@ resubmission, which is how a finished or cancelled job's work is resumed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from slurmpre.errors import JobNotFound, SlurmpreError
@@ -48,9 +47,9 @@ def live_holders(
     client: SlurmClient,
     *,
     besides: str | None = None,
-    say: Callable[[str], None] = lambda _: None,
 ) -> list[Holder]:
-    """The other jobs recorded in this folder that Slurm says are still live."""
+    """The other jobs recorded in this folder that Slurm says are still live; one Slurm
+    does not answer about is not, and is logged (at INFO)."""
     live = []
     for job in [j for j in recorded_jobs(ledger) if j != besides][-RECENT:]:
         try:
@@ -58,7 +57,10 @@ def live_holders(
         except JobNotFound:
             continue  # long gone
         except SlurmpreError as exc:
-            say(f"cannot tell whether job {job} still runs ({str(exc).splitlines()[0]})")
+            import logging  # here: the job side starts without it (`slurmpre.cmd`)
+
+            first = str(exc).splitlines()[0]
+            logging.getLogger(__name__).info(f"cannot tell whether job {job} still runs ({first})")
             continue
         if not info.finished:
             live.append(Holder(job, info.state))

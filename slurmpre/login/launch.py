@@ -33,7 +33,7 @@ def submit(
     resume: bool = ...,
     fresh: bool = ...,
     client: SlurmClient | None = ...,
-    say: Callable[[str], None] = ...,
+    say: Callable[[str], None] | None = ...,
     dry_run: Literal[False] = ...,
     **overrides: Any,
 ) -> Job: ...
@@ -45,7 +45,7 @@ def submit(
     resume: bool = ...,
     fresh: bool = ...,
     client: SlurmClient | None = ...,
-    say: Callable[[str], None] = ...,
+    say: Callable[[str], None] | None = ...,
     dry_run: Literal[True],
     **overrides: Any,
 ) -> DryRun: ...
@@ -56,14 +56,16 @@ def submit(
     resume: bool = False,
     fresh: bool = False,
     client: SlurmClient | None = None,
-    say: Callable[[str], None] = lambda _: None,
+    say: Callable[[str], None] | None = None,
     dry_run: bool = False,
     **overrides: Any,
 ) -> Job | DryRun:
     """Queue ``spec`` (a TOML file's path, or the spec as a mapping) with ``overrides``
     on top (``nodes="1-2"``, ``env={"SEED": "1"}``, merged into the spec's env), as
     `slurmpre submit` does; the `Job`. With ``dry_run``, as `submit --dry-run`: every
-    check, and the script, in a `DryRun`; nothing is queued, no folder made."""
+    check, and the script, in a `DryRun`; nothing is queued, no folder made. ``say``
+    hears what `submit` tells (what the job resumes from), a line at a time."""
+    from slurmpre.lines import sent_to
     from slurmpre.login import spec as specs
     from slurmpre.login.submit import submit as queue
 
@@ -76,22 +78,20 @@ def submit(
     raw.update(overrides)
     loaded = specs.from_raw(raw, where)
     client = client or default_client()
-    if dry_run:
-        return _rehearse(loaded, client, force=force, resume=resume, fresh=fresh, say=say)
-    done = queue(loaded, client, force=force, resume=resume, fresh=fresh, say=say)
+    with sent_to(say, queue.__module__):
+        if dry_run:
+            return _rehearse(loaded, client, force=force, resume=resume, fresh=fresh)
+        done = queue(loaded, client, force=force, resume=resume, fresh=fresh)
     return Job(done.job_id, loaded.name, Path(loaded.checkpoint_dir), Path(loaded.log_dir), client)
 
 
-def _rehearse(
-    spec: Any, client: SlurmClient, *, force: bool, resume: bool, fresh: bool,
-    say: Callable[[str], None],
-) -> DryRun:  # fmt: skip
+def _rehearse(spec: Any, client: SlurmClient, *, force: bool, resume: bool, fresh: bool) -> DryRun:
     """What `submit --dry-run` does (`slurmpre.login.submit.dry_run`: every check of
     submit, touching nothing), and the script it prints. Called, not copied: a check
     added to submit is a check here."""
     from slurmpre.login.submit import dry_run
 
-    return DryRun(spec, dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say))
+    return DryRun(spec, dry_run(spec, client, force=force, resume=resume, fresh=fresh))
 
 
 def _raw(spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
@@ -148,14 +148,16 @@ def sweep(
     resume: bool = False,
     fresh: bool = False,
     client: SlurmClient | None = None,
-    say: Callable[[str], None] = lambda _: None,
+    say: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> list[Job]:
     """Queue many specs at once: a list of specs, or one spec and a ``grid`` over its keys
     (``{"env.LR": ["0.1", "0.01"], "env.SEED": ["1", "2"]}``), with ``overrides`` on
     every one. Those that differ only in command, env and name run as one Slurm array
     (`slurmpre.login.sweep`; at most ``max_running`` tasks at a time); the rest each as
-    their own. The Jobs, in order: an array's stands for its tasks (`Job.tasks`)."""
+    their own. The Jobs, in order: an array's stands for its tasks (`Job.tasks`).
+    ``say``: as `submit`'s."""
+    from slurmpre.lines import sent_to
     from slurmpre.login import sweep as sweeps
     from slurmpre.login.submit import check
     from slurmpre.login.submit import submit as queue
@@ -164,10 +166,11 @@ def sweep(
         arguments.flag(flag, value)
     groups = plan_sweep(specs, grid, name=name, max_running=max_running, **overrides)
     client = client or default_client()
-    done = sweeps.submit_groups(
-        groups, client, submit_one=queue, check_one=check, force=force, resume=resume,
-        fresh=fresh, say=say,
-    )  # fmt: skip
+    with sent_to(say, queue.__module__):
+        done = sweeps.submit_groups(
+            groups, client, submit_one=queue, check_one=check, force=force, resume=resume,
+            fresh=fresh,
+        )  # fmt: skip
     return [
         Job(
             q.job_id,

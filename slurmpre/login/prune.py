@@ -19,11 +19,11 @@ which the next prune (or the next attempt's start) removes.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,8 @@ from slurmpre.folder.owner import recorded_jobs
 from slurmpre.folder.records import Start
 from slurmpre.login import progress
 from slurmpre.slurm.client import SlurmClient
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,7 @@ def size_of(path: Path) -> int:
         return -1
 
 
-def live_jobs(
-    ledger: Ledger, client: SlurmClient, say: Callable[[str], None] = lambda _: None
-) -> set[str]:
+def live_jobs(ledger: Ledger, client: SlurmClient) -> set[str]:
     """Jobs the ledger names that may still run: live in Slurm, or not judged."""
     live = set()
     for job in recorded_jobs(ledger):
@@ -97,7 +97,7 @@ def live_jobs(
         except JobNotFound:
             continue  # long gone
         except SlurmError:
-            say(f"cannot tell whether job {job} still runs: keeping what it may need")
+            LOG.info(f"cannot tell whether job {job} still runs: keeping what it may need")
             live.add(job)
             continue
         if not info.finished:
@@ -191,10 +191,9 @@ def prune(
     *,
     dry_run: bool = False,
     wait: float = 60.0,
-    say: Callable[[str], None] = lambda _: None,
 ) -> Pruned:
     ledger = _checked(folder, keep, wait)
-    live = live_jobs(ledger, client, say)
+    live = live_jobs(ledger, client)
     root = os.path.realpath(folder)
     try:
         lock = progress.acquire(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from slurmpre.login.sweep import Task
 from slurmpre.placement import deadline
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import expedited_requeue
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,8 @@ def check_python(
 
 
 def check_interpreter(spec: JobSpec) -> None:
-    """What the nodes' python must do before a job waits for its nodes; on the sandbox of
-    another Slurm release, also be there (`slurmpre.sandbox.seen.unseen`)."""
-    from slurmpre.sandbox.seen import unseen
-
-    if (why := unseen(spec.python, os.environ.get("PATH", ""))) is not None:
-        raise UsageError(why)
+    """What the nodes' python must do before a job waits for its nodes (whether a
+    sandbox's nodes see it at all is the command line's check: `slurmpre.cli.common`)."""
     # The launcher runs under the command's interpreter (`python train.py`), or is the one
     # on PATH (`train.py`): the spec's python's own when the command names python bare or
     # a script, since the script puts that python's folder first on PATH, and no setup
@@ -151,23 +150,22 @@ def submit(
     force: bool = False,
     resume: bool = False,
     fresh: bool = False,
-    say: Callable[[str], None] = lambda _: None,
     tasks: Sequence[Task] = (),
 ) -> Submitted:
     """Create the shared folders, submit, and keep a copy of the script next to the log.
 
     Refused while another live job uses the checkpoint folder (unless ``force``);
-    the job is recorded in the folder's ledger, so the next submit can tell. ``say``
-    hears what the job resumes from; a folder whose last run finished its training
-    is refused unless ``resume``; ``fresh`` moves the folder aside first
+    the job is recorded in the folder's ledger, so the next submit can tell. What the
+    job resumes from is logged (INFO, by this module); a folder whose last run finished
+    its training is refused unless ``resume``; ``fresh`` moves the folder aside first
     (`slurmpre.login.resuming`). ``tasks``: a sweep's, one per array task
     (`slurmpre.login.sweep`).
     """
     check_interpreter(spec)
     if (line := _unknown_variables(spec, tasks)) is not None:
-        say(line)
+        LOG.info(line)
     with one_at_a_time(Path(spec.checkpoint_dir)):
-        return _submit(spec, client, force, resume, fresh, say, tasks)
+        return _submit(spec, client, force, resume, fresh, tasks)
 
 
 def _unknown_variables(spec: JobSpec, tasks: Sequence[Task]) -> str | None:
@@ -218,7 +216,6 @@ def _submit(
     force: bool,
     resume: bool,
     fresh: bool,
-    say: Callable[[str], None],
     tasks: Sequence[Task],
 ) -> Submitted:
     mode = access.NAMES[spec.file_access]
@@ -226,14 +223,14 @@ def _submit(
     plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
     if plan.move_aside:
         aside = resuming.move_aside(folder)
-        say(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
+        LOG.info(f"moved the earlier {folder.name} aside to {aside}; starts at step 0")
     for line in plan.lines:
-        say(line)
+        LOG.info(line)
     ledger = _make_dirs(spec, mode)
     here = Path.cwd()
     if spec.snapshot == "git":
         found = code.snapshot(here, folder, spec.snapshot_max_mb, mode, log_dir=Path(spec.log_dir))
-        say(f"runs from {found.identity}, copied to {found.root}")
+        LOG.info(f"runs from {found.identity}, copied to {found.root}")
     else:
         found = code.identify(here)
     script = render(spec, found, tasks, expedite=spec.requeue and expedites(client))
@@ -330,13 +327,13 @@ def check(
     resume: bool = False,
     fresh: bool = False,
     tasks: Sequence[Task] = (),
-    say: Callable[[str], None] = lambda _: None,
 ) -> None:
-    """Everything `submit` would refuse, refused now, touching nothing (`test_only`, said
-    to no one: `submit` says it once the job is queued). A sweep checks every job before
-    it queues the first."""
-    del say
-    test_only(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks)
+    """Everything `submit` would refuse, refused now, touching nothing (`test_only`, its
+    lines at DEBUG only: `submit` says them once the job is queued). A sweep checks every
+    job before it queues the first."""
+    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks,
+                     level=logging.DEBUG)  # fmt: skip
+    client.submit(script, test_only=True)
 
 
 def dry_run(
@@ -346,16 +343,17 @@ def dry_run(
     force: bool = False,
     resume: bool = False,
     fresh: bool = False,
-    say: Callable[[str], None] = lambda _: None,
     tasks: Sequence[Task] = (),
+    level: int = logging.INFO,
 ) -> str:
     """The script `submit` would queue, after every check `submit` makes (the nodes'
     python, a live job in the folder, a finished run, a deadline past, a snapshot's size);
-    ``say`` hears what the job would resume from. It writes nothing (no lock, no folder)
-    and never calls sbatch: ``sbatch --test-only`` is `test_only`'s."""
+    what the job would resume from is logged at ``level``, as `submit` logs it. It writes
+    nothing (no lock, no folder) and never calls sbatch: ``sbatch --test-only`` is
+    `test_only`'s."""
     check_interpreter(spec)
     if (line := _unknown_variables(spec, tasks)) is not None:
-        say(line)
+        LOG.log(level, line)
     plan = _refusals(spec, client, force=force, resume=resume, fresh=fresh)
     for key, path in (("checkpoint_dir", spec.checkpoint_dir), ("log_dir", spec.log_dir)):
         _creatable(key, Path(path))
@@ -363,9 +361,10 @@ def dry_run(
         folder, logs = Path(spec.checkpoint_dir), Path(spec.log_dir)
         code.to_copy(Path.cwd(), folder, spec.snapshot_max_mb, log_dir=logs)
     if plan.move_aside:
-        say(f"would move the earlier {Path(spec.checkpoint_dir).name} aside; starts at step 0")
+        folder = Path(spec.checkpoint_dir)
+        LOG.log(level, f"would move the earlier {folder.name} aside; starts at step 0")
     for line in plan.lines:
-        say(line)
+        LOG.log(level, line)
     return render(spec, None, tasks)
 
 
@@ -390,10 +389,9 @@ def test_only(
     force: bool = False,
     resume: bool = False,
     fresh: bool = False,
-    say: Callable[[str], None] = lambda _: None,
     tasks: Sequence[Task] = (),
 ) -> str:
     """Slurm's verdict on the script, without queuing it (``sbatch --test-only``), after
     every check of `dry_run`."""
-    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, say=say, tasks=tasks)
+    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks)
     return client.submit(script, test_only=True)

@@ -9,10 +9,10 @@ and the helpers (a background ``preempt``) that were recorded beside them.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import socket
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -60,6 +60,8 @@ from slurmpre.sandbox.sharing import MOUNTS_LOCK, leave, others_up
 from slurmpre.sandbox.tracking import choose_tracking, clean_cgroups, slurm_plugins
 from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import format_version, parse_version
+
+LOG = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = FIRST.state_dir
 
@@ -167,7 +169,6 @@ class Sandbox:
         tracking: str = "auto",
         slurm: str | None = None,
         timeout: float = 60.0,
-        say: Callable[[str], None] = lambda _: None,
         rate_limit: str | None = None,
         expedite: bool = False,
         shared_dir: str | None = None,
@@ -192,20 +193,20 @@ class Sandbox:
             ):
                 refuse_another_shape(state, asked)
                 wait_nodes_up(self.client, state, self.state_dir / "log", timeout)
-                say("sandbox already up")
+                LOG.info("sandbox already up")
                 return state
             if state is not None:
-                say("cleaning up a sandbox that is not healthy")
+                LOG.info("cleaning up a sandbox that is not healthy")
                 self._down_locked(state)
-            self._stop_strays(say)
+            self._stop_strays()
             with FileLock(str(MOUNTS_LOCK)):  # a root shared with others is not remounted
-                return self._cold_start(asked, timeout, say)
+                return self._cold_start(asked, timeout)
 
-    def _cold_start(self, asked: Asked, timeout: float, say: Callable[[str], None]) -> State:
+    def _cold_start(self, asked: Asked, timeout: float) -> State:
         specs, shared, rate_limit = asked.specs, asked.shared, asked.rate_limit
         if shared is not None:
-            shared_fs.ensure_fuse(say)  # before anything starts
-        root = self._install(asked.suite, say)
+            shared_fs.ensure_fuse()  # before anything starts
+        root = self._install(asked.suite)
         version = parse_version(run(self._argv(["slurmd", "-V"]), error=SandboxError).stdout)
         cfg = SandboxConfig(
             hostname=self.hostname,
@@ -213,7 +214,7 @@ class Sandbox:
             version=version,
             nodes=specs,
             timings=asked.timings,
-            tracking=choose_tracking(asked.tracking, say, slurm_plugins(root)),
+            tracking=choose_tracking(asked.tracking, slurm_plugins(root)),
             topology=parse_topology(run(self._argv(["slurmd", "-C"]), error=SandboxError).stdout),
             rate_limit=None if rate_limit is None else rate_limit_parameters(rate_limit, version),
             expedite=expedite_parameter(asked.expedite, version),
@@ -238,7 +239,7 @@ class Sandbox:
             state.shared = shared.record(pid)
             self.save(state)
         self._start_daemons(cfg, state, root, timeout)
-        say(
+        LOG.info(
             f"sandbox up: Slurm {format_version(version)}, {len(specs)} nodes "
             f"({sum(s.preemptible for s in specs)} preemptible), {cfg.timings.name} timings, "
             f"proctrack/{cfg.tracking.proctrack}, TaskPlugin={cfg.tracking.task_plugin}"
@@ -247,15 +248,15 @@ class Sandbox:
         )
         return state
 
-    def _install(self, suite: str | None, say: Callable[[str], None]) -> Root | None:
+    def _install(self, suite: str | None) -> Root | None:
         """The host's Slurm, or a Debian root of ``suite`` mounted: ready to run, on a
         host where no other slurmctld runs and no real cluster's config would be replaced."""
         root = None
         if suite is None:
-            ensure_installed(say)
+            ensure_installed()
         else:
             root = Root(suite, ROOTS_DIR / suite)
-            root.ensure(say)
+            root.ensure()
         self._enter(root)
         refuse_foreign_config(self.etc)
         port = self.instance.ctld_port
@@ -300,28 +301,28 @@ class Sandbox:
         )
 
     # -- down ---------------------------------------------------------------
-    def down(self, say: Callable[[str], None] = lambda _: None) -> bool:
+    def down(self) -> bool:
         """Stop what ``up`` started, and sandbox daemons its state lost track of. Returns
         False when nothing was up."""
         require_root()
         with self.lock():
             state = self.load()
             if state is None:
-                stray = self._stop_strays(say)
-                say("sandbox is not up" if not stray else "sandbox down")
+                stray = self._stop_strays()
+                LOG.info("sandbox is not up" if not stray else "sandbox down")
                 return stray
             self._down_locked(state)
-            self._stop_strays(say)
-            say("sandbox down")
+            self._stop_strays()
+            LOG.info("sandbox down")
             return True
 
-    def _stop_strays(self, say: Callable[[str], None]) -> bool:
+    def _stop_strays(self) -> bool:
         shared_fs.take_down(self.instance)  # one no state records, or a stale mount
         stray = running(conf=self.conf_arg)
         if not stray:
             return False
         jobs = procs.descendants(stray)
-        say(f"stopping {len(stray)} sandbox daemon(s) no state recorded (pids "
+        LOG.info(f"stopping {len(stray)} sandbox daemon(s) no state recorded (pids "
             f"{', '.join(map(str, sorted(stray)))})")  # fmt: skip
         procs.kill_now(jobs)
         procs.stop(stray, grace=10.0)

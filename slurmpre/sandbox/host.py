@@ -3,10 +3,11 @@ config files the sandbox manages, and which Debian suite it runs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from slurmpre.atomic import write_atomic
@@ -14,6 +15,8 @@ from slurmpre.cmd import run
 from slurmpre.errors import SandboxError
 from slurmpre.sandbox.config import MARKER
 from slurmpre.sandbox.roots import SUITES
+
+LOG = logging.getLogger(__name__)
 
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
 EXECUTABLES = {
@@ -50,21 +53,19 @@ def port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def ensure_installed(say: Callable[[str], None]) -> None:
+def ensure_installed() -> None:
     missing = [name for name, path in EXECUTABLES.items() if not Path(path).exists()]
     if missing:
-        apt_install(PACKAGES, "Slurm", missing, say)
+        apt_install(PACKAGES, "Slurm", missing)
 
 
-def apt_install(
-    packages: Sequence[str], what: str, missing: Sequence[str], say: Callable[[str], None]
-) -> None:
+def apt_install(packages: Sequence[str], what: str, missing: Sequence[str]) -> None:
     """Install Debian ``packages`` with apt-get: ``what`` they are, for the ``missing`` files."""
     if shutil.which("apt-get") is None:
         raise SandboxError(
             f"{what} is not installed ({', '.join(missing)} missing) and there is no apt-get"
         )
-    say(f"installing {' '.join(packages)} (missing: {', '.join(missing)})")
+    LOG.info(f"installing {' '.join(packages)} (missing: {', '.join(missing)})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
         run(["apt-get", "update", "-qq"], timeout=600, env=env, error=SandboxError)

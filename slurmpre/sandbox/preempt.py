@@ -10,6 +10,7 @@ same name, idle and undrained.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import threading
@@ -24,6 +25,8 @@ from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
 from slurmpre.sandbox import daemons
 from slurmpre.sandbox.cluster import Sandbox
+
+LOG = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = float(defaults.PREEMPT_WINDOW)
 DEFAULT_REASON = "preempted"
@@ -64,13 +67,13 @@ def preempt(
     sandbox: Sandbox,
     plan: PreemptPlan,
     *,
-    say: Callable[[str], None] = print,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     events: list[Event] | None = None,
 ) -> list[Event]:
-    """Replay the timeline; each event is appended to ``events`` (if given) as it happens."""
+    """Replay the timeline; each event is appended to ``events`` (if given) and logged as
+    it happens."""
     cfg = sandbox.config()
     cfg.node(plan.node)  # unknown node -> UsageError naming it
     client = sandbox.client
@@ -80,7 +83,7 @@ def preempt(
     def note(what: str) -> None:
         ev = Event(wall(), clock() - t0, what)
         events.append(ev)
-        say(ev.line())
+        LOG.info(ev.line())
 
     def sleep_until(offset: float) -> None:
         while (left := t0 + offset - clock()) > 0:
@@ -121,20 +124,18 @@ def preempt(
 
 
 class InBackground(threading.Thread):
-    """`preempt` in a thread of this process, keeping its timeline; ``finish`` re-raises."""
+    """`preempt` in a thread of this process, keeping its timeline (`events`, as they
+    happen); ``finish`` re-raises."""
 
-    def __init__(
-        self, sandbox: Sandbox, plan: PreemptPlan, say: Callable[[str], None] | None = None
-    ) -> None:
+    def __init__(self, sandbox: Sandbox, plan: PreemptPlan) -> None:
         super().__init__(daemon=True, name=f"preempt-{plan.node}")
         self.sandbox, self.plan = sandbox, plan
-        self.say = say or (lambda _: None)
         self.events: list[Event] = []
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            preempt(self.sandbox, self.plan, say=self.say, events=self.events)
+            preempt(self.sandbox, self.plan, events=self.events)
         except BaseException as exc:  # noqa: BLE001 - re-raised by finish()
             self.error = exc
 
@@ -247,15 +248,14 @@ def restore_node(sandbox: Sandbox, name: str, timeout: float = 60.0) -> None:
     raise SandboxError(f"node {name} did not come back within {timeout:g} s (state {node.state})")
 
 
-def restore_all(sandbox: Sandbox, say: Callable[[str], None] | None = None) -> None:
+def restore_all(sandbox: Sandbox) -> None:
     """Every node back in service: one with no slurmd running as it is started again,
     whatever its state says (a removed node that a late message put back in service
     reads IDLE until SlurmdTimeout passes, and takes the next job meanwhile); a drained
     one is resumed."""
     for node in sandbox.client.nodes():
         if node.down or not daemons.running(node.name):
-            if say is not None:
-                say(f"bringing {node.name} back")
+            LOG.info(f"bringing {node.name} back")
             restore_node(sandbox, node.name)
         elif node.draining:
             sandbox.client.update_node(node.name, state="RESUME")

@@ -18,11 +18,11 @@ click and filelock (``Root.python``), for a host whose interpreter lives in ``/u
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,8 @@ from slurmpre import environment
 from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
+
+LOG = logging.getLogger(__name__)
 
 ROOTS_DIR = Path(os.environ.get(environment.ROOTS_DIR, "/var/cache/slurmpre/roots"))
 MIRROR = os.environ.get(environment.DEBIAN_MIRROR, "http://deb.debian.org/debian")
@@ -106,7 +108,7 @@ class Root:
     def ready(self) -> bool:
         return (self.path / READY).exists()
 
-    def ensure(self, say: Callable[[str], None]) -> None:
+    def ensure(self) -> None:
         """Make the root once (debootstrap from Debian's registry), then reuse it.
 
         One maker at a time: a second `up --slurm` or `sandbox fetch` of the same
@@ -119,20 +121,20 @@ class Root:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            say(f"waiting for the Debian {self.suite} root another process is making")
+            LOG.info(f"waiting for the Debian {self.suite} root another process is making")
             lock.acquire()
         try:
             if not self.ready:
-                self._bootstrap(say)
-            self._add_later(say)
+                self._bootstrap()
+            self._add_later()
             self._install_slurmpre()
             self._write_shims()
         finally:
             lock.release()
 
-    def _bootstrap(self, say: Callable[[str], None]) -> None:
+    def _bootstrap(self) -> None:
         if shutil.which("debootstrap") is None:
-            say("installing debootstrap")
+            LOG.info("installing debootstrap")
             env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
             run(["apt-get", "update", "-qq"], timeout=600, env=env, error=SandboxError)
             run(
@@ -147,7 +149,9 @@ class Root:
         self._unmount_under(work)
         shutil.rmtree(work, ignore_errors=True)
         work.parent.mkdir(parents=True, exist_ok=True)
-        say(f"making a Debian {self.suite} root with its Slurm in {self.path} (about a minute)")
+        LOG.info(
+            f"making a Debian {self.suite} root with its Slurm in {self.path} (about a minute)"
+        )
         try:
             run(
                 [
@@ -178,13 +182,13 @@ class Root:
         if not inside(work, "/usr/sbin/slurmd"):
             raise SandboxError(f"the Debian {self.suite} root has no slurmd")
 
-    def _add_later(self, say: Callable[[str], None]) -> None:
+    def _add_later(self) -> None:
         """Install into a cached root the packages added to PACKAGES since it was made
         (from the package lists it has: a frozen suite's Release may have expired)."""
         missing = [name for name, path in LATER.items() if not inside(self.path, path)]
         if not missing:
             return
-        say(f"adding {', '.join(missing)} to the Debian {self.suite} root")
+        LOG.info(f"adding {', '.join(missing)} to the Debian {self.suite} root")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         try:
             run(

@@ -16,12 +16,12 @@ server died and left a stale mount.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
 from ctypes.util import find_library
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from slurmpre.sandbox.daemons import spawn_detached
 from slurmpre.sandbox.host import apt_install
 from slurmpre.sandbox.instance import STATE_ROOT, Instance
 from slurmpre.sandbox.roots import ROOTS_DIR, Root
+
+LOG = logging.getLogger(__name__)
 
 MODULE = "slurmpre.sandbox.slowfs"
 PACKAGES = ("fuse3", "libfuse3-3")  # fusermount3, libfuse3.so.3
@@ -96,7 +98,7 @@ def missing() -> str | None:
     return None
 
 
-def ensure_fuse(say: Callable[[str], None]) -> None:
+def ensure_fuse() -> None:
     """FUSE's device, libfuse 3 (installed with apt-get when missing) and mfusepy."""
     if not DEV_FUSE.exists():
         raise SandboxError(
@@ -106,7 +108,7 @@ def ensure_fuse(say: Callable[[str], None]) -> None:
     missing = [] if find_library("fuse3") else ["libfuse3.so.3"]
     missing += [] if shutil.which("fusermount3") else ["fusermount3"]
     if missing:
-        apt_install(PACKAGES, "FUSE 3", missing, say)
+        apt_install(PACKAGES, "FUSE 3", missing)
     if importlib.util.find_spec("mfusepy") is None:
         raise SandboxError(
             f"--shared-dir needs the Python package mfusepy in {sys.prefix}: "

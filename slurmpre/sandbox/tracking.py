@@ -4,14 +4,16 @@ sandbox that is gone."""
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from slurmpre import procs
 from slurmpre.errors import SandboxError
 from slurmpre.sandbox.config import CGROUP, PGID, TRACKINGS, Tracking
 from slurmpre.sandbox.roots import Root
+
+LOG = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -60,9 +62,7 @@ def slurm_plugins(root: Root | None = None) -> set[str] | None:
     return found or None
 
 
-def choose_tracking(
-    wanted: str, say: Callable[[str], None], plugins: set[str] | None = None
-) -> Tracking:
+def choose_tracking(wanted: str, plugins: set[str] | None = None) -> Tracking:
     """``cgroup`` where the host mounts the cgroup v1 controllers Slurm needs, else ``pgid``.
 
     Slurm 22.05 keeps one ``slurm_<node>`` hierarchy per slurmd under cgroup v1,
@@ -74,7 +74,7 @@ def choose_tracking(
     if plugins is not None and "cgroup_v1" not in plugins:
         if wanted == CGROUP.name:
             raise SandboxError("--tracking cgroup: this Slurm has no cgroup/v1 plugin")
-        say("this Slurm has no cgroup/v1 plugin: tracking processes by pgid")
+        LOG.info("this Slurm has no cgroup/v1 plugin: tracking processes by pgid")
         return PGID
     try:
         mounts = Path("/proc/mounts").read_text()
@@ -87,5 +87,5 @@ def choose_tracking(
     why = f"cgroup v1 {', '.join(missing)} not mounted" if missing else "cgroup v1 not writable"
     if wanted == CGROUP.name:
         raise SandboxError(f"--tracking cgroup is not possible on this host: {why}")
-    say(f"proctrack/cgroup is not possible here ({why}): tracking processes by pgid")
+    LOG.info(f"proctrack/cgroup is not possible here ({why}): tracking processes by pgid")
     return PGID

@@ -4,13 +4,14 @@ sandbox in: a sandbox already up says only that."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
 from pathlib import Path
 from typing import Any, cast
 
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.run import bring_up
 from slurmpre.drill.table import render
+from slurmpre.lines import sent_to
 from slurmpre.sandbox.cluster import Sandbox
 from slurmpre.sandbox.config import State
 
@@ -23,15 +24,16 @@ class _UpAlready:
     def __init__(self, state: State) -> None:
         self.state = state
 
-    def up(self, *, say: Callable[[str], None], **_: Any) -> State:
-        say("sandbox already up")
+    def up(self, **_: Any) -> State:
+        logging.getLogger("slurmpre.sandbox.cluster").info("sandbox already up")
         return self.state
 
 
 def test_a_sandbox_already_up_is_named_by_its_release_and_timings() -> None:
     said: list[str] = []
     box = cast(Sandbox, _UpAlready(State(version=[26, 5, 1], timings="stock", nodes=[])))
-    assert bring_up(box, DrillOptions(), said.append) == "stock"
+    with sent_to(said.append, "slurmpre.drill", "slurmpre.sandbox"):
+        assert bring_up(box, DrillOptions()) == "stock"
     assert said == ["sandbox already up", "sandbox: Slurm 26.05.1, stock timings"]
 
 
@@ -61,13 +63,13 @@ class _Refusing:
         self.first: Exception | None = first
         self.downs = 0
 
-    def up(self, *, say: Callable[[str], None], **_: Any) -> State:
+    def up(self, **_: Any) -> State:
         if self.first is not None:
             exc, self.first = self.first, None
             raise exc
         return State(version=[26, 5, 5], timings="tuned", nodes=[])
 
-    def down(self, *, say: Callable[[str], None]) -> None:
+    def down(self) -> None:
         self.downs += 1
 
 
@@ -80,9 +82,9 @@ def test_only_a_sandbox_up_in_another_shape_is_restarted(monkeypatch: Any) -> No
 
     monkeypatch.setattr(run, "_queued", lambda _: False)
     shaped = _Refusing(OtherShape("the sandbox is up with 4 nodes"))
-    assert bring_up(cast(Sandbox, shaped), DrillOptions(), lambda _: None) == "tuned"
+    assert bring_up(cast(Sandbox, shaped), DrillOptions()) == "tuned"
     assert shaped.downs == 1
     refused = _Refusing(UsageError("--shared-dir /x: not empty"))
     with pytest.raises(UsageError, match="not empty"):
-        bring_up(cast(Sandbox, refused), DrillOptions(), lambda _: None)
+        bring_up(cast(Sandbox, refused), DrillOptions())
     assert refused.downs == 0

@@ -8,6 +8,7 @@ import pytest
 from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.owner import live_holders, recorded_jobs
+from slurmpre.lines import sent_to
 from slurmpre.slurm.parse import parse_jobs
 
 from tests.conftest import DATA
@@ -38,7 +39,8 @@ def test_only_live_jobs_other_than_this_one_hold_the_folder(tmp_path: Path) -> N
 
 def test_when_slurm_does_not_answer_nothing_blocks_and_it_says_so(tmp_path: Path) -> None:
     said: list[str] = []
-    holders = live_holders(ledger(tmp_path, "10"), Jobs({}, down=True), say=said.append)
+    with sent_to(said.append, live_holders.__module__):
+        holders = live_holders(ledger(tmp_path, "10"), Jobs({}, down=True))
     assert holders == []
     assert said == [
         "cannot tell whether job 10 still runs (command failed (exit 1): scontrol show job)"

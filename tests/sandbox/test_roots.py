@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import SandboxError, UsageError
+from slurmpre.lines import sent_to
 from slurmpre.sandbox import roots
 from slurmpre.sandbox.roots import Root, deactivate, suite_of
 
@@ -46,7 +47,7 @@ def test_two_makers_of_one_root_make_it_once(
     made: list[str] = []
     inside, waiting = threading.Event(), threading.Event()
 
-    def bootstrap(self: Root, say: object) -> None:
+    def bootstrap(self: Root) -> None:
         made.append(self.suite)
         inside.set()
         waiting.wait(30)  # the other maker has come, and waits
@@ -56,9 +57,9 @@ def test_two_makers_of_one_root_make_it_once(
     monkeypatch.setattr(Root, "_bootstrap", bootstrap)
     monkeypatch.setattr(Root, "_install_slurmpre", lambda self: None)
     monkeypatch.setattr(Root, "_write_shims", lambda self: None)
-    monkeypatch.setattr(Root, "_add_later", lambda self, say: None)
+    monkeypatch.setattr(Root, "_add_later", lambda self: None)
     root = Root("trixie", tmp_path / "trixie")
-    first = threading.Thread(target=root.ensure, args=(lambda _m: None,))
+    first = threading.Thread(target=root.ensure)
     first.start()
     assert inside.wait(30)
     said: list[str] = []
@@ -67,7 +68,8 @@ def test_two_makers_of_one_root_make_it_once(
         said.append(message)
         waiting.set()
 
-    root.ensure(say)
+    with sent_to(say, roots.__name__):
+        root.ensure()
     first.join(30)
     assert made == ["trixie"]
     assert said == ["waiting for the Debian trixie root another process is making"]

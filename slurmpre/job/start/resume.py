@@ -296,7 +296,7 @@ def _clear_the_way(at: AttemptContext) -> None:
     snapshot = at.environ.get(environment.CODE_DIR)
     if snapshot:
         snapshots.verify(Path(snapshot))
-    holders = live_holders(at.ledger, at.client, besides=at.job.tag, say=at.say)
+    holders = live_holders(at.ledger, at.client, besides=at.job.tag)
     if holders:
         raise JobEnvironmentError(
             f"checkpoint folder {str(at.folder)!r} is in use by {describe(holders)}: refusing "
