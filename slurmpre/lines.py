@@ -1,4 +1,5 @@
-"""What slurmpre tells a person on the login side and in the sandbox, as log records.
+"""What slurmpre tells a person (on the login side, in the sandbox, in a job's log), as
+log records.
 
 A module says a line with ``logging.getLogger(__name__).info(...)``; whoever starts the
 work (a command of the CLI, the Python API's ``say=``, a benchmark) sends the lines of
@@ -21,26 +22,32 @@ _HELD: dict[str, tuple[int, int, bool]] = {}
 class _Lines(logging.Handler):
     """Each line one thread says (the message as it was written), to ``write``."""
 
-    def __init__(self, write: Callable[[str], None], thread: int) -> None:
+    def __init__(self, write: Callable[[str], None], thread: int | None) -> None:
         super().__init__(logging.INFO)
         self.write, self.thread = write, thread
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.thread == self.thread:
-            self.write(record.getMessage())
+        if self.thread is None or record.thread == self.thread:
+            try:
+                self.write(record.getMessage())
+            except Exception:  # noqa: BLE001 - a line that cannot be written stops no work
+                self.handleError(record)
 
 
 @contextlib.contextmanager
-def sent_to(write: Callable[[str], None] | None, *modules: str) -> Iterator[None]:
+def sent_to(
+    write: Callable[[str], None] | None, *modules: str, every_thread: bool = False
+) -> Iterator[None]:
     """While inside, what ``modules`` (logger names: a module, or a package and its
     modules; none inside another) say on this thread goes to ``write``, line by line,
     and nowhere else: a background thread's lines (a preemption replayed beside a
-    drill) are not this caller's, and none reaches the root logger twice. With no
-    ``write``, they are left to the caller's own logging."""
+    drill) are not this caller's, and none reaches the root logger twice. With
+    ``every_thread``, every thread's lines (the wrapper's: the tier's flush and pulls run
+    in threads of its own). With no ``write``, they are left to the caller's own logging."""
     if write is None:
         yield
         return
-    handler = _Lines(write, threading.get_ident())
+    handler = _Lines(write, None if every_thread else threading.get_ident())
     loggers = [logging.getLogger(name) for name in modules]
     for logger in loggers:
         _hold(logger)

@@ -186,7 +186,7 @@ class Server:
                     continue
                 clients = {c: t for c, t in clients.items() if t.is_alive()}
                 if len(clients) >= self._max_clients:
-                    LOG.info("transfer on port %d: %s refused, too many", self._port, peer)
+                    LOG.debug("transfer on port %d: %s refused, too many", self._port, peer)
                     conn.close()
                     continue
                 thread = threading.Thread(target=self._client, args=(conn, peer), daemon=True)
@@ -211,7 +211,7 @@ class Server:
                     line = str(exc).encode()[:MAX_LINE]
                     conn.sendall(b"E" + len(line).to_bytes(4, "big") + line)
         except Exception as exc:  # noqa: BLE001 - no client, however bad, ends the server
-            LOG.info("transfer on port %d: %s: %s", self._port, peer, exc)
+            LOG.debug("transfer on port %d: %s: %s", self._port, peer, exc)
 
     def _handshake(self, conn: socket.socket) -> tuple[bytes, bytes]:
         """The nonces of both sides, which every later digest covers, and the name asked."""
@@ -248,7 +248,7 @@ class Server:
                 mac = _digest(self._key, session, index)
                 _send_file(conn, folder, rel, size, mac, buf)
                 conn.sendall(mac.digest())
-        LOG.info("transfer on port %d: served %s (%d files)", self._port, name, len(entries))
+        LOG.debug("transfer on port %d: served %s (%d files)", self._port, name, len(entries))
 
 
 def _walk(fd: int, prefix: str) -> Iterator[tuple[str, int]]:

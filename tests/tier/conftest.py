@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from slurmpre import lines
 from slurmpre.folder.ledger import Ledger
-from slurmpre.job.start import tier_log
 
 
 @pytest.fixture
@@ -21,8 +21,8 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def said() -> Iterator[list[str]]:
-    """Every line the tier says, as the wrapper hears them for the job's log (`tier_log`)."""
+    """Every line the tier says, from any thread, as the wrapper sends them to the job's log
+    (`slurmpre.job.start.run`)."""
     out: list[str] = []
-    handler = tier_log.hear(out.append)
-    yield out
-    tier_log.stop(handler)
+    with lines.sent_to(out.append, "slurmpre.tier", every_thread=True):
+        yield out

@@ -9,6 +9,7 @@ deciding by `requeue`). The wrapper exits with the child's code.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
@@ -16,13 +17,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from slurmpre import environment
+from slurmpre import environment, lines
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
-from slurmpre.job.start import tier_log
 from slurmpre.job.start.args import RunOptions, parse_args
 from slurmpre.job.start.env import JobEnv, read_job_env
 from slurmpre.job.start.launch import check_command, launch, takes_over_early
@@ -239,7 +239,8 @@ def run_attempt(
     here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
                    job.node_name, job.num_nodes, job.predecessor or None,
                    adopts=job.restarted or (job.in_place > 0 and not job.releasing))  # fmt: skip
-    heard = tier_log.hear(say)  # the tier's lines go where the wrapper's own go
+    heard = contextlib.ExitStack()  # the tier's lines (and a folder's) go where the wrapper's go
+    heard.enter_context(lines.sent_to(say, "slurmpre.tier", "slurmpre.folder", every_thread=True))
     tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access)
     if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
         env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}
@@ -283,7 +284,7 @@ def run_attempt(
             watching.stop()
         if tier is not None:
             tier.finish()
-        tier_log.stop(heard)
+        heard.close()
     return code
 
 
