@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.errors import UsageError
-from slurmpre.login.render import launch_argv, output_pattern, python_bin, render
+from slurmpre.login.render import command_line, launch_argv, output_pattern, python_bin, render
 from slurmpre.login.spec import JobSpec, load, validate
 
 ROOT = Path(__file__).parent.parent
@@ -221,6 +221,31 @@ def test_a_cluster_that_allows_an_expedited_requeue_gets_one_asked_for() -> None
     assert not expedited_requeue(captured)  # not enabled unless the administrator does
     enabled = {**captured, "SlurmctldParameters": "rl_enable,enable_expedited_requeue"}
     assert expedited_requeue(enabled)
+
+
+def test_sbatch_is_given_the_scripts_own_options_on_its_command_line() -> None:
+    """sbatch takes its command line over the script's #SBATCH lines and the user's
+    SBATCH_* variables: every option slurmpre wrote goes there too, read back as sbatch
+    reads the line, and the spec's extra_sbatch entries stay in the script alone."""
+    spec = validate(
+        {"name": "it's x", "command": ["python", "t.py"], "nodes": 2, "partition": "gpu",
+         "warn_before_end": 60, "extra_sbatch": ["--mail-type=END", "--comment 'a b'"],
+         "checkpoint_dir": "/ck"},
+        user="alice",
+    )  # fmt: skip
+    script = render(spec)
+    assert "#SBATCH --comment='a b'\n" in script and "#SBATCH --mail-type=END\n" in script
+    assert command_line(spec, script) == [
+        "--job-name=it's x",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--constraint=preemptible",
+        "--requeue",
+        "--open-mode=append",
+        "--output=/ck/logs/it's x-%j.out",
+        "--signal=USR2@60",
+        "--partition=gpu",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from slurmpre.errors import UsageError
 from slurmpre.job.start.args import parse_args
 from slurmpre.login import sbatch_options
-from slurmpre.login.render import launch_argv, python_bin, render
+from slurmpre.login.render import command_line, launch_argv, python_bin, render
 from slurmpre.login.spec import SpecError, validate
 
 PIECES = [
@@ -162,6 +162,14 @@ def refused_or_rendered_safely(raw: dict[str, Any]) -> None:
     assert values.get("constraint") == spec.constraint
     extra = [line for line in directives if line in spec.extra_sbatch]
     assert extra == list(spec.extra_sbatch)
+    # sbatch's command line, which wins over the script and the SBATCH_* variables: the
+    # options slurmpre sets, each once, with the spec's values, and nothing of extra_sbatch.
+    args = command_line(spec, script)
+    given = dict(word.removeprefix("--").partition("=")[::2] for word in args)
+    assert len(given) == len(args) and set(given) <= {*sbatch_options.MANAGED, "chdir"}, args
+    assert (given["job-name"], given["nodes"]) == (spec.name, str(spec.nodes))
+    assert ("requeue" in given) == spec.requeue and ("no-requeue" in given) != spec.requeue
+    assert given.get("constraint") == spec.constraint
 
     # The environment block: slurmpre's three exports and PATH (for a python outside the
     # system folders), then one per env key, each value shell-quoted whole (a quoted value

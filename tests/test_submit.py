@@ -82,6 +82,34 @@ def test_submitted_spec_shows_the_contract_and_runs_on_preemptible_nodes(
     assert (shared_tmp / "ckpt" / "logs" / f"held-{job_id}.sbatch").exists()
 
 
+def test_the_users_sbatch_variables_cannot_change_what_slurmpre_sets(
+    slurm: CommandLineSlurm, shared_tmp: Path
+) -> None:
+    """sbatch takes SBATCH_* variables over a script's #SBATCH lines (22.05, 24.11 and
+    26.05 alike): slurmpre gives its options on sbatch's command line, which wins."""
+    spec = write_spec(
+        shared_tmp / "mine.toml",
+        [
+            'name = "mine"',
+            'command = ["true"]',
+            'launcher = "plain"',
+            f"checkpoint_dir = {toml_path(shared_tmp / 'ckpt')}",
+            'extra_sbatch = ["--hold"]',
+        ],
+    )
+    theirs = {
+        "SBATCH_JOB_NAME": "theirs",
+        "SBATCH_NO_REQUEUE": "1",
+        "SBATCH_CONSTRAINT": "standard",
+    }
+    job_id = slurmpre_cli("submit", str(spec), check=True, env=theirs).stdout.strip()
+    try:
+        info = slurm.job(job_id)
+        assert (info.name, info.requeue, info.features) == ("mine", True, "preemptible")
+    finally:
+        slurm.cancel(job_id)
+
+
 def test_hostile_values_do_exactly_what_they_say(
     slurm: CommandLineSlurm, shared_tmp: Path, tmp_path: Path
 ) -> None:

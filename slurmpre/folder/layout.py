@@ -15,6 +15,7 @@ Under a checkpoint folder (`FolderLayout`)::
     .slurmpre/in-place-<job>-<attempt>.json     a request to restart inside the allocation
     .slurmpre/spares-<job>-<attempt>.json       drained spares to release while it trains
     .slurmpre/job.sbatch            the batch script of the last submit, for a successor
+    .slurmpre/job.sbatch-args.json  ... and the options it gave sbatch on its command line
     .slurmpre/code/<hash>/          the code snapshot every attempt runs (snapshot = "git")
 
 ``.slurmpre`` and what a job acts on in it are its owner's alone (`slurmpre.folder.trust`).
@@ -130,6 +131,10 @@ class FolderLayout:
     @property
     def script(self) -> Path:
         return self.meta / "job.sbatch"
+
+    @property
+    def script_args(self) -> Path:
+        return self.meta / "job.sbatch-args.json"
 
     def step(self, step: int) -> Path:
         return self.folder / step_dir_name(step)

@@ -1,8 +1,12 @@
 """The batch script of the last `slurmpre submit`, kept in the job's own folder for the
-successors to submit again (``.slurmpre/job.sbatch``): written by the login side, read by
+successors to submit again (``.slurmpre/job.sbatch``), and the options that submit gave
+sbatch on its command line (``job.sbatch-args.json``): written by the login side, read by
 the job's watcher, the user's alone (`slurmpre.folder.trust`)."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Sequence
 
 from slurmpre.errors import SlurmError
 from slurmpre.folder import trust
@@ -11,8 +15,10 @@ from slurmpre.folder.layout import FolderLayout
 from slurmpre.reading import MEDIUM
 
 
-def record(layout: FolderLayout, script: str) -> None:
-    """Keep the script of a submit, for the successors: the user's own, owner-only."""
+def record(layout: FolderLayout, script: str, args: Sequence[str] = ()) -> None:
+    """Keep the script of a submit and its command line's options, for the successors:
+    the user's own, owner-only."""
+    trust.write(layout.script_args, json.dumps(list(args)), mode=CONTROL_MODE)
     trust.write(layout.script, script, mode=CONTROL_MODE)
 
 
@@ -25,3 +31,21 @@ def recorded(layout: FolderLayout) -> str:
         raise SlurmError(f"no successor from {layout.script}: {exc}") from None
     except (OSError, ValueError) as exc:
         raise SlurmError(f"no recorded submit to repeat in {layout.meta}: {exc}") from None
+
+
+def recorded_args(layout: FolderLayout) -> list[str]:
+    """The options the last submit gave sbatch on its command line ([] when a slurmpre
+    from before them recorded the script); a SlurmError when they are not the user's own
+    or not a list of strings."""
+    path = layout.script_args
+    try:
+        args = json.loads(trust.read_text(path, MEDIUM))
+    except FileNotFoundError:
+        return []
+    except trust.Untrusted as exc:
+        raise SlurmError(f"no successor from {path}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise SlurmError(f"no recorded submit to repeat in {layout.meta}: {exc}") from None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SlurmError(f"no successor from {path}: not a list of sbatch options")
+    return args

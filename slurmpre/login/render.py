@@ -250,3 +250,34 @@ def render(
             "(each task's command is chosen in the one and run by the other)"
         )
     return script
+
+
+def directives(script: str) -> list[str]:
+    """The ``#SBATCH`` lines sbatch reads from ``script`` (those before its first command,
+    sbatch(1)), each without ``#SBATCH``."""
+    out = []
+    for line in script.split("\n")[1:]:
+        if line.strip() and not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH ") or line.startswith("#SBATCH\t"):
+            out.append(line[len("#SBATCH") :].strip())
+    return out
+
+
+def command_line(spec: JobSpec, script: str) -> list[str]:
+    """The script's own ``#SBATCH`` options, less the spec's ``extra_sbatch``, as words
+    for sbatch's command line: sbatch takes an option from its command line over the
+    script's ``#SBATCH`` lines and over the ``SBATCH_*`` variables of the environment
+    (SBATCH_NO_REQUEUE, SBATCH_OPEN_MODE, ...), which themselves win over the script
+    (measured on 22.05, 24.11 and 26.05). The lines stay in the script, for whoever
+    reads it."""
+    extra = set(spec.extra_sbatch)
+    try:
+        return [
+            word
+            for line in directives(script)
+            if line not in extra
+            for word in sbatch_options.words(line)
+        ]
+    except sbatch_options.OptionError as exc:
+        raise UsageError(f"template: an #SBATCH line sbatch cannot take ({exc})") from None

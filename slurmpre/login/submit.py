@@ -26,7 +26,7 @@ from slurmpre.folder.owner import describe, live_holders
 from slurmpre.keys import as_written
 from slurmpre.launchers import Launcher
 from slurmpre.login import code, jobs, progress, resuming, variables
-from slurmpre.login.render import render
+from slurmpre.login.render import command_line, render
 from slurmpre.login.spec import JobSpec
 from slurmpre.login.sweep import Task
 from slurmpre.placement import deadline
@@ -237,8 +237,9 @@ def _submit(
     labels = tuple(t.label for t in tasks) or None
     # What a successor will submit again (restart = "successor"): recorded before the
     # job can start, so its first notice finds it.
-    script_file.record(FolderLayout(Path(spec.checkpoint_dir)), script)
-    job_id = client.submit(script)
+    args = command_line(spec, script)
+    script_file.record(FolderLayout(Path(spec.checkpoint_dir)), script, args)
+    job_id = client.submit(script, args=args)
     ledger.append(
         records.Submitted(
             job=job_id, name=spec.name, code=found.identity, array=spec.array, tasks=labels
@@ -394,4 +395,4 @@ def test_only(
     """Slurm's verdict on the script, without queuing it (``sbatch --test-only``), after
     every check of `dry_run`."""
     script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks)
-    return client.submit(script, test_only=True)
+    return client.submit(script, args=command_line(spec, script), test_only=True)

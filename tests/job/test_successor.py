@@ -17,7 +17,7 @@ from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Checkpoint, End, Successor, Waiting
-from slurmpre.folder.script import record, recorded
+from slurmpre.folder.script import record, recorded, recorded_args
 from slurmpre.job.handover.successor import (
     POLL,
     QUICK_POLL,
@@ -56,9 +56,13 @@ def fake_sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
     return seen
 
 
+# What the submit gave sbatch on its command line (`slurmpre.login.render.command_line`).
+RECORDED_ARGS = ["--job-name=x", "--constraint=preemptible", "--requeue"]
+
+
 def recorded_submit(folder: Path) -> None:
     Ledger(folder).ensure()
-    record(FolderLayout(folder), "#!/bin/bash\necho train\n")
+    record(FolderLayout(folder), "#!/bin/bash\necho train\n", RECORDED_ARGS)
 
 
 def job_env(tmp_path: Path, **env: str) -> dict[str, str]:
@@ -84,10 +88,15 @@ def test_the_recorded_script_is_the_owners_alone_and_no_environment_is_written(
     tmp_path: Path,
 ) -> None:
     Ledger(tmp_path).ensure()
-    record(FolderLayout(tmp_path), "#!/bin/bash\n")
-    assert recorded(FolderLayout(tmp_path)) == "#!/bin/bash\n"
-    assert FolderLayout(tmp_path).script.stat().st_mode & 0o777 == 0o600
-    assert sorted(p.name for p in FolderLayout(tmp_path).meta.iterdir()) == ["job.sbatch"]
+    layout = FolderLayout(tmp_path)
+    record(layout, "#!/bin/bash\n", ["--job-name=x y"])
+    assert recorded(layout) == "#!/bin/bash\n"
+    assert recorded_args(layout) == ["--job-name=x y"]
+    assert layout.script.stat().st_mode & 0o777 == 0o600
+    assert layout.script_args.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in layout.meta.iterdir()) == ["job.sbatch", "job.sbatch-args.json"]
+    layout.script_args.unlink()  # as a slurmpre from before them recorded the script
+    assert recorded_args(layout) == []
 
 
 def harness(tmp_path: Path, *, fails: bool = False, job: JobEnv = JOB) -> tuple[Harness, Path]:
@@ -120,6 +129,8 @@ def test_on_a_drain_a_successor_takes_over_instead_of_a_requeue(tmp_path: Path) 
     assert order[0] == "(set_requeue 42 False)" and "job 77 takes over from job 42" in order[1]
     got = json.loads(seen.read_text())
     assert got["argv"][-1] == "--exclude=gpu-preemptible-dp-2"
+    # The first submit's options again, over the job's SBATCH_* variables; its own after them.
+    assert got["argv"][: len(RECORDED_ARGS) + 1] == ["--parsable", *RECORDED_ARGS]
     assert got["script"] == "#!/bin/bash\necho train\n"
     assert got["env"]["SLURMPRE_PREDECESSOR"] == "42"
     assert got["env"]["SLURMPRE_EARLIER_RESTARTS"] == "1"  # the run's restart count goes on

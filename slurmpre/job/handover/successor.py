@@ -6,7 +6,8 @@ stock timings), while a new job with the same constraint starts in seconds. With
 the notice checkpoint is committed, or at the deadline) makes this job not
 requeueable, so a node removal cannot bring it back beside its successor, then
 submits the script the last ``slurmpre submit`` recorded in the checkpoint folder,
-without the draining nodes. The new job's node 0 waits for this one to end before
+with the options that submit gave sbatch on its command line, without the draining
+nodes. The new job's node 0 waits for this one to end before
 it chooses a checkpoint (`wait_for_predecessor`): one trainer per checkpoint folder
 at any time.
 
@@ -83,10 +84,12 @@ def submit_successor(
     that takes over from ``job``; its id. Only this array task again, for an array task.
     A SlurmError when sbatch refuses it."""
     script = script_file.recorded(layout)
+    # What the submit gave sbatch on its command line, as the first job got it (over the
+    # SBATCH_* variables this environment carries); then this hand-over's own, which win.
+    args = script_file.recorded_args(layout)
     given = submit_env(env)
     given[environment.PREDECESSOR] = job.tag
     given[environment.EARLIER_RESTARTS] = str(job.run_restarts + 1)  # this hand-over is one more
-    args = []
     if exclude:
         args.append(f"--exclude={','.join(exclude)}")
     if job.array_task_id:
