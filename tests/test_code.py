@@ -239,5 +239,5 @@ def test_node_0_refuses_a_changed_snapshot_before_it_chooses_a_checkpoint(
     job = JobEnv("42", 0, 0, ("n1",), "n1", 0)
     with pytest.raises(JobEnvironmentError, match="changed since it was submitted"):
         env = {environment.CODE_DIR: str(root)}
-        agree(AttemptContext(opts, job, ck, ledger, Jobs({}), lambda _: None, env))
+        agree(AttemptContext(opts, job, ck, ledger, Jobs({}), env))
     assert not ledger.layout.choice("42", "0").exists()  # nothing chosen, nothing runs

@@ -155,11 +155,10 @@ def test_a_board_link_leading_elsewhere_is_not_read(tmp_path: Path) -> None:
     assert drained(reader, ["b"]) == {"b"} and slurm.asked == [("b",)]
 
 
-def test_a_folder_others_may_write_is_not_shared(tmp_path: Path) -> None:
+def test_a_folder_others_may_write_is_not_shared(tmp_path: Path, said: list[str]) -> None:
     (tmp_path / "watch").mkdir(mode=0o777)
     (tmp_path / "watch").chmod(0o777)
-    said: list[str] = []
-    b = DrainBoard(tmp_path / "watch", "1", Cluster(), INTERVAL, wall=Clock(), say=said.append)
+    b = DrainBoard(tmp_path / "watch", "1", Cluster(), INTERVAL, wall=Clock())
     assert not b.register(["a"])
     assert "not shared" in said[0]
 
@@ -306,8 +305,7 @@ def test_the_watcher_watches_and_restarts_by_the_environment_it_is_given(tmp_pat
 
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
     job = JobEnv("42", 0, 0, ("n1",), "n1", 0)
-    said: list[str] = []
-    at = AttemptContext(opts, job, tmp_path, Ledger(tmp_path), Jobs({}, down=True), said.append, {})
+    at = AttemptContext(opts, job, tmp_path, Ledger(tmp_path), Jobs({}, down=True), {})
     shared = {"SLURMPRE_SHARED_DIR": str(tmp_path / "board")}
     for env, board in ((shared, True), ({"SLURMPRE_SHARED_WATCH": "0"}, False)):
         watcher = watcher_for(at, Latch(), env)()

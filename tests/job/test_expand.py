@@ -134,8 +134,8 @@ def test_the_training_gets_its_arguments_expanded_on_the_node(tmp_path: Path) ->
 def test_a_local_dir_whose_variable_is_unset_is_one_line_of_the_wrappers_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The tier says it through its logger; the wrapper writes it as its own lines: its
-    prefix, on its standard error."""
+    """The tier says it through its logger, as the job side does; the wrapper writes both as
+    its own lines: its prefix, on its standard error."""
     from slurmpre.job.start.run import run_attempt
 
     opts = parse_args(["--launcher", "plain", "--no-watch", "--checkpoint-dir", str(tmp_path),
@@ -147,6 +147,7 @@ def test_a_local_dir_whose_variable_is_unset_is_one_line_of_the_wrappers_log(
         "slurmpre[42.0 node 0 node-1]: local_dir = '$NOPE/x': $NOPE is not set on this node: "
         "checkpoints go straight to the checkpoint folder"
     )
+    assert said[1] == "slurmpre[42.0 node 0 node-1]: no complete checkpoint yet: starting fresh"
 
 
 def test_an_unset_variable_stops_the_run_at_once_in_one_line(

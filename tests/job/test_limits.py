@@ -135,9 +135,9 @@ def test_node_0_gives_up_before_it_chooses(tmp_path: Path) -> None:
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--max-stalled-restarts", "2", "--",
                        "python", "train.py"])  # fmt: skip
     job = JobEnv("42", 2, 0, ("n1",), "n1", 0)
-    slurm, said = Requeues(), []
+    slurm = Requeues()
     with pytest.raises(RestartLimit) as caught:
-        agree(AttemptContext(opts, job, tmp_path, ledger, slurm, said.append, {}))
+        agree(AttemptContext(opts, job, tmp_path, ledger, slurm, {}))
     assert str(caught.value) == (
         "giving up: the last 2 attempts committed no checkpoint (max_stalled_restarts = 2): "
         "the job cannot progress; see their logs"

@@ -65,12 +65,11 @@ def in_place(**fields: object) -> InPlace:
 
 
 def test_it_chooses_only_once_the_step_before_has_ended_and_its_node_is_released(
-    tmp_path: Path,
+    tmp_path: Path, said: list[str]
 ) -> None:
     ledger = Ledger(tmp_path)
     ledger.ensure()
     clock = Clock()
-    said: list[str] = []
     # Another attempt's and another job's releases are not this one's.
     ledger.append(in_place(in_place=1))
     ledger.append(in_place(job="78"))
@@ -81,7 +80,7 @@ def test_it_chooses_only_once_the_step_before_has_ended_and_its_node_is_released
             ledger.append(in_place())  # the supervisor's record, 5 s on
 
     job = read_job_env(ENV)
-    wait_for_previous_step(ledger, job, 60, said.append, clock=lambda: clock.now, sleep=sleep)
+    wait_for_previous_step(ledger, job, 60, clock=lambda: clock.now, sleep=sleep)
     assert 5 <= clock.now < 6
     assert said[0].startswith("started beside the step before")
     assert said[-1] == "the step before has ended, gpu-preemptible-dp-3 released"
@@ -93,19 +92,16 @@ def test_a_failed_release_or_a_step_that_never_ends_is_refused(tmp_path: Path) -
     clock = Clock()
     job = read_job_env(ENV)
     with pytest.raises(JobEnvironmentError, match="has not ended after 30 s"):
-        wait_for_previous_step(
-            ledger, job, 30, lambda _: None, clock=lambda: clock.now, sleep=clock.sleep
-        )
+        wait_for_previous_step(ledger, job, 30, clock=lambda: clock.now, sleep=clock.sleep)
     ledger.append(InPlaceFailed(job="77", attempt=0, in_place=0, why="Job not running"))
     with pytest.raises(JobEnvironmentError, match="could not release gpu-preemptible-dp-3"):
-        wait_for_previous_step(
-            ledger, job, 30, lambda _: None, clock=lambda: clock.now, sleep=clock.sleep
-        )
+        wait_for_previous_step(ledger, job, 30, clock=lambda: clock.now, sleep=clock.sleep)
 
 
-def test_a_step_not_started_early_waits_for_nothing(tmp_path: Path) -> None:
+def test_a_step_not_started_early_waits_for_nothing(tmp_path: Path, said: list[str]) -> None:
     job = dataclasses.replace(read_job_env(ENV), releasing=())
-    wait_for_previous_step(Ledger(tmp_path), job, 0, pytest.fail)
+    wait_for_previous_step(Ledger(tmp_path), job, 0, sleep=pytest.fail)
+    assert said == []
 
 
 def test_the_training_of_a_step_started_early_waits_in_resume_path(tmp_path: Path) -> None:

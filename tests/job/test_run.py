@@ -341,7 +341,7 @@ def watching(monkeypatch: pytest.MonkeyPatch, give_way: float) -> tuple[_Built, 
     """A `Watching` of a stand-in watcher that waits at most ``give_way`` s for the launch."""
     monkeypatch.setattr(Watching, "GIVE_WAY", give_way)
     fake = _Built()
-    return fake, Watching(fake.build, say=print)  # type: ignore[arg-type]
+    return fake, Watching(fake.build)  # type: ignore[arg-type]
 
 
 def test_the_watcher_is_built_once_the_training_is_launched(

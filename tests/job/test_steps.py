@@ -23,6 +23,7 @@ from slurmpre.job.handover.inplace import Request, write_request
 from slurmpre.job.handover.steps import Steps, resized_env, step_argv
 from slurmpre.job.handover.steps_args import parse_args
 from slurmpre.job.start.env import read_job_env
+from slurmpre.lines import sent_to
 
 from tests.fakes import FakeSlurm
 from tests.records import dicts
@@ -101,7 +102,8 @@ def steps(
     said: list[str] = []
     srun = str(tmp_path / "srun")
     opts = parse_args([f"--checkpoint-dir={folder}", *argv, "--", srun, "--ntasks-per-node=1"])
-    code = Steps(opts, read_job_env(env), env, slurm, said.append).run()
+    with sent_to(said.append, "slurmpre.job", every_thread=True):  # as `main` sends them
+        code = Steps(opts, read_job_env(env), env, slurm).run()
     return code, said, slurm
 
 
@@ -175,7 +177,7 @@ def test_another_launcher_than_srun_never_restarts_in_place(tmp_path: Path) -> N
     mpirun.symlink_to(tmp_path / "srun")
     opts = parse_args([f"--checkpoint-dir={folder}", "--", str(mpirun)])
     slurm = Slurm()
-    Steps(opts, read_job_env(env), env, slurm, print).run()
+    Steps(opts, read_job_env(env), env, slurm).run()
     assert slurm.resized == []
 
 
@@ -408,3 +410,20 @@ def test_a_step_started_early_that_will_not_take_over_is_ended(tmp_path: Path) -
     assert code == 0, said
     assert len(lines(log)) == 2 and slurm.resized == []
     assert (folder / "early-ended").exists()  # ended by the supervisor, not by its own wait
+
+
+def test_the_supervisors_lines_are_its_own_on_its_standard_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the steps' supervisor says reaches the job's log as its lines always did: its
+    prefix, on its standard error (`main` sends them there)."""
+    from slurmpre.job.handover import steps as module
+
+    env, folder, _log = setup(tmp_path, STEPS_ASK="1")
+    monkeypatch.setattr(module, "CommandLineSlurm", Slurm)
+    argv = ["steps", f"--checkpoint-dir={folder}", "--", str(tmp_path / "srun")]
+    assert module.main(argv, env) == 0
+    out, err = capsys.readouterr()
+    said = [s for s in err.splitlines() if s.startswith("slurmpre[steps]: ")]
+    assert any("released gpu-preemptible-dp-2" in s for s in said), err
+    assert "released" not in out

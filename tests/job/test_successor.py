@@ -190,9 +190,11 @@ class Ending(Jobs):
         return info if self.runs >= 0 else DONE
 
 
-def test_the_successor_chooses_nothing_until_its_predecessor_has_ended(tmp_path: Path) -> None:
-    ledger, said, slept = handed_over(tmp_path), [], []
-    wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, said.append, sleep=slept.append)
+def test_the_successor_chooses_nothing_until_its_predecessor_has_ended(
+    tmp_path: Path, said: list[str]
+) -> None:
+    ledger, slept = handed_over(tmp_path), []
+    wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, sleep=slept.append)
     assert len(slept) == 3 and any("has ended (CANCELLED): taking over" in s for s in said)
 
 
@@ -209,7 +211,7 @@ def test_once_the_predecessors_training_has_exited_its_end_is_looked_for_sooner(
         if len(slept) == 2:
             ledger.append(End(job="42", attempt=0, exit_code=0, seconds=9.0))
 
-    wait_for_predecessor(ledger, Ending(5), SUCCESSOR, 100, print, sleep=sleep)
+    wait_for_predecessor(ledger, Ending(5), SUCCESSOR, 100, sleep=sleep)
     assert slept == [POLL, POLL, QUICK_POLL, QUICK_POLL, QUICK_POLL] and QUICK_POLL < POLL
 
 
@@ -223,7 +225,7 @@ def test_an_end_before_the_hand_over_is_an_earlier_steps_and_changes_nothing(
     ledger.append(End(job="42", attempt=0, exit_code=0, seconds=9.0))
     handed_over(tmp_path)
     slept: list[float] = []
-    wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, print, sleep=slept.append)
+    wait_for_predecessor(ledger, Ending(3), SUCCESSOR, 100, sleep=slept.append)
     assert slept == [POLL, POLL, POLL]
 
 
@@ -234,34 +236,34 @@ def test_a_predecessor_that_does_not_end_in_time_is_never_trained_beside(tmp_pat
         now[0] += s
 
     with pytest.raises(JobEnvironmentError, match="job 42, which this job takes over from"):
-        wait_for_predecessor(ledger, Ending(10**6), SUCCESSOR, 30, print,
+        wait_for_predecessor(ledger, Ending(10**6), SUCCESSOR, 30,
                              clock=lambda: now[0], sleep=sleep)  # fmt: skip
 
 
-def test_a_predecessor_the_ledger_does_not_name_is_not_waited_for(tmp_path: Path) -> None:
+def test_a_predecessor_the_ledger_does_not_name_is_not_waited_for(
+    tmp_path: Path, said: list[str]
+) -> None:
     """Not after the grace for its record: the live-job check then refuses to share."""
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    said: list[str] = []
     now = [0.0]
 
     def sleep(s: float) -> None:
         now[0] += s
 
-    wait_for_predecessor(ledger, Ending(10**6), SUCCESSOR, 300, said.append,
+    wait_for_predecessor(ledger, Ending(10**6), SUCCESSOR, 300,
                          clock=lambda: now[0], sleep=sleep)  # fmt: skip
     assert "records no hand-over" in said[-1]
     assert 30 <= now[0] <= 32
 
 
 def test_a_hand_over_recorded_just_after_the_successor_starts_is_waited_for(
-    tmp_path: Path,
+    tmp_path: Path, said: list[str]
 ) -> None:
     """The predecessor appends the record once its sbatch has returned: a successor that
     starts first must not take the missing record for a stranger's variable."""
     ledger = Ledger(tmp_path)
     ledger.ensure()
-    said: list[str] = []
     slept: list[float] = []
 
     def sleep(s: float) -> None:
@@ -269,13 +271,12 @@ def test_a_hand_over_recorded_just_after_the_successor_starts_is_waited_for(
         if len(slept) == 2:
             handed_over(tmp_path)  # appends the record (the ledger is the same folder)
 
-    wait_for_predecessor(ledger, Ending(5), SUCCESSOR, 300, said.append, sleep=sleep)
+    wait_for_predecessor(ledger, Ending(5), SUCCESSOR, 300, sleep=sleep)
     assert len(slept) == 5 and "taking over" in said[-1]
 
 
-def test_a_gone_predecessor_is_not_waited_for(tmp_path: Path) -> None:
-    said: list[str] = []
-    wait_for_predecessor(handed_over(tmp_path), Jobs({}), SUCCESSOR, 30, said.append)
+def test_a_gone_predecessor_is_not_waited_for(tmp_path: Path, said: list[str]) -> None:
+    wait_for_predecessor(handed_over(tmp_path), Jobs({}), SUCCESSOR, 30)
     assert said == []
 
 
@@ -397,22 +398,24 @@ def test_a_job_submitted_without_requeue_gets_no_successor(tmp_path: Path) -> No
     assert h.watcher.outcome.action.value == "skip"  # type: ignore[union-attr]
 
 
-def test_a_predecessor_removed_during_the_hand_over_is_taken_over_from(tmp_path: Path) -> None:
+def test_a_predecessor_removed_during_the_hand_over_is_taken_over_from(
+    tmp_path: Path, said: list[str]
+) -> None:
     """The node goes before the predecessor has committed: Slurm ends it NODE_FAIL and, with
     Requeue=0, does not bring it back; the successor goes on from the newest complete."""
-    ledger, said, slept = handed_over(tmp_path), [], []
+    ledger, slept = handed_over(tmp_path), []
     gone = dataclasses.replace(DONE, state="NODE_FAIL")
 
     class Removed(Ending):
         def job(self, job_id: str):  # type: ignore[no-untyped-def]
             return gone if super().job(job_id) is DONE else RUNNING
 
-    wait_for_predecessor(ledger, Removed(2), SUCCESSOR, 100, said.append, sleep=slept.append)
+    wait_for_predecessor(ledger, Removed(2), SUCCESSOR, 100, sleep=slept.append)
     assert len(slept) == 2 and "has ended (NODE_FAIL): taking over" in said[-1]
 
 
 def test_a_predecessor_requeued_by_hand_after_its_hand_over_does_not_train_again(
-    tmp_path: Path,
+    tmp_path: Path, said: list[str]
 ) -> None:
     """Requeue=0 stops Slurm's own requeues, not an operator's `scontrol requeue`: the
     successor does not wait for the requeued job, and that job's next attempt finds its
@@ -421,15 +424,15 @@ def test_a_predecessor_requeued_by_hand_after_its_hand_over_does_not_train_again
     from slurmpre.job.start.args import parse_args
     from slurmpre.job.start.resume import AttemptContext, agree
 
-    ledger, said = handed_over(tmp_path), []
+    ledger = handed_over(tmp_path)
     requeued = dataclasses.replace(RUNNING, state="PENDING", restarts=1)
-    wait_for_predecessor(ledger, Jobs({"42": requeued}), SUCCESSOR, 100, said.append)
+    wait_for_predecessor(ledger, Jobs({"42": requeued}), SUCCESSOR, 100)
     assert "requeued after its hand-over: taking over" in said[-1]
 
     again = dataclasses.replace(JOB, restart_count=1)
     opts = parse_args(["--checkpoint-dir", str(tmp_path), "--", "python", "train.py"])
     with pytest.raises(HandedOver, match="handed over to job 77") as caught:
-        agree(AttemptContext(opts, again, tmp_path, ledger, Jobs({}), said.append, {}))
+        agree(AttemptContext(opts, again, tmp_path, ledger, Jobs({}), {}))
     assert caught.value.exit_code == 0
     assert not FolderLayout(tmp_path).choice("42", "1").exists()  # nothing chosen
 

@@ -74,18 +74,18 @@ def test_a_successor_sent_to_standard_nodes_has_no_twin() -> None:
 def test_the_first_to_claim_trains_and_cancels_its_twin(tmp_path: Path) -> None:
     ledger = handed_over_to(tmp_path, "11", "12")
     slurm = Cancels()
-    claim(ledger, slurm, successor("12"), lambda _: None)
+    claim(ledger, slurm, successor("12"))
     assert slurm.cancelled == ["11"]
     assert [r.job for r in ledger.records() if isinstance(r, Claimed)] == ["12"]
     with pytest.raises(HandedOver, match="job 12 took over from job 10 first"):
-        claim(ledger, slurm, successor("11"), lambda _: None)
+        claim(ledger, slurm, successor("11"))
     assert slurm.cancelled == ["11"]  # the one that stood down cancelled nothing
-    claim(ledger, slurm, successor("12"), lambda _: None)  # requeued later: still its own
+    claim(ledger, slurm, successor("12"))  # requeued later: still its own
 
 
 def test_a_successor_without_a_twin_claims_nothing(tmp_path: Path) -> None:
     ledger = handed_over_to(tmp_path, "11")
-    claim(ledger, FakeSlurm(), successor("11"), lambda _: None)  # no Slurm call at all
+    claim(ledger, FakeSlurm(), successor("11"))  # no Slurm call at all
     assert not any(isinstance(r, Claimed) for r in ledger.records())
 
 
@@ -97,7 +97,7 @@ def test_two_twins_claiming_at_once_make_exactly_one_trainer(tmp_path: Path) -> 
     def go(job: str) -> None:
         start.wait()
         try:
-            claim(Ledger(tmp_path), Cancels(), successor(job), lambda _: None)
+            claim(Ledger(tmp_path), Cancels(), successor(job))
             outcome[job] = "trains"
         except HandedOver:
             outcome[job] = "stands down"

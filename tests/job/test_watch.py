@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurmpre import lines
 from slurmpre.errors import SlurmError
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.layout import FolderLayout
@@ -148,7 +149,6 @@ class Harness:
             self.slurm,
             config or requeuing(),
             requeue_allowed=requeue_allowed,
-            say=self.said.append,
             clock=WatchClock(self.clock.monotonic, self.clock.wall),
             wait=self.wait,
             rng=random.Random(0),
@@ -174,7 +174,9 @@ class Harness:
         return None if self.watcher.inbox.empty() else self.watcher.inbox.get_nowait()
 
     def run(self) -> None:
-        self.watcher.run()
+        """The watcher's loop, here; what it says, in ``said``, as the wrapper would write it."""
+        with lines.sent_to(self.said.append, "slurmpre.job", every_thread=True):
+            self.watcher.run()
 
     def events(self) -> list[str]:
         return [r["event"] for r in dicts(Ledger(self.folder))]

@@ -5,6 +5,7 @@ requeue build on it in `restart`."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +23,8 @@ from slurmpre.job.watch.decide import Action
 from slurmpre.job.watch.grow import GROW_WAIT, TWIN_AFTER
 from slurmpre.placement.policy import STANDARD
 from slurmpre.slurm.client import SlurmClient
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,13 @@ class Successors:
         client: SlurmClient,
         config: WatchConfig,
         requeue_allowed: bool,
-        say: Callable[[str], None],
         wall: Callable[[], float],
         env: Mapping[str, str],
     ) -> None:
         self.env = env  # this job's own: a successor is submitted with it
         self.job, self.folder, self.log, self.client = job, folder, log, client
         self.config, self.requeue_allowed = config, requeue_allowed
-        self.say, self.wall = say, wall
+        self.wall = wall
         self.successor_refused = False  # then requeue, as without successors
         self.successor: str | None = None  # the job this one handed over to
         self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
@@ -72,9 +74,9 @@ class Successors:
             try:
                 self.client.cancel(job)
             except SlurmpreError as exc:
-                self.say(f"cannot cancel job {job} ({first_line(exc)}): it finds no work")
+                LOG.info(f"cannot cancel job {job} ({first_line(exc)}): it finds no work")
                 continue
-            self.say(f"cancelled job {job}: the training finished its work here")
+            LOG.info(f"cancelled job {job}: the training finished its work here")
 
     def hand_over(self, why: str, exclude: list[str]) -> Done | None:
         """Submit the successor, once this job cannot be requeued; None (this job stays
@@ -87,7 +89,7 @@ class Successors:
         try:
             self.client.set_requeue(self.job.job_id, False)
         except SlurmpreError as exc:
-            self.say(f"cannot make this job non-requeueable ({first_line(exc)}): requeuing it")
+            LOG.info(f"cannot make this job non-requeueable ({first_line(exc)}): requeuing it")
             self.successor_refused = True
             return None
         placed = self.place(exclude)
@@ -100,7 +102,7 @@ class Successors:
         try:
             successor = self._submit(layout, exclude, placed.args if placed is not None else ())
         except SlurmpreError as exc:
-            self.say(f"the successor job was refused ({first_line(exc)}): requeuing instead")
+            LOG.info(f"the successor job was refused ({first_line(exc)}): requeuing instead")
             self.successor_refused = True
             self._requeueable_again()
             return None
@@ -108,7 +110,7 @@ class Successors:
         where = f", not on {', '.join(exclude)}" if exclude else ""
         if placed is not None:
             where += f", on {placed.decision.where} nodes: {placed.decision.why}"
-        self.say(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
+        LOG.info(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
         self.log.add(
             records.Successor,
             successor=successor,
@@ -140,7 +142,7 @@ class Successors:
             # itself once it has handed over, and an attempt Slurm might still start
             # finds the hand-over in the ledger and does not train (`resume.agree`).
             unrequeued = False
-            self.say(
+            LOG.info(
                 f"cannot make this job non-requeueable ({first_line(exc)}): growing anyway "
                 "(a requeued attempt finds the hand-over and does not train)"
             )
@@ -150,7 +152,7 @@ class Successors:
             held = nodes + self.config.spare_nodes
             successor = self._submit(layout, [], (f"--nodes={held}",))
         except SlurmpreError as exc:
-            self.say(f"the job on {nodes} nodes was refused ({first_line(exc)}): not growing")
+            LOG.info(f"the job on {nodes} nodes was refused ({first_line(exc)}): not growing")
             if unrequeued:
                 self._requeueable_again()
             return None
@@ -162,7 +164,7 @@ class Successors:
         try:
             self.twin = self._submit(layout, [], (f"--begin=now+{after}",))
         except SlurmpreError as exc:
-            self.say(f"the twin of the script's own shape was refused ({first_line(exc)})")
+            LOG.info(f"the twin of the script's own shape was refused ({first_line(exc)})")
             return Done(Action.REQUEUE, successor=successor)
         self.log.add(
             records.Successor,
@@ -178,7 +180,7 @@ class Successors:
         try:
             self.client.set_requeue(self.job.job_id, True)
         except SlurmpreError as exc:
-            self.say(f"cannot make this job requeueable again ({first_line(exc)})")
+            LOG.info(f"cannot make this job requeueable again ({first_line(exc)})")
 
     def _submit(self, layout: FolderLayout, exclude: list[str], extra: Sequence[str]) -> str:
         """The recorded script as a job that takes over from this one, in turn with the
@@ -198,7 +200,7 @@ class Successors:
         try:
             nodes = self.client.nodes()
         except SlurmpreError as exc:
-            self.say(
+            LOG.info(
                 f"cannot list the nodes ({first_line(exc)}): the successor keeps its constraint"
             )
             return None
@@ -212,7 +214,7 @@ class Successors:
                 needed=self.config.min_nodes,
             )
         except SlurmpreError as exc:
-            self.say(f"cannot decide where to go on ({first_line(exc)}): keeping the constraint")
+            LOG.info(f"cannot decide where to go on ({first_line(exc)}): keeping the constraint")
             return None
 
     def place_late(self) -> None:
@@ -229,7 +231,7 @@ class Successors:
         if placed.decision.where == STANDARD:
             placed = replace(placed, twin_at=self.wall(), twin_args=placed.args)
         layout = FolderLayout(self._submitted_in())
-        self.say(f"where the run goes on, now that its rate is known: {placed.decision.why}")
+        LOG.info(f"where the run goes on, now that its rate is known: {placed.decision.why}")
         self._record_placement(placed, self._twin(placed, layout, exclude))
 
     def _twin(self, placed: Placement, layout: FolderLayout, exclude: list[str]) -> str | None:
@@ -240,7 +242,7 @@ class Successors:
         try:
             twin = self._submit(layout, exclude, placed.twin_args)
         except SlurmpreError as exc:
-            self.say(f"the standard-node twin was refused ({first_line(exc)}): the successor waits")
+            LOG.info(f"the standard-node twin was refused ({first_line(exc)}): the successor waits")
             return None
         self.twin = twin
         self.log.add(
@@ -250,7 +252,7 @@ class Successors:
             why=f"the twin on standard nodes, from {placed.twin_at:.0f} if none has started",
             submitted_at=self.wall(),
         )
-        self.say(
+        LOG.info(
             f"job {twin} waits on standard nodes until {placed.twin_at - self.wall():.0f} s "
             f"from now, in case no preemptible node is free by then: the first to start trains"
         )

@@ -27,6 +27,7 @@ once), as for a successor; anything else restarts in place as before.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,8 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import AttemptId, InPlace, InPlaceFailed
 from slurmpre.job.handover.inplace import Plan
 from slurmpre.job.start.env import JobEnv
+
+LOG = logging.getLogger(__name__)
 
 POLL = 0.2  # seconds between looks at the ledger
 
@@ -59,7 +62,6 @@ def wait_for_previous_step(
     ledger: Ledger,
     job: JobEnv,
     timeout: float,
-    say: Callable[[str], None],
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -80,7 +82,7 @@ def wait_for_previous_step(
             if record.job != job.tag or record.attempt_id != before:
                 continue
             if isinstance(record, InPlace):
-                say(f"the step before has ended, {', '.join(record.released)} released")
+                LOG.info(f"the step before has ended, {', '.join(record.released)} released")
                 return
             if isinstance(record, InPlaceFailed):
                 raise JobEnvironmentError(
@@ -93,6 +95,6 @@ def wait_for_previous_step(
                 "refusing to train beside it"
             )
         if not said:
-            say("started beside the step before: waiting for its last checkpoint and its end")
+            LOG.info("started beside the step before: waiting for its last checkpoint and its end")
             said = True
         sleep(POLL)

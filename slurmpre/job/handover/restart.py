@@ -10,6 +10,7 @@ floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -28,6 +29,8 @@ from slurmpre.job.handover.inplace import (
 from slurmpre.job.handover.slots import submit_slot
 from slurmpre.job.watch.decide import Action
 from slurmpre.slurm.parse import requeue_floor
+
+LOG = logging.getLogger(__name__)
 
 
 class Restarts(Successors):
@@ -67,9 +70,9 @@ class Restarts(Successors):
             path = FolderLayout(self.folder).spare_release(self.job.tag, self.job.attempt)
             write_spares(path, self.spares_lost)
         except (OSError, trust.Untrusted) as exc:
-            self.say(f"spare {node} drained; cannot ask for its release ({exc})")
+            LOG.info(f"spare {node} drained; cannot ask for its release ({exc})")
             return
-        self.say(
+        LOG.info(
             f"spare {node} drained ({reason or 'no reason'}): releasing it, training goes on; "
             f"{len(left)} spare(s) left"
         )
@@ -87,7 +90,7 @@ class Restarts(Successors):
         try:
             return requeue_floor(self.client.config())
         except SlurmpreError as exc:
-            self.say(f"cannot read Slurm's configuration: {first_line(exc)}")
+            LOG.info(f"cannot read Slurm's configuration: {first_line(exc)}")
             return None
 
     def in_place(
@@ -113,7 +116,7 @@ class Restarts(Successors):
         try:
             write_request(path, request)
         except (OSError, trust.Untrusted) as exc:
-            self.say(f"cannot ask for an in-place restart ({exc}); requeuing instead")
+            LOG.info(f"cannot ask for an in-place restart ({exc}); requeuing instead")
             return None
         spare = f", spare {', '.join(restart.spares_in)} in" if restart.spares_in else ""
         when = "when this one ends"
@@ -121,7 +124,7 @@ class Restarts(Successors):
             when = "now, beside this one"
         elif started:
             when = "(it did, beside this one) and takes over when this one ends"
-        self.say(
+        LOG.info(
             f"restarting in place on {', '.join(restart.keep)} without {', '.join(release)}"
             f"{spare} ({why}): the next step starts {when}"
         )
@@ -146,14 +149,14 @@ class Restarts(Successors):
         try:
             write_request(path, Request((), (), why, self.wall()))
         except (OSError, trust.Untrusted) as exc:
-            self.say(f"cannot ask the supervisor to end the step ({exc}); it ends by itself")
+            LOG.info(f"cannot ask the supervisor to end the step ({exc}); it ends by itself")
             return
-        self.say(f"asking the supervisor to end the step: {why}")
+        LOG.info(f"asking the supervisor to end the step: {why}")
 
     def go_on(self, why: str, drained: Iterable[str]) -> Done | None:
         """A successor, or a requeue; None when the requeue failed (try again)."""
         if not self.requeue_allowed:
-            self.say(
+            LOG.info(
                 "the job was submitted without --requeue: not requeuing it "
                 "(the checkpoint is taken; resubmit to resume)"
             )
@@ -167,10 +170,10 @@ class Restarts(Successors):
             with submit_slot(self.env):
                 self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
-            self.say(f"requeue failed, retrying: {first_line(exc)}")
+            LOG.info(f"requeue failed, retrying: {first_line(exc)}")
             return None
         fast = " (expedited: no floor)" if self.expedited else ""
-        self.say(f"requeued job {self.job.job_id} ({why}){fast}")
+        LOG.info(f"requeued job {self.job.job_id} ({why}){fast}")
         expedited = True if self.expedited else None
         self.log.add(records.Requeued, why=why, requeued_at=self.wall(), expedited=expedited)
         return Done(Action.REQUEUE, requeued=True)

@@ -36,6 +36,7 @@ put in a drained node's place; a spare that drains is released while the step ru
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import subprocess
 import sys
@@ -44,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmpre import environment
+from slurmpre import environment, lines
 from slurmpre.errors import SlurmpreError, UsageError
 from slurmpre.folder import records, trust
 from slurmpre.folder.layout import FolderLayout, attempt_key
@@ -60,6 +61,8 @@ from slurmpre.job.start.resume import task_checkpoint_dir
 from slurmpre.job.start.supervise import exit_code
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 from slurmpre.slurm.hostlist import expand
+
+LOG = logging.getLogger(__name__)
 
 KILL_AFTER = 30.0  # after SIGTERM, seconds before srun is killed (Slurm's KillWait)
 POLL = 0.1  # how often the step and the request are looked at
@@ -110,7 +113,6 @@ class Steps:
         job: JobEnv,
         env: Mapping[str, str],
         client: SlurmClient,
-        say: Callable[[str], None],
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -118,7 +120,6 @@ class Steps:
         self.opts = opts
         self.job = job
         self.client = client
-        self.say = say
         self.clock = clock
         self.wall = wall
         self.folder = task_checkpoint_dir(opts.checkpoint_dir, job)
@@ -164,7 +165,7 @@ class Steps:
             held = first_spares(self.allocation, self.job.node_name, self.opts.spares)
             if held:
                 keep = tuple(n for n in self.allocation if n not in held)
-                self.say(f"training on {', '.join(keep)}; spares {', '.join(held)}")
+                LOG.info(f"training on {', '.join(keep)}; spares {', '.join(held)}")
         adopted: subprocess.Popen[bytes] | None = None
         while True:
             self.step_env[environment.IN_PLACE] = str(self.in_place)
@@ -181,7 +182,7 @@ class Steps:
             if request is None or self.stopped is not None:
                 return code
             if not request.keep:
-                self.say(f"the step ended as asked ({request.why})")
+                LOG.info(f"the step ended as asked ({request.why})")
                 return 0  # its checkpoint committed, and another job takes over from it
             resized = self._release(request, self.in_place)
             if resized is None:
@@ -235,7 +236,7 @@ class Steps:
                         self._start_early(asked)
                 continue
             if termed_at is None and now - asked_at >= self.opts.grace:
-                self.say("the notice checkpoint has committed: ending the step")
+                LOG.info("the notice checkpoint has committed: ending the step")
                 self.proc.send_signal(signal.SIGTERM)
                 termed_at = now
             elif termed_at is not None and now - termed_at >= KILL_AFTER:
@@ -253,9 +254,9 @@ class Steps:
         try:
             self.early = (subprocess.Popen(argv, env=env), request)
         except OSError as exc:
-            self.say(f"cannot start the next step early ({exc.strerror}): it starts after")
+            LOG.info(f"cannot start the next step early ({exc.strerror}): it starts after")
             return
-        self.say(f"started the next step on {', '.join(request.keep)} beside this one")
+        LOG.info(f"started the next step on {', '.join(request.keep)} beside this one")
 
     def _end_early(self, early: tuple[subprocess.Popen[bytes], Request] | None) -> None:
         """A step started early that will not take over ends (its script waits, untrained)."""
@@ -287,7 +288,7 @@ class Steps:
             resized = self.client.resize(self.job.job_id, [n for n in allocation if n not in gone])
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
-            self.say(f"cannot release spare {', '.join(gone)} ({why})")
+            LOG.info(f"cannot release spare {', '.join(gone)} ({why})")
             self._ledger(
                 self.in_place,
                 records.SpareReleased,
@@ -299,7 +300,7 @@ class Steps:
             return
         seconds = round(self.clock() - started, 3)
         self.step_env = resized_env(self.step_env, resized)
-        self.say(f"released drained spare {', '.join(gone)} in {seconds:g} s; training goes on")
+        LOG.info(f"released drained spare {', '.join(gone)} in {seconds:g} s; training goes on")
         self._ledger(
             self.in_place,
             records.SpareReleased,
@@ -320,12 +321,12 @@ class Steps:
             resized = self.client.resize(job.job_id, kept)
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
-            self.say(f"cannot release {', '.join(gone)} ({why}): requeuing instead")
+            LOG.info(f"cannot release {', '.join(gone)} ({why}): requeuing instead")
             self._ledger(in_place, records.InPlaceFailed, why=why)
             self._requeue(in_place, f"in-place restart failed: {why}")
             return None
         seconds = round(self.clock() - started, 3)
-        self.say(
+        LOG.info(
             f"released {', '.join(gone)} in {seconds:g} s; next step on {', '.join(request.keep)}"
         )
         self._ledger(
@@ -345,9 +346,9 @@ class Steps:
         try:
             self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
-            self.say(f"requeue failed too: {str(exc).splitlines()[0]}")
+            LOG.info(f"requeue failed too: {str(exc).splitlines()[0]}")
             return
-        self.say(f"requeued job {self.job.job_id} ({why})")
+        LOG.info(f"requeued job {self.job.job_id} ({why})")
         self._ledger(in_place, records.Requeued, why=why, requeued_at=self.wall())
 
     def _ledger(self, in_place: int, of: type[records.AttemptRecord], **fields: Any) -> None:
@@ -356,7 +357,7 @@ class Steps:
                 of(job=self.job.tag, attempt=self.job.restart_count, in_place=in_place, **fields)
             )
         except SlurmpreError as exc:
-            self.say(str(exc))
+            LOG.info(str(exc))
 
 
 def main(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
@@ -368,7 +369,8 @@ def main(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
         job = read_job_env(env)
-        return Steps(opts, job, env, CommandLineSlurm(), say).run()
+        with lines.sent_to(say, "slurmpre.job", every_thread=True):  # the supervisor's own log
+            return Steps(opts, job, env, CommandLineSlurm()).run()
     except SlurmpreError as exc:
         print(f"slurmpre steps: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code

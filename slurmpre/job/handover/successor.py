@@ -20,6 +20,7 @@ of it is written to disk: no login environment, token or key reaches the volume.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -33,6 +34,8 @@ from slurmpre.folder.records import End, Successor
 from slurmpre.job.start.env import JobEnv
 from slurmpre.slurm import states
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
+
+LOG = logging.getLogger(__name__)
 
 POLL = 1.0  # seconds between looks at the predecessor
 # Once its training has exited (its node 0 recorded the end), Slurm ends the job within
@@ -104,7 +107,6 @@ def wait_for_predecessor(
     client: SlurmClient,
     job: JobEnv,
     timeout: float,
-    say: Callable[[str], None],
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -127,20 +129,20 @@ def wait_for_predecessor(
         except CommandError as exc:
             info = None
             first = str(exc).splitlines()[0]
-            say(f"cannot tell whether job {predecessor} has ended ({first}): asking again")
+            LOG.info(f"cannot tell whether job {predecessor} has ended ({first}): asking again")
         if info is not None and info.finished:
-            say(f"job {predecessor} has ended ({info.state}): taking over")
+            LOG.info(f"job {predecessor} has ended ({info.state}): taking over")
             return
         if info is not None and info.state in states.WAITING:
             # Requeued by hand after the hand-over: the attempt that trained has ended,
             # and the next one will not train (it finds its hand-over in the ledger).
-            say(f"job {predecessor} was requeued after its hand-over: taking over")
+            LOG.info(f"job {predecessor} was requeued after its hand-over: taking over")
             return
         # The predecessor records the hand-over just after its sbatch returns: only a
         # job that the ledger names as handing over to this one is waited for.
         after = _after_hand_over(ledger.records(), predecessor, job.tag)
         if after is None and clock() >= named_by:
-            say(
+            LOG.info(
                 f"{environment.PREDECESSOR}={predecessor}, but the ledger records no hand-over "
                 "from that job to this one: not waiting for it"
             )
@@ -151,7 +153,7 @@ def wait_for_predecessor(
                 f"{timeout:g} s: refusing to train beside it"
             )
         if not said:
-            say(f"waiting for job {predecessor} to commit its checkpoint and end")
+            LOG.info(f"waiting for job {predecessor} to commit its checkpoint and end")
             said = True
         # An End before the hand-over is an earlier step's (a restart in place).
         ended = after is not None and any(isinstance(r, End) and r.job == predecessor

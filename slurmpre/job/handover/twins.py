@@ -8,13 +8,15 @@ One trainer per checkpoint folder, as with one successor.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 
 from slurmpre.errors import HandedOver, SlurmpreError
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import Claimed, Record, Successor
 from slurmpre.job.start.env import JobEnv
 from slurmpre.slurm.client import SlurmClient
+
+LOG = logging.getLogger(__name__)
 
 
 def siblings(records: list[Record], job: JobEnv) -> list[str]:
@@ -26,7 +28,7 @@ def siblings(records: list[Record], job: JobEnv) -> list[str]:
     ]
 
 
-def claim(ledger: Ledger, client: SlurmClient, job: JobEnv, say: Callable[[str], None]) -> None:
+def claim(ledger: Ledger, client: SlurmClient, job: JobEnv) -> None:
     """In a successor's node 0, before it waits for its predecessor: take the hand-over
     from its twin (cancelled), or stand down (`HandedOver`, exit 0) when the twin took it."""
     if not job.predecessor:
@@ -48,6 +50,6 @@ def claim(ledger: Ledger, client: SlurmClient, job: JobEnv, say: Callable[[str],
         try:
             client.cancel(other)
         except SlurmpreError as exc:
-            say(f"cannot cancel job {other}, the other job of this hand-over: {exc}")
+            LOG.info(f"cannot cancel job {other}, the other job of this hand-over: {exc}")
             continue
-        say(f"took over from job {job.predecessor}; cancelled job {other}, its twin")
+        LOG.info(f"took over from job {job.predecessor}; cancelled job {other}, its twin")

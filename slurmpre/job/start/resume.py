@@ -8,9 +8,10 @@ launcher command and the child's environment from it (`launch`).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -48,18 +49,20 @@ from slurmpre.job.start.rendezvous import port_for
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.tier import salvage
 
+LOG = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class AttemptContext:
     """What a node's wrapper works with through one attempt: its options, the job as
-    Slurm describes it, the checkpoint folder and its ledger, Slurm, and its log."""
+    Slurm describes it, the checkpoint folder and its ledger, and Slurm. What it says, it
+    logs (`slurmpre.lines`); the wrapper sends it to the job's log."""
 
     opts: RunOptions
     job: JobEnv
     folder: Path
     ledger: Ledger
     client: SlurmClient
-    say: Callable[[str], None]
     env: Mapping[str, str]  # the job's environment, as the wrapper was given it
 
     @property
@@ -109,8 +112,8 @@ def wait_for_the_one_before(at: AttemptContext) -> int | None:
     they all hold (None: resume from the folder)."""
     timeout = predecessor_timeout(at.opts)
     pulled = _pull(at, timeout)
-    wait_for_predecessor(at.ledger, at.client, at.job, timeout, at.say)
-    overlap.wait_for_previous_step(at.ledger, at.job, timeout, at.say)
+    wait_for_predecessor(at.ledger, at.client, at.job, timeout)
+    overlap.wait_for_previous_step(at.ledger, at.job, timeout)
     return pulled if pulled is not None else _adopted(at)
 
 
@@ -168,7 +171,7 @@ def agree(at: AttemptContext) -> Choice:
     In a successor that takes over early (`takes_over_early`) the choice names no
     checkpoint yet: node 0 publishes where to meet at once, and its `take_over`
     publishes the checkpoint once the predecessor has ended."""
-    opts, job, ledger, say = at.opts, at.job, at.ledger, at.say
+    opts, job, ledger = at.opts, at.job, at.ledger
     if not job.is_first_node:
         return ledger.wait_choice(job.tag, job.attempt, opts.agree_timeout)
     handed = [r for r in ledger.records() if isinstance(r, Successor) and r.job == job.tag]
@@ -178,7 +181,7 @@ def agree(at: AttemptContext) -> Choice:
             f"job {job.tag} handed over to job {handed[-1].successor} in attempt "
             f"{handed[-1].attempt_id}: this attempt does not train beside it"
         )
-    twins.claim(ledger, at.client, job, say)  # a hand-over with a twin: the first trains
+    twins.claim(ledger, at.client, job)  # a hand-over with a twin: the first trains
     if takes_over_early(opts, job, at.folder):
         early = Choice(
             job=job.tag,
@@ -195,7 +198,7 @@ def agree(at: AttemptContext) -> Choice:
         command_or_give_up(at, early)
         ledger.publish(early, timeout=opts.agree_timeout)
         before = "the step before" if job.releasing else f"job {job.predecessor}"
-        say(f"starting while {before} ends: resume_path() waits for its checkpoint")
+        LOG.info(f"starting while {before} ends: resume_path() waits for its checkpoint")
         return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
@@ -214,7 +217,7 @@ def give_up(at: AttemptContext, why: str, error: SlurmpreError | None = None) ->
     try:
         at.client.set_requeue(job.job_id, False)
     except SlurmpreError as exc:
-        at.say(f"could not make the job non-requeueable: {exc}")
+        LOG.info(f"could not make the job non-requeueable: {exc}")
     raise error if error is not None else RestartLimit(f"giving up: {why}")
 
 
@@ -248,7 +251,7 @@ def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = Non
     """Clear what dead attempts left, pick the newest complete checkpoint, publish it;
     or give up (`limits`), once every attempt before this one has ended (in a successor,
     after its predecessor: its last attempt may still commit)."""
-    opts, job, ledger, client, say = at.opts, at.job, at.ledger, at.client, at.say
+    opts, job, ledger, client = at.opts, at.job, at.ledger, at.client
     _clear_the_way(at)
     ckpt = _newest(at, pulled)
     previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
@@ -284,9 +287,9 @@ def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = Non
         timeout=opts.agree_timeout,
     )
     if ckpt is None:
-        say("no complete checkpoint yet: starting fresh")
+        LOG.info("no complete checkpoint yet: starting fresh")
     else:
-        say(f"resuming from {ckpt.path} (step {ckpt.step}, {ckpt.reason})")
+        LOG.info(f"resuming from {ckpt.path} (step {ckpt.step}, {ckpt.reason})")
     return choice
 
 
@@ -304,10 +307,10 @@ def _clear_the_way(at: AttemptContext) -> None:
         )
     cleaned = checkpoints.clean_leftovers(at.folder, live=attempt_prefix(at.job))
     for name in cleaned.published:
-        at.say(f"published {name}: its commit was sealed when a kill stopped it")
+        LOG.info(f"published {name}: its commit was sealed when a kill stopped it")
     if cleaned.removed:
         names = ", ".join(cleaned.removed)
-        at.say(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
+        LOG.info(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
 
 
 def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkpoint | None:
@@ -316,7 +319,7 @@ def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkp
     (`limits`) when the run has restarted too often, or too often without progress."""
     found = checkpoints.latest(at.folder, owners=trust.trusted_uids())
     for line in checkpoints.summarize(found):
-        at.say(line)
+        LOG.info(line)
     ckpt = found.checkpoint
     if pulled is not None and (ckpt is None or ckpt.step is None or pulled > ckpt.step):
         where = str(FolderLayout(at.folder).step(pulled))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import sys
 import threading
 import time
@@ -44,15 +45,22 @@ from slurmpre.signals import Latch, quiet_thread, terminating_held
 from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 from slurmpre.tier.node import Attempt, NodeTier
 
+LOG = logging.getLogger(__name__)
+# The loggers whose lines are the attempt's: this package's (`slurmpre.job`), the tier's
+# and the checkpoint folder's.
+HEARD = ("slurmpre.job", "slurmpre.tier", "slurmpre.folder")
+
 if TYPE_CHECKING:
     from slurmpre.job.watch.watcher import Watcher
 
 
-def requeue_allowed(client: SlurmClient, job: JobEnv, say: Callable[[str], None]) -> bool:
+def requeue_allowed(client: SlurmClient, job: JobEnv) -> bool:
     try:
         return client.job(job.job_id).requeue
     except SlurmpreError as exc:
-        say(f"cannot read the job's requeue flag ({str(exc).splitlines()[0]}); assuming --requeue")
+        LOG.info(
+            f"cannot read the job's requeue flag ({str(exc).splitlines()[0]}); assuming --requeue"
+        )
         return True
 
 
@@ -70,8 +78,8 @@ class Watching:
 
     GIVE_WAY = 1.0
 
-    def __init__(self, build: Callable[[], Watcher], say: Callable[[str], None]) -> None:
-        self.build, self.say = build, say
+    def __init__(self, build: Callable[[], Watcher]) -> None:
+        self.build = build
         self.watcher: Watcher | None = None
         self.ready = threading.Event()
         self.going = threading.Event()
@@ -92,7 +100,7 @@ class Watching:
                     watcher.start()
                     self.watcher = watcher
         except Exception as exc:  # noqa: BLE001 - the training goes on, unwatched, and says so
-            self.say(f"the watcher could not start ({type(exc).__name__}: {exc}): not watching")
+            LOG.info(f"the watcher could not start ({type(exc).__name__}: {exc}): not watching")
         finally:
             self.ready.set()
 
@@ -126,14 +134,14 @@ def drain_source(at: AttemptContext, env: Mapping[str, str]) -> DrainSource:
     if where is not None:
         grows = may_grow(at)
         board = drainboard.DrainBoard(
-            where, at.job.tag, at.client, at.opts.watch.interval, everything=grows, say=at.say
+            where, at.job.tag, at.client, at.opts.watch.interval, everything=grows
         )
     # Every node the job holds: a spare that drains is released before it is removed.
     nodes = at.job.allocation
     if board is None or not board.register(nodes):
 
         def said() -> None:  # once the watcher ends: what asking alone cost
-            at.say(
+            LOG.info(
                 f"drain: {alone.queries} Slurm queries by this job alone, "
                 f"{at.client.throttled} times told to back off by Slurm's rate limit"
             )
@@ -196,8 +204,7 @@ def watcher_for(
             at.ledger,
             at.client,
             at.opts.watch,
-            requeue_allowed=requeue_allowed(at.client, at.job, at.say),
-            say=at.say,
+            requeue_allowed=requeue_allowed(at.client, at.job),
             env=env,
         )
 
@@ -212,7 +219,7 @@ def _take_over(at: AttemptContext, supervisor: Supervisor) -> None:
         take_over(at)
     except Exception as exc:  # noqa: BLE001 - said, and the training is ended
         before = "the step before" if at.job.releasing else f"job {at.job.predecessor}"
-        at.say(f"cannot take over from {before}: {exc}; ending the training")
+        LOG.info(f"cannot take over from {before}: {exc}; ending the training")
         supervisor.terminate()
 
 
@@ -224,6 +231,9 @@ def run_attempt(
     client: SlurmClient | None = None,
     say: Callable[[str], None] | None = None,
 ) -> int:
+    """One attempt on this node; the wrapper's exit code. ``say``: where the attempt's lines
+    go (`HEARD`, from every thread), the job's log by default: standard error, each line
+    after the node's prefix."""
     job, given = read_job_env(env), env
     prefix = f"slurmpre[{job.tag}.{job.attempt} node {job.node_id} {job.node_name}]"
 
@@ -239,18 +249,20 @@ def run_attempt(
     here = Attempt(job.tag, job.restart_count, job.in_place, attempt_prefix(job), job.node_id,
                    job.node_name, job.num_nodes, job.predecessor or None,
                    adopts=job.restarted or (job.in_place > 0 and not job.releasing))  # fmt: skip
-    heard = contextlib.ExitStack()  # the tier's lines (and a folder's) go where the wrapper's go
-    heard.enter_context(lines.sent_to(say, "slurmpre.tier", "slurmpre.folder", every_thread=True))
+    # What the job side, the tier and a folder say, from any of the attempt's threads (the
+    # watcher's, the take-over's), goes where the wrapper's lines go: ``say``, its log.
+    heard = contextlib.ExitStack()
+    heard.enter_context(lines.sent_to(say, *HEARD, every_thread=True))
     tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access)
     if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
         env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}
     if tier is not None:  # checkpoint() writes there first; it leaves the node from there
         env = {**env, environment.LOCAL_DIR: str(tier.run)}
-    at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), say, env)
+    at = AttemptContext(opts, job, folder, ledger, client or CommandLineSlurm(), env)
     watching: Watching | None = None
     if job.is_first_node and opts.watching:
         # Watching starts before the choice: a drain or a warning during start-up counts.
-        watching = Watching(watcher_for(at, warning, given), say)
+        watching = Watching(watcher_for(at, warning, given))
     stop_relay = threading.Event()
     started_at = time.time()
     try:
@@ -277,7 +289,7 @@ def run_attempt(
                         )
                     )
                 except SlurmpreError as exc:
-                    say(str(exc))
+                    LOG.info(str(exc))
     finally:
         stop_relay.set()
         if watching is not None:
@@ -304,7 +316,7 @@ def _train(
         if watching is not None:
             watching.launched()
         if child is None:
-            at.say(f"stopped by signal {supervisor.stopped} before the training started")
+            LOG.info(f"stopped by signal {supervisor.stopped} before the training started")
             return 128 + (supervisor.stopped or 15)
         if job.is_first_node and takes_over_early(opts, job, folder):
             quiet_thread(_take_over, args=(at, supervisor), name="slurmpre-take-over")
@@ -336,11 +348,11 @@ def _see_through(at: AttemptContext, watching: Watching | None, code: int) -> No
     watcher.post_exit(code)
     outcome = watcher.result(timeout=watcher.longest_wait())
     if outcome.successor is not None:
-        at.say(f"the training exited after the notice; job {outcome.successor} takes over")
+        LOG.info(f"the training exited after the notice; job {outcome.successor} takes over")
     elif outcome.notice is not None and outcome.requeued:
-        at.say("the training exited after the notice; the job is requeued")
+        LOG.info("the training exited after the notice; the job is requeued")
     elif outcome.in_place is not None:
-        at.say("the training exited after the notice; the next step restarts in place")
+        LOG.info("the training exited after the notice; the next step restarts in place")
 
 
 def main(

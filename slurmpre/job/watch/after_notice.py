@@ -10,7 +10,7 @@ from when the watcher saw it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from slurmpre.job.watch.grow import GROW_WAIT
 from slurmpre.job.watch.notice import Notice, write_notice
 from slurmpre.job.watch.phases import Clock, Commit, Phase, Progress
 from slurmpre.tier.in_place import InPlacePull
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,11 +53,10 @@ class AfterNotice:
         config: WatchConfig,
         restarts: Restarts,
         log: AttemptLog,
-        say: Callable[[str], None],
         clock: Clock,
     ) -> None:
         self.job, self.files, self.config = job, FolderLayout(folder), config
-        self.restarts, self.log, self.say, self.clock = restarts, log, say, clock
+        self.restarts, self.log, self.clock = restarts, log, clock
         self._state = Progress()
 
     @property
@@ -72,7 +73,7 @@ class AfterNotice:
         if notice.node is None or notice.node in state.drained:
             return
         state.drained.add(notice.node)
-        self.say(f"another node drained: {notice.describe()}")
+        LOG.info(f"another node drained: {notice.describe()}")
         self.log.add(records.Notice, **_notice_fields(notice, first=False))
 
     def begin(self, notice: Notice) -> None:
@@ -111,7 +112,7 @@ class AfterNotice:
         late = self.clock.wall() - notice.since
         floor = self.restarts.floor()
         how = "restart in place" if restart.keep else "hand over" if successor else "requeue"
-        self.say(
+        LOG.info(
             f"preemption notice: {notice.describe()}, {late:.0f} s ago "
             f"(time from {notice.anchored_on}); asking every rank to checkpoint, "
             f"then {how} ({restart.why}) within {max(left, 0.0):.0f} s"
@@ -163,7 +164,7 @@ class AfterNotice:
             return
         done = self.restarts.grow(str(notice.reason), notice.grow_to, at_once=notice.at_once)
         if done is None:
-            self.say("not growing: the bigger job could not be submitted; training goes on")
+            LOG.info("not growing: the bigger job could not be submitted; training goes on")
             return
         state = self._state
         state.notice = notice
@@ -171,7 +172,7 @@ class AfterNotice:
         state.deadline = self.clock.monotonic() + max(budget, 0.0)
         current = _latest(self.files.folder)
         state.step_at_notice = current.step if current else None
-        self.say(f"growing: {notice.reason}; job {done.successor} takes over")
+        LOG.info(f"growing: {notice.reason}; job {done.successor} takes over")
         self.log.add(
             records.Notice,
             **_notice_fields(notice, first=True),
@@ -200,7 +201,7 @@ class AfterNotice:
                                 or self.log.saved_to_stop()):  # fmt: skip
             return None  # the step started early waits; this one stops at its last checkpoint
         if decision.action is Action.SKIP:
-            self.say(f"not requeuing: {decision.why}")
+            LOG.info(f"not requeuing: {decision.why}")
             self.log.add(records.RequeueSkipped, why=decision.why)
             self.restarts.call_off()
             self._enter(Phase.ENDED)
@@ -256,7 +257,7 @@ class AfterNotice:
             path = self.files.notice(self.job.tag, self.job.attempt)
             write_notice(path, dataclasses.replace(state.notice, stop=stop))
         except (OSError, trust.Untrusted) as exc:
-            self.say(f"could not write the notice file: {exc}")
+            LOG.info(f"could not write the notice file: {exc}")
 
     def _tell_to_stop(self, goes_on: bool) -> None:
         """A script that went on training after its notice checkpoint stops (with a last
@@ -295,7 +296,7 @@ class AfterNotice:
     def _ask_to_stop(self, why: str) -> None:
         """The notice file turns to stop: a script still training checkpoints and stops."""
         self._enter(Phase.STOPPING)
-        self.say(f"asking the training to checkpoint and stop: {why}")
+        LOG.info(f"asking the training to checkpoint and stop: {why}")
         self.log.add(records.Stopping, why=why, asked_at=self.clock.wall())
 
     def _checkpoint_seconds(self) -> float:
@@ -321,7 +322,7 @@ class AfterNotice:
             if found is not None:
                 step, path, on_node = found
                 state.commit = Commit(step, path, self.clock.monotonic(), on_node)
-                self.say(f"checkpoint of step {step} committed after the notice: {path}")
+                LOG.info(f"checkpoint of step {step} committed after the notice: {path}")
                 seen = self.clock.wall()
                 self.log.add(records.Committed, step=step, path=path, committed_seen_at=seen)
                 self.restarts.place_late()  # a placement that waited for the rate

@@ -6,7 +6,7 @@ failing never stops the watching: it is said, and the job goes on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from typing import Any
 
 from slurmpre.errors import SlurmpreError
@@ -15,10 +15,12 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import AttemptId, AttemptRecord, Checkpoint, Saved, Serving, Waiting
 from slurmpre.job.start.env import JobEnv
 
+LOG = logging.getLogger(__name__)
+
 
 class AttemptLog:
-    def __init__(self, ledger: Ledger, job: JobEnv, say: Callable[[str], None]) -> None:
-        self.ledger, self.job, self.say = ledger, job, say
+    def __init__(self, ledger: Ledger, job: JobEnv) -> None:
+        self.ledger, self.job = ledger, job
 
     def add(self, of: type[records.AttemptRecord], **fields: Any) -> None:
         """Append one record of type ``of`` for this attempt, with ``fields``."""
@@ -32,14 +34,14 @@ class AttemptLog:
                 )
             )
         except SlurmpreError as exc:
-            self.say(f"could not write the ledger (watching goes on): {exc}")
+            LOG.info(f"could not write the ledger (watching goes on): {exc}")
 
     def records(self) -> list[records.Record]:
         """Every record of the folder's ledger (empty, and said, when it cannot be read)."""
         try:
             return self.ledger.records()
         except SlurmpreError as exc:
-            self.say(f"could not read the ledger: {exc}")
+            LOG.info(f"could not read the ledger: {exc}")
             return []
 
     def own(self) -> list[AttemptRecord]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import stat
@@ -56,6 +57,8 @@ from slurmpre.job.watch.board_file import (
 )
 from slurmpre.slurm.client import SlurmClient
 from slurmpre.slurm.parse import NodeInfo
+
+LOG = logging.getLogger(__name__)
 
 GRACE = 1.0  # seconds a board may be older than its reader's interval, and still serve
 READ_EVERY = 1.0  # seconds between a job's looks at the board
@@ -135,7 +138,6 @@ class DrainBoard:
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         everything: bool = False,
-        say: Callable[[str], None] = lambda _: None,
     ) -> None:
         """``everything``: this job may grow, and asks about every node."""
         self.dir = where
@@ -145,7 +147,6 @@ class DrainBoard:
         self.jitter = jitter
         self.wall = wall
         self.rng = rng or random.Random()
-        self.say = say
         self.tally = Tally()
         self.holding = False
         self._mine = _Registration(everything)
@@ -185,7 +186,7 @@ class DrainBoard:
             write_atomic(self._registration(), json.dumps(data), mode=OWNER.file_mode)
         except (OSError, ValueError) as exc:
             self._mine.broken = str(exc)
-            self.say(f"drain board {self.dir}: not shared ({exc}); this job asks Slurm itself")
+            LOG.info(f"drain board {self.dir}: not shared ({exc}); this job asks Slurm itself")
             return False
         self._mine.at = self.wall()
         return True
@@ -198,7 +199,7 @@ class DrainBoard:
     def close(self) -> None:
         """The job ends: its registration goes, and its lease, if it holds it; what it
         cost Slurm is said."""
-        self.say(
+        LOG.info(
             f"drain board: {self.tally.queries} Slurm queries by this job, "
             f"{self.tally.shared_answers} answers read from the board, "
             f"{self.client.throttled} times told to back off by Slurm's rate limit"
@@ -267,7 +268,7 @@ class DrainBoard:
             self.holding = False
             return False
         if not self.holding:
-            self.say(f"drain board: this job polls Slurm for its user's jobs ({self.dir})")
+            LOG.info(f"drain board: this job polls Slurm for its user's jobs ({self.dir})")
         self.holding = True
         return True
 
@@ -377,7 +378,7 @@ class DrainBoard:
         try:
             write_atomic(self.board_path, board_json(board), mode=OWNER.file_mode)
         except OSError as exc:
-            self.say(f"drain board: cannot write {self.board_path} ({exc.strerror or exc})")
+            LOG.info(f"drain board: cannot write {self.board_path} ({exc.strerror or exc})")
         self._own.due = self._next(now)
         return [n for n in answer if n.name in wanted]
 

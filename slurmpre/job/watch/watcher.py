@@ -15,6 +15,7 @@ outcome after `finished` is set.
 
 from __future__ import annotations
 
+import logging
 import queue
 import random
 import threading
@@ -33,6 +34,8 @@ from slurmpre.job.watch.notice import NoticeSource
 from slurmpre.job.watch.phases import Clock
 from slurmpre.signals import quiet_thread
 from slurmpre.slurm.client import SlurmClient
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,7 +61,6 @@ class Watcher:
         config: WatchConfig,
         *,
         requeue_allowed: bool,
-        say: Callable[[str], None],
         clock: Clock | None = None,
         wait: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
@@ -69,18 +71,17 @@ class Watcher:
         self.schedules = [_Schedule(s) for s in sources]
         self.job = job
         self.config = config
-        self.say = say
         self.clock = clock or Clock()
         self.rng = rng or random.Random()
         self.inbox: queue.Queue[object] = queue.Queue()
         self.wait = wait or self._wait_inbox
         self.finished = threading.Event()
         self.outcome = Outcome()
-        log = AttemptLog(ledger, job, say)
+        log = AttemptLog(ledger, job)
         self.restarts = Restarts(
-            job, folder, log, client, config, requeue_allowed, say, self.clock.wall, env
+            job, folder, log, client, config, requeue_allowed, self.clock.wall, env
         )  # fmt: skip
-        self.after = AfterNotice(job, folder, config, self.restarts, log, say, self.clock)
+        self.after = AfterNotice(job, folder, config, self.restarts, log, self.clock)
         self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
@@ -114,13 +115,13 @@ class Watcher:
         try:
             self.run()
         except Exception as exc:  # noqa: BLE001 - the watcher must never take the training down
-            self.say(f"watcher stopped by an unexpected error: {type(exc).__name__}: {exc}")
+            LOG.info(f"watcher stopped by an unexpected error: {type(exc).__name__}: {exc}")
         finally:
             for schedule in self.schedules:
                 try:
                     schedule.source.close()
                 except Exception as exc:  # noqa: BLE001 - said; the job goes on ending
-                    self.say(f"{schedule.source.name}: closing failed: {exc}")
+                    LOG.info(f"{schedule.source.name}: closing failed: {exc}")
             self.finished.set()
 
     def run(self) -> None:
@@ -175,13 +176,13 @@ class Watcher:
             schedule.failures += 1
             if schedule.failures == 1 or schedule.failures % 10 == 0:
                 first = str(exc).splitlines()[0]
-                self.say(
+                LOG.info(
                     f"{name}: Slurm does not answer ({first}); training goes on, "
                     f"retrying with backoff (failure {schedule.failures})"
                 )
             return self._interval(schedule.failures)
         if schedule.failures:
-            self.say(f"{name}: Slurm answers again after {schedule.failures} failed queries")
+            LOG.info(f"{name}: Slurm answers again after {schedule.failures} failed queries")
             schedule.failures = 0
         for notice in found:
             if self.after.notice is None and self.restarts.is_spare(notice.node):
