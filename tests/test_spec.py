@@ -144,8 +144,6 @@ def test_values_are_normalised() -> None:
         ({"extra_sbatch": ["-H -c 4"]}, "use the key 'cpus_per_task'"),
         ({"extra_sbatch": ["--n 3"]}, "--n is ambiguous to sbatch"),
         ({"extra_sbatch": ["--wrap=ls"]}, "--wrap is about submitting"),
-        ({"extra_sbatch": ["--mail-type"]}, "--mail-type needs a value"),
-        ({"extra_sbatch": ["--hold=yes"]}, "--hold takes no value"),
         # Read as sbatch reads an #SBATCH line: its quotes, its backslashes, its aliases.
         ({"extra_sbatch": ["'--quiet --nodes=5'"]}, "is not an option name sbatch could take"),
         ({"extra_sbatch": ["'--no-requeue '"]}, "is not an option name sbatch could take"),
@@ -162,7 +160,6 @@ def test_values_are_normalised() -> None:
         ({"extra_sbatch": ["--comment='open"]}, "an unmatched '"),
         ({"extra_sbatch": ["hetjob"]}, "another component of a heterogeneous job"),
         ({"extra_sbatch": [":"]}, "stops sbatch"),
-        ({"extra_sbatch": ["--get-user-env=10L"]}, "--get-user-env takes no value"),
         ({"extra_sbatch": ["--container-image=nvcr.io/pytorch"]}, "inside a container"),
         ({"extra_sbatch": ["--container-mounts=/data:/data"]}, "where srun and scontrol are"),
         ({"extra_sbatch": ["--container=/bundle"]}, "inside a container"),
@@ -399,15 +396,27 @@ def test_an_option_value_reads_back_as_sbatch_reads_it(value: str) -> None:
         assert sbatch_options.words(line, escaped_space=escaped_space) == [f"--comment={value}"]
 
 
-def test_every_supported_releases_options_are_known() -> None:
-    """A name only one release has is still resolved, and refused when it is managed."""
+def test_every_name_sbatch_could_read_as_a_managed_option_is_refused() -> None:
+    """In any release: an option slurmpre sets, a prefix of one (sbatch reads it as that
+    option, or refuses it as ambiguous), or a second name of one; a name no managed option
+    starts with passes as written, whichever releases have it."""
     from slurmpre.login import sbatch_options
 
-    assert set(sbatch_options.BY_RELEASE) == {"22.05", "24.11", "26.05"}
+    for full in [*sbatch_options.MANAGED, *sbatch_options.ALIASES]:
+        for end in range(1, len(full) + 1):
+            with pytest.raises(sbatch_options.OptionError, match=r"slurmpre sets|ambiguous"):
+                sbatch_options.parse_entry(f"--{full[:end]}=1")
     assert sbatch_options.resolve("spread-segments") == "spread-segments"  # 26.05 only
-    assert sbatch_options.resolve("segment") == "segment"  # 24.11 and 26.05
+    assert sbatch_options.resolve("mem-per-cpu") == "mem-per-cpu"  # longer than --mem
     with pytest.raises(sbatch_options.OptionError, match="as --ntasks-per-node"):
         sbatch_options.resolve("tasks-per")
+
+
+def test_what_sbatch_alone_can_judge_is_left_to_it() -> None:
+    """A value an option lacks or takes none of, in one release or all: sbatch refuses
+    the entry at submit (`submit --test-only` asks it first)."""
+    s = spec(extra_sbatch=["--mail-type", "--hold=yes", "--get-user-env=10L"])
+    assert s.extra_sbatch == ("--mail-type", "--hold=yes", "--get-user-env=10L")
 
 
 def test_path_keys_expand_home_user_and_variables_at_submit() -> None:

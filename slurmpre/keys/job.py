@@ -139,7 +139,7 @@ class JobKeys:
     )
     extra_sbatch: tuple[str, ...] = key((), 'extra_sbatch', '`[]`',
         'more sbatch options, read as sbatch reads an `#SBATCH` line (see "How extra_sbatch is '
-        'read" below) and rendered one per line as `--long=value`; an option slurmpre sets '
+        'read" below) and rendered one per line as `--name=value`; an option slurmpre sets '
         'itself is refused however it is spelled, naming the key to use, and so are `--wrap`, '
         '`--parsable`, `--test-only`, `--wait`, and `--container` and every `--container-*` '
         "option (pyxis's `--container-image` among them): they run the batch script itself "

@@ -1,17 +1,28 @@
-"""sbatch's own option grammar, to read ``extra_sbatch`` entries the way sbatch will.
+"""``extra_sbatch`` read as sbatch reads an ``#SBATCH`` line, to refuse what slurmpre sets.
 
-sbatch reads several options from one ``#SBATCH`` line. It splits the line into
-words with its own ``get_argument`` (src/sbatch/opt.c), not a shell's: quotes group,
-a backslash escapes the next character *inside quotes too*, an unquoted ``#`` ends
-the line, an empty word ends it as well, and a backslash before a space joins the
-words from 24.11 on but splits them in 22.05. Then getopt_long reads the words:
-``--opt=value`` and ``--opt value``, any unique prefix of a long option (``--constr``
-is ``--constraint``; one option's two names, ``--tasks-per-node`` and
-``--ntasks-per-node``, are one option), and bundled short options (``-HN5`` is
-``--hold --nodes=5``). An entry is read here the same way, for every supported
-release, and comes back as one normalized option per line (``--long=value``, quoted
-so that sbatch reads it back as it is), so that what slurmpre manages (``--nodes``,
-``--requeue``, ...) cannot be set behind its back. Pure functions, no Slurm needed.
+slurmpre gives sbatch the options it sets on sbatch's command line too
+(`slurmpre.login.render.command_line`), which sbatch takes over the script's ``#SBATCH``
+lines in every spelling (measured on 22.05, 24.11 and 26.05). An entry must still not
+name one of them: sbatch keeps another option of the same field beside it (``--ntasks``
+beside ``--ntasks-per-node``, ``--gpus`` beside ``--gpus-per-node``, ``--error`` beside
+``--output``), 26.05 keeps ``--requeue=expedite`` beside the command line's ``--requeue``,
+and a key the spec leaves unset is given nowhere else.
+
+Words: sbatch splits the line with its own ``get_argument`` (src/sbatch/opt.c), not a
+shell's: quotes group, a backslash escapes the next character *inside quotes too*, an
+unquoted ``#`` ends the line, an empty word ends it as well, and a backslash before a
+space joins the words from 24.11 on but splits them in 22.05. Names: getopt_long takes
+any unique prefix of a release's long options, and those differ between releases; so
+instead of each release's table, a name that is the name or a prefix of an option
+slurmpre sets (or of ``--tasks-per-node``, ``--ntasks-per-node``'s second name) is
+refused: sbatch would read it as that option, or refuse it as ambiguous, in any
+release. A word that starts with ``-`` is read as an option even where sbatch would take
+it as the value before it (``--comment --nodes=5``: refused, never let through). What
+else a name means (a value it lacks, one it takes none of) is sbatch's to judge at
+submit (``submit --test-only``). Short options, the same letters in every supported
+release, are read as getopt reads them (``-HN5`` is ``--hold --nodes=5``). Each option
+comes back on its own line, ``--name=value`` with the value quoted so that sbatch reads
+it back as it is. Pure functions, no Slurm needed.
 """
 
 from __future__ import annotations
@@ -19,29 +30,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 from slurmpre.errors import SlurmpreError
-from slurmpre.login.sbatch_releases import ALIASES, RELEASES, SHORT
-
-
-class Arg(Enum):
-    NONE = "N"
-    REQUIRED = "R"
-    OPTIONAL = "O"  # only as --opt=value, or glued to a short option (-k2)
-
-
-def _table(release: str) -> dict[str, Arg]:
-    return {name: Arg(kind) for name, kind in RELEASES[release].items()}
-
-
-# Every long option of every supported release, by its own name (sbatch_releases.py is
-# read from each release's src/common/slurm_opt.c); a name taken in one release only is
-# still refused or resolved by what that release makes of it.
-BY_RELEASE: dict[str, dict[str, Arg]] = {release: _table(release) for release in RELEASES}
-LONG: dict[str, Arg] = {name: arg for table in BY_RELEASE.values() for name, arg in table.items()}
 
 # What slurmpre writes itself, and the spec key to use instead.
 MANAGED: dict[str, str] = {
@@ -70,13 +62,28 @@ MANAGED: dict[str, str] = {
 NOT_FOR_A_SCRIPT = frozenset({"wrap", "parsable", "test-only", "wait", "help", "usage", "version"})
 
 
+# Second names, as getopt_long takes them: the option sbatch reads.
+ALIASES: dict[str, str] = {"tasks-per-node": "ntasks-per-node"}
+# sbatch's short options (the same in 22.05, 24.11 and 26.05): the long option each is.
+SHORT: dict[str, str] = {
+    "A": "account", "B": "extra-node-info", "C": "constraint", "D": "chdir",
+    "F": "nodefile", "G": "gpus", "H": "hold", "J": "job-name", "L": "licenses",
+    "M": "clusters", "N": "nodes", "O": "overcommit", "Q": "quiet", "S": "core-spec",
+    "V": "version", "W": "wait", "a": "array", "b": "begin", "c": "cpus-per-task",
+    "d": "dependency", "e": "error", "h": "help", "i": "input", "k": "no-kill",
+    "m": "distribution", "n": "ntasks", "o": "output", "p": "partition", "q": "qos",
+    "s": "oversubscribe", "t": "time", "v": "verbose", "w": "nodelist", "x": "exclude",
+}  # fmt: skip
+SHORT_FLAGS = frozenset("HOQVWhsv")  # no value; -k's value is only the rest of its word
+
+
 class OptionError(SlurmpreError, ValueError):
     """An entry sbatch would read differently than it looks, or that slurmpre must refuse."""
 
 
 @dataclass(frozen=True)
 class Option:
-    name: str  # the long name, resolved
+    name: str  # as written (a prefix sbatch resolves), or a short option's long name
     value: str | None
 
     def render(self) -> str:
@@ -159,50 +166,27 @@ def words(line: str, *, escaped_space: bool = True) -> list[str]:
 
 
 def resolve(name: str) -> str:
-    """A long option name or prefix -> the option sbatch takes it for (as getopt_long does,
-    in every supported release; one option's two names are one option)."""
-    taken: dict[str, str] = {}  # release -> the option it reads
-    ambiguous: dict[str, list[str]] = {}
-    for release, table in BY_RELEASE.items():
-        if name in table:
-            taken[release] = ALIASES.get(name, name)
-            continue
-        matches = sorted({ALIASES.get(n, n) for n in table if n.startswith(name)})
-        if len(matches) > 1:
-            ambiguous[release] = matches
-        elif matches:
-            taken[release] = matches[0]
-    if ambiguous:
-        matches = sorted({m for found in ambiguous.values() for m in found})
-        shown = ", ".join(f"--{m}" for m in matches[:6]) + (", ..." if len(matches) > 6 else "")
-        raise OptionError(
-            f"--{name} is ambiguous to {_which(ambiguous)} ({shown}): write the option in full"
-        )
-    managed = {r: o for r, o in taken.items() if o in MANAGED and o != name}
-    if managed:
-        option = sorted(managed.values())[0]
-        raise OptionError(
-            f"--{name} would be read by {_which(managed)} as --{option}, which slurmpre "
-            f"sets itself: use the key {MANAGED[option]!r}"
-        )
-    read = set(taken.values())
-    if len(read) > 1:
-        raise OptionError(
-            f"--{name} means {' or '.join(f'--{o}' for o in sorted(read))} depending on the "
-            "Slurm release: write the option in full"
-        )
-    if read:
-        return read.pop()
+    """``name`` (after ``--``) when sbatch could not read it as an option slurmpre sets
+    (see the module's doc); else an OptionError naming the key to use."""
     if not _OPTION_NAME.fullmatch(name):
         raise OptionError(f"--{name} is not an option name sbatch could take")
-    return name  # a plugin's option (SPANK), or a newer sbatch's: sbatch itself will judge
-
-
-def _which(releases: Mapping[str, object]) -> str:
-    """'sbatch' when every supported release does it, else the releases that do."""
-    if len(releases) == len(BY_RELEASE):
-        return "sbatch"
-    return "sbatch " + " and ".join(sorted(releases))
+    if name in MANAGED:
+        return name  # `_check` names its key
+    read = sorted(
+        {ALIASES.get(full, full) for full in (*MANAGED, *ALIASES) if full.startswith(name)}
+    )
+    if len(read) > 1:
+        shown = ", ".join(f"--{m}" for m in read[:6]) + (", ..." if len(read) > 6 else "")
+        raise OptionError(f"--{name} is ambiguous to sbatch ({shown}): write the option in full")
+    if read:
+        raise OptionError(
+            f"--{name} would be read by sbatch as --{read[0]} (or be ambiguous to it), which "
+            f"slurmpre sets itself: use the key {MANAGED[read[0]]!r}"
+        )
+    for special in (*sorted(NOT_FOR_A_SCRIPT), "container"):
+        if special.startswith(name):
+            return special  # read as sbatch would, so `_check` refuses it
+    return name
 
 
 _OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*", re.ASCII)
@@ -246,27 +230,13 @@ def parse_entry(entry: str, *, refuse: bool = True) -> list[Option]:
 
     With ``refuse=False`` it only reads (e.g. a rendered script's own directives).
     """
-    check = _check if refuse else (lambda option: option)
     read = words(entry)
     if read != words(entry, escaped_space=False):
         raise OptionError(
             "sbatch 22.05 and later releases read a backslash before a space differently: "
             "quote the value instead"
         )
-    readings = {release: _getopt(read, table, check) for release, table in BY_RELEASE.items()}
-    first, *others = readings.values()
-    if any(other != first for other in others):
-        shown = "; ".join(
-            f"{release}: {' '.join(o.render() for o in opts)}" for release, opts in readings.items()
-        )
-        raise OptionError(f"sbatch releases read it differently ({shown})")
-    return first
-
-
-def _getopt(
-    read: list[str], table: dict[str, Arg], check: Callable[[Option], Option]
-) -> list[Option]:
-    """The words as one release's getopt_long reads them (``table``: its options)."""
+    check: Callable[[Option], Option] = _check if refuse else (lambda option: option)
     out: list[Option] = []
     i = 0
     while i < len(read):
@@ -274,58 +244,35 @@ def _getopt(
         i += 1
         if word.startswith("--") and len(word) > 2:
             name, eq, value = word[2:].partition("=")
-            long = resolve(name)
-            kind = table.get(long)
-            if eq:
-                if kind is Arg.NONE:
-                    raise OptionError(f"--{long} takes no value, got {word!r}")
-                out.append(check(Option(long, value)))
-            elif kind is Arg.REQUIRED:
-                if i >= len(read):
-                    raise OptionError(f"--{long} needs a value")
-                out.append(check(Option(long, read[i])))
-                i += 1
-            elif kind is None and i < len(read) and not read[i].startswith("-"):
-                raise OptionError(
-                    f"--{long} is not an option slurmpre knows: write its value as --{long}=VALUE"
-                )
-            else:
-                out.append(check(Option(long, None)))
+            name = resolve(name) if refuse else name
+            if not eq and i < len(read) and not read[i].startswith("-"):
+                eq, value, i = "=", read[i], i + 1  # sbatch refuses it after a flag
+            out.append(check(Option(name, value if eq else None)))
         elif word.startswith("-") and len(word) > 1 and word != "--":
-            i = _short_bundle(word, read, i, out, check, table)
+            i = _short_bundle(word, read, i, out, check)
         else:
             raise OptionError(f"{word!r} is not an sbatch option (options start with -)")
     return out
 
 
 def _short_bundle(
-    word: str,
-    words: list[str],
-    i: int,
-    out: list[Option],
-    check: Callable[[Option], Option],
-    table: dict[str, Arg],
+    word: str, words: list[str], i: int, out: list[Option], check: Callable[[Option], Option]
 ) -> int:
-    j = 1
-    while j < len(word):
-        letter = word[j]
+    """Bundled short options as getopt reads them: flags, then at most one with a value."""
+    for j, letter in enumerate(word[1:], start=2):
         long = SHORT.get(letter)
         if long is None:
             raise OptionError(f"-{letter} is not an sbatch option")
-        kind = table[long]
-        rest = word[j + 1 :]
-        if kind is Arg.REQUIRED:
-            if rest:
-                value = rest
-            elif i < len(words):
-                value, i = words[i], i + 1
-            else:
-                raise OptionError(f"-{letter} (--{long}) needs a value")
-            out.append(check(Option(long, value)))
-            return i
-        if kind is Arg.OPTIONAL:  # getopt's "k::": only what follows in the same word
+        if letter in SHORT_FLAGS:
+            out.append(check(Option(long, None)))
+            continue
+        rest = word[j:]
+        if letter == "k" or rest:  # getopt's "k::": only what follows in the same word
             out.append(check(Option(long, rest or None)))
-            return i
-        out.append(check(Option(long, None)))
-        j += 1
+        elif i < len(words):
+            out.append(check(Option(long, words[i])))
+            i += 1
+        else:
+            raise OptionError(f"-{letter} (--{long}) needs a value")
+        return i
     return i

@@ -85,10 +85,17 @@ def _known(raw: Mapping[str, Any]) -> None:
         raise SpecError("command: missing (what should the job run?)")
 
 
+def _names_chdir(line: str) -> bool:
+    """Whether sbatch could read the `extra_sbatch` line (one option, ``--name[=value]``)
+    as ``--chdir``: its name or a prefix of it."""
+    name = line.removeprefix("--").partition("=")[0]
+    return line.startswith("--") and bool(name) and "chdir".startswith(name)
+
+
 def _together(spec: JobSpec) -> None:
     """What keys must be together: each refusal names the key to change."""
     margin, window = spec.safety_margin, spec.preempt_window
-    chdir = next((d for d in spec.extra_sbatch if d.startswith("--chdir")), None)
+    chdir = next((d for d in spec.extra_sbatch if _names_chdir(d)), None)
     nested = launchers.own(spec.command)
     refusals = [
         ("gpus", spec.gpus, spec.gpus and spec.gpus_per_node,

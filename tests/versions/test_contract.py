@@ -127,11 +127,11 @@ def test_the_sandbox_runs_that_release(release: str, box: Sandbox) -> None:
     assert all(n.usable for n in nodes.values())
 
 
-def test_that_releases_sbatch_takes_every_option_as_the_table_says(
+def test_that_releases_sbatch_takes_every_option_as_slurmpre_expects(
     release: str, box: Sandbox
 ) -> None:
-    """slurmpre reads extra_sbatch with each release's option table: ask the real sbatch
-    (tests/slurm/test_sbatch_table.py says how; nothing is submitted)."""
+    """The names slurmpre refuses in extra_sbatch, and the short options: ask the real
+    sbatch (tests/slurm/test_sbatch_table.py says how; nothing is submitted)."""
     check_table(release)
 
 
