@@ -270,7 +270,7 @@ class AfterNotice:
             return
         if state.stop_at is None:
             took = self._checkpoint_seconds()
-            state.stop_at = state.deadline - took - 2 * self.config.commit_poll
+            state.stop_at = state.deadline - took - 2 * self.config.pace.commit_poll
         why = None
         if self.restarts.successor is not None and self._successor_waiting():
             why = f"job {self.restarts.successor} is ready to take over"
@@ -339,7 +339,7 @@ class AfterNotice:
             since_commit=None if state.commit is None else now - state.commit.at,
             exit_code=state.exit_code,
             past_deadline=state.deadline is not None and now >= state.deadline,
-            exit_grace=self.config.exit_grace,
+            exit_grace=self.config.pace.exit_grace,
             listened_before=state.listened_before,
             handed_over=self.restarts.successor is not None or state.early,
         )

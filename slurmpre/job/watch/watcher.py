@@ -137,7 +137,7 @@ class Watcher:
                 return
             wait = min(s.due for s in self.schedules) - self.clock.monotonic()
             if self.after.notice is not None:
-                wait = min(wait, self.config.commit_poll)
+                wait = min(wait, self.config.pace.commit_poll)
             message = self.wait(max(wait, 0.01))
             if message is _STOP:
                 return
@@ -163,9 +163,9 @@ class Watcher:
         base = self.config.interval
         if failures:
             budget = (self.config.window - self.config.margin) / 4
-            longest = max(min(self.config.max_backoff, budget), base)
+            longest = max(min(self.config.pace.max_backoff, budget), base)
             base = min(longest, base * 2 ** min(failures, 6))
-        return base * (1 + self.rng.uniform(-self.config.jitter, self.config.jitter))
+        return base * (1 + self.rng.uniform(-self.config.pace.jitter, self.config.pace.jitter))
 
     def _poll(self, schedule: _Schedule) -> float:
         """Ask one source; returns the seconds until it is asked again."""
