@@ -3,7 +3,8 @@ it (`slurmpre.login.parsers`), the wrapper's option it becomes when the job side
 and where the wrapper holds it (`slurmpre.login.render.launch_argv` writes every such
 option from this table, `slurmpre.job.start.args` reads them back from it), and its
 documentation (docs/spec.md's reference table is `markdown()`). Each key is a field of
-its part of the spec (`JobKeys`, `RunKeys`, `CodeKeys`), which `JobSpec` is made of.
+its part of the spec (`JobKeys`, `LaunchKeys`, `WatchKeys`, `RunKeys`, `CodeKeys`), which
+`JobSpec` is made of.
 Both sides import it: it imports nothing of either.
 """
 
@@ -17,15 +18,17 @@ from slurmpre import defaults
 from slurmpre.keys.code import CODE, CodeKeys
 from slurmpre.keys.job import JOB, JobKeys
 from slurmpre.keys.key import REQUIRED, Key, as_text, as_written
+from slurmpre.keys.launch import LAUNCH, LaunchKeys
 from slurmpre.keys.run import RUN, RunKeys
+from slurmpre.keys.watch import WATCH, WatchKeys
 
 __all__ = [
     "BY_NAME", "FLAGS", "KEYS", "RANGES", "REQUIRED", "WRAPPER_ONLY", "CodeKeys", "JobKeys",
-    "Key", "RunKeys", "as_text", "as_written",
+    "Key", "LaunchKeys", "RunKeys", "WatchKeys", "as_text", "as_written",
 ]  # fmt: skip
 
 # The one table, in the order docs/spec.md and `JobSpec` follow.
-KEYS: tuple[Key, ...] = (*JOB, *RUN, *CODE)
+KEYS: tuple[Key, ...] = (*JOB, *LAUNCH, *WATCH, *RUN, *CODE)
 
 BY_NAME = {k.name: k for k in KEYS}
 # The wrapper's options that are not spec keys (a hand-run wrapper may set them).

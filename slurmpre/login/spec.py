@@ -28,7 +28,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobSpec(keys.CodeKeys, keys.RunKeys, keys.JobKeys):
+class JobSpec(keys.CodeKeys, keys.RunKeys, keys.WatchKeys, keys.LaunchKeys, keys.JobKeys):
     """A checked spec: its fields are the table's keys (`slurmpre.keys`), in its order
     (its parts' fields, each defined once there), with their defaults."""
 
