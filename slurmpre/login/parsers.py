@@ -70,7 +70,7 @@ PARSERS: dict[str, Parser] = {
     "restart": _choice,
     "snapshot": _choice,
     "file_access": _choice,
-    "env": lambda k, x, e: v.parse_env(x),
+    "env": lambda k, x, e: variables.parse_env(x),
     "setup": lambda k, x, e: v.parse_setup(x),
     "extra_sbatch": lambda k, x, e: v.parse_extra_sbatch(x),
     "resume_arg": lambda k, x, e: None if _unset(x) else v.parse_resume_arg(x),

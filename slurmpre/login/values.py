@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmpre import dollars, environment, keys, signals
+from slurmpre import dollars, keys, signals
 from slurmpre.errors import SpecError, UsageError
 from slurmpre.login import sbatch_options, variables
 from slurmpre.noderange import NodeRange
@@ -21,16 +21,6 @@ WORD = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
 CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,*\[\]():!-]+$")
 _ARRAY = re.compile(r"^\d+(?:-\d+(?::\d+)?)?(?:,\d+(?:-\d+(?::\d+)?)?)*(?:%\d+)?$")
 GPU_TYPE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Names bash keeps for itself: read-only (an export of one fails the script), reset by bash
-# as it runs (the command would never see the value), or changing how the script itself is
-# read. `BASH*` names are bash's too.
-_BASH_OWN = frozenset({
-    "_", "BASHOPTS", "BASHPID", "EUID", "PPID", "SHELLOPTS", "UID", "IFS", "ENV", "CDPATH",
-    "GLOBIGNORE", "POSIXLY_CORRECT", "PS4", "LINENO", "RANDOM", "SRANDOM", "SECONDS",
-    "EPOCHREALTIME", "EPOCHSECONDS", "FUNCNAME", "GROUPS", "HISTCMD", "OPTIND", "OPTARG",
-    "OPTERR", "PIPESTATUS", "DIRSTACK", "FUNCNEST", "EXECIGNORE",
-})  # fmt: skip
 
 
 def bad(key: str, value: object, why: str) -> SpecError:
@@ -198,26 +188,6 @@ def parse_extra_sbatch(value: object) -> tuple[str, ...]:
             raise bad("extra_sbatch", item, str(exc)) from None
         out += [option.render() for option in options]
     return tuple(out)
-
-
-def parse_env(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise bad("env", value, 'must be a table of NAME = "value"')
-    env = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
-            raise SpecError(f"env key {k!r} is not a valid environment variable name")
-        if k in _BASH_OWN or k.startswith("BASH"):
-            raise SpecError(f"env key {k!r} is bash's own: the batch script cannot pass it on")
-        if k.upper().startswith("SLURMPRE_") and k not in environment.USER_SET:
-            raise SpecError(f"env key {k!r} is slurmpre's own: it sets this name itself")
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
-            raise bad(f"env.{k}", v, "must be a string or a number")
-        text = str(v)
-        if "\0" in text:
-            raise bad(f"env.{k}", v, "must not contain NUL bytes")
-        env[k] = variables.check(f"env.{k}", text)  # expanded on the node, at start
-    return env
 
 
 def boolean(key: str, value: object) -> bool:

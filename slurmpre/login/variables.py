@@ -141,3 +141,36 @@ def expand_path(key: str, text: str, environ: Mapping[str, str]) -> str:
             value = environ[value]
         out.append(value)
     return "".join(out)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names bash keeps for itself: read-only (an export of one fails the script), reset by bash
+# as it runs (the command would never see the value), or changing how the script itself is
+# read. `BASH*` names are bash's too.
+_BASH_OWN = frozenset({
+    "_", "BASHOPTS", "BASHPID", "EUID", "PPID", "SHELLOPTS", "UID", "IFS", "ENV", "CDPATH",
+    "GLOBIGNORE", "POSIXLY_CORRECT", "PS4", "LINENO", "RANDOM", "SRANDOM", "SECONDS",
+    "EPOCHREALTIME", "EPOCHSECONDS", "FUNCNAME", "GROUPS", "HISTCMD", "OPTIND", "OPTARG",
+    "OPTERR", "PIPESTATUS", "DIRSTACK", "FUNCNEST", "EXECIGNORE",
+})  # fmt: skip
+
+
+def parse_env(value: object) -> dict[str, str]:
+    """The spec's ``env``: names the batch script can export, values checked as `check`."""
+    if not isinstance(value, Mapping):
+        raise SpecError(f'env = {as_written(value)}: must be a table of NAME = "value"')
+    env = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
+            raise SpecError(f"env key {k!r} is not a valid environment variable name")
+        if k in _BASH_OWN or k.startswith("BASH"):
+            raise SpecError(f"env key {k!r} is bash's own: the batch script cannot pass it on")
+        if k.upper().startswith("SLURMPRE_") and k not in environment.USER_SET:
+            raise SpecError(f"env key {k!r} is slurmpre's own: it sets this name itself")
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise SpecError(f"env.{k} = {as_written(v)}: must be a string or a number")
+        text = str(v)
+        if "\0" in text:
+            raise SpecError(f"env.{k} = {as_written(v)}: must not contain NUL bytes")
+        env[k] = check(f"env.{k}", text)  # expanded on the node, at start
+    return env
