@@ -321,3 +321,31 @@ def test_the_launchers_module_is_checked_where_the_specs_python_runs_it(
             submitting.check_interpreter(spec)
     else:
         submitting.check_interpreter(spec)  # slurmpre is checked (it imports it), torch not
+
+
+class _Asked(Submits):
+    """What each sbatch call was given on its command line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: list[tuple[list[str], bool]] = []
+
+    def submit(self, script: str, *, args: object = (), test_only: bool = False) -> str:
+        self.given.append((list(args), test_only))  # type: ignore[call-overload]
+        return super().submit(script, args=args, test_only=test_only)
+
+
+def test_a_sweeps_check_and_test_only_give_sbatch_the_options_submit_gives(
+    tmp_path: Path,
+) -> None:
+    """sbatch takes its command line over the script and over SBATCH_* variables: a check
+    without slurmpre's options there would judge another job than the one submitted."""
+    spec = load(job_spec(tmp_path, 'time = "4:00:00"'), ())
+    asked = _Asked()
+    submitting.check(spec, asked)
+    submitting.test_only(spec, asked)
+    submitting.submit(spec, asked)
+    (checked, c_test), (tested, t_test), (submitted, s_test) = asked.given
+    assert (c_test, t_test, s_test) == (True, True, False)
+    assert "--time=4:00:00" in submitted and "--job-name=exp" in submitted
+    assert checked == tested == submitted

@@ -332,9 +332,8 @@ def check(
     """Everything `submit` would refuse, refused now, touching nothing (`test_only`, its
     lines at DEBUG only: `submit` says them once the job is queued). A sweep checks every
     job before it queues the first."""
-    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks,
-                     level=logging.DEBUG)  # fmt: skip
-    client.submit(script, test_only=True)
+    test_only(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks,
+              level=logging.DEBUG)  # fmt: skip
 
 
 def dry_run(
@@ -391,8 +390,10 @@ def test_only(
     resume: bool = False,
     fresh: bool = False,
     tasks: Sequence[Task] = (),
+    level: int = logging.INFO,
 ) -> str:
-    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``), after
-    every check of `dry_run`."""
-    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks)
+    """Slurm's verdict on the script, without queuing it (``sbatch --test-only``, given
+    the options `submit` gives it), after every check of `dry_run`."""
+    script = dry_run(spec, client, force=force, resume=resume, fresh=fresh, tasks=tasks,
+                     level=level)  # fmt: skip
     return client.submit(script, args=command_line(spec, script), test_only=True)
