@@ -89,7 +89,7 @@ def submit_successor(
     script = script_file.recorded(layout)
     # What the submit gave sbatch on its command line, as the first job got it (over the
     # SBATCH_* variables this environment carries); then this hand-over's own, which win.
-    args = script_file.recorded_args(layout)
+    args = script_file.recorded_args(layout, script)
     given = submit_env(env)
     given[environment.PREDECESSOR] = job.tag
     given[environment.EARLIER_RESTARTS] = str(job.run_restarts + 1)  # this hand-over is one more
