@@ -5,7 +5,6 @@ the job's watcher, the user's alone (`slurmpre.folder.trust`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 
@@ -25,6 +24,8 @@ def record(layout: FolderLayout, script: str, args: Sequence[str] = ()) -> None:
 
 
 def _digest(script: str) -> str:
+    import hashlib  # here: the wrapper loads no more than it needs to launch
+
     return hashlib.sha256(script.encode()).hexdigest()
 
 

@@ -9,7 +9,6 @@ deciding by `requeue`). The wrapper exits with the child's code.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sys
@@ -51,6 +50,8 @@ LOG = logging.getLogger(__name__)
 HEARD = ("slurmpre.job", "slurmpre.tier", "slurmpre.folder")
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from slurmpre.job.watch.watcher import Watcher
 
 
@@ -62,6 +63,11 @@ def requeue_allowed(client: SlurmClient, job: JobEnv) -> bool:
             f"cannot read the job's requeue flag ({str(exc).splitlines()[0]}); assuming --requeue"
         )
         return True
+
+
+# How long an ending attempt waits for its stopped watcher's last lines (its sources'
+# closing counts): the watcher ends at once on a stop, unless a source's close hangs.
+ENDING = 1.0
 
 
 class Watching:
@@ -115,6 +121,11 @@ class Watching:
             self.stopped = True
             if self.watcher is not None:
                 self.watcher.stop()
+
+    def wait(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for a stopped watcher to finish."""
+        if self.watcher is not None:
+            self.watcher.finished.wait(timeout)
 
 
 def may_grow(at: AttemptContext) -> bool:
@@ -251,8 +262,21 @@ def run_attempt(
                    adopts=job.restarted or (job.in_place > 0 and not job.releasing))  # fmt: skip
     # What the job side, the tier and a folder say, from any of the attempt's threads (the
     # watcher's, the take-over's), goes where the wrapper's lines go: ``say``, its log.
-    heard = contextlib.ExitStack()
-    heard.enter_context(lines.sent_to(say, *HEARD, every_thread=True))
+    with lines.sent_to(say, *HEARD, every_thread=True):
+        return _attempt(opts, env, given, job, folder, ledger, here, warning, client)
+
+
+def _attempt(
+    opts: RunOptions,
+    env: Mapping[str, str],
+    given: Mapping[str, str],
+    job: JobEnv,
+    folder: Path,
+    ledger: Ledger,
+    here: Attempt,
+    warning: Latch,
+    client: SlurmClient | None,
+) -> int:
     tier = NodeTier.start(opts.local_dir, env, ledger, here, opts.file_access)
     if opts.local_dir != "off":  # every node, so that ranks agree where each save goes
         env = {**env, environment.LOCAL_NODE: f"{job.node_id}/{job.num_nodes}"}
@@ -294,9 +318,9 @@ def run_attempt(
         stop_relay.set()
         if watching is not None:
             watching.stop()
+            watching.wait(ENDING)  # its last lines are written while they are heard
         if tier is not None:
             tier.finish()
-        heard.close()
     return code
 
 
