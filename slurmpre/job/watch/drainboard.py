@@ -199,11 +199,6 @@ class DrainBoard:
     def close(self) -> None:
         """The job ends: its registration goes, and its lease, if it holds it; what it
         cost Slurm is said."""
-        LOG.info(
-            f"drain board: {self.tally.queries} Slurm queries by this job, "
-            f"{self.tally.shared_answers} answers read from the board, "
-            f"{self.client.throttled} times told to back off by Slurm's rate limit"
-        )
         with contextlib.suppress(OSError):
             self._registration().unlink()
         if self.holding:
@@ -212,6 +207,11 @@ class DrainBoard:
                 if lease is not None and lease[0] == self.me:
                     self.lease_path.unlink()
             self.holding = False
+        LOG.info(
+            f"drain board: {self.tally.queries} Slurm queries by this job, "
+            f"{self.tally.shared_answers} answers read from the board, "
+            f"{self.client.throttled} times told to back off by Slurm's rate limit"
+        )
 
     def _lock(self, timeout: float) -> FolderLock:
         return FolderLock(self.dir / "lease.lock", timeout=timeout, mode=OWNER.file_mode)
