@@ -238,6 +238,7 @@ def test_name_defaults_to_the_file_stem(tmp_path: Path) -> None:
         ('name = "j"\ncommand = ["x"]\n', ["gpu=2"], "unknown key 'gpu' (did you mean"),
         ("name = [unclosed\n", [], "not valid TOML"),
         ('name = "j"\n', [], "command: missing"),
+        ('name = "j"\ncommand = ["x"]\n', ["env=3"], "env = 3: must be a table"),
     ],
 )
 def test_cli_bad_spec_is_one_line_exit_2(

@@ -188,7 +188,12 @@ def load(
         base = raw.get("env", {})
         if not isinstance(base, Mapping):
             raise v.bad("env", base, 'must be a table of NAME = "value"')
-        env = {**base, **overrides.pop("env")}
+        given = overrides.pop("env")
+        if not isinstance(given, Mapping):  # --set env=3: give each as env.NAME=value
+            raise v.bad(
+                "env", given, 'must be a table of NAME = "value"; set one as env.NAME=value'
+            )
+        env = {**base, **given}
     raw.update(overrides)
     if env is not None:
         raw["env"] = env
