@@ -32,9 +32,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-# What may differ between the tasks of one array: the script picks them by task.
-PER_TASK = ("name", "command", "env")
-
 
 @dataclass(frozen=True)
 class Task:

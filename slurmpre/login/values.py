@@ -323,13 +323,6 @@ def local_dir(key: str, value: object) -> str:
     return text
 
 
-# What `accelerate launch` takes from this allocation: a config's own values for these
-# are overridden on its command line (accelerate's flags win over its config file).
-ACCELERATE_TOPOLOGY = (
-    "num_machines", "machine_rank", "num_processes", "main_process_ip", "main_process_port",
-)  # fmt: skip
-
-
 def accelerate_config(key: str, value: object, environ: Mapping[str, str]) -> str:
     """An Accelerate config file (``accelerate launch --config_file``): an absolute path
     to a readable regular file that parses as Accelerate reads it (JSON for ``.json``,
