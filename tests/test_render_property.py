@@ -150,12 +150,14 @@ def refused_or_rendered_safely(raw: dict[str, Any]) -> None:
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
     directives = sbatch_lines(script)
-    options = [opt for line in directives for opt in sbatch_options.parse_entry(line, refuse=False)]
-    assert len(options) == len(directives)  # one option per #SBATCH line
-    names = [o.name for o in options]
+    read = [sbatch_options.words(line) for line in directives]
+    assert read == [sbatch_options.words(line, escaped_space=False) for line in directives]
+    assert all(len(w) == 1 and w[0].startswith("--") for w in read)  # one option per line
+    options = [w[0][2:].partition("=") for w in read]
+    names = [name for name, _, _ in options]
     managed = [n for n in names if n in sbatch_options.MANAGED]
     assert len(managed) == len(set(managed)), names  # nothing set twice
-    values = {o.name: o.value for o in options}
+    values = {name: value if eq else None for name, eq, value in options}
     assert values["job-name"] == spec.name
     assert values["nodes"] == str(spec.nodes)
     assert ("requeue" in values) == spec.requeue and ("no-requeue" in values) != spec.requeue

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from slurmpre.errors import SlurmpreError
@@ -225,18 +224,14 @@ def _check(option: Option) -> Option:
     return option
 
 
-def parse_entry(entry: str, *, refuse: bool = True) -> list[Option]:
-    """One ``extra_sbatch`` entry (one or several options) -> the options sbatch will see.
-
-    With ``refuse=False`` it only reads (e.g. a rendered script's own directives).
-    """
+def parse_entry(entry: str) -> list[Option]:
+    """One ``extra_sbatch`` entry (one or several options) -> the options sbatch will see."""
     read = words(entry)
     if read != words(entry, escaped_space=False):
         raise OptionError(
             "sbatch 22.05 and later releases read a backslash before a space differently: "
             "quote the value instead"
         )
-    check: Callable[[Option], Option] = _check if refuse else (lambda option: option)
     out: list[Option] = []
     i = 0
     while i < len(read):
@@ -244,33 +239,31 @@ def parse_entry(entry: str, *, refuse: bool = True) -> list[Option]:
         i += 1
         if word.startswith("--") and len(word) > 2:
             name, eq, value = word[2:].partition("=")
-            name = resolve(name) if refuse else name
+            name = resolve(name)
             if not eq and i < len(read) and not read[i].startswith("-"):
                 eq, value, i = "=", read[i], i + 1  # sbatch refuses it after a flag
-            out.append(check(Option(name, value if eq else None)))
+            out.append(_check(Option(name, value if eq else None)))
         elif word.startswith("-") and len(word) > 1 and word != "--":
-            i = _short_bundle(word, read, i, out, check)
+            i = _short_bundle(word, read, i, out)
         else:
             raise OptionError(f"{word!r} is not an sbatch option (options start with -)")
     return out
 
 
-def _short_bundle(
-    word: str, words: list[str], i: int, out: list[Option], check: Callable[[Option], Option]
-) -> int:
+def _short_bundle(word: str, words: list[str], i: int, out: list[Option]) -> int:
     """Bundled short options as getopt reads them: flags, then at most one with a value."""
     for j, letter in enumerate(word[1:], start=2):
         long = SHORT.get(letter)
         if long is None:
             raise OptionError(f"-{letter} is not an sbatch option")
         if letter in SHORT_FLAGS:
-            out.append(check(Option(long, None)))
+            out.append(_check(Option(long, None)))
             continue
         rest = word[j:]
         if letter == "k" or rest:  # getopt's "k::": only what follows in the same word
-            out.append(check(Option(long, rest or None)))
+            out.append(_check(Option(long, rest or None)))
         elif i < len(words):
-            out.append(check(Option(long, words[i])))
+            out.append(_check(Option(long, words[i])))
             i += 1
         else:
             raise OptionError(f"-{letter} (--{long}) needs a value")
