@@ -1,10 +1,5 @@
-"""Preemptible against standard capacity, from one node query and one job query.
-
-`slurmpre nodes` counts, for each class of node (the ``preemptible`` feature or
-not), the nodes and GPUs that are up, allocated, idle, draining and down; lists
-every draining node with its reason and since when (Slurm's own stamp); and
-names the user's jobs that run on a draining node, which are about to be
-preempted.
+"""Preemptible against standard capacity, from one node query and one job query
+(``slurmpre nodes``): the draining nodes, and the user's jobs on them, about to be preempted.
 """
 
 from __future__ import annotations

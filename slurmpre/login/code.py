@@ -1,21 +1,11 @@
-"""The code a job runs: its identity at submit, and a snapshot every attempt runs from.
+"""The code a job runs: its identity at submit, and a snapshot every attempt runs from
+(``snapshot = "git"``, docs/spec.md).
 
-A job runs from the folder it was submitted from, so an edit during a two-day job
-changes what the next requeue runs, silently. slurmpre records, at every submit,
-which code that was: the git commit of the submit folder and whether the work tree
-differed from it (``git status --porcelain``: changed, staged or untracked files);
-nothing when it is not in a git work tree. With ``snapshot = "git"`` it also copies
-the files git would show (tracked, and untracked but not ignored; a submodule's
-tracked files too) once, into ``<checkpoint_dir>/.slurmpre/code/<hash>/``, and every
-attempt, successors and requeues included, runs from that copy. Links are copied as
-links, never followed, so nothing outside the work tree is read. Never copied: the
-checkpoint and log folders when they lie in the work tree (the copy would grow at
-every submit), and the places credentials live (``.ssh``, ``.gnupg``, ``.aws``... when
-the work tree is ``$HOME``). A snapshot larger than ``snapshot_max_mb`` is refused
-before anything is copied, naming the largest files; a failed copy leaves nothing.
-
-The copy is the user's alone whatever ``file_access`` says, and its name is the hash of
-what it holds (`slurmpre.folder.snapshot`): node 0 checks both as each attempt starts.
+The copy takes the files git would show, links as links (never followed, so nothing
+outside the work tree is read), and never the job's own folders (the copy would grow at
+every submit) nor where credentials live (a work tree that is ``$HOME``). It is the
+user's alone whatever ``file_access`` says, named by the hash of what it holds
+(`slurmpre.folder.snapshot`): node 0 checks both as each attempt starts.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """``slurmpre plan --deadline``: the chance to make a deadline, and what each placement
-policy costs, by replaying the run's remaining work over capacity traces drawn from the
-measured preemption and wait distributions (`slurmpre.placement.replay`, the decision
-code a job runs).
-
-Inputs come from the run's ledger (its first submission, the steps done, the rate, the
-restarts and the running time per preemption) where one is given, and from options
-otherwise; an option always wins. A figure that is neither measured nor given is a
-one-line error naming the option.
+policy costs, by replaying the run's remaining work over capacity traces
+(`slurmpre.placement.replay`, the decision code a job runs). Each input: the option, else
+the run's ledger, else a one-line error naming the option.
 """
 
 from __future__ import annotations

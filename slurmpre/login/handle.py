@@ -1,11 +1,6 @@
-"""A submitted job from Python: find again, status, wait, cancel, logs.
-
-``slurmpre.submit("job.toml", nodes="1-2")`` (`launch`) queues a spec and returns a
-`Job`; ``slurmpre.Job.find("4711")`` (an id or a name, from the user's list of jobs, or
-from a checkpoint folder's ledger) finds one again. A `Job` stands for the *run*
-its job began: after a hand-over its successor is the job Slurm runs, and
-`status`, `wait`, `cancel` and `logs` follow it. The command line's `status`,
-`wait`, `cancel` and `logs` are a layer over this.
+"""A submitted job from Python (docs/login.md, "From Python"): find again, status, wait,
+cancel, logs. A `Job` stands for the *run* its job began: after a hand-over, `status`,
+`wait`, `cancel` and `logs` follow its successor. The command line is a layer over this.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The steps an attempt lost: those the next attempt trains again.
 
-Counted where the ledger shows them (`counted`): 0 when the next attempt resumed from the
-checkpoint taken on the notice; the gap between the attempt's newest checkpoint and the
-next resume when it resumed from an older one (at least: later steps are unseen).
-
-Else, for an attempt lost without a notice checkpoint (its node failed, slurmd killed,
-the node down) whose next attempt resumed from a step it had reached (`unseen`): slurmpre
-does not see the training's steps, only its saves.
-
-What the ledger knows: when the attempt saved each step (`Saved` on the nodes, else the
-`Checkpoint` in the folder, its write time taken out), so the training's pace between
-its saves; and a time after its last step, the end of its training (`End`, written by
-node 0's wrapper, seconds after the loss) or else the next attempt's start. The steps
-lost are those between the step the next attempt resumed from and the attempt's newest
-save, plus the pace times the time from that save to then: an estimate (``~N``) from the
-training's end, a bound (``<=N``) from the next start. Either is at most the steps
-between its last two saves past the newest (it would have saved again after them): a
-figure capped there is a bound too.
+Counted where the ledger shows them (`counted`). For an attempt lost without a notice
+checkpoint (`unseen`), slurmpre does not see the training's steps, only its saves: the
+pace between them, times the time from the newest save to the training's end (an
+estimate, ``~N``) or to the next start (a bound, ``<=N``), at most the steps between two
+saves (docs/login.md, ``unseen``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,5 @@
-"""How often to checkpoint on preemptible nodes, and what a useful GPU-hour then costs.
-
-The model (docs/plan.md has it with a worked example). Preemptions come at
-random, a mean ``mtbf`` seconds of running apart. A checkpoint takes
-``checkpoint`` seconds to write; after a preemption the job needs ``restart``
-seconds (requeue, queue, start-up, loading) before it trains again.
-
-- Periodic checkpoints only (the seeds' recipe): the interval is Daly's optimum
-  ``tau = sqrt(2 d M) (1 + sqrt(d / 2M) / 3 + (d / 2M) / 9) - d`` (``M`` when
-  ``d >= 2M``; Young's first-order ``sqrt(2 d M)`` is given beside it), and the
-  goodput is Daly's expectation for exponential failures,
-  ``tau / (M e^(R/M) (e^((tau + d)/M) - 1))``.
-- Just in time (slurmpre): the drain is seen within ``notice`` seconds, during
-  which training goes on, then one checkpoint is written and the job requeues:
-  nothing is lost, and each preemption costs ``d + R``, so the goodput is
-  ``M / (M + d + R)``; if ``notice + d`` does not fit in the window minus the
-  safety margin, just in time cannot work and the plan says so.
-
-A useful GPU-hour costs the preemptible price divided by the goodput, against
-the on-demand price (goodput 1: nothing preempts it).
+"""How often to checkpoint on preemptible nodes, and what a useful GPU-hour then costs:
+Daly's periodic interval against just in time (docs/plan.md: the model, a worked example).
 """
 
 from __future__ import annotations

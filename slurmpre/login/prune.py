@@ -1,20 +1,10 @@
-"""Pruning a checkpoint folder from the login node: old checkpoints go, what a job needs stays.
+"""Pruning a checkpoint folder from the login node: old checkpoints go, what a job needs stays
+(what is kept and why: docs/how-it-works.md, docs/login.md).
 
-`slurmpre ckpt prune DIR --keep N` never removes, whatever N says:
-- the newest complete checkpoint (the next attempt resumes from it);
-- a checkpoint any attempt of a live job resumed from (the ledger's start
-  records; Slurm says which jobs are live, and a job it cannot judge counts as live);
-- a partial checkpoint newer than the newest complete one (it may still be written);
-- the in-flight folders of live jobs;
-- anything while a checkpoint is being written: it takes the folder's writing
-  lock, which rank 0 holds from a checkpoint's first byte to its commit.
-
-It removes complete checkpoints older than the newest N, partial ones older than
-the newest complete, and what dead attempts left (in-flight, stale, partial and
-duplicate folders). Under the lock it only renames each victim to a hidden
-``.pruned-`` name (fast, and invisible to the resolver); the deletion happens
-after the lock is released, and a prune killed midway leaves only such names,
-which the next prune (or the next attempt's start) removes.
+Under the folder's writing lock, which rank 0 holds from a checkpoint's first byte to its
+commit, each victim is only renamed to a hidden ``.pruned-`` name (fast, and invisible to
+the resolver); the deletion happens after the lock is released, and a prune killed midway
+leaves only such names, which the next prune (or the next attempt's start) removes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Job spec -> sbatch script: a Jinja environment over templates/, and a pure render().
-
-StrictUndefined, trailing newlines kept, and a ``q`` filter (shlex.quote) for
-every value that lands in shell; sbatch's own #SBATCH parser honours the same
-quoting, so quoted directives survive hostile names.
+Every value that lands in shell goes through a quoting filter, which sbatch's own
+#SBATCH parser honours too, so quoted directives survive hostile names.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""What a submission resumes from, and resuming only on purpose.
-
-The checkpoint folder defaults to ``$HOME/checkpoints/<name>``, so a new
-experiment that reuses a name would quietly resume the last one's checkpoint.
-`submit` says what it resumes from (the step, the job that wrote it, when),
-refuses a folder whose last run finished its training unless ``--resume`` is
-given, and with ``--fresh`` moves the old folder aside under a dated name
-(never deleting it) so the job starts at step 0.
-
-"Finished its training" is read from the folder's ledger: the newest attempt
-started there ended with exit 0 and no restart of any kind (no requeue, no
-successor that took over, no restart in place, not given up). A run that was
-cancelled, failed or preempted is not finished: resuming it is the point.
-An array's tasks each keep their folder (``task-<id>``), judged one by one.
+"""What a submission resumes from, and resuming only on purpose (docs/spec.md, "Resuming
+on purpose"): a reused name would quietly resume the last experiment's checkpoint, so a
+folder whose last run finished its training is refused unless ``--resume``, and
+``--fresh`` moves it aside under a dated name (never deleting it).
 """
 
 from __future__ import annotations

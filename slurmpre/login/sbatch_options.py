@@ -1,4 +1,5 @@
-"""``extra_sbatch`` read as sbatch reads an ``#SBATCH`` line, to refuse what slurmpre sets.
+"""``extra_sbatch`` read as sbatch reads an ``#SBATCH`` line, to refuse what slurmpre sets
+(the rules, from sbatch's source: docs/spec.md, "How `extra_sbatch` is read").
 
 slurmpre gives sbatch the options it sets on sbatch's command line too
 (`slurmpre.login.render.command_line`), which sbatch takes over the script's ``#SBATCH``
@@ -8,21 +9,10 @@ beside ``--ntasks-per-node``, ``--gpus`` beside ``--gpus-per-node``, ``--error``
 ``--output``), 26.05 keeps ``--requeue=expedite`` beside the command line's ``--requeue``,
 and a key the spec leaves unset is given nowhere else.
 
-Words: sbatch splits the line with its own ``get_argument`` (src/sbatch/opt.c), not a
-shell's: quotes group, a backslash escapes the next character *inside quotes too*, an
-unquoted ``#`` ends the line, an empty word ends it as well, and a backslash before a
-space joins the words from 24.11 on but splits them in 22.05. Names: getopt_long takes
-any unique prefix of a release's long options, and those differ between releases; so
-instead of each release's table, a name that is the name or a prefix of an option
-slurmpre sets (or of ``--tasks-per-node``, ``--ntasks-per-node``'s second name) is
-refused: sbatch would read it as that option, or refuse it as ambiguous, in any
-release. A word that starts with ``-`` is read as an option even where sbatch would take
-it as the value before it (``--comment --nodes=5``: refused, never let through). What
-else a name means (a value it lacks, one it takes none of) is sbatch's to judge at
-submit (``submit --test-only``). Short options, the same letters in every supported
-release, are read as getopt reads them (``-HN5`` is ``--hold --nodes=5``). Each option
-comes back on its own line, ``--name=value`` with the value quoted so that sbatch reads
-it back as it is. Pure functions, no Slurm needed.
+getopt_long takes any unique prefix of a release's long options, and those differ between
+releases; so instead of each release's table, a name that is the name or a prefix of an
+option slurmpre sets (or of a second name) is refused. What else a name means is
+sbatch's to judge at submit (``submit --test-only``).
 """
 
 from __future__ import annotations

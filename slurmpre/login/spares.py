@@ -1,23 +1,5 @@
-"""What hot spares cost and save (``slurmpre plan --spares K``), against the two other
-ways a multi-node job goes on when a training node is preempted: handing over to a
-successor, and shrinking in place then growing back once capacity returns.
-
-The model (docs/plan.md, "Spares"): a training node of the job's ``N`` is lost a mean
-``M`` seconds of running apart; a checkpoint takes ``d``, a hand-over restart ``R`` (its
-wait for a free node included), an in-place restart ``S``, and preemptible capacity comes
-back ``T`` seconds after a loss. Per loss (a cycle of ``M`` running seconds):
-
-- hand over: ``d + R`` lost, on ``N`` nodes;
-- shrink, grow back: ``d + S`` (the shrink), ``N - 1`` nodes for ``min(T, M)``, then
-  ``d + R`` (the grow): ``min(T, M)`` node-seconds of training fewer, two restarts;
-- ``K`` spares: ``d + S`` while a spare is held. A spare that takes a node's place is not
-  held again until the next hand-over (nor one lost to its own preemption, ``K/N`` per
-  cycle), so of the losses a share ``f = s / (s + 1)`` are swaps, ``s = K / (1 + K/N)``
-  the swaps per refill; the job pays for the spares it holds, ``K s / (2 (s + 1))`` on
-  average.
-
-Goodput is useful node-time over held node-time; a useful GPU-hour costs the preemptible
-price over the goodput; the wall per useful hour is how much longer the same work takes.
+"""What hot spares cost and save (``slurmpre plan --spares K``), against handing over to a
+successor and shrinking in place then growing back (the model: docs/plan.md, "Spares").
 """
 
 from __future__ import annotations

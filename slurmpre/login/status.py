@@ -1,15 +1,6 @@
-"""A job's story from its attempt ledger and Slurm: attempts, how each ended, what it cost.
-
-One row per attempt: its nodes, start and end, how it ended (a notice and
-slurmpre's requeue or its restart inside the allocation, a node failure, the
-time limit, completed, failed), the
-checkpoint it resumed from, the step checkpointed on the notice and the steps
-lost, and the seconds without training before the next attempt. Totals: node-
-and GPU-hours, and what they cost at the preemptible price against on demand.
-
-Steps lost (`slurmpre.login.lost`): counted where the ledger shows them, else, for an
-attempt lost without a notice checkpoint, at most what its pace between saves trained
-since its newest one: an estimate (``~N``) or a bound (``<=N``).
+"""A job's story from its attempt ledger and Slurm: one row per attempt (how it ended, what it
+resumed from, the steps it lost: `slurmpre.login.lost`), and what the run cost
+(docs/login.md, ``slurmpre status``).
 """
 
 from __future__ import annotations

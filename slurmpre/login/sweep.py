@@ -1,16 +1,7 @@
-"""Sweeps: many specs at once, as one Slurm array wherever they fit.
-
-A sweep is a list of specs, or one spec and a grid over its keys
-(``{"env.LR": ["0.1", "0.01"], "env.SEED": ["1", "2"]}``: four specs). Specs
-that differ only in their ``command``, ``env`` and ``name`` (and checkpoint and
-log folders derived from the name) run as the tasks of one array job: one
-submission, one line in the queue, one entry in slurmctld's tables, each task
-with its own checkpoint folder (``<checkpoint_dir>/task-<i>``) and log
-(``<name>-<array>_<i>.out``), restarted and handed over task by task like any
-array task. The batch script holds every task's command and environment and picks
-its own by ``$SLURM_ARRAY_TASK_ID``. Specs that differ in anything Slurm
-allocates by (nodes, time, GPUs, ...) or in how slurmpre watches them cannot
-share a script: each such group is an array of its own (a group of one, a job).
+"""Sweeps: many specs at once, as one Slurm array wherever they fit (docs/login.md,
+``slurmpre sweep``): specs that differ only in ``command``, ``env`` and ``name`` share one
+script, which picks each task's by ``$SLURM_ARRAY_TASK_ID``; the others each run as their
+own group.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""What the node-local tier (`local_dir`) changes in a plan (`slurmpre plan`).
-
-Without it, a preemption costs the checkpoint's write to the shared volume (``d``) and
-the restart; with it, the save on the nodes (``s``, a memory copy) and the pull by the
-job that takes over (``p``) are what the training waits for, and the write to the
-volume (the flush) goes on in the background. So the just-in-time goodput becomes
-``M / (M + s + p + R)``, and it fits when ``notice + s + p`` fit in the window less the
-margin (the flush need not: the successor holds the state once it has pulled it). A
-periodic save stops the training for ``s`` instead of ``d``.
+"""What the node-local tier (`local_dir`) changes in a plan: the training waits for the save
+on the nodes and the pull, not the flush (docs/plan.md, "With the state off the node").
 """
 
 from __future__ import annotations

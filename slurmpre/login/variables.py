@@ -1,24 +1,7 @@
-"""``$VAR`` in spec values: one small syntax, expanded where its value is known.
-
-The syntax is ``$NAME`` and ``${NAME}``, and ``$$`` for a literal ``$``
-(`slurmpre.dollars`); any other ``$`` is an error, so a value never reaches a shell that
-would read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
-
-- ``env`` values expand on the node, from the job's environment as it starts (the
-  batch script assigns them in bash double quotes, where a ``${NAME}`` is replaced and
-  nothing else is run, split or globbed); a variable that is not set there is empty,
-  as in a shell.
-- ``command`` expands on every node, from the environment the training gets (the
-  job's, with slurmpre's own variables), each argument staying one argument
-  (`slurmpre.job.start.expand`); a variable that is not set there stops the run. Here
-  its grammar is checked, and a variable nothing is known to set is a warning
-  (`command_warning`).
-- Path keys (``checkpoint_dir``, ``log_dir``, ``python``, ``template``) expand at
-  submit, from the environment there (the login node's: on a cluster ``$USER`` and
-  ``$HOME`` are the same on the nodes), and a leading ``~`` is ``$HOME``; a variable
-  that is not set, or set empty, is an error, since a path with an empty part is
-  somewhere else; so is one whose value holds a line break (it would end the
-  ``#SBATCH`` line the path is written on): the value used is checked, not the one typed.
+"""``$VAR`` in spec values: one small syntax (`slurmpre.dollars`), expanded where its value
+is known: ``env`` and ``command`` on the node, path keys here at submit (docs/spec.md,
+"Variables"). Any other ``$`` is an error, so a value never reaches a shell that would
+read ``$(...)``, ``${X:-y}`` or ``$1`` its own way.
 """
 
 from __future__ import annotations
