@@ -84,29 +84,16 @@ def capacity(nodes: list[NodeInfo], jobs: list[JobInfo], user: str) -> Capacity:
     return out
 
 
+# The table's columns after the class's name: the `Counts` each shows.
+_COLUMNS = ("nodes", "up", "allocated", "idle", "draining", "down", "gpus", "gpus_idle")
+
+
 def lines(cap: Capacity, now: float | None = None) -> list[str]:
     now = time.time() if now is None else now
     head = ["", "nodes", "up", "allocated", "idle", "draining", "down", "GPUs", "GPUs idle"]
     rows = [head]
     for name, c in (("preemptible", cap.preemptible), ("standard", cap.standard)):
-        rows.append(
-            [
-                name,
-                *(
-                    str(v)
-                    for v in (
-                        c.nodes,
-                        c.up,
-                        c.allocated,
-                        c.idle,
-                        c.draining,
-                        c.down,
-                        c.gpus,
-                        c.gpus_idle,
-                    )
-                ),
-            ]
-        )
+        rows.append([name, *(str(getattr(c, column)) for column in _COLUMNS)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     out = [
         "  ".join(

@@ -5,7 +5,6 @@ with the cause, when, and what the change cost (`spare_nodes`: spares are held n
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,15 +66,16 @@ class Resize:
 
 def resizes(rows: Sequence[Row], prices: Prices, gpus_per_node: int = 0) -> list[Resize]:
     out = []
-    for before, after in itertools.pairwise(rows):
+    for i, before in enumerate(rows):
+        after = rows[i + 1] if i + 1 < len(rows) else None
         out += [
             Resize(at, len(before.nodes), len(before.nodes), "spare lost",
                    f"{', '.join(gone)} drained: released while the training went on", None, None)
             for at, gone in before.spares_lost
         ]  # fmt: skip
-        swapped = bool(before.spares_in) and len(before.nodes) == len(after.nodes)
-        if not before.nodes or not after.nodes:
+        if after is None or not before.nodes or not after.nodes:
             continue
+        swapped = bool(before.spares_in) and len(before.nodes) == len(after.nodes)
         if len(before.nodes) == len(after.nodes) and not swapped:
             continue
         gap = before.gap_s
@@ -88,11 +88,4 @@ def resizes(rows: Sequence[Row], prices: Prices, gpus_per_node: int = 0) -> list
             after.started_at, len(before.nodes), len(after.nodes), kind, cause, gap,
             None if gap is None else max(gap, 0.0) / 3600 * units * price,
         ))  # fmt: skip
-    if rows:
-        last = rows[-1]
-        out += [
-            Resize(at, len(last.nodes), len(last.nodes), "spare lost",
-                   f"{', '.join(gone)} drained: released while the training went on", None, None)
-            for at, gone in last.spares_lost
-        ]  # fmt: skip
     return out

@@ -73,7 +73,8 @@ def chart(st: JobStatus, records: Sequence[Record], now: float) -> Chart:
 
     drained: set[tuple[str, AttemptId, str]] = set()
     for r in mine:
-        bars += _writes(r, rank0(r), starts, lanes, kind_of)
+        if (write := _write(r, rank0(r), starts, lanes, kind_of)) is not None:
+            bars.append(write)
         if isinstance(r, Notice) and r.kind == "drain" and r.node is not None:
             if (r.job, r.attempt_id, r.node) not in drained:
                 drained.add((r.job, r.attempt_id, r.node))
@@ -160,68 +161,39 @@ def _attempt_bars(a: AttemptRow, nxt: AttemptRow | None, lanes: _Lanes, now: flo
     return out
 
 
-def _writes(
+def _write(
     r: AttemptRecord,
     lane: str | None,
     starts: dict[tuple[str, AttemptId], Start],
     lanes: _Lanes,
     kind_of: dict[str, str],
-) -> list[Bar]:
-    """A checkpoint's write, a save on the node and its flush, a pull: each a bar on
-    the node that did it (rank 0's, or the pulling node)."""
-    if isinstance(r, Pulled) and r.time is not None:
+) -> Bar | None:
+    """A checkpoint's write, a save on the node and its flush, a pull: a bar on the node
+    that did it (rank 0's, or the pulling node)."""
+    if r.time is None:
+        return None
+    if isinstance(r, Pulled):
         start = starts.get((r.job, r.attempt_id))
         if start is None or not 0 <= r.node < len(start.nodes):
-            return []
+            return None
+        lane = lanes.node(start.nodes[r.node], kind_of.get(r.job, ""))
         done = "" if r.ok else f" failed: {r.why}"
-        return [
-            Bar(
-                lanes.node(start.nodes[r.node], kind_of.get(r.job, "")),
-                r.time - r.seconds,
-                r.time,
-                Kind.PULL,
-                f"job {r.job} pulled step {r.step}{done}",
-                f"{r.bytes} bytes in {r.seconds:.1f} s",
-            )
-        ]
-    if lane is None or r.time is None:
-        return []
-    if isinstance(r, Saved):
-        return [
-            Bar(
-                lane,
-                r.time - r.seconds,
-                r.time,
-                Kind.SAVE,
-                f"step {r.step} saved on the nodes",
-                f"the training stopped {r.seconds:.1f} s",
-            )
-        ]
-    if isinstance(r, Checkpoint) and r.flush_seconds is not None:
-        return [
-            Bar(
-                lane,
-                r.time - r.flush_seconds,
-                r.time,
-                Kind.FLUSH,
-                f"step {r.step} flushed into the folder",
-                "beside the training",
-            )
-        ]
-    if isinstance(r, Checkpoint):
+        took, kind, label = r.seconds, Kind.PULL, f"job {r.job} pulled step {r.step}{done}"
+        detail = f"{r.bytes} bytes in {r.seconds:.1f} s"
+    elif isinstance(r, Saved):
+        took, kind, label = r.seconds, Kind.SAVE, f"step {r.step} saved on the nodes"
+        detail = f"the training stopped {r.seconds:.1f} s"
+    elif isinstance(r, Checkpoint) and r.flush_seconds is not None:
+        took, kind, label = r.flush_seconds, Kind.FLUSH, f"step {r.step} flushed into the folder"
+        detail = "beside the training"
+    elif isinstance(r, Checkpoint):
         took = r.seconds or 0.0
         why = " on the notice" if r.after_notice else ""
-        return [
-            Bar(
-                lane,
-                r.time - took,
-                r.time,
-                Kind.CHECKPOINT,
-                f"checkpoint of step {r.step}{why}",
-                f"{r.path} ({took:.1f} s)",
-            )
-        ]
-    return []
+        kind, label = Kind.CHECKPOINT, f"checkpoint of step {r.step}{why}"
+        detail = f"{r.path} ({took:.1f} s)"
+    else:
+        return None
+    return None if lane is None else Bar(lane, r.time - took, r.time, kind, label, detail)
 
 
 def _handover(r: Successor, rows: Sequence[AttemptRow], now: float) -> Bar:
