@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre.errors import SpecError
+from slurmpre.errors import SlurmpreError, SpecError
 from slurmpre.keys import as_written
 from slurmpre.slurm.client import SlurmClient
 
@@ -289,8 +289,6 @@ def submit_groups(
     (``submit_one``: an array with its tasks' commands and environments in its script, or
     the lone spec). One Slurm still refuses after others were queued has them cancelled,
     and the error says so: half a sweep is never left in the queue."""
-    from slurmpre.errors import SlurmpreError
-
     for g in groups:
         check_one(g.spec, client, tasks=g.tasks, **options)
     out: list[Queued] = []
@@ -308,8 +306,6 @@ def submit_groups(
 
 def _cancel_all(client: SlurmClient, job_ids: list[str]) -> str:
     """Cancel what this sweep queued; what was done, in words for the error."""
-    from slurmpre.errors import SlurmpreError
-
     failed = []
     for job_id in job_ids:
         try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmpre import dollars, keys, signals
-from slurmpre.errors import SpecError, UsageError
+from slurmpre import keys, signals
+from slurmpre.errors import SpecError
 from slurmpre.login import sbatch_options, variables
 from slurmpre.noderange import NodeRange
 from slurmpre.reading import MEDIUM, read_text
@@ -314,10 +314,7 @@ def local_dir(key: str, value: object) -> str:
     text = one_line(key, value)
     if text in ("off", "auto"):
         return text
-    try:
-        dollars.parts(text)
-    except UsageError as exc:
-        raise bad(key, value, str(exc)) from None
+    variables.check(key, text)
     if not text.startswith(("/", "$")):
         raise bad(key, value, 'must be "off", "auto" or an absolute path on the nodes')
     return text

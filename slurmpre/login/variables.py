@@ -81,11 +81,6 @@ def command_warning(unknown: Sequence[str]) -> str | None:
     )
 
 
-def names(text: str) -> list[str]:
-    """The variables a checked ``text`` names, in order."""
-    return [value for kind, value in _parts("", text) if kind == "var"]
-
-
 def double_quoted(key: str, text: str) -> str:
     """``text`` as a bash double-quoted word that expands its variables and nothing else."""
     out = []
