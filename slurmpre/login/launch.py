@@ -67,6 +67,7 @@ def submit(
     hears what `submit` tells (what the job resumes from), a line at a time."""
     from slurmpre.lines import sent_to
     from slurmpre.login import spec as specs
+    from slurmpre.login.submit import dry_run as rehearse
     from slurmpre.login.submit import submit as queue
 
     for flag, value in (("force", force), ("resume", resume), ("fresh", fresh)):
@@ -79,19 +80,10 @@ def submit(
     loaded = specs.from_raw(raw, where)
     client = client or default_client()
     with sent_to(say, queue.__module__):
-        if dry_run:
-            return _rehearse(loaded, client, force=force, resume=resume, fresh=fresh)
+        if dry_run:  # every check of submit, touching nothing: called, not copied
+            return DryRun(loaded, rehearse(loaded, client, force=force, resume=resume, fresh=fresh))
         done = queue(loaded, client, force=force, resume=resume, fresh=fresh)
     return Job(done.job_id, loaded.name, Path(loaded.checkpoint_dir), Path(loaded.log_dir), client)
-
-
-def _rehearse(spec: Any, client: SlurmClient, *, force: bool, resume: bool, fresh: bool) -> DryRun:
-    """What `submit --dry-run` does (`slurmpre.login.submit.dry_run`: every check of
-    submit, touching nothing), and the script it prints. Called, not copied: a check
-    added to submit is a check here."""
-    from slurmpre.login.submit import dry_run
-
-    return DryRun(spec, dry_run(spec, client, force=force, resume=resume, fresh=fresh))
 
 
 def _raw(spec: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
