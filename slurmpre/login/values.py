@@ -68,13 +68,8 @@ def optional_word(key: str, value: object, pattern: re.Pattern[str], what: str) 
 
 def parse_nodes(value: object) -> NodeRange:
     key = "nodes"
-    if isinstance(value, int) and not isinstance(value, bool):
-        text = str(value)
-    elif isinstance(value, str):
-        text = value.strip()
-    else:
-        raise bad(key, value, 'must be a count such as 4 or a range such as "2-4"')
-    m = re.fullmatch(r"(-?\d{1,30})(?:-(-?\d{1,30}))?", text)
+    plain = isinstance(value, int | str) and not isinstance(value, bool)
+    m = re.fullmatch(r"(-?\d{1,30})(?:-(-?\d{1,30}))?", str(value).strip()) if plain else None
     if not m:
         raise bad(key, value, 'must be a count such as 4 or a range such as "2-4"')
     lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
