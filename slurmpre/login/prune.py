@@ -133,10 +133,11 @@ def decide(
     for c in found:
         why = verdict(c)
         if why is None:
-            what = "complete" if c.complete else "partial"
-            reason = f"{what}, older than the newest {keep} complete"
-            if not c.complete:
-                reason = "partial, older than the newest complete checkpoint"
+            reason = (
+                f"complete, older than the newest {keep} complete"
+                if c.complete
+                else "partial, older than the newest complete checkpoint"
+            )
             remove.append((Path(c.where), reason))
         else:
             kept.append((Path(c.where), why))
