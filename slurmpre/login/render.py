@@ -264,11 +264,9 @@ def directives(script: str) -> list[str]:
 
 def command_line(spec: JobSpec, script: str) -> list[str]:
     """The script's own ``#SBATCH`` options, less the spec's ``extra_sbatch``, as words
-    for sbatch's command line: sbatch takes an option from its command line over the
-    script's ``#SBATCH`` lines and over the ``SBATCH_*`` variables of the environment
-    (SBATCH_NO_REQUEUE, SBATCH_OPEN_MODE, ...), which themselves win over the script
-    (measured on 22.05, 24.11 and 26.05). The lines stay in the script, for whoever
-    reads it."""
+    for sbatch's command line, which wins over the script and over the ``SBATCH_*``
+    variables that themselves win over it (docs/spec.md, "How `extra_sbatch` is read").
+    The lines stay in the script, for whoever reads it."""
     extra = set(spec.extra_sbatch)
     try:
         return [

@@ -1,10 +1,8 @@
 """What a run's timeline page draws, from its ledger (`slurmpre status NAME --html FILE`).
 
 The attempts, their nodes and ends, the resizes and the cost are `slurmpre status`'s
-(`login.status`: one owner per fact); this module only places them in time: a lane for
-each node the run held, training and spare bars on it, checkpoint writes (a save on the
-node, a pull, a flush), waits and hand-overs, and marks for drains, released nodes,
-resizes, placements and the end. The page itself is `login.page`.
+(`login.status`: one owner per fact); this module only places them in time, on a lane
+per node (docs/login.md, "The timeline page"). The page itself is `login.page`.
 """
 
 from __future__ import annotations
