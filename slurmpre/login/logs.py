@@ -95,6 +95,14 @@ def tail_offset(path: Path, lines: int) -> int:
         return 0
 
 
+def _start(path: Path, tail: int | None) -> int:
+    """Where to begin: at the last ``tail`` lines, else (or with no log there yet) the top."""
+    try:
+        return 0 if tail is None else tail_offset(path, tail)
+    except FileNotFoundError:
+        return 0
+
+
 def print_from(path: Path, offset: int, write: Callable[[str], None]) -> int:
     """Write the log from ``offset`` to its current end; the new offset. Only a regular
     file is read (a FIFO or a device by the log's name is refused)."""
@@ -123,12 +131,7 @@ def show(
     """Write the log (its last ``tail`` lines only, when given); with ``follow``, keep
     writing what is appended until Slurm says the job has ended (or forgets it), then
     what its last attempt wrote as it ended."""
-    offset = 0
-    if tail is not None:
-        try:
-            offset = tail_offset(path, tail)
-        except FileNotFoundError:
-            offset = 0
+    offset = _start(path, tail)
     while True:
         try:
             offset = print_from(path, offset, write)
@@ -193,12 +196,7 @@ def follow_tasks(
     """An array's tasks' logs at once, as ``tail -f`` shows several files: what each
     appends, under a ``==> TASK <==`` line whenever the writer changes; until Slurm says
     every task has ended (or forgot it). ``tasks``: (the task's job, its log)."""
-    offsets: dict[str, int] = {}
-    for job, path in tasks:
-        try:
-            offsets[job] = tail_offset(path, tail) if tail is not None else 0
-        except FileNotFoundError:
-            offsets[job] = 0
+    offsets = {job: _start(path, tail) for job, path in tasks}
     last: str | None = None
     running = {job for job, _ in tasks}
     while True:
