@@ -214,9 +214,7 @@ def parse_resume_arg(value: object) -> str:
     return text
 
 
-def pattern(key: str, value: object) -> str | None:
-    if value in (None, ""):
-        return None
+def pattern(key: str, value: object) -> str:
     text = one_line(key, value)
     try:
         keys.pattern(text)
@@ -276,9 +274,7 @@ def array(key: str, value: object) -> str | None:
     return text
 
 
-def signal_name(key: str, value: object) -> str | None:
-    if value in (None, ""):
-        return None
+def signal_name(key: str, value: object) -> str:
     try:
         return signals.notice_signal(one_line(key, value)).name
     except ValueError as exc:
