@@ -53,16 +53,13 @@ class Unseen:
 def counted(checkpoint_step: int | None, newest: int | None, nxt: Start | None) -> int | None:
     """Steps the next attempt trains again: none when it resumed from the notice's
     checkpoint; else from the newest checkpoint seen (at least: later steps are unseen)."""
-    next_step = nxt.step if nxt else None
     if nxt is None:
         return None
-    if checkpoint_step is not None and next_step == checkpoint_step:
+    if checkpoint_step is not None and nxt.step == checkpoint_step:
         return 0
-    if newest is not None and next_step is not None and checkpoint_step:
-        return max(newest - next_step, 0)
-    if newest is not None and next_step is not None and newest > next_step:
-        return newest - next_step
-    return None
+    if newest is None or nxt.step is None:
+        return None
+    return max(newest - nxt.step, 0) if checkpoint_step or newest > nxt.step else None
 
 
 def saves(recs: Iterable[AttemptRecord]) -> list[Save]:
