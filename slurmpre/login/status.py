@@ -41,6 +41,8 @@ from slurmpre.slurm.states import UNKNOWN_TO_SLURM
 
 @dataclass(frozen=True)
 class AttemptRow:
+    """One attempt, as ``slurmpre status --json`` gives it (each field: docs/login.md)."""
+
     attempt: int
     nodes: tuple[str, ...]
     started_at: float | None
@@ -55,30 +57,18 @@ class AttemptRow:
     gap_s: float | None  # this attempt's end -> the next one's start
     in_place: int = 0  # restarts inside the allocation before this row (attempt 2.1: 1)
     job: str = ""  # the Slurm job of this attempt (a successor's, after a hand-over)
-    # Make before break: when a successor, started up, began to wait for its predecessor
-    # (before its start, which follows the predecessor's end), and which job that was.
-    up_at: float | None = None
-    waited_for: str | None = None
-    # When this attempt, having saved on its notice and trained on, was told to stop.
-    stop_asked_at: float | None = None
+    up_at: float | None = None  # a successor up before its start, waiting (make before break)
+    waited_for: str | None = None  # for this job, its predecessor
+    stop_asked_at: float | None = None  # trained on after its notice save until told to stop
     stop_why: str | None = None
-    # The run stopped restarting here (max_restarts, or attempts that saved nothing): why.
-    gave_up: str | None = None
-    # The code it ran, as its submit found it: "git 1a2b3c4d5e6f (dirty)", or
-    # "snapshot 3f2a... of git ..." (`slurmpre.login.code`); None when not known.
-    code: str | None = None
-    # Where it trained (preemptible or standard nodes), and where it sent the next job at
-    # its hand-over, with why (`slurmpre.placement`): "standard: 3 preemptions: ...".
-    on: str = PREEMPTIBLE
+    gave_up: str | None = None  # why the run stopped restarting here
+    code: str | None = None  # as its submit found it (`slurmpre.login.code`)
+    on: str = PREEMPTIBLE  # where it trained, and where it sent the next job (`placement`)
     placed: str | None = None
-    # Hot spares (`spare_nodes`): the nodes held that did not train, those that took a
-    # drained node's place at this attempt's end, and those lost while it trained (when).
-    spares: tuple[str, ...] = ()
-    spares_in: tuple[str, ...] = ()
-    spares_lost: tuple[tuple[float | None, tuple[str, ...]], ...] = ()
-    # Lost without a notice checkpoint (``steps_lost`` unknown): at most how many steps,
-    # from its pace between saves and a time after its last step (`slurmpre.login.lost`).
-    unseen: lost.Unseen | None = None
+    spares: tuple[str, ...] = ()  # held, not training (`spare_nodes`)
+    spares_in: tuple[str, ...] = ()  # those that took a drained node's place at its end
+    spares_lost: tuple[tuple[float | None, tuple[str, ...]], ...] = ()  # (when, which) lost
+    unseen: lost.Unseen | None = None  # no count of steps lost: at most these (`lost`)
 
     @property
     def label(self) -> str:
