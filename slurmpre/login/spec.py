@@ -183,20 +183,16 @@ def load(
     """Read a TOML spec, apply ``--set`` overrides (command line wins), validate."""
     raw = read(path)
     overrides = parse_sets(sets)
-    env = None
     if "env" in overrides:
-        base = raw.get("env", {})
+        base, given = raw.get("env", {}), overrides.pop("env")  # set again last, below
         if not isinstance(base, Mapping):
             raise v.bad("env", base, 'must be a table of NAME = "value"')
-        given = overrides.pop("env")
         if not isinstance(given, Mapping):  # --set env=3: give each as env.NAME=value
             raise v.bad(
                 "env", given, 'must be a table of NAME = "value"; set one as env.NAME=value'
             )
-        env = {**base, **given}
+        overrides["env"] = {**base, **given}
     raw.update(overrides)
-    if env is not None:
-        raw["env"] = env
     if "name" not in raw:
         raw["name"] = path.stem
     return from_raw(raw, path, user=user, python=python)
