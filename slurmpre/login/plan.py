@@ -184,15 +184,21 @@ def measure(records: list[Record]) -> Measured:
     )
 
 
-def ledgers(folders: list[Path]) -> list[Record]:
+def ledgers(folders: list[Path], *, skip_unread: bool = False) -> list[Record]:
     """Every record of the ledgers of these checkpoint folders; one line naming a folder
-    that has none."""
+    that has none, or with ``skip_unread`` none from it, nor from one that cannot be read
+    (a job of the user's list may have been moved or never started)."""
     records: list[Record] = []
     for folder in folders:
         ledger = Ledger(folder, view=True)
-        if not ledger.path.is_file():
-            raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
-        records += ledger.records()
+        try:
+            if ledger.path.is_file():
+                records += ledger.records()
+            elif not skip_unread:
+                raise UsageError(f"{str(folder)!r} has no ledger ({ledger.path} does not exist)")
+        except (OSError, SlurmpreError):
+            if not skip_unread:
+                raise
     return records
 
 
@@ -305,7 +311,7 @@ def _restart_elsewhere(
         return None
     if history is not None:
         mine = set(folders)
-        others = _records([f for f in history() if f not in mine])
+        others = ledgers([f for f in history() if f not in mine], skip_unread=True)
         if (theirs := measure(others)).restart_s is not None:
             return theirs.restart_s, (
                 f"restart {theirs.restart_s:.4g} s: the median of {theirs.restarts} "
@@ -317,20 +323,6 @@ def _restart_elsewhere(
             "the longest a restart waits for a node (none measured)"
         )
     return None
-
-
-def _records(folders: list[Path]) -> list[Record]:
-    """Every record of these folders' ledgers; a folder without a readable one adds none
-    (a job of the user's list may have been moved or never started)."""
-    out: list[Record] = []
-    for folder in folders:
-        ledger = Ledger(folder, view=True)
-        try:
-            if ledger.path.is_file():
-                out += ledger.records()
-        except (OSError, SlurmpreError):
-            continue
-    return out
 
 
 def lines(plan: Plan) -> list[str]:
