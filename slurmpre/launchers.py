@@ -135,8 +135,6 @@ def _after_pass_through(words: list[str]) -> list[str]:
     takes_value = {
         "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
         "nice": {"-n", "--adjustment"},
-        "taskset": set(),
-        "stdbuf": set(),
     }
     valued = takes_value.get(name, set())
     while rest:
