@@ -87,10 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("slurmpre: interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("slurmpre: interrupted", err=True)
         return EXIT_INTERRUPTED
     except click.ClickException as exc:
