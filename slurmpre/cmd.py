@@ -1,11 +1,6 @@
 """The one seam through which slurmpre runs the external commands whose answer it reads
-(Slurm's tools, apt-get, munge's checks). The processes it supervises instead (the
-training under the wrapper, the batch script's srun steps, the sandbox's daemons)
-are started by their supervisors: job/supervise.py, job/steps.py, sandbox/daemons.py.
-
-argv lists only, never a shell; a timeout on every call; logged at debug; a
-missing executable, a time-out and a failure each become a `CommandError` whose
-message names the command, the exit code and the indented stderr.
+(Slurm's tools, apt-get, munge's checks); the processes it supervises are started by
+their supervisors (job/start/supervise.py, job/handover/steps.py, sandbox/daemons.py).
 """
 
 from __future__ import annotations

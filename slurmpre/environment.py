@@ -1,9 +1,5 @@
 """Every ``SLURMPRE_*`` variable, spelled once: what the batch script, the wrapper and the
-training process tell one another, and the few a user sets to change slurmpre.
-
-The wrapper writes what the training process sees with `Training.to_env`; the training
-API (`slurmpre.api`) and the wrapper read them with `text` and `number`. No other module
-spells a name (submitit keeps its job environment in one class the same way).
+training process tell one another, and the few a user sets (docs/architecture.md).
 """
 
 from __future__ import annotations

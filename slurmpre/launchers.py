@@ -1,8 +1,5 @@
 """The launchers slurmpre starts on every node, and the launchers it refuses to start a
 second time inside the first: every fact about launchers, once.
-
-The job side imports this module (the wrapper's arguments, the rendezvous, the
-launch): it imports nothing heavy.
 """
 
 from __future__ import annotations

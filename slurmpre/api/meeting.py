@@ -1,11 +1,5 @@
-"""How the ranks of one checkpoint meet: each says it wrote its part (or failed), and all
-learn whether rank 0 committed it. Over torch.distributed when the script initialized
-it (two small all_reduces), else through marks in a folder beside the checkpoint (the
-plain launcher: one process per node, no process group); a single process meets no one.
-
-A failing rank takes part too, so an exception on one rank never leaves the others
-waiting.
-"""
+"""How the ranks of one checkpoint meet: each says it wrote its part (or failed, so no rank
+is left waiting), and all learn whether rank 0 committed it."""
 
 from __future__ import annotations
 
