@@ -23,7 +23,9 @@ from slurmpre.tier import local
 
 
 def env_of(env: Mapping[str, str] | None) -> Mapping[str, str]:
-    arguments.environment("env", env)
+    arguments.expect(
+        "env", env, Mapping, "a mapping of names to values (os.environ)", optional=True
+    )
     return os.environ if env is None else env
 
 

@@ -26,11 +26,6 @@ def shown(text: str) -> str:
     return text if text.isprintable() else repr(text)[1:-1]
 
 
-def json_text(value: object) -> str:
-    """Indented JSON, with what JSON cannot hold (an infinite or NaN number) as null."""
-    return json.dumps(_finite(value), indent=2, allow_nan=False)
-
-
 # Every command's --json is one object whose "schema" names what it holds and the
 # version of that shape ("slurmpre/status/1"): a key added keeps the version, a key
 # removed or changed in meaning raises it. docs/login.md lists them.
@@ -38,8 +33,10 @@ SCHEMA_VERSION = 1
 
 
 def json_document(kind: str, value: dict[str, Any]) -> str:
-    """``value`` as the JSON a ``--json`` prints: ``{"schema": "slurmpre/KIND/1", ...}``."""
-    return json_text({"schema": f"slurmpre/{kind}/{SCHEMA_VERSION}", **value})
+    """``value`` as the JSON a ``--json`` prints: ``{"schema": "slurmpre/KIND/1", ...}``,
+    indented, with what JSON cannot hold (an infinite or NaN number) as null."""
+    document = {"schema": f"slurmpre/{kind}/{SCHEMA_VERSION}", **value}
+    return json.dumps(_finite(document), indent=2, allow_nan=False)
 
 
 def _finite(value: object) -> object:
