@@ -38,20 +38,11 @@ class Result:
     stderr: str
 
 
-def _indent(text: str) -> str:
-    text = text.strip()
-    if not text:
-        return "    (no output)"
-    return "\n".join("    " + line for line in text.splitlines())
-
-
 def render_failure(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> str:
-    """The message of a failed command: the command, its exit code and its output."""
-    lines = [f"command failed (exit {returncode}): {shlex.join(argv)}"]
+    """The message of a failed command: the command, its exit code and its output, indented."""
     out = stderr.strip() or stdout.strip()
-    if out:
-        lines.append(_indent(out))
-    return "\n".join(lines)
+    lines = [f"command failed (exit {returncode}): {shlex.join(argv)}"]
+    return "\n".join(lines + ["    " + line for line in out.splitlines()])
 
 
 def run(

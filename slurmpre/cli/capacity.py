@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from slurmpre.cli.common import folder_arg, json_document, prices
+from slurmpre.errors import CommandError
 
 
 # -- nodes ---------------------------------------------------------------------
@@ -194,7 +195,6 @@ def _interval_plan(
     from slurmpre.login.plan import inputs_from, ledgers, lines, make_plan
 
     def requeue_floor() -> int | None:
-        from slurmpre.errors import CommandError
         from slurmpre.slurm.client import default_client
         from slurmpre.slurm.parse import requeue_floor as floor
 

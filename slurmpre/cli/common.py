@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from slurmpre import defaults
-from slurmpre.errors import UsageError
+from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 
 
 def err(message: str) -> None:
@@ -54,7 +54,6 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     (newest first; an array's tasks as ``123_0``), read from your list of jobs only."""
     from click.shell_completion import CompletionItem
 
-    from slurmpre.errors import SlurmpreError
     from slurmpre.login import jobs
 
     try:
@@ -110,7 +109,6 @@ def reach_sandbox(ctx: click.Context) -> None:
     (`slurmpre.sandbox.reach`): its shims first on PATH and its slurm.conf, put back as
     they were when the command ends. What someone else could have written is said in
     one line and not followed."""
-    from slurmpre.errors import SandboxError
     from slurmpre.sandbox.reach import needed
 
     try:

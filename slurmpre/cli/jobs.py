@@ -45,7 +45,6 @@ def status(
     from slurmpre.login.handle import Job
     from slurmpre.login.status import Prices, lines
     from slurmpre.slurm.client import default_client
-    from slurmpre.slurm.states import FINISHED, UNKNOWN_TO_SLURM
 
     if not (math.isfinite(price) and price >= 0 and 0 <= discount < 1):
         raise UsageError(
@@ -82,7 +81,9 @@ def status(
                     click.echo(line)
                 if st.job in labels:
                     click.echo(f"  task: {shown(labels[st.job])}")
-        ended = all(st.state in FINISHED or st.state == UNKNOWN_TO_SLURM for st in views)
+        ended = all(
+            st.state in states.FINISHED or st.state == states.UNKNOWN_TO_SLURM for st in views
+        )
         if not follow or ended:
             return
         time.sleep(5)

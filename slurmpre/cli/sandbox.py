@@ -135,15 +135,10 @@ def sandbox_down() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def sandbox_status(as_json: bool) -> None:
     """Say what runs where."""
-    from slurmpre.sandbox.status import describe
+    from slurmpre.sandbox.status import describe, format_report
 
     report = describe(sandbox_here())
-    if as_json:
-        click.echo(json_document("sandbox", report))
-    else:
-        from slurmpre.sandbox.status import format_report
-
-        click.echo(format_report(report))
+    click.echo(json_document("sandbox", report) if as_json else format_report(report))
     if not report["up"]:
         raise SystemExit(1)
 
