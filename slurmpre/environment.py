@@ -76,7 +76,6 @@ ALWAYS = frozenset({
 
 
 def text(env: Mapping[str, str], name: str) -> str:
-    """The variable's value ("" when unset)."""
     return env.get(name, "")
 
 

@@ -46,7 +46,6 @@ def cmdline(pid: int) -> list[str]:
 
 
 def pids() -> list[int]:
-    """Every process's pid."""
     return [int(e.name) for e in PROC.iterdir() if e.name.isdigit()]
 
 
@@ -67,16 +66,10 @@ def is_process_of(pid: int, executable: str) -> bool:
 
 
 def _parents() -> dict[int, int]:
-    table = {}
-    for pid in pids():
-        fields = _stat_fields(pid)
-        if fields is not None:
-            table[pid] = int(fields[1])
-    return table
+    return {pid: int(fields[1]) for pid in pids() if (fields := _stat_fields(pid)) is not None}
 
 
 def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid``."""
     return {child for child, parent in _parents().items() if parent == pid}
 
 
@@ -96,7 +89,6 @@ def descendants(roots: Iterable[int]) -> set[int]:
 
 
 def _socket_inodes_under(folder: Path) -> set[str]:
-    """Inodes of the unix sockets bound to paths under ``folder``."""
     prefix = str(folder).rstrip("/") + "/"
     inodes: set[str] = set()
     try:
