@@ -16,9 +16,7 @@ from slurmpre.slurm import states
 if TYPE_CHECKING:
     from slurmpre.login.status import Prices
 
-_checkpoint_dir = click.option(
-    "--checkpoint-dir", default=None, help="Find the job in this folder's ledger."
-)
+_checkpoint_dir = click.option("--checkpoint-dir", help="Find the job in this folder's ledger.")
 
 
 @click.command()
@@ -27,7 +25,7 @@ _checkpoint_dir = click.option(
 @click.option("--follow", is_flag=True, help="Keep the view updated until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
-    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
     help="Write the run's timeline as one self-contained HTML page to this file.",
 )  # fmt: skip
 @prices
@@ -123,14 +121,14 @@ def _list_jobs(rows: list[dict[str, object]], as_json: bool) -> None:
 @click.command()
 @click.argument("job", shell_complete=complete_jobs)
 @_checkpoint_dir
-@click.option("--attempt", type=int, default=None, help="Only this attempt's own log.")
+@click.option("--attempt", type=int, help="Only this attempt's own log.")
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep printing until the job ends, across requeues."
 )
-@click.option("-n", "--tail", type=int, default=None, help="Only the last N lines (then -f).")
+@click.option("-n", "--tail", type=int, help="Only the last N lines (then -f).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (not with -f).")
 @click.option(
-    "--node", type=int, default=None,
+    "--node", type=int,
     help="Only the lines of the attempt's node N (0 is the first; multi-node jobs).",
 )  # fmt: skip
 def logs(
@@ -171,9 +169,7 @@ def logs(
 @click.command()
 @click.argument("job", shell_complete=complete_jobs)
 @_checkpoint_dir
-@click.option(
-    "--timeout", type=float, default=None, help="Give up after this many seconds (exit 1)."
-)
+@click.option("--timeout", type=float, help="Give up after this many seconds (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def wait(job: str, checkpoint_dir: str | None, timeout: float | None, as_json: bool) -> None:
     """Wait for a job's run to end, across requeues and hand-overs: exit 0 when it
