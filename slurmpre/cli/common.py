@@ -26,10 +26,7 @@ def shown(text: str) -> str:
     return text if text.isprintable() else repr(text)[1:-1]
 
 
-# Every command's --json is one object whose "schema" names what it holds and the
-# version of that shape ("slurmpre/status/1"): a key added keeps the version, a key
-# removed or changed in meaning raises it. docs/login.md lists them.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of every --json's shape (docs/login.md says when it is raised)
 
 
 def json_document(kind: str, value: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import click
 
 from slurmpre.cli.common import complete_jobs, json_document, prices, say_err, shown
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
-from slurmpre.slurm import states
+from slurmpre.slurm.states import COMPLETED, FINISHED, UNKNOWN_TO_SLURM
 
 if TYPE_CHECKING:
     from slurmpre.login.status import Prices
@@ -79,9 +79,7 @@ def status(
                     click.echo(line)
                 if st.job in labels:
                     click.echo(f"  task: {shown(labels[st.job])}")
-        ended = all(
-            st.state in states.FINISHED or st.state == states.UNKNOWN_TO_SLURM for st in views
-        )
+        ended = all(st.state in FINISHED or st.state == UNKNOWN_TO_SLURM for st in views)
         if not follow or ended:
             return
         time.sleep(5)
@@ -189,7 +187,7 @@ def wait(job: str, checkpoint_dir: str | None, timeout: float | None, as_json: b
         last = found.id if found.array is not None else found.run()[-1]
         click.echo(json_document("wait", {"job": found.id, "last": last, "state": state,
                                           "why": why}))  # fmt: skip
-        if state != states.COMPLETED:
+        if state != COMPLETED:
             raise SystemExit(1)
         return
     state = found.wait(timeout)
