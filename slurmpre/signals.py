@@ -1,9 +1,4 @@
-"""The signals slurmpre gives a meaning to, shared by the login side and the job side.
-
-Slurm sends ``WARN_SIGNAL`` before the time limit (the template's ``--signal``);
-the wrapper keeps it for itself, so a notice may not be relayed as it, nor as
-a signal no process can catch.
-"""
+"""The signals slurmpre gives a meaning to, shared by the login side and the job side."""
 
 from __future__ import annotations
 
@@ -13,7 +8,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
+# What the template's --signal sends before the time limit: the wrapper keeps it for itself,
+# so a notice may not be relayed as it (`notice_signal`).
+WARN_SIGNAL = signal.SIGUSR2
 # What the wrapper passes on to the whole training tree: Slurm's cancel/timeout
 # sequence (CONT, TERM), interrupts, and the signals users send with `scancel -s`.
 FORWARDED = (

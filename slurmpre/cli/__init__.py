@@ -63,7 +63,6 @@ for command in (
     cli.add_command(command)
 
 
-# -- entry point ---------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:

@@ -11,7 +11,6 @@ from slurmpre.cli.common import folder_arg, json_document, prices
 from slurmpre.errors import CommandError
 
 
-# -- nodes ---------------------------------------------------------------------
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def nodes(as_json: bool) -> None:
@@ -30,7 +29,6 @@ def nodes(as_json: bool) -> None:
         click.echo(line)
 
 
-# -- plan ----------------------------------------------------------------------
 @click.command()
 @click.argument("folders", nargs=-1)
 @click.option("--checkpoint-seconds", type=float, help="One checkpoint's write.")

@@ -8,7 +8,6 @@ from slurmpre.cli.common import echoed, folder_arg, json_document, shown
 from slurmpre.errors import CheckpointError
 
 
-# -- checkpoints -----------------------------------------------------------------
 @click.group()
 def ckpt() -> None:
     """Checkpoints in a folder: the newest complete one, all of them, one checked, pruning."""

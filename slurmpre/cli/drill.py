@@ -10,7 +10,6 @@ from slurmpre.cli.common import echoed, json_document, sandbox_here
 from slurmpre.errors import SlurmpreError
 
 
-# -- drill -------------------------------------------------------------------
 @click.command()
 @click.option("--preemptions", default=3, show_default=True, help="How many preemptions.")
 @click.option(

@@ -10,7 +10,6 @@ import click
 from slurmpre.cli.common import echoed, nodes_run, say_err
 from slurmpre.errors import UsageError
 
-# -- render / submit -----------------------------------------------------------
 _spec_arg = click.argument("spec_file", metavar="SPEC.toml", type=click.Path(path_type=Path))
 _set_opt = click.option(
     "--set",

@@ -10,7 +10,6 @@ from slurmpre.cli.common import echoed, json_document, sandbox_here
 SANDBOX = "slurmpre.sandbox"  # the package whose lines these commands show
 
 
-# -- sandbox -----------------------------------------------------------------
 @click.group()
 def sandbox() -> None:
     """A real Slurm cluster on this machine, for tests and rehearsals."""
