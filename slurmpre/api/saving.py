@@ -280,7 +280,7 @@ def _record_commit(
         return
     # The watcher requeues once it sees this: a checkpoint newer than the notice. Unrecorded,
     # the checkpoint is committed and will be found; only the early requeue is lost.
-    checkpoint = Checkpoint(
+    entry = Checkpoint(
         job=env[environment.JOB_TAG],
         attempt=own_attempt(env),
         in_place=in_place_of(env),
@@ -291,7 +291,7 @@ def _record_commit(
         seconds=None if seconds is None else round(seconds, 3),
         stopping=notices.stopping(env) or None,
     )
-    record(Ledger(target, access=access), checkpoint)
+    record(Ledger(target, access=access), entry)
 
 
 def committed(
