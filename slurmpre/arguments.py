@@ -3,7 +3,6 @@ the argument (exit 2 on the command line), never a bare TypeError from deep insi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from os import PathLike
 from typing import Any
 
@@ -11,7 +10,6 @@ from slurmpre.errors import UsageError
 
 NUMBER = (int, float)
 PATH = (str, PathLike)
-TEXT = str
 
 
 def expect(
@@ -36,8 +34,3 @@ def seconds(name: str, value: Any, *, optional: bool = False) -> None:
 
 def count(name: str, value: Any, *, optional: bool = False) -> None:
     expect(name, value, int, "a whole number", optional=optional)
-
-
-def environment(name: str, value: Any) -> None:
-    if value is not None and not isinstance(value, Mapping):
-        raise UsageError(f"{name}={value!r}: must be a mapping of names to values (os.environ)")

@@ -16,10 +16,6 @@ def fsync_path(path: Path, *, directory: bool = False) -> None:
         os.close(fd)
 
 
-def fsync_dir(path: Path) -> None:
-    fsync_path(path, directory=True)
-
-
 # A new name of its own (O_EXCL, never through a link): one made in advance by someone
 # else, a link among them, is never written through.
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -69,4 +65,4 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
             tmp.unlink()
         raise
     with contextlib.suppress(OSError):  # some shared filesystems refuse a folder fsync
-        fsync_dir(path.parent)
+        fsync_path(path.parent, directory=True)

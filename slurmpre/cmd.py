@@ -1,11 +1,6 @@
 """The one seam through which slurmpre runs the external commands whose answer it reads
-(Slurm's tools, apt-get, munge's checks). The processes it supervises instead (the
-training under the wrapper, the batch script's srun steps, the sandbox's daemons)
-are started by their supervisors: job/supervise.py, job/steps.py, sandbox/daemons.py.
-
-argv lists only, never a shell; a timeout on every call; logged at debug; a
-missing executable, a time-out and a failure each become a `CommandError` whose
-message names the command, the exit code and the indented stderr.
+(Slurm's tools, apt-get, munge's checks); the processes it supervises are started by
+their supervisors (job/start/supervise.py, job/handover/steps.py, sandbox/daemons.py).
 """
 
 from __future__ import annotations
@@ -43,20 +38,11 @@ class Result:
     stderr: str
 
 
-def _indent(text: str) -> str:
-    text = text.strip()
-    if not text:
-        return "    (no output)"
-    return "\n".join("    " + line for line in text.splitlines())
-
-
 def render_failure(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> str:
-    """The message of a failed command: the command, its exit code and its output."""
-    lines = [f"command failed (exit {returncode}): {shlex.join(argv)}"]
+    """The message of a failed command: the command, its exit code and its output, indented."""
     out = stderr.strip() or stdout.strip()
-    if out:
-        lines.append(_indent(out))
-    return "\n".join(lines)
+    lines = [f"command failed (exit {returncode}): {shlex.join(argv)}"]
+    return "\n".join(lines + ["    " + line for line in out.splitlines()])
 
 
 def run(

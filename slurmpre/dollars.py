@@ -1,10 +1,6 @@
-"""``$NAME``, ``${NAME}`` and ``$$``: the one grammar of variables in spec values.
-
-A name is a letter or ``_``, then letters, digits and ``_`` (``$_`` alone is the
-shell's last argument, not a variable); ``$$`` is a literal ``$``; any other ``$`` is
-an error, so a value never means ``$(...)``, ``${X:-y}`` or ``$1`` anywhere. Pure: the
-login side checks and renders values with it (`slurmpre.login.variables`), the job
-side expands a command with it (`slurmpre.job.start.expand`).
+"""``$NAME``, ``${NAME}`` and ``$$``: the one grammar of variables in spec values
+(docs/spec.md, "Variables"). Pure: the login side checks and renders values with it
+(`slurmpre.login.variables`), the job side expands a command with it (`slurmpre.job.start.expand`).
 """
 
 from __future__ import annotations

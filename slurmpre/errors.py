@@ -1,8 +1,5 @@
-"""The one error hierarchy of slurmpre.
-
-Every error a user can cause or meet carries a message meant for them; the CLI
-turns it into one line and an exit code in one place (``slurmpre.cli``).
-"""
+"""The one error hierarchy of slurmpre: every error carries a message meant for the user,
+which `slurmpre.cli.main` turns into one line and an exit code."""
 
 from __future__ import annotations
 

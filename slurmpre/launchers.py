@@ -1,8 +1,5 @@
 """The launchers slurmpre starts on every node, and the launchers it refuses to start a
 second time inside the first: every fact about launchers, once.
-
-The job side imports this module (the wrapper's arguments, the rendezvous, the
-launch): it imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -23,18 +20,11 @@ class Launcher(str, Enum):
 
     @property
     def needs(self) -> str | None:
-        """The module the nodes' python must import for this launcher (pip installs it
-        by the same name), or None: checked at submit (`slurmpre.login.submit`)."""
-        return _NEEDS[self]
+        """The module the nodes' python must import for this launcher (pip installs it by
+        the same name: torchrun is torch.distributed.run, accelerate launch is
+        accelerate.commands.launch), or None: checked at submit (`slurmpre.login.submit`)."""
+        return {Launcher.TORCHRUN: "torch", Launcher.ACCELERATE: "accelerate"}.get(self)
 
-
-# What each launcher runs on the nodes: torchrun is torch.distributed.run under the
-# nodes' python; accelerate launch is accelerate.commands.launch; plain runs the command.
-_NEEDS: dict[Launcher, str | None] = {
-    Launcher.TORCHRUN: "torch",
-    Launcher.ACCELERATE: "accelerate",
-    Launcher.PLAIN: None,
-}
 
 NAMES = tuple(launcher.value for launcher in Launcher)
 DEFAULT = Launcher.TORCHRUN
@@ -135,8 +125,6 @@ def _after_pass_through(words: list[str]) -> list[str]:
     takes_value = {
         "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
         "nice": {"-n", "--adjustment"},
-        "taskset": set(),
-        "stdbuf": set(),
     }
     valued = takes_value.get(name, set())
     while rest:

@@ -1,10 +1,6 @@
-"""What slurmpre tells a person (on the login side, in the sandbox, in a job's log), as
-log records.
-
-A module says a line with ``logging.getLogger(__name__).info(...)``; whoever starts the
-work (a command of the CLI, the Python API's ``say=``, a benchmark) sends the lines of
-the modules it answers for where it wants them with `sent_to`. Nothing is shown
-otherwise: Python's logging drops INFO that no one asked for.
+"""What slurmpre tells a person, as log records: whoever starts the work sends the lines of
+the modules it answers for where it wants them with `sent_to` (docs/architecture.md);
+nothing else shows them, as logging drops INFO that no one asked for.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -46,7 +46,6 @@ def cmdline(pid: int) -> list[str]:
 
 
 def pids() -> list[int]:
-    """Every process's pid."""
     return [int(e.name) for e in PROC.iterdir() if e.name.isdigit()]
 
 
@@ -67,16 +66,10 @@ def is_process_of(pid: int, executable: str) -> bool:
 
 
 def _parents() -> dict[int, int]:
-    table = {}
-    for pid in pids():
-        fields = _stat_fields(pid)
-        if fields is not None:
-            table[pid] = int(fields[1])
-    return table
+    return {pid: int(fields[1]) for pid in pids() if (fields := _stat_fields(pid)) is not None}
 
 
 def children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid``."""
     return {child for child, parent in _parents().items() if parent == pid}
 
 
@@ -96,7 +89,6 @@ def descendants(roots: Iterable[int]) -> set[int]:
 
 
 def _socket_inodes_under(folder: Path) -> set[str]:
-    """Inodes of the unix sockets bound to paths under ``folder``."""
     prefix = str(folder).rstrip("/") + "/"
     inodes: set[str] = set()
     try:
@@ -139,31 +131,22 @@ def signal_all(pids: Iterable[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def wait_gone(
-    pids: Iterable[int],
-    timeout: float,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> set[int]:
+def wait_gone(pids: Iterable[int], timeout: float) -> set[int]:
     """Wait until none of ``pids`` is alive; return those still alive at the deadline."""
     pending = set(pids)
-    deadline = clock() + timeout
+    deadline = time.monotonic() + timeout
     while True:
         pending = {p for p in pending if alive(p)}
-        if not pending or clock() >= deadline:
+        if not pending or time.monotonic() >= deadline:
             return pending
-        sleep(0.05)
+        time.sleep(0.05)
 
 
 def stop(pids: Iterable[int], *, grace: float = 10.0) -> None:
     """SIGTERM, wait up to ``grace``, then SIGKILL whatever is left."""
     pids = {p for p in pids if alive(p)}
     signal_all(pids, signal.SIGTERM)
-    left = wait_gone(pids, grace)
-    if left:
-        signal_all(left, signal.SIGKILL)
-        wait_gone(left, 5.0)
+    kill_now(wait_gone(pids, grace))
 
 
 def kill_now(pids: Iterable[int]) -> None:

@@ -1,14 +1,7 @@
-"""Reading what a folder holds when anything may be there: regular files only, bounded,
-and never through a link that leads out of the folder.
-
-A checkpoint folder, a ledger folder or a spec path is the user's, on a volume
-others can write to, and a tool may have put anything in it. Where a marker or a
-tag should be there can be a FIFO (``open`` blocks forever), ``/dev/zero`` behind a
-link (``read`` never ends), or a link to a file elsewhere (a verdict about somebody
-else's data). Everything slurmpre reads there goes through these functions: they
-open without blocking, check with ``fstat`` that what they opened is a regular file,
-and read at most ``limit`` bytes. Their errors are OSErrors with a ``strerror`` that
-says what was wrong, so callers that already handle unreadable files handle these.
+"""Reading what a folder holds when anything may be there: regular files only, opened
+without blocking, bounded, never through a link that leads out of the folder (docs/login.md,
+"Only regular files are read"). Their errors are OSErrors with a ``strerror`` that says
+what was wrong, so callers that already handle unreadable files handle these.
 """
 
 from __future__ import annotations

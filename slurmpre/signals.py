@@ -1,9 +1,4 @@
-"""The signals slurmpre gives a meaning to, shared by the login side and the job side.
-
-Slurm sends ``WARN_SIGNAL`` before the time limit (the template's ``--signal``);
-the wrapper keeps it for itself, so a notice may not be relayed as it, nor as
-a signal no process can catch.
-"""
+"""The signals slurmpre gives a meaning to, shared by the login side and the job side."""
 
 from __future__ import annotations
 
@@ -13,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-WARN_SIGNAL = signal.SIGUSR2  # what the template's --signal sends before the time limit
-# Signals a notice may not be relayed as: uncatchable, or the wrapper's own warning.
-RESERVED_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP, WARN_SIGNAL})
+# What the template's --signal sends before the time limit: the wrapper keeps it for itself,
+# so a notice may not be relayed as it (`notice_signal`).
+WARN_SIGNAL = signal.SIGUSR2
 # What the wrapper passes on to the whole training tree: Slurm's cancel/timeout
 # sequence (CONT, TERM), interrupts, and the signals users send with `scancel -s`.
 FORWARDED = (
@@ -26,17 +21,6 @@ FORWARDED = (
     signal.SIGUSR1,
     signal.SIGCONT,
 )
-
-
-def signal_named(text: str) -> signal.Signals | None:
-    """``USR1``, ``sigusr1`` or ``10`` -> the signal; None when there is no such signal."""
-    text = text.strip().upper()
-    if text.isdigit():
-        try:
-            return signal.Signals(int(text))
-        except ValueError:
-            return None
-    return signal.Signals.__members__.get(text if text.startswith("SIG") else f"SIG{text}")
 
 
 class Latch:
@@ -115,13 +99,14 @@ def terminating_held(on_signal: Callable[[int], None]) -> Iterator[None]:
 def notice_signal(text: str) -> signal.Signals:
     """The signal named by ``text`` (``USR1``, ``SIGTERM``: a name, since numbers differ
     between architectures); ValueError saying why it cannot carry a notice."""
-    sig = None if text.strip().isdigit() else signal_named(text)
+    name = text.strip().upper()
+    sig = signal.Signals.__members__.get(name if name.startswith("SIG") else f"SIG{name}")
     if sig is None:
         raise ValueError("is not a signal name such as USR1 or TERM")
     if sig in (signal.SIGKILL, signal.SIGSTOP):
         raise ValueError(
             "cannot be caught: the training could not checkpoint on it, only die or stop"
         )
-    if sig in RESERVED_SIGNALS:
+    if sig == WARN_SIGNAL:
         raise ValueError(f"is reserved ({WARN_SIGNAL.name} carries Slurm's time-limit warning)")
     return sig

@@ -1,14 +1,6 @@
-"""What training scripts import: where to resume, restart facts, and an atomic checkpoint.
-
-Light on purpose (no click, no jinja2, no torch at import): every rank imports it.
-
-    import slurmpre
-    if (path := slurmpre.resume_path()) is not None:
-        load(path)
-    ...
-    with slurmpre.checkpoint(step) as path:
-        save(path)  # every rank, e.g. torch.distributed.checkpoint.save(..., checkpoint_id=path)
-    slurmpre.committed(path_the_framework_saved)  # or: a framework saved by itself
+"""What training scripts import: where to resume, restart facts, and an atomic checkpoint
+(README.md shows them in a script). Light on purpose (no click, no jinja2, no torch at
+import): every rank imports it.
 """
 
 from slurmpre._api_names import TRAINING_API

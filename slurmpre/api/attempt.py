@@ -18,12 +18,14 @@ from slurmpre.folder.access import CONTROL_MODE, Access
 from slurmpre.folder.access import from_env as access_from_env
 from slurmpre.folder.layout import attempt_key
 from slurmpre.folder.ledger import Choice, Ledger
-from slurmpre.folder.records import Waiting
+from slurmpre.folder.records import Record, Waiting
 from slurmpre.tier import local
 
 
 def env_of(env: Mapping[str, str] | None) -> Mapping[str, str]:
-    arguments.environment("env", env)
+    arguments.expect(
+        "env", env, Mapping, "a mapping of names to values (os.environ)", optional=True
+    )
     return os.environ if env is None else env
 
 
@@ -82,19 +84,17 @@ def taken_over(env: Mapping[str, str]) -> Choice:
         return _taken[key]
     predecessor = env[environment.RESUME_PENDING]
     ledger = Ledger(folder, access=access_of(env))
-    if ranks(env)[0] == 0:
-        try:
-            ledger.append(
-                Waiting(
-                    job=tag,
-                    attempt=attempt,
-                    in_place=in_place,
-                    predecessor=predecessor,
-                    waiting_at=time.time(),
-                )
-            )
-        except CheckpointError as exc:  # the predecessor then stops by its deadline
-            print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
+    if ranks(env)[0] == 0:  # unrecorded, the predecessor stops by its deadline
+        record(
+            ledger,
+            Waiting(
+                job=tag,
+                attempt=attempt,
+                in_place=in_place,
+                predecessor=predecessor,
+                waiting_at=time.time(),
+            ),
+        )
     timeout = float(env.get(environment.RESUME_TIMEOUT) or 600)
     try:
         choice = ledger.wait_choice(tag, key[2], timeout, resume=True)
@@ -193,3 +193,12 @@ def mark(env: Mapping[str, str], key: str) -> None:
     if path:
         with contextlib.suppress(OSError, SlurmpreError):  # a mark is a hint to the watcher
             trust.create(Path(path), CONTROL_MODE)
+
+
+def record(ledger: Ledger, entry: Record) -> None:
+    """Append ``entry``; a ledger that cannot be written is said in one line, never raised:
+    the record is the watcher's hint, and the training goes on without it."""
+    try:
+        ledger.append(entry)
+    except CheckpointError as exc:
+        print(f"slurmpre: {exc}", file=sys.stderr, flush=True)

@@ -1,17 +1,6 @@
-"""What a training keeps when its world size changes: the global batch, and the data order.
-
-- `batching`: the gradient accumulation that keeps ``global_batch`` samples per optimizer
-  step on this many ranks of ``micro_batch`` each, or one line saying why it cannot.
-- `ElasticSampler`: every sample exactly once per epoch across any sequence of world
-  sizes. The data is one stream: epoch ``e`` is a permutation of the dataset drawn from
-  ``(seed, e)``, and the epochs follow one another. Optimizer step ``g`` takes the
-  ``global_batch`` stream positions from ``g * global_batch`` on, whatever the world size;
-  rank ``r`` of ``W`` takes the ``r``-th ``W``-th of them, in micro batches. Where the run
-  is, is one number, the samples consumed (Megatron's ``consumed_samples``): not steps,
-  not ranks. A run resumed on another world size, with the same global batch, sees the
-  same samples in the same optimizer steps. ``slurmpre.checkpoint(step, sampler=s)``
-  keeps its state in the checkpoint (``sampler.json``); `ElasticSampler.resume` reads it
-  back from the checkpoint the attempt resumes from.
+"""What a training keeps when its world size changes: the global batch (`batching`), and
+the data order (`ElasticSampler`: one stream keyed on the samples consumed). See
+docs/how-it-works.md, "When the world size changes".
 """
 
 from __future__ import annotations
@@ -84,7 +73,7 @@ def _near(value: int, step: int) -> str:
 
 class ElasticSampler:
     """This rank's indices into a dataset of ``size`` samples, in micro batches, from
-    ``consumed`` samples on (see the module's text). Iterating gives the micro batches of
+    ``consumed`` samples on (docs/how-it-works.md). Iterating gives the micro batches of
     the optimizer steps that start in the current epoch; call `advance` after each
     optimizer step, and keep `state_dict` with the checkpoint."""
 

@@ -1,11 +1,5 @@
-"""How the ranks of one checkpoint meet: each says it wrote its part (or failed), and all
-learn whether rank 0 committed it. Over torch.distributed when the script initialized
-it (two small all_reduces), else through marks in a folder beside the checkpoint (the
-plain launcher: one process per node, no process group); a single process meets no one.
-
-A failing rank takes part too, so an exception on one rank never leaves the others
-waiting.
-"""
+"""How the ranks of one checkpoint meet: each says it wrote its part (or failed, so no rank
+is left waiting), and all learn whether rank 0 committed it."""
 
 from __future__ import annotations
 
@@ -51,31 +45,27 @@ class Alone:
 
 
 class TorchMeeting:
-    """Two small all_reduces: did every rank write, did rank 0 commit. A failing rank
-    takes part too, so an exception on one rank never leaves the others waiting."""
+    """Two small all_reduces: did every rank write, did rank 0 commit."""
 
     def __init__(self, dist: Any) -> None:
         self.dist = dist
 
-    def _all(self, ok: bool) -> bool:
+    def all_agree(self, ok: bool) -> bool:
+        """Whether every rank says ``ok`` (each learns the same answer)."""
         torch = sys.modules["torch"]
         flag = torch.tensor([1 if ok else 0], dtype=torch.int64, device=device(self.dist))
         self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN)
         return bool(flag.item())
 
     def failed(self, exc: BaseException) -> None:
-        self._all(False)
-
-    def all_agree(self, ok: bool) -> bool:
-        """Whether every rank says ``ok`` (each learns the same answer)."""
-        return self._all(ok)
+        self.all_agree(False)
 
     def written(self) -> None:
-        if not self._all(True):
+        if not self.all_agree(True):
             raise CheckpointError("another rank failed while writing the checkpoint: not committed")
 
     def verdict(self, final: Path | None, exc: BaseException | None) -> None:
-        if not self._all(exc is None) and exc is None:
+        if not self.all_agree(exc is None) and exc is None:
             raise CheckpointError("rank 0 could not commit the checkpoint")
 
 

@@ -22,6 +22,7 @@ from slurmpre.api.attempt import (
     in_place_of,
     own_attempt,
     ranks,
+    record,
     taken_over,
 )
 from slurmpre.api.batching import ElasticSampler
@@ -96,10 +97,11 @@ def checkpoint(
     tag = _attempt_tag(env, target)
     incoming = checkpoints.incoming_path(target, step, tag)
     access = access_of(env)
-    # The wrapper's flush commits into the job's checkpoint folder: a save to another
-    # folder (``folder=``) goes there directly.
-    tier = bool(env.get(environment.LOCAL_NODE))  # only inside a job with local_dir on
-    mine = tier and (folder is None or Path(folder) == checkpoint_dir())
+    # Only inside a job with local_dir on. The wrapper's flush commits into the job's
+    # checkpoint folder: a save to another folder (``folder=``) goes there directly.
+    mine = bool(env.get(environment.LOCAL_NODE)) and (
+        folder is None or Path(folder) == checkpoint_dir()
+    )
     run = _local_run(env, dist, world, step) if mine else None
     if run is not None:  # the node first; the wrapper's flush commits it here later
         where = _Where(target, step, local.incoming(run, step, tag), access, timeout)
@@ -190,8 +192,6 @@ def _local_run(env: Mapping[str, str], dist: Any, world: int, step: int) -> Path
     for one more checkpoint as big as the last on every node; else None: the shared
     folder, as without it, said in one line. Every rank decides alike (one all_reduce):
     ranks without a process group cannot agree, and write to the shared folder."""
-    if not env.get(environment.LOCAL_NODE):
-        return None  # local_dir is off: no node has a folder, nothing to agree on
     raw = env.get(environment.LOCAL_DIR, "")
     if dist is None and (not raw or world > 1):
         return None
@@ -265,10 +265,7 @@ def _write_local(
             seconds=round(time.time() - began, 3),
             after_notice=notices.gate_for(env).agreed,
         )
-        try:
-            Ledger(where.target, access=where.access).append(saved)
-        except CheckpointError as exc:
-            print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
+        record(Ledger(where.target, access=where.access), saved)
 
 
 def _record_commit(
@@ -281,24 +278,20 @@ def _record_commit(
 ) -> None:
     if not env.get(environment.JOB_TAG):
         return
-    # The watcher requeues once it sees this: a checkpoint newer than the notice.
-    try:
-        Ledger(target, access=access).append(
-            Checkpoint(
-                job=env[environment.JOB_TAG],
-                attempt=own_attempt(env),
-                in_place=in_place_of(env),
-                step=step,
-                path=str(final),
-                after_notice=notices.gate_for(env).agreed,
-                # Writing and committing it (`slurmpre plan`); unknown for another's save.
-                seconds=None if seconds is None else round(seconds, 3),
-                stopping=notices.stopping(env) or None,
-            )
-        )
-    except CheckpointError as exc:
-        # The checkpoint is committed and will be found; only the early requeue is lost.
-        print(f"slurmpre: {exc}", file=sys.stderr, flush=True)
+    # The watcher requeues once it sees this: a checkpoint newer than the notice. Unrecorded,
+    # the checkpoint is committed and will be found; only the early requeue is lost.
+    entry = Checkpoint(
+        job=env[environment.JOB_TAG],
+        attempt=own_attempt(env),
+        in_place=in_place_of(env),
+        step=step,
+        path=str(final),
+        after_notice=notices.gate_for(env).agreed,
+        # Writing and committing it (`slurmpre plan`); unknown for another's save.
+        seconds=None if seconds is None else round(seconds, 3),
+        stopping=notices.stopping(env) or None,
+    )
+    record(Ledger(target, access=access), entry)
 
 
 def committed(

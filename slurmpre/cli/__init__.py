@@ -1,10 +1,5 @@
-"""The command line: parse arguments, call the core, print. Nothing else lives here.
-
-One module per command group (`sandbox`, `generate`, `ckpt`, `jobs`, `capacity`,
-`drill`); this one makes the ``slurmpre`` group of them. Errors are turned into one
-message and an exit code in exactly one place, `main`: a slurmpre error exits 1 (2
-for bad input), Ctrl-C 130, and anything unexpected 3, with its traceback only
-under ``--debug``.
+"""The command line: one module per command group, assembled here; `main` is the one
+place an error becomes a message and an exit code.
 """
 
 from __future__ import annotations
@@ -68,7 +63,6 @@ for command in (
     cli.add_command(command)
 
 
-# -- entry point ---------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
@@ -87,10 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("slurmpre: interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("slurmpre: interrupted", err=True)
         return EXIT_INTERRUPTED
     except click.ClickException as exc:

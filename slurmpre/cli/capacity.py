@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from slurmpre.cli.common import folder_arg, json_document, prices
+from slurmpre.errors import CommandError
 
 
-# -- nodes ---------------------------------------------------------------------
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def nodes(as_json: bool) -> None:
@@ -29,66 +29,57 @@ def nodes(as_json: bool) -> None:
         click.echo(line)
 
 
-# -- plan ----------------------------------------------------------------------
 @click.command()
 @click.argument("folders", nargs=-1)
-@click.option("--checkpoint-seconds", type=float, default=None, help="One checkpoint's write.")
-@click.option("--mtbf", type=float, default=None, help="Seconds of running per preemption.")
-@click.option("--restart-seconds", type=float, default=None, help="Requeue to training again.")
-@click.option("--window", type=float, default=None, help="Drain to removal (default 300).")
-@click.option("--margin", type=float, default=None, help="Safety margin (default 30).")
-@click.option("--notice-seconds", type=float, default=None, help="Drain to notice (default 5).")
+@click.option("--checkpoint-seconds", type=float, help="One checkpoint's write.")
+@click.option("--mtbf", type=float, help="Seconds of running per preemption.")
+@click.option("--restart-seconds", type=float, help="Requeue to training again.")
+@click.option("--window", type=float, help="Drain to removal (default 300).")
+@click.option("--margin", type=float, help="Safety margin (default 30).")
+@click.option("--notice-seconds", type=float, help="Drain to notice (default 5).")
 @click.option(
-    "--local-save-seconds", "save_seconds", type=float, default=None,
+    "--local-save-seconds", "save_seconds", type=float,
     help="With local_dir: a save on the nodes (else measured, when the ledgers hold one).",
 )  # fmt: skip
 @click.option(
-    "--pull-seconds", type=float, default=None,
+    "--pull-seconds", type=float,
     help="With local_dir: the pull by the job that takes over (else measured, or 0).",
 )  # fmt: skip
 @click.option(
     "--deadline",
-    default=None,
     metavar="WHEN",
     help="Forecast a deadline instead (ISO 8601 time, or a duration from the first submit): "
     "the chance to make it and the cost of each placement policy.",
 )
-@click.option("--total-steps", type=int, default=None, help="(--deadline) The step to reach.")
-@click.option("--steps-done", type=int, default=None, help="(--deadline) Steps done so far.")
-@click.option("--rate", type=float, default=None, help="(--deadline) Steps per second.")
+@click.option("--total-steps", type=int, help="(--deadline) The step to reach.")
+@click.option("--steps-done", type=int, help="(--deadline) Steps done so far.")
+@click.option("--rate", type=float, help="(--deadline) Steps per second.")
 @click.option(
     "--wait-seconds",
     type=float,
-    default=None,
     help="(--deadline) Mean wait for preemptible capacity after a preemption.",
 )
-@click.option(
-    "--nodes", "node_count", type=int, default=None, help="Training nodes (--deadline, --spares)."
-)
+@click.option("--nodes", "node_count", type=int, help="Training nodes (--deadline, --spares).")
 @click.option(
     "--gpus-per-node",
     type=int,
-    default=None,
     help="(--deadline) A node's GPUs, which --price is per (else --spec's gpus_per_node).",
 )
 @click.option(
     "--spec",
     "spec_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
     help="(--deadline) The job's spec: its gpus_per_node.",
 )
 @click.option(
     "--spares",
     type=int,
-    default=None,
     help="Also compare K hot spares with handing over and with shrinking and growing back.",
 )
-@click.option("--swap-seconds", type=float, default=None, help="(--spares) In-place restart.")
+@click.option("--swap-seconds", type=float, help="(--spares) In-place restart.")
 @click.option(
     "--return-seconds",
     type=float,
-    default=None,
     help="(--spares) A lost node's capacity back, after the loss.",
 )
 @click.option(
@@ -98,7 +89,7 @@ def nodes(as_json: bool) -> None:
     show_default=True,
     help="(--deadline) Capacity traces replayed.",
 )
-@click.option("--seed", type=int, default=None, help="(--deadline) The traces' seed.")
+@click.option("--seed", type=int, help="(--deadline) The traces' seed.")
 @prices
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plan(
@@ -194,7 +185,6 @@ def _interval_plan(
     from slurmpre.login.plan import inputs_from, ledgers, lines, make_plan
 
     def requeue_floor() -> int | None:
-        from slurmpre.errors import CommandError
         from slurmpre.slurm.client import default_client
         from slurmpre.slurm.parse import requeue_floor as floor
 

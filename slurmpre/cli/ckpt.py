@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from slurmpre.cli.common import echoed, folder_arg, json_document, shown
+from slurmpre.errors import CheckpointError
 
 
-# -- checkpoints -----------------------------------------------------------------
 @click.group()
 def ckpt() -> None:
     """Checkpoints in a folder: the newest complete one, all of them, one checked, pruning."""
@@ -18,7 +18,6 @@ def ckpt() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ckpt_latest(folder: str, as_json: bool) -> None:
     """Print the newest complete checkpoint under FOLDER (exit 1 if there is none)."""
-    from slurmpre.errors import CheckpointError
     from slurmpre.folder.checkpoints import latest, summarize
 
     found = latest(folder_arg(folder))
@@ -78,7 +77,6 @@ def ckpt_list(folder: str, as_json: bool, show_all: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ckpt_verify(path: str, as_json: bool) -> None:
     """Say whether the checkpoint at PATH is complete, and why (exit 1 if it is not)."""
-    from slurmpre.errors import CheckpointError
     from slurmpre.folder.checkpoints import judge
 
     found = judge(folder_arg(path))
@@ -141,7 +139,5 @@ def ckpt_prune(folder: str, keep: int, dry_run: bool, wait: float, as_json: bool
         n = len(done.removed)
         click.echo(f"{freed} {human(done.freed)} in {n} {'entry' if n == 1 else 'entries'}")
     if done.failed:
-        from slurmpre.errors import CheckpointError
-
         names = ", ".join(f.name for f in done.failed)
         raise CheckpointError(f"could not remove {len(done.failed)} entries: {names}")

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from slurmpre import defaults
-from slurmpre.errors import UsageError
+from slurmpre.errors import SandboxError, SlurmpreError, UsageError
 
 
 def err(message: str) -> None:
@@ -26,20 +26,14 @@ def shown(text: str) -> str:
     return text if text.isprintable() else repr(text)[1:-1]
 
 
-def json_text(value: object) -> str:
-    """Indented JSON, with what JSON cannot hold (an infinite or NaN number) as null."""
-    return json.dumps(_finite(value), indent=2, allow_nan=False)
-
-
-# Every command's --json is one object whose "schema" names what it holds and the
-# version of that shape ("slurmpre/status/1"): a key added keeps the version, a key
-# removed or changed in meaning raises it. docs/login.md lists them.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of every --json's shape (docs/login.md says when it is raised)
 
 
 def json_document(kind: str, value: dict[str, Any]) -> str:
-    """``value`` as the JSON a ``--json`` prints: ``{"schema": "slurmpre/KIND/1", ...}``."""
-    return json_text({"schema": f"slurmpre/{kind}/{SCHEMA_VERSION}", **value})
+    """``value`` as the JSON a ``--json`` prints: ``{"schema": "slurmpre/KIND/1", ...}``,
+    indented, with what JSON cannot hold (an infinite or NaN number) as null."""
+    document = {"schema": f"slurmpre/{kind}/{SCHEMA_VERSION}", **value}
+    return json.dumps(_finite(document), indent=2, allow_nan=False)
 
 
 def _finite(value: object) -> object:
@@ -57,7 +51,6 @@ def complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -
     (newest first; an array's tasks as ``123_0``), read from your list of jobs only."""
     from click.shell_completion import CompletionItem
 
-    from slurmpre.errors import SlurmpreError
     from slurmpre.login import jobs
 
     try:
@@ -113,7 +106,6 @@ def reach_sandbox(ctx: click.Context) -> None:
     (`slurmpre.sandbox.reach`): its shims first on PATH and its slurm.conf, put back as
     they were when the command ends. What someone else could have written is said in
     one line and not followed."""
-    from slurmpre.errors import SandboxError
     from slurmpre.sandbox.reach import needed
 
     try:

@@ -10,7 +10,6 @@ from slurmpre.cli.common import echoed, json_document, sandbox_here
 from slurmpre.errors import SlurmpreError
 
 
-# -- drill -------------------------------------------------------------------
 @click.command()
 @click.option("--preemptions", default=3, show_default=True, help="How many preemptions.")
 @click.option(
@@ -23,7 +22,7 @@ from slurmpre.errors import SlurmpreError
     show_default=True,
     help="Steps between periodic checkpoints (the provider's recipe: 500, longer than the window).",
 )
-@click.option("--seed", type=int, default=None, help="Replay a schedule (printed by each run).")
+@click.option("--seed", type=int, help="Replay a schedule (printed by each run).")
 @click.option(
     "--baseline", is_flag=True, help="Also run the seeds' recipe under the same schedule."
 )
@@ -34,9 +33,7 @@ from slurmpre.errors import SlurmpreError
     help="Slurm's default timings, which users have (a requeue waits >= 121 s), or the "
     "sandbox's quick ones (for tests).",
 )
-@click.option(
-    "--steps", type=int, default=None, help="Training steps (default: enough for every preemption)."
-)
+@click.option("--steps", type=int, help="Training steps (default: enough for every preemption).")
 @click.option(
     "--capacity-scene/--no-capacity-scene",
     "capacity",
@@ -64,7 +61,6 @@ from slurmpre.errors import SlurmpreError
     "--report",
     "recorded",
     type=click.Path(path_type=Path),
-    default=None,
     help="Run nothing: print the report of a past run (its folder or its timelines.json).",
 )
 def drill(

@@ -10,7 +10,6 @@ import click
 from slurmpre.cli.common import echoed, nodes_run, say_err
 from slurmpre.errors import UsageError
 
-# -- render / submit -----------------------------------------------------------
 _spec_arg = click.argument("spec_file", metavar="SPEC.toml", type=click.Path(path_type=Path))
 _set_opt = click.option(
     "--set",
@@ -24,7 +23,7 @@ _set_opt = click.option(
 @click.command("render")
 @_spec_arg
 @_set_opt
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 def render_cmd(spec_file: Path, sets: tuple[str, ...], output: Path | None) -> None:
     """Print the sbatch script for SPEC.toml (or write it to --output)."""
     from slurmpre.login.render import render
@@ -117,8 +116,8 @@ def run_cmd(args: tuple[str, ...]) -> None:
     help="Run SPEC.toml once per value (repeatable: every combination); env.NAME=... too.",
 )
 @_set_opt
-@click.option("--name", default=None, help="The array's name (else the specs' common name).")
-@click.option("--max-running", type=int, default=None, help="At most N tasks at a time.")
+@click.option("--name", help="The array's name (else the specs' common name).")
+@click.option("--max-running", type=int, help="At most N tasks at a time.")
 @click.option(
     "--dry-run",
     is_flag=True,

@@ -11,14 +11,12 @@ import click
 
 from slurmpre.cli.common import complete_jobs, json_document, prices, say_err, shown
 from slurmpre.errors import JobFailed, SlurmpreError, UsageError
-from slurmpre.slurm import states
+from slurmpre.slurm.states import COMPLETED, FINISHED, UNKNOWN_TO_SLURM
 
 if TYPE_CHECKING:
     from slurmpre.login.status import Prices
 
-_checkpoint_dir = click.option(
-    "--checkpoint-dir", default=None, help="Find the job in this folder's ledger."
-)
+_checkpoint_dir = click.option("--checkpoint-dir", help="Find the job in this folder's ledger.")
 
 
 @click.command()
@@ -27,7 +25,7 @@ _checkpoint_dir = click.option(
 @click.option("--follow", is_flag=True, help="Keep the view updated until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
-    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    "--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
     help="Write the run's timeline as one self-contained HTML page to this file.",
 )  # fmt: skip
 @prices
@@ -45,7 +43,6 @@ def status(
     from slurmpre.login.handle import Job
     from slurmpre.login.status import Prices, lines
     from slurmpre.slurm.client import default_client
-    from slurmpre.slurm.states import FINISHED, UNKNOWN_TO_SLURM
 
     if not (math.isfinite(price) and price >= 0 and 0 <= discount < 1):
         raise UsageError(
@@ -122,14 +119,14 @@ def _list_jobs(rows: list[dict[str, object]], as_json: bool) -> None:
 @click.command()
 @click.argument("job", shell_complete=complete_jobs)
 @_checkpoint_dir
-@click.option("--attempt", type=int, default=None, help="Only this attempt's own log.")
+@click.option("--attempt", type=int, help="Only this attempt's own log.")
 @click.option(
     "-f", "--follow", is_flag=True, help="Keep printing until the job ends, across requeues."
 )
-@click.option("-n", "--tail", type=int, default=None, help="Only the last N lines (then -f).")
+@click.option("-n", "--tail", type=int, help="Only the last N lines (then -f).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (not with -f).")
 @click.option(
-    "--node", type=int, default=None,
+    "--node", type=int,
     help="Only the lines of the attempt's node N (0 is the first; multi-node jobs).",
 )  # fmt: skip
 def logs(
@@ -170,9 +167,7 @@ def logs(
 @click.command()
 @click.argument("job", shell_complete=complete_jobs)
 @_checkpoint_dir
-@click.option(
-    "--timeout", type=float, default=None, help="Give up after this many seconds (exit 1)."
-)
+@click.option("--timeout", type=float, help="Give up after this many seconds (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def wait(job: str, checkpoint_dir: str | None, timeout: float | None, as_json: bool) -> None:
     """Wait for a job's run to end, across requeues and hand-overs: exit 0 when it
@@ -192,7 +187,7 @@ def wait(job: str, checkpoint_dir: str | None, timeout: float | None, as_json: b
         last = found.id if found.array is not None else found.run()[-1]
         click.echo(json_document("wait", {"job": found.id, "last": last, "state": state,
                                           "why": why}))  # fmt: skip
-        if state != states.COMPLETED:
+        if state != COMPLETED:
             raise SystemExit(1)
         return
     state = found.wait(timeout)

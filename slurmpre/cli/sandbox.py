@@ -10,7 +10,6 @@ from slurmpre.cli.common import echoed, json_document, sandbox_here
 SANDBOX = "slurmpre.sandbox"  # the package whose lines these commands show
 
 
-# -- sandbox -----------------------------------------------------------------
 @click.group()
 def sandbox() -> None:
     """A real Slurm cluster on this machine, for tests and rehearsals."""
@@ -37,14 +36,13 @@ def sandbox() -> None:
 @click.option(
     "--slurm",
     metavar="RELEASE",
-    default=None,
     help="Slurm release: 22.05, 24.11 or 26.05 (default: the release up, else 26.05, the "
     "provider's). A release other than the host's runs from a Debian root made with "
     "debootstrap, cached.",
 )
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the nodes.")
 @click.option(
-    "--rate-limit", default=None, metavar="on|BUCKET/REFILL",
+    "--rate-limit", metavar="on|BUCKET/REFILL",
     help="Per-user RPC rate limiting (rl_enable; Slurm 23.02+): on for Slurm's defaults "
     "(30 tokens, 2 a second), or e.g. 10/1.",
 )  # fmt: skip
@@ -54,12 +52,12 @@ def sandbox() -> None:
     "25.11+): a job submitted with --requeue=expedite may start again at once.",
 )  # fmt: skip
 @click.option(
-    "--shared-dir", metavar="DIR", default=None,
+    "--shared-dir", metavar="DIR",
     help="Make DIR (empty or new) a shared filesystem every node and this host see (FUSE; "
     "its files lie beside it in .DIR.slowfs and outlive `down`).",
 )  # fmt: skip
 @click.option(
-    "--shared-mbps", metavar="N", type=float, default=None,
+    "--shared-mbps", metavar="N", type=float,
     help="Cap --shared-dir's reads and writes together at N MB/s (10**6 bytes a second).",
 )  # fmt: skip
 def sandbox_up(
@@ -135,15 +133,10 @@ def sandbox_down() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def sandbox_status(as_json: bool) -> None:
     """Say what runs where."""
-    from slurmpre.sandbox.status import describe
+    from slurmpre.sandbox.status import describe, format_report
 
     report = describe(sandbox_here())
-    if as_json:
-        click.echo(json_document("sandbox", report))
-    else:
-        from slurmpre.sandbox.status import format_report
-
-        click.echo(format_report(report))
+    click.echo(json_document("sandbox", report) if as_json else format_report(report))
     if not report["up"]:
         raise SystemExit(1)
 
@@ -157,7 +150,6 @@ def sandbox_status(as_json: bool) -> None:
 @click.option(
     "--return-after",
     type=float,
-    default=None,
     help="Seconds after removal when a replacement node comes back (default: never).",
 )
 @click.option("--reason", default="preempted", show_default=True, help="The drain reason.")

@@ -1,23 +1,5 @@
-"""Hugging Face ``Trainer``: save on the preemption notice, stop, and resume.
-
-    from slurmpre.integrations.hf import SlurmpreCallback, resume_from_checkpoint
-
-    args = TrainingArguments(output_dir=os.environ[environment.CHECKPOINT_DIR], ...)
-    trainer = Trainer(model, args, ..., callbacks=[SlurmpreCallback()])
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint())
-
-On a notice (a drain of one of the job's nodes, or the time-limit warning) every
-rank agrees on the step and the Trainer saves ``checkpoint-N`` there; the callback
-reports that save to slurmpre (`slurmpre.committed`). Where a successor job is on its
-way (``restart = "successor"``) the Trainer then trains on, on the draining node, and
-saves once more and stops when slurmpre says so (the successor is ready, or the
-deadline nears); otherwise it stops at the notice's save. The next attempt resumes
-from the newest complete checkpoint.
-
-``SlurmpreCallback(global_batch=512)`` keeps the global batch whatever the world size
-the attempt has (a shrink, a grow): it sets ``gradient_accumulation_steps`` from the
-global batch, ``per_device_train_batch_size`` and the world size (`slurmpre.batching`),
-as the Trainer is made, or refuses in one line when they cannot meet it.
+"""Hugging Face ``Trainer``: save on the preemption notice, stop, resume, and keep the
+global batch (``SlurmpreCallback(global_batch=...)``). See docs/how-it-works.md.
 """
 
 from __future__ import annotations

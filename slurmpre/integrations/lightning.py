@@ -1,22 +1,5 @@
-"""Lightning: save on the preemption notice, stop, and resume.
-
-    from slurmpre.integrations.lightning import SlurmpreCallback, resume_from_checkpoint
-
-    trainer = L.Trainer(default_root_dir=os.environ[environment.CHECKPOINT_DIR],
-                        callbacks=[SlurmpreCallback()], ...)
-    trainer.fit(model, data, ckpt_path=resume_from_checkpoint())
-
-On a notice every rank agrees on the batch (one small all_reduce under DDP, which
-Lightning has initialized), the trainer saves ``step=N.ckpt`` into the job's
-checkpoint folder there; the save is reported to slurmpre (`slurmpre.committed`).
-Where a successor job is on its way (``restart = "successor"``) the trainer trains
-on and saves again and stops when slurmpre says so; otherwise it stops at once. Lightning's own
-``lightning_logs/version_N/checkpoints/`` is where the resolver also looks.
-
-``SlurmpreCallback(global_batch=512)`` keeps the global batch whatever the world size
-the attempt has (a shrink, a grow): it sets the trainer's ``accumulate_grad_batches``
-from the global batch, the training loader's batch size (or ``micro_batch=``) and the
-world size (`slurmpre.batching`) as fitting starts, or refuses in one line.
+"""Lightning: save on the preemption notice, stop, resume, and keep the global batch
+(``SlurmpreCallback(global_batch=...)``). See docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Every key of a job spec, in one table: its default and range, the parser that checks
-it (`slurmpre.login.parsers`), the wrapper's option it becomes when the job side needs it
-and where the wrapper holds it (`slurmpre.login.render.launch_argv` writes every such
-option from this table, `slurmpre.job.start.args` reads them back from it), and its
-documentation (docs/spec.md's reference table is `markdown()`). Each key is a field of
-its part of the spec (`JobKeys`, `LaunchKeys`, `WatchKeys`, `RunKeys`, `CodeKeys`), which
-`JobSpec` is made of.
-Both sides import it: it imports nothing of either.
+"""Every key of a job spec, in one table (`KEYS`), and what derives from it: docs/spec.md's
+reference table (`markdown`) and the wrapper's options. See docs/architecture.md, "The
+channels". Both sides import it: it imports nothing of either.
 """
 
 from __future__ import annotations

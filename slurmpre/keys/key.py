@@ -1,8 +1,5 @@
-"""What a spec key is: its default, its range, its parser, its documentation and the
-wrapper's option it becomes (`slurmpre.keys` holds the table of them).
-
-A key is defined once, as a field of its part of the spec (`key()`): the field's name
-is the key's, its annotation the type `JobSpec` holds, and its `Key` everything else.
+"""What a spec key is (`Key`), defined once as a field of its part of the spec (`key()`):
+the field's name is the key's, its annotation the type `JobSpec` holds.
 """
 
 from __future__ import annotations
