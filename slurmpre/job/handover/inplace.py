@@ -1,21 +1,7 @@
-"""Restarting inside the allocation: when a drain can be answered without a requeue.
-
-A requeue costs at least Slurm's floor (``cred_expire + 1``, 121 s on a stock
-Slurm) plus the wait for nodes. A multi-node job that loses a node other than
-the batch host does not need one: the batch script's supervisor
-(`slurmpre.job.handover.steps`) can release the drained node from the job and start the
-next step on the nodes that remain.
-
-With hot spares (``spare_nodes``), the job holds nodes that do not train: a spare
-takes a drained node's place, so the next step runs on as many nodes as before; a
-spare that drains is released while the step goes on (`SpareRelease`).
-
-The watcher (on the step's node 0) decides by `plan`, and asks the supervisor
-by writing a `Request` beside the ledger; the supervisor ends the step once it
-is asked, and reads the request again once the step has ended. With a spare
-taking a drained node's place, an early request comes first: the next step
-starts beside this one (make before break in place: `slurmpre.job.handover.overlap`).
-"""
+"""Restarting inside the allocation: when a drain can be answered without a requeue
+(`plan`), and the watcher's `Request` to the batch script's supervisor
+(`slurmpre.job.handover.steps`), written beside the ledger. See docs/how-it-works.md
+("Fast restart, in place", "Hot spares")."""
 
 from __future__ import annotations
 

@@ -26,10 +26,9 @@ def submit_slot(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[None]:
-    """One of SUBMIT_SLOTS slots for a successor's sbatch or a requeue, so a wave of
-    preemptions does not send slurmctld all of a user's jobs' restarts at once. Free at
-    once, it costs nothing; taken, the job waits in jittered steps (up to a second)
-    and, after SLOT_WAIT, goes anyway: a restart is never lost to a slow volume."""
+    """One of the slots. Free at once, it costs nothing; taken, the job waits in jittered
+    steps (up to a second) and, after SLOT_WAIT, goes anyway: a restart is never lost to
+    a slow volume."""
     where = folder(env)
     if where is None:
         yield

@@ -1,37 +1,12 @@
 """``slurmpre.job steps``: the batch script's supervisor, which restarts in place.
 
-The batch script runs ``python -m slurmpre.job steps [options] -- srun … slurmpre.job
-run …`` on the batch host. It runs that srun as the job's step. On a drain the
-step's watcher decides between a requeue, which it does itself, and an
-in-place restart, which it asks of this supervisor (`slurmpre.job.handover.inplace`).
-When asked:
-
-1. the step ends as a requeue would end it: the request comes once the notice
-   checkpoint has committed, and the supervisor then sends SIGTERM to srun,
-   which passes it on to every task (``--grace`` seconds later, 0 by
-   default: a training process takes seconds to exit by itself, torch's
-   teardown and torchrun's exit barrier, and nothing of it is needed any more);
-2. the drained nodes are released from the job at once
-   (``scontrol update JobId=… NodeList=<kept>``) and the job's environment
-   is the one Slurm resized;
-3. the next step runs on the kept nodes (``SLURMPRE_IN_PLACE`` counts the
-   in-place restarts), and resumes from the checkpoint the last one committed.
-
-If the release fails, the job is requeued instead. A signal to the supervisor
-(Slurm's cancel, requeue or time limit) means no further step is started.
-
-An early request (a spare takes a drained node's place: `slurmpre.job.handover.overlap`)
-starts the next step at once, beside this one (``srun --overlap``); once this step has
-ended and the drained node is released, that step goes on as the job's, and no other
-is started. If it will not take over (the request turned into another), it is ended.
-
-With ``--spares K`` (``spare_nodes``), the job holds K nodes that do not train: the
-batch host and the allocation's last ones (the batch host's drain ends the allocation
-whether it trains or not, so held as a spare it leaves every training node swappable).
-Each step runs on the others; an in-place restart keeps the spares the watcher did not
-put in a drained node's place; a spare that drains is released while the step runs
-(`inplace.read_spares`), before the provider's removal would end the whole job.
-"""
+It runs the job's srun as a step. When the step's watcher asks (`inplace.Request`), it
+ends the step (SIGTERM, ``--grace`` seconds after the ask), releases the drained nodes
+(a requeue if that fails) and runs the next step on the nodes kept; an early request
+starts that step at once, beside this one (`overlap`). A signal to the supervisor
+(Slurm's cancel, requeue or time limit) means no further step is started. With
+``--spares K`` the batch host and the allocation's last nodes do not train. See
+docs/how-it-works.md ("Fast restart, in place", "Hot spares")."""
 
 from __future__ import annotations
 

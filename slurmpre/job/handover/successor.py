@@ -1,22 +1,13 @@
-"""A successor: the same batch script as a new job, instead of a requeue.
-
-Slurm starts a requeued job again only after ``cred_expire + 1`` seconds (121 s on
-stock timings), while a new job with the same constraint starts in seconds. With
-``restart = "successor"``, on a notice that ends the allocation the watcher (once
-the notice checkpoint is committed, or at the deadline) makes this job not
-requeueable, so a node removal cannot bring it back beside its successor, then
-submits the script the last ``slurmpre submit`` recorded in the checkpoint folder,
-with the options that submit gave sbatch on its command line, without the draining
-nodes. The new job's node 0 waits for this one to end before
-it chooses a checkpoint (`wait_for_predecessor`): one trainer per checkpoint folder
-at any time.
+"""A successor: the same batch script as a new job, instead of a requeue, which Slurm
+starts only after its ``cred_expire + 1`` floor (docs/how-it-works.md, "A successor
+instead of a requeue"). The new job's node 0 waits for this one to end before it
+chooses a checkpoint (`wait_for_predecessor`): one trainer per checkpoint folder.
 
 What it submits is the user's alone: the script is read from the job's own
 ``.slurmpre`` (owner-only, checked on the descriptor: `slurmpre.folder.trust`), and
 the environment is this job's own, the one its training runs with (sbatch gave it
 the user's at the first submit), less what Slurm sets for a job or a step. Nothing
-of it is written to disk: no login environment, token or key reaches the volume.
-"""
+of it is written to disk: no login environment, token or key reaches the volume."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """The wrapper's guard: when the wrapper is gone, make sure its training tree is gone too.
 
-Slurm ends a job step by signalling the step's processes and, KillWait seconds
-later, killing them. Where it tracks processes by process group
-(proctrack/pgid), training processes in sessions of their own (torchrun puts
-every worker in one) outlive the killed wrapper, keep the step's output open,
-and Slurm drains the node with "Kill task failed". The wrapper therefore
-starts this small process in a session of its own and sends it, every couple
-of seconds, the current list of its training processes; when the wrapper ends
-in any way, even SIGKILL, the guard's stdin closes and it ends whatever of that
-list is still running (SIGTERM, then SIGKILL after a short grace).
-"""
+Where Slurm tracks processes by process group (proctrack/pgid), training processes in
+sessions of their own (torchrun puts every worker in one) outlive the killed wrapper,
+keep the step's output open, and Slurm drains the node with "Kill task failed". The
+wrapper sends this process, every couple of seconds, its training processes; when the
+wrapper ends, even by SIGKILL, stdin closes and the guard ends what of that list still
+runs (SIGTERM, then SIGKILL after a short grace)."""
 
 from __future__ import annotations
 

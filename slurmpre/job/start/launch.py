@@ -44,14 +44,11 @@ def nproc_for(opts: RunOptions, job: JobEnv) -> int:
 
 
 def takes_over_early(opts: RunOptions, job: JobEnv, folder: Path) -> bool:
-    """A successor starts its training before its predecessor has ended (make before
-    break): the script's start-up overlaps the predecessor's last steps, and
-    `slurmpre.resume_path()` waits for the checkpoint. Only for a script that meets it
-    there: one whose run (its predecessor) asked `resume_path()`. Not with
-    ``resume_arg`` (the path is on the command line), nor for a script that finds its
-    checkpoint by itself (it would load one, and train, while the predecessor still
-    does): for those the launch waits for the predecessor's end. The same for a step
-    started beside the step before it (`overlap`), whose script is this job's own."""
+    """A successor (or a step started beside the step before: `overlap`) starts its
+    training before the one before has ended, and `slurmpre.resume_path()` waits for the
+    checkpoint. Only for a script that meets it there (its run asked `resume_path()`),
+    not with ``resume_arg``: a script that finds its checkpoint by itself would load one,
+    and train, while the one before still does."""
     before = waits_for(job)
     if not before or opts.resume_arg:
         return False

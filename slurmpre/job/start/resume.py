@@ -1,10 +1,6 @@
-"""Where this attempt starts from, the same on every node, and what its child is told.
-
-Node 0 clears what dead attempts left in the checkpoint folder, picks the
-newest complete checkpoint and publishes the choice (with the rendezvous
-endpoint); the other nodes wait for that choice. Then each node builds the
-launcher command and the child's environment from it (`launch`).
-"""
+"""Where this attempt starts from, the same on every node: node 0 clears what dead
+attempts left, picks the newest complete checkpoint and publishes the choice (with the
+rendezvous endpoint); the other nodes wait for it."""
 
 from __future__ import annotations
 

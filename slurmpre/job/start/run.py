@@ -1,11 +1,6 @@
-"""``slurmpre.job run``: one attempt of the job on one node, under srun.
-
-The steps, each in a module of its own: the command line (`args`), the
-checkpoint this attempt resumes from, agreed by all nodes (`resume`), the
-child and Slurm's signals (`supervise`), and on node 0 the watcher that turns
-a drain or the time-limit warning into a checkpoint and a requeue (`watch`,
-deciding by `requeue`). The wrapper exits with the child's code.
-"""
+"""``slurmpre.job run``: one attempt of the job on one node, under srun: agree on the
+checkpoint (`resume`), run the child (`supervise`), and on node 0 watch (`watch`). The
+wrapper exits with the child's code."""
 
 from __future__ import annotations
 

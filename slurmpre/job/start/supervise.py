@@ -1,14 +1,7 @@
-"""Run the training command as the wrapper's child, and keep Slurm's signals in order.
-
-- The child runs in a session of its own, with the time-limit warning
-  ignored (a tiny ``sh`` sets it before it execs the command): the warning is
-  the wrapper's, and reaches the training only as the notice.
-- Every catchable signal Slurm or a user sends to the step's task
-  (`slurmpre.signals.FORWARDED`) is passed on to the child's whole process
-  group; one that comes before the child exists is passed on when it starts,
-  and a terminating one then means the child is not started at all.
-- A guard process ends the training tree if the wrapper itself is killed.
-"""
+"""Run the training command as the wrapper's child, in a session of its own with the
+time-limit warning ignored (the warning is the wrapper's: it reaches the training only
+as the notice), pass Slurm's other signals on to its process group, and guard its tree
+(`guard`). See docs/how-it-works.md ("What runs inside the job")."""
 
 from __future__ import annotations
 

@@ -1,32 +1,13 @@
-"""One user's jobs on one cluster share one poll of their nodes' drains.
+"""One user's jobs on one cluster share one poll of their nodes' drains (the model and
+the figures: docs/spec.md, "A user's jobs share their drain polls", and docs/load.md).
 
-Every job's watcher asking slurmctld on its own makes a user's load grow with the
-number of jobs (a sweep of 100 jobs: about 40 RPC/s), and a cluster that rate-limits
-each user (``SlurmctldParameters=rl_enable``, Slurm 23.02+) then tells every job to
-back off, exactly when a wave of preemptions needs the notices. So the jobs share:
-
-- each job *registers* its nodes: ``<board dir>/jobs/<job>.json``;
-- one job, the holder of a *lease* (``lease.json``, taken under a lock and renewed at
-  each poll, for three intervals; a holder that misses its poll by more than a read
-  and a second hands it on at once), asks Slurm once per interval about every
-  registered node, and writes the answer, the *board* (``board.json``, atomically);
-- every job reads the board (a file; once a second) and takes its own nodes' states
-  from it when the board is fresh (polled within its interval, plus a second) and
-  names all its nodes. Otherwise (the holder died or is slow, the volume lags, the
-  job's nodes are not on it yet) the job takes the lease if it has lapsed, or asks
-  Slurm about its own nodes itself, at most once per its interval, with jitter. So a
-  job never waits on another job's watcher for longer than one interval.
-- a job that may grow (`slurmpre.job.watch.grow`) registers with ``"all": true``: the
-  holder then asks about every node in the same one query (what idle preemptible
-  node there is), and the board says so (``"all": true``); `every_node` reads it.
-
-The board folder is ``$SLURMPRE_SHARED_DIR``, else
-``$XDG_STATE_HOME/slurmpre/watch/<cluster>`` (``~/.local/state/...``: ``$HOME`` is on
-the shared volume the jobs' nodes all see). It is made owner-only; what is read from
-it must be a regular, owner-only file of this user, small, and of the right shape
-(as the choice file is read), else it is ignored and the job asks Slurm itself.
-``SLURMPRE_SHARED_WATCH=0`` turns sharing off (every job asks for itself).
-"""
+Each job *registers* its nodes (``jobs/<job>.json``; ``"all": true`` for a job that
+may grow, and the holder then asks about every node); the holder of the *lease*
+(``lease.json``, taken under a lock, renewed at each poll, for three intervals; a
+holder that misses its poll by more than a read and a second hands it on at once)
+writes the *board* (``board.json``). What is read there must be a regular, owner-only
+file of this user, small and of the right shape, else it is ignored and the job asks
+Slurm itself."""
 
 from __future__ import annotations
 

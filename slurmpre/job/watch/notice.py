@@ -1,20 +1,10 @@
 """A preemption notice: where it comes from (a drain, the time-limit warning), and the
-file that carries it from node 0 to every rank.
+file that carries it from node 0 to every rank (`slurmpre.preemption_requested()`).
 
-Node 0's watcher writes ``<checkpoint_dir>/.slurmpre/notice-<job>-<attempt>.json``
-(atomically) when it sees a drain or a time-limit warning; ranks learn of it
-through `slurmpre.preemption_requested()`, and each node's wrapper can relay
-it to its child as a signal. The script leaves two marks beside it: that it
-listens (it asks `preemption_requested()`), and that it took the notice (the
-answer was True, so it checkpoints and stops).
-
-A notice has two levels. ``stop`` true (every notice, unless a successor is already
-on its way): checkpoint and stop. ``stop`` false: a script that can checkpoint and go
-on (it asks `checkpoint_requested()`) takes its notice checkpoint and keeps training
-on the draining node, until the watcher rewrites the file with ``stop`` true (the
-successor is ready, or the deadline nears). A script that only asks
-`preemption_requested()` stops at either level.
-"""
+``stop`` true: checkpoint and stop. ``stop`` false (a successor, or the next step, is
+on its way): a script that asks `checkpoint_requested()` checkpoints and trains on
+until the watcher rewrites the file with ``stop`` true; one that only asks
+`preemption_requested()` stops at either level."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""The watcher: turn the provider's drain into a notice, and see the notice through.
+"""The watcher: one per job, on node 0, in a thread of its own that alone owns its state.
 
-One watcher per job, on node 0, in a thread of its own that alone owns its
-state. It asks every notice source on its own schedule (the drain source:
-one Slurm query for all the job's nodes per interval, default 5 s with
-jitter; a source that fails backs off on its own, up to a minute, without
-slowing the others). A node of the job entering DRAIN, or the time-limit
-warning, is a notice for the whole job; from the first one on, `after_notice`
-asks for the checkpoint and decides when the job goes on elsewhere. It never
-takes the training down.
-
-The wrapper's main thread talks to it only through `post_exit` and reads the
-outcome after `finished` is set.
-"""
+It asks every notice source on its own schedule (a source that fails backs off on its
+own, up to a minute); from the first notice on, `after_notice` sees it through. It
+never takes the training down. The main thread talks to it only through `post_exit`
+and reads the outcome after `finished` is set."""
 
 from __future__ import annotations
 
