@@ -33,11 +33,6 @@ def may_start_early(restart: Plan, job: JobEnv, folder: Path) -> bool:
     return trust.marked(FolderLayout(folder).meets_at_resume(job.tag))
 
 
-def previous_step(job: JobEnv) -> AttemptId:
-    """The step a step started early follows: the same attempt's in-place restart before."""
-    return AttemptId(job.restart_count, job.in_place - 1)
-
-
 def wait_for_previous_step(
     ledger: Ledger,
     job: JobEnv,
@@ -52,7 +47,7 @@ def wait_for_previous_step(
     ``timeout``: never choose while the step before may still write."""
     if not job.releasing:
         return
-    before = previous_step(job)
+    before = AttemptId(job.restart_count, job.in_place - 1)  # the same attempt's step before
     deadline = clock() + timeout
     said = False
     while True:

@@ -62,10 +62,7 @@ class Supervisor:
         self._done.set()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
-        if self.child is not None:
-            # Stragglers of the child's group (a worker that outlived its launcher).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.child.pid, signal.SIGTERM)
+        self.terminate()  # stragglers of the child's group (a worker that outlived its launcher)
 
     def start(
         self, command: Sequence[str], env: Mapping[str, str]
@@ -173,11 +170,3 @@ def relay_notice(
         if targets:
             taken()
         return
-
-
-def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run ``command`` to its end under a `Supervisor`; its exit status."""
-    with Supervisor() as supervisor:
-        if supervisor.start(command, env) is None:
-            return 128 + (supervisor.stopped or signal.SIGTERM)
-        return supervisor.wait()

@@ -74,7 +74,6 @@ class Watcher:
             job, folder, log, client, config, requeue_allowed, self.clock.wall, env
         )  # fmt: skip
         self.after = AfterNotice(job, folder, config, self.restarts, log, self.clock)
-        self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
     def start(self) -> threading.Thread:
