@@ -111,13 +111,7 @@ class Successors:
         if placed is not None:
             where += f", on {placed.decision.where} nodes: {placed.decision.why}"
         LOG.info(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
-        self.log.add(
-            records.Successor,
-            successor=successor,
-            excluded=tuple(exclude),
-            why=why,
-            submitted_at=self.wall(),
-        )
+        self._record(successor, exclude, why)
         if placed is not None:  # after the successor's record: the first is the successor
             self._record_placement(placed, self._twin(placed, layout, exclude))
         return Done(Action.REQUEUE, successor=successor)
@@ -157,21 +151,17 @@ class Successors:
                 self._requeueable_again()
             return None
         self.successor = successor
-        self.log.add(
-            records.Successor, successor=successor, excluded=(), why=why, submitted_at=self.wall()
-        )
+        self._record(successor, [], why)
         after = round((GROW_WAIT if at_once else 0.0) + TWIN_AFTER)
         try:
             self.twin = self._submit(layout, [], (f"--begin=now+{after}",))
         except SlurmpreError as exc:
             LOG.info(f"the twin of the script's own shape was refused ({first_line(exc)})")
             return Done(Action.REQUEUE, successor=successor)
-        self.log.add(
-            records.Successor,
-            successor=self.twin,
-            excluded=(),
-            why=f"the twin of the script's own shape, in {after} s unless job {successor} starts",
-            submitted_at=self.wall(),
+        self._record(
+            self.twin,
+            [],
+            f"the twin of the script's own shape, in {after} s unless job {successor} starts",
         )
         return Done(Action.REQUEUE, successor=successor)
 
@@ -245,18 +235,23 @@ class Successors:
             LOG.info(f"the standard-node twin was refused ({first_line(exc)}): the successor waits")
             return None
         self.twin = twin
-        self.log.add(
-            records.Successor,
-            successor=twin,
-            excluded=tuple(exclude),
-            why=f"the twin on standard nodes, from {placed.twin_at:.0f} if none has started",
-            submitted_at=self.wall(),
-        )
+        why = f"the twin on standard nodes, from {placed.twin_at:.0f} if none has started"
+        self._record(twin, exclude, why)
         LOG.info(
             f"job {twin} waits on standard nodes until {placed.twin_at - self.wall():.0f} s "
             f"from now, in case no preemptible node is free by then: the first to start trains"
         )
         return twin
+
+    def _record(self, successor: str, exclude: Sequence[str], why: str) -> None:
+        """A job submitted to take over from this one, in the ledger."""
+        self.log.add(
+            records.Successor,
+            successor=successor,
+            excluded=tuple(exclude),
+            why=why,
+            submitted_at=self.wall(),
+        )
 
     def _record_placement(self, placed: Placement, twin: str | None = None) -> None:
         d, s = placed.decision, placed.situation

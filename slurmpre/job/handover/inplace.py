@@ -9,6 +9,7 @@ import json
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmpre.folder import trust
 from slurmpre.folder.access import CONTROL_MODE
@@ -83,16 +84,21 @@ def write_spares(path: Path, drained: Collection[str]) -> None:
     trust.write(path, json.dumps({"release": sorted(drained)}), mode=CONTROL_MODE)
 
 
-def read_spares(path: Path) -> tuple[str, ...]:
-    """The drained spares asked to be released; none when there is no request, it cannot be
-    read whole, or it is not the user's own (said once)."""
+def _read(path: Path) -> Any:
+    """The JSON in ``path``; None when there is none, it cannot be read whole, or it is not
+    the user's own (`slurmpre.folder.trust`: said once)."""
     try:
-        data = json.loads(trust.read_text(path, SMALL))
+        return json.loads(trust.read_text(path, SMALL))
     except trust.Untrusted as exc:
         trust.refused(exc)
-        return ()
     except (OSError, ValueError):
-        return ()
+        pass
+    return None
+
+
+def read_spares(path: Path) -> tuple[str, ...]:
+    """The drained spares asked to be released (none: see `_read`)."""
+    data = _read(path)
     release = data.get("release") if isinstance(data, dict) else None
     if not isinstance(release, list) or not all(isinstance(n, str) for n in release):
         return ()
@@ -104,15 +110,8 @@ def write_request(path: Path, request: Request) -> None:
 
 
 def read_request(path: Path) -> Request | None:
-    """The request, or None when there is none, it cannot be read whole, or it is not the
-    user's own (`slurmpre.folder.trust`: said once)."""
-    try:
-        data = json.loads(trust.read_text(path, SMALL))
-    except trust.Untrusted as exc:
-        trust.refused(exc)
-        return None
-    except (OSError, ValueError):
-        return None
+    """The request, or None (see `_read`)."""
+    data = _read(path)
     try:
         keep = tuple(str(n) for n in data["keep"])
         release = tuple(str(n) for n in data["release"])

@@ -75,19 +75,13 @@ def launch(
     before the launcher's options and ``resume_arg`` go around it."""
     training = child_env(env, opts, job, folder, choice)
     command = expand.command(opts.command, training)
-    return child_command(opts, job, choice, env, command=command), training
+    return child_command(opts, job, choice, env, command), training
 
 
 def child_command(
-    opts: RunOptions,
-    job: JobEnv,
-    choice: Choice,
-    env: Mapping[str, str],
-    *,
-    command: Sequence[str] | None = None,
+    opts: RunOptions, job: JobEnv, choice: Choice, env: Mapping[str, str], command: list[str]
 ) -> list[str]:
     """The launcher's command line around ``command`` (the spec's, expanded: `launch`)."""
-    command = list(opts.command if command is None else command)
     if opts.resume_arg and choice.resume_from:
         near = local.nearest(env.get(environment.LOCAL_DIR), choice.resume_from)
         command += [opts.resume_arg, near or choice.resume_from]

@@ -122,6 +122,9 @@ class DrainBoard:
     ) -> None:
         """``everything``: this job may grow, and asks about every node."""
         self.dir = where
+        self.lease_path = where / "lease.json"
+        self.board_path = where / "board.json"
+        self.jobs_dir = where / "jobs"
         self.me = me
         self.client = client
         self.interval = interval
@@ -137,18 +140,6 @@ class DrainBoard:
         self._own = _Own()
 
     # -- the files ---------------------------------------------------------------------
-    @property
-    def lease_path(self) -> Path:
-        return self.dir / "lease.json"
-
-    @property
-    def board_path(self) -> Path:
-        return self.dir / "board.json"
-
-    @property
-    def jobs_dir(self) -> Path:
-        return self.dir / "jobs"
-
     def _registration(self) -> Path:
         return self.jobs_dir / f"{self.me}.json"
 
@@ -312,17 +303,11 @@ class DrainBoard:
         if now - self._mine.at > RENEW_REGISTRATION:
             self.register(sorted(wanted))
         board = self._read_board()
-        age = None if board is None else now - board.polled_at
-        fresh = (
-            board is not None
-            and age is not None
-            and -MAX_SKEW <= age <= self.interval + GRACE
-            and wanted <= board.asked
-        )
+        fresh = board is not None and self._fresh(board, now) and wanted <= board.asked
         if self.holding or not fresh:
             # the holder polls once per interval (on the grid of its reads: when the next
             # read would be later); another job, only once the board lags
-            due = board is None or age is None or age + READ_EVERY > self.interval or not fresh
+            due = board is None or not fresh or now - board.polled_at + READ_EVERY > self.interval
             if due and self._take_lease(now):
                 return self._poll_for_all(wanted, now)
         if fresh and board is not None:
@@ -344,9 +329,12 @@ class DrainBoard:
         self._ask(set(), now)  # this job's own query of every node, when it is due
         return list(self._own.answer)
 
+    def _fresh(self, board: Board, now: float) -> bool:
+        """Polled within this job's interval and the grace (and not from the future)."""
+        return -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
+
     def _fresh_all(self, board: Board | None, now: float) -> bool:
-        fresh = board is not None and -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
-        return fresh and board is not None and board.everything
+        return board is not None and self._fresh(board, now) and board.everything
 
     def _poll_for_all(self, wanted: set[str], now: float) -> list[NodeInfo]:
         every = sorted(self._registered(now) | wanted)
