@@ -16,7 +16,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from slurmpre import defaults, keys, signals
 from slurmpre.errors import UsageError
@@ -25,8 +25,6 @@ from slurmpre.job.start import options
 from slurmpre.job.start.limits import Limits
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.placement.policy import Goals
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -45,16 +43,6 @@ class RunOptions:
     notice_signal: signal.Signals | None = None
     file_access: access.Access = access.OWNER
     limits: Limits = Limits()  # noqa: RUF009 - frozen: one shared default is safe
-
-
-def _checked(flag: str, text: str | None, check: Callable[[str], _T]) -> _T | None:
-    """``check(text)``, or None without a value; a UsageError naming the flag and its value."""
-    if not text:
-        return None
-    try:
-        return check(text)
-    except ValueError as exc:
-        raise UsageError(f"{flag} {text!r} {exc}") from None
 
 
 def _config_file(text: str) -> str:
@@ -108,7 +96,12 @@ def _value(k: keys.Key, ns: argparse.Namespace) -> Any:
     if k.convert == "or_default":
         return value or k.default
     if k.convert:
-        return _checked(flag, value, _CONVERT[k.convert])
+        if not value:
+            return None
+        try:
+            return _CONVERT[k.convert](value)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {value!r} {exc}") from None
     return value
 
 

@@ -183,8 +183,7 @@ def agree(at: AttemptContext) -> Choice:
         return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
-    pulled = wait_for_the_one_before(at)
-    return choose(at, pulled=pulled)
+    return choose(at, pulled=wait_for_the_one_before(at))
 
 
 def give_up(at: AttemptContext, why: str, error: SlurmpreError | None = None) -> NoReturn:
@@ -218,8 +217,7 @@ def take_over(at: AttemptContext) -> Choice:
     """Node 0 of a successor (or of a step started early) whose training already runs:
     wait for the one before to end, then choose and publish the checkpoint that
     `slurmpre.resume_path()` returns on every rank."""
-    pulled = wait_for_the_one_before(at)
-    return choose(at, resume=True, pulled=pulled)
+    return choose(at, resume=True, pulled=wait_for_the_one_before(at))
 
 
 def _choice(

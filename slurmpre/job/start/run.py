@@ -66,16 +66,11 @@ ENDING = 1.0
 
 
 class Watching:
-    """Node 0's watcher, started in the background before anything else of the attempt.
-
-    It must watch from the start: a drain or the time-limit warning while node 0 is
-    still choosing (or held in its choice) must lead to a requeue, or a job whose
-    training never started could end at its time limit, not requeued. Its imports and
-    its first Slurm query (the requeue flag) run in this thread, not before the choice.
-    They give way to the launch (`launched`), and wait for it at most ``GIVE_WAY``
-    seconds: a node's drain and a held signal stay to be seen, and the launch, which the
-    training waits for, is not slowed by a thread that shares the interpreter with it.
-    """
+    """Node 0's watcher, started in the background before anything else of the attempt:
+    a drain or the time-limit warning while node 0 still chooses must lead to a requeue,
+    or a job whose training never started could end at its time limit. Its imports and
+    first Slurm query wait for the launch (`launched`) at most ``GIVE_WAY`` seconds, so
+    as not to slow it from a thread that shares the interpreter."""
 
     GIVE_WAY = 1.0
 

@@ -103,9 +103,7 @@ class Supervisor:
 
 
 def _start_guard() -> subprocess.Popen[str] | None:
-    """The guard (slurmpre.job.start.guard): if this wrapper dies, its stdin closes and it ends
-    the tree it was last told of, including processes in sessions of their own that
-    Slurm's process-group tracking would leave behind."""
+    """The guard (`slurmpre.job.start.guard`), or None when it cannot start."""
     try:
         with warning_blocked():  # Slurm's warning reaches every process of the step
             return subprocess.Popen(

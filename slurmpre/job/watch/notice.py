@@ -202,26 +202,21 @@ class NoticeGate:
     delay after the watcher wrote it; once they agree on a notice, about ``HURRY``.
     """
 
+    sync_period = 1.0
+    max_every = 100
+
     def __init__(
         self,
         path: Callable[[], str],
         *,
         clock: Callable[[], float] = time.monotonic,
-        exists: Callable[[str], bool] | None = None,
         level: Callable[[str], int] = notice_level,
         check_every: float = 1.0,
-        sync_period: float = 1.0,
-        max_every: int = 100,
     ) -> None:
         self.path = path
         self.clock = clock
-        if exists is not None:  # a plain marker file: its existence means stop
-            self.read_level: Callable[[str], int] = lambda p: STOP if exists(p) else NO_NOTICE
-        else:
-            self.read_level = level
+        self.read_level = level
         self.check_every = check_every
-        self.sync_period = sync_period
-        self.max_every = max_every
         self.seen = NO_NOTICE  # the level this process saw in the file
         self.level = NO_NOTICE  # the level all ranks agreed on
         self.checked_at = float("-inf")
