@@ -20,6 +20,7 @@ from slurmpre.job.watch.grow import GrowSource, writing_checkpoint
 from slurmpre.job.watch.watcher import _Schedule
 from slurmpre.slurm.parse import NodeInfo
 
+from tests.job.conftest import Clock
 from tests.job.test_successor import job_env, recorded_submit, waiting
 from tests.job.test_watch import EPOCH, Harness
 
@@ -41,21 +42,13 @@ class Cluster:
         return self.nodes
 
 
-class Wall:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def source(cluster: Cluster, wall: Wall, **kw: object) -> GrowSource:
+def source(cluster: Cluster, wall: Clock, **kw: object) -> GrowSource:
     args = {"settle": 10.0, "min_gain": 1, "wall": wall, **kw}
     return GrowSource(cluster, ("p1", "p2"), 4, **args)  # type: ignore[arg-type]
 
 
 def test_a_node_must_stay_idle_for_the_settle_time_and_one_that_vanishes_starts_again() -> None:
-    wall, cluster = Wall(), Cluster(node("p1", "ALLOCATED"), node("p2", "ALLOCATED"), node("p3"))
+    wall, cluster = Clock(), Cluster(node("p1", "ALLOCATED"), node("p2", "ALLOCATED"), node("p3"))
     grow = source(cluster, wall)
     assert grow.poll() == []
     wall.now = 9.0
@@ -74,7 +67,7 @@ def test_a_node_must_stay_idle_for_the_settle_time_and_one_that_vanishes_starts_
 
 
 def test_only_idle_preemptible_nodes_of_others_count_and_never_past_the_max() -> None:
-    wall = Wall()
+    wall = Clock()
     cluster = Cluster(
         node("p1"), node("p2"),  # the job's own (idle as Slurm may show them: not counted)
         node("p3", "DRAIN"), node("p4", "DOWN"), node("s1", features=("standard",)),
@@ -90,7 +83,7 @@ def test_only_idle_preemptible_nodes_of_others_count_and_never_past_the_max() ->
 
 
 def test_a_gain_below_the_minimum_or_a_checkpoint_being_written_waits() -> None:
-    wall, cluster = Wall(), Cluster(node("p3"))
+    wall, cluster = Clock(), Cluster(node("p3"))
     grow = source(cluster, wall, min_gain=2)
     grow.poll()
     wall.now = 60.0
@@ -279,7 +272,7 @@ def test_a_bigger_job_that_does_not_start_in_time_gets_this_ones_checkpoint_anyw
 
 
 def test_a_job_on_standard_nodes_does_not_grow_onto_preemptible_ones() -> None:
-    wall = Wall()
+    wall = Clock()
     cluster = Cluster(node("p1", "ALLOCATED", ("standard",)), node("p3"), node("p4"))
     grow = GrowSource(cluster, ("p1",), 3, settle=0.0, wall=wall)
     wall.now = 100.0
