@@ -22,7 +22,6 @@ SLOT_WAIT = 10.0  # seconds a job waits for a slot at most; then it goes anyway
 def submit_slot(
     env: Mapping[str, str],
     *,
-    rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[None]:
@@ -33,7 +32,7 @@ def submit_slot(
     if where is None:
         yield
         return
-    rng = rng or random.Random()
+    rng = random.Random()
     held: FolderLock | None = None
     deadline = clock() + SLOT_WAIT
     try:

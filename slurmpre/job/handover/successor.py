@@ -71,7 +71,6 @@ def submit_successor(
     exclude: Sequence[str],
     *,
     env: Mapping[str, str],
-    timeout: float = 30.0,
     extra: Sequence[str] = (),
 ) -> str:
     """Submit the recorded script, with ``env`` (this job's own, `submit_env`), as the job
@@ -89,7 +88,7 @@ def submit_successor(
     if job.array_task_id:
         args.append(f"--array={job.array_task_id}")
     args.extend(extra)  # where it trains (`placing`): after --exclude, which it widens
-    client = CommandLineSlurm(timeout=timeout, env=given)
+    client = CommandLineSlurm(timeout=30.0, env=given)
     return client.submit(script, args=args)
 
 

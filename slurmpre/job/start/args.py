@@ -1,10 +1,7 @@
-"""The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``.
-
-The batch script writes every option from the spec (`slurmpre.login.render.launch_argv`,
-from the one table of keys); here the same table reads them back into the run's typed
-options, each key into the part that reads it (`Key.part`): no key is listed by hand.
-The defaults are the table's, for a wrapper run by hand.
-"""
+"""The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``, read with the
+one table of keys the batch script wrote it from (`slurmpre.login.render.launch_argv`),
+each key into the part that reads it (`Key.part`). The defaults are the table's, for a
+wrapper run by hand."""
 
 from __future__ import annotations
 

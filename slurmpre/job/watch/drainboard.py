@@ -117,7 +117,6 @@ class DrainBoard:
         *,
         jitter: float = 0.1,
         wall: Callable[[], float] = time.time,
-        rng: random.Random | None = None,
         everything: bool = False,
     ) -> None:
         """``everything``: this job may grow, and asks about every node."""
@@ -130,7 +129,7 @@ class DrainBoard:
         self.interval = interval
         self.jitter = jitter
         self.wall = wall
-        self.rng = rng or random.Random()
+        self.rng = random.Random()
         self.tally = Tally()
         self.holding = False
         self._mine = _Registration(everything)
