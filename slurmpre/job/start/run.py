@@ -40,9 +40,7 @@ from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 from slurmpre.tier.node import Attempt, NodeTier
 
 LOG = logging.getLogger(__name__)
-# The loggers whose lines are the attempt's: this package's (`slurmpre.job`), the tier's
-# and the checkpoint folder's.
-HEARD = ("slurmpre.job", "slurmpre.tier", "slurmpre.folder")
+HEARD = ("slurmpre.job", "slurmpre.tier", "slurmpre.folder")  # the attempt's loggers
 
 if TYPE_CHECKING:
     from pathlib import Path
