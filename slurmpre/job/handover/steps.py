@@ -159,7 +159,7 @@ class Steps:
             if not request.keep:
                 LOG.info(f"the step ended as asked ({request.why})")
                 return 0  # its checkpoint committed, and another job takes over from it
-            resized = self._release(request, self.in_place)
+            resized = self._release(request)
             if resized is None:
                 self._end_early(early)
                 return code
@@ -265,7 +265,6 @@ class Steps:
             why = str(exc).splitlines()[0]
             LOG.info(f"cannot release spare {', '.join(gone)} ({why})")
             self._ledger(
-                self.in_place,
                 records.SpareReleased,
                 released=(),
                 release_s=round(self.clock() - started, 3),
@@ -277,14 +276,13 @@ class Steps:
         self.step_env = resized_env(self.step_env, resized)
         LOG.info(f"released drained spare {', '.join(gone)} in {seconds:g} s; training goes on")
         self._ledger(
-            self.in_place,
             records.SpareReleased,
             released=tuple(gone),
             release_s=seconds,
             released_at=self.wall(),
         )
 
-    def _release(self, request: Request, in_place: int) -> dict[str, str | None] | None:
+    def _release(self, request: Request) -> dict[str, str | None] | None:
         """Release the drained nodes; the resized environment, or None after a requeue. The
         job keeps every node not released: the next step's and the spares left."""
         job = self.job
@@ -297,15 +295,14 @@ class Steps:
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
             LOG.info(f"cannot release {', '.join(gone)} ({why}): requeuing instead")
-            self._ledger(in_place, records.InPlaceFailed, why=why)
-            self._requeue(in_place, f"in-place restart failed: {why}")
+            self._ledger(records.InPlaceFailed, why=why)
+            self._requeue(f"in-place restart failed: {why}")
             return None
         seconds = round(self.clock() - started, 3)
         LOG.info(
             f"released {', '.join(gone)} in {seconds:g} s; next step on {', '.join(request.keep)}"
         )
         self._ledger(
-            in_place,
             records.InPlace,
             kept=tuple(request.keep),
             released=gone,
@@ -317,19 +314,25 @@ class Steps:
         )
         return resized
 
-    def _requeue(self, in_place: int, why: str) -> None:
+    def _requeue(self, why: str) -> None:
         try:
             self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
             LOG.info(f"requeue failed too: {str(exc).splitlines()[0]}")
             return
         LOG.info(f"requeued job {self.job.job_id} ({why})")
-        self._ledger(in_place, records.Requeued, why=why, requeued_at=self.wall())
+        self._ledger(records.Requeued, why=why, requeued_at=self.wall())
 
-    def _ledger(self, in_place: int, of: type[records.AttemptRecord], **fields: Any) -> None:
+    def _ledger(self, of: type[records.AttemptRecord], **fields: Any) -> None:
+        """A record of the running step (its attempt's in-place count)."""
         try:
             self.ledger.append(
-                of(job=self.job.tag, attempt=self.job.restart_count, in_place=in_place, **fields)
+                of(
+                    job=self.job.tag,
+                    attempt=self.job.restart_count,
+                    in_place=self.in_place,
+                    **fields,
+                )
             )
         except SlurmpreError as exc:
             LOG.info(str(exc))

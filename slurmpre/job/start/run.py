@@ -358,7 +358,7 @@ def _see_through(at: AttemptContext, watching: Watching | None, code: int) -> No
     if watcher is None:
         return
     watcher.post_exit(code)
-    outcome = watcher.result(timeout=watcher.longest_wait())
+    outcome = watcher.result()
     if outcome.successor is not None:
         LOG.info(f"the training exited after the notice; job {outcome.successor} takes over")
     elif outcome.notice is not None and outcome.requeued:

@@ -86,14 +86,11 @@ class Watcher:
     def stop(self) -> None:
         self.inbox.put(_STOP)
 
-    def result(self, timeout: float) -> Outcome:
-        """Wait for the watcher to finish (after `post_exit`), then its outcome."""
-        self.finished.wait(timeout)
+    def result(self) -> Outcome:
+        """Wait for the watcher to finish (after `post_exit`; at most as long as it can take
+        after the training exits), then its outcome."""
+        self.finished.wait(max(self.config.window, self.config.time_warning) + 60.0)
         return self.outcome
-
-    def longest_wait(self) -> float:
-        """An upper bound of how long the watcher can take after the training exits."""
-        return max(self.config.window, self.config.time_warning) + 60.0
 
     # -- the loop (the watcher's own thread) ---------------------------------------------
     def _wait_inbox(self, seconds: float) -> object:
