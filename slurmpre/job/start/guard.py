@@ -32,12 +32,12 @@ def read_snapshots(stream: object) -> dict[int, int]:
     return latest or current
 
 
-def end_all(snapshot: dict[int, int], grace: float = GRACE) -> list[int]:
+def end_all(snapshot: dict[int, int]) -> list[int]:
     """SIGTERM the listed processes that are still the same ones, then SIGKILL the rest."""
     mine = [pid for pid, start in snapshot.items() if procs.start_time(pid) == start]
     alive = [pid for pid in mine if procs.alive(pid)]
     procs.signal_all(alive, signal.SIGTERM)
-    left = procs.wait_gone(alive, grace)
+    left = procs.wait_gone(alive, GRACE)
     procs.signal_all(left, signal.SIGKILL)
     return alive
 

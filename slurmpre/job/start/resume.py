@@ -24,7 +24,7 @@ from slurmpre.errors import (
 )
 from slurmpre.folder import checkpoints, trust
 from slurmpre.folder import snapshot as snapshots
-from slurmpre.folder.access import OWNER, Access, make_dir
+from slurmpre.folder.access import Access, make_dir
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
@@ -67,7 +67,7 @@ def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
     return base / f"task-{job.array_task_id}" if job.array_task_id is not None else base
 
 
-def check_checkpoint_dir(path: Path, job: JobEnv, access: Access = OWNER) -> Path:
+def check_checkpoint_dir(path: Path, job: JobEnv, access: Access) -> Path:
     if not path.is_dir():
         raise CheckpointError(
             f"checkpoint folder {str(path)!r} does not exist (it must be on the shared volume; "
@@ -295,7 +295,7 @@ def _clear_the_way(at: AttemptContext) -> None:
         LOG.info(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
 
 
-def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkpoint | None:
+def _newest(at: AttemptContext, pulled: int | None) -> checkpoints.Checkpoint | None:
     """The newest complete checkpoint the user's own jobs committed, or the one every
     node pulled when it is newer (it lands in the folder by this job's flush); gives up
     (`limits`) when the run has restarted too often, or too often without progress."""

@@ -43,10 +43,10 @@ class GrowPlan:
         )
 
 
-def usable(node: NodeInfo, feature: str = defaults.PREEMPTIBLE_FEATURE) -> bool:
+def usable(node: NodeInfo) -> bool:
     """A node a grown job could start on: idle, in service, with the feature."""
     return (
-        feature in node.features
+        defaults.PREEMPTIBLE_FEATURE in node.features
         and node.state == "IDLE"
         and not node.flags
         and not node.draining
