@@ -5,8 +5,6 @@ that records each call; the sandbox test submits to the real one)."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +19,13 @@ from slurmpre.job.watch.watcher import _Schedule
 from slurmpre.slurm.parse import NodeInfo
 
 from tests.job.conftest import Clock
-from tests.job.test_successor import job_env, recorded_submit, waiting
+from tests.job.test_successor import (
+    fake_sbatch,
+    job_env,
+    recorded_submit,
+    sbatch_calls,
+    waiting,
+)
 from tests.job.test_watch import EPOCH, Harness
 
 ONE = JobEnv("42", 0, 0, ("p1",), "p1", 0)
@@ -110,28 +114,6 @@ def test_a_checkpoint_being_written_is_this_attempts_own_in_flight_folder(tmp_pa
 
 
 # -- the hand-over -------------------------------------------------------------------
-def sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
-    """An sbatch that appends each call (its arguments) and answers 77, then 78."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    calls = tmp_path / "sbatch-calls.jsonl"
-    body = (
-        "import json, sys\n"
-        f"calls = open({str(calls)!r}, 'a+')\n"
-        "calls.seek(0); n = len(calls.readlines())\n"
-        "calls.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-    )
-    if fails:
-        body += "sys.stderr.write('sbatch: error: Node count specification invalid\\n')\n"
-        body += "sys.exit(1)\n"
-    else:
-        body += "print(77 + n)\n"
-    exe = bin_dir / "sbatch"
-    exe.write_text(f"#!{os.sys.executable}\n{body}")  # type: ignore[attr-defined]
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return calls
-
-
 DB_INDEX = (
     "slurm_update error: Job update not available right now, the DB index is being set, "
     "try again in a bit"
@@ -142,7 +124,7 @@ def growing(tmp_path: Path, idle: int, *, fails: bool = False) -> tuple[Harness,
     """A job on p1 (of a 1-3 range) and ``idle`` preemptible nodes idle from t=0."""
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    calls = sbatch(tmp_path, fails=fails)
+    calls = fake_sbatch(tmp_path, fails=fails)
     recorded_submit(folder)
     env = job_env(tmp_path, SLURM_JOB_ID="42")
     h = Harness(folder, config=WatchConfig(restart="successor", grow_to=3), env=env, job=ONE)
@@ -166,7 +148,7 @@ def notice_stop(h: Harness) -> bool | None:
 
 
 def submitted(calls: Path) -> list[list[str]]:
-    return [json.loads(line) for line in calls.read_text().splitlines()]
+    return [call["argv"] for call in sbatch_calls(calls)]
 
 
 def test_with_idle_nodes_enough_the_bigger_job_starts_while_this_one_trains(
