@@ -1,7 +1,8 @@
 """Restarting inside the allocation: when a drain can be answered without a requeue
 (`plan`), and the watcher's `Request` to the batch script's supervisor
 (`slurmpre.job.handover.steps`), written beside the ledger. See docs/how-it-works.md
-("Fast restart, in place", "Hot spares")."""
+("Fast restart, in place", "Hot spares").
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 The next step, started early beside this one (an early `Request`), chooses its
 checkpoint only once the supervisor recorded that the step before has ended
 (`wait_for_previous_step`): never two trainers on one folder. Only for a script that
-meets at `slurmpre.resume_path()`. See docs/how-it-works.md ("Hot spares")."""
+meets at `slurmpre.resume_path()`. See docs/how-it-works.md ("Hot spares").
+"""
 
 from __future__ import annotations
 

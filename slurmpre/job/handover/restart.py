@@ -1,7 +1,8 @@
 """How a job goes on once a notice ends its allocation (`after_notice` decides when), in
 order of preference: restart in place, hand over to a successor (`handing`), or Slurm's
 requeue; each recorded in the ledger. A job submitted without ``--requeue`` is not
-requeued."""
+requeued.
+"""
 
 from __future__ import annotations
 

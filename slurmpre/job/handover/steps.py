@@ -6,7 +6,8 @@ ends the step (SIGTERM, ``--grace`` seconds after the ask), releases the drained
 starts that step at once, beside this one (`overlap`). A signal to the supervisor
 (Slurm's cancel, requeue or time limit) means no further step is started. With
 ``--spares K`` the batch host and the allocation's last nodes do not train. See
-docs/how-it-works.md ("Fast restart, in place", "Hot spares")."""
+docs/how-it-works.md ("Fast restart, in place", "Hot spares").
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ What it submits is the user's alone: the script is read from the job's own
 ``.slurmpre`` (owner-only, checked on the descriptor: `slurmpre.folder.trust`), and
 the environment is this job's own, the one its training runs with (sbatch gave it
 the user's at the first submit), less what Slurm sets for a job or a step. Nothing
-of it is written to disk: no login environment, token or key reaches the volume."""
+of it is written to disk: no login environment, token or key reaches the volume.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``, read with the
 one table of keys the batch script wrote it from (`slurmpre.login.render.launch_argv`),
 each key into the part that reads it (`Key.part`). The defaults are the table's, for a
-wrapper run by hand."""
+wrapper run by hand.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """``$NAME`` and ``${NAME}`` in the command, expanded on the node from the training's
 environment as in double quotes (docs/spec.md, "Variables"). A variable not set there is
 an error, never an empty string: ``--output_dir $OUT`` with no ``OUT`` would train into
-the wrong folder."""
+the wrong folder.
+"""
 
 from __future__ import annotations
 

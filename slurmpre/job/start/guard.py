@@ -5,7 +5,8 @@ sessions of their own (torchrun puts every worker in one) outlive the killed wra
 keep the step's output open, and Slurm drains the node with "Kill task failed". The
 wrapper sends this process, every couple of seconds, its training processes; when the
 wrapper ends, even by SIGKILL, stdin closes and the guard ends what of that list still
-runs (SIGTERM, then SIGKILL after a short grace)."""
+runs (SIGTERM, then SIGKILL after a short grace).
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 ``max_stalled_restarts``, ``max_cost``: docs/deadlines.md, "Budgets that tell causes
 apart"), asked by node 0 before it chooses a checkpoint, whatever started the attempt.
 Giving up is recorded (`GaveUp`), the job made non-requeueable, and the attempt ends
-with exit 1, so Slurm does not start it again."""
+with exit 1, so Slurm does not start it again.
+"""
 
 from __future__ import annotations
 

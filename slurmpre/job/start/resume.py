@@ -1,6 +1,7 @@
 """Where this attempt starts from, the same on every node: node 0 clears what dead
 attempts left, picks the newest complete checkpoint and publishes the choice (with the
-rendezvous endpoint); the other nodes wait for it."""
+rendezvous endpoint); the other nodes wait for it.
+"""
 
 from __future__ import annotations
 

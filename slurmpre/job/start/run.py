@@ -1,6 +1,7 @@
 """``slurmpre.job run``: one attempt of the job on one node, under srun: agree on the
 checkpoint (`resume`), run the child (`supervise`), and on node 0 watch (`watch`). The
-wrapper exits with the child's code."""
+wrapper exits with the child's code.
+"""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class Watching:
     a drain or the time-limit warning while node 0 still chooses must lead to a requeue,
     or a job whose training never started could end at its time limit. Its imports and
     first Slurm query wait for the launch (`launched`) at most ``GIVE_WAY`` seconds, so
-    as not to slow it from a thread that shares the interpreter."""
+    as not to slow it from a thread that shares the interpreter.
+    """
 
     GIVE_WAY = 1.0
 

@@ -1,7 +1,8 @@
 """Run the training command as the wrapper's child, in a session of its own with the
 time-limit warning ignored (the warning is the wrapper's: it reaches the training only
 as the notice), pass Slurm's other signals on to its process group, and guard its tree
-(`guard`). See docs/how-it-works.md ("What runs inside the job")."""
+(`guard`). See docs/how-it-works.md ("What runs inside the job").
+"""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ listened in an earlier attempt but not yet in this one has trained no step since
 resumed, so it has nothing to save and is requeued at once (unless a successor,
 submitted at the notice, lets it train until it ends); a script that does not listen
 gets ``exit_grace`` seconds after a commit to exit, since that commit may be its final
-save."""
+save.
+"""
 
 from __future__ import annotations
 

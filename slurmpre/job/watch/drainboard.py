@@ -7,7 +7,8 @@ may grow, and the holder then asks about every node); the holder of the *lease*
 holder that misses its poll by more than a read and a second hands it on at once)
 writes the *board* (``board.json``). What is read there must be a regular, owner-only
 file of this user, small and of the right shape, else it is ignored and the job asks
-Slurm itself."""
+Slurm itself.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Grow back: a job on fewer nodes than its range allows notices idle preemptible nodes
 (its own notice, kind ``grow``, from the drain board's poll of every node, never Slurm
 on its own) and hands over to a bigger successor. See docs/how-it-works.md ("Growing
-back when capacity returns")."""
+back when capacity returns").
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ file that carries it from node 0 to every rank (`slurmpre.preemption_requested()
 ``stop`` true: checkpoint and stop. ``stop`` false (a successor, or the next step, is
 on its way): a script that asks `checkpoint_requested()` checkpoints and trains on
 until the watcher rewrites the file with ``stop`` true; one that only asks
-`preemption_requested()` stops at either level."""
+`preemption_requested()` stops at either level.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 It asks every notice source on its own schedule (a source that fails backs off on its
 own, up to a minute); from the first notice on, `after_notice` sees it through. It
 never takes the training down. The main thread talks to it only through `post_exit`
-and reads the outcome after `finished` is set."""
+and reads the outcome after `finished` is set.
+"""
 
 from __future__ import annotations
 
