@@ -49,16 +49,12 @@ def submit_env(env: Mapping[str, str]) -> dict[str, str]:
     """What a successor is submitted with: this job's environment, without what Slurm set
     for this job and its steps, without a predecessor of its own, and with each ``*PATH``
     list once per entry (the script puts its python first again, at every hand-over)."""
-    out = {}
-    for k, v in env.items():
-        if (
-            (k.startswith(SLURM_SET) and k not in KEPT)
-            or k in GRES_SET
-            or k in (environment.PREDECESSOR, environment.EARLIER_RESTARTS)
-        ):
-            continue
-        out[k] = _once_each(v) if k.endswith("PATH") else v
-    return out
+    own = (environment.PREDECESSOR, environment.EARLIER_RESTARTS)
+    return {
+        k: _once_each(v) if k.endswith("PATH") else v
+        for k, v in env.items()
+        if not (k.startswith(SLURM_SET) and k not in KEPT) and k not in GRES_SET and k not in own
+    }
 
 
 def _once_each(value: str) -> str:
