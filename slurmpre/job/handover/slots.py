@@ -40,11 +40,9 @@ def submit_slot(
         while held is None and clock() < deadline:
             for i in rng.sample(range(SUBMIT_SLOTS), SUBMIT_SLOTS):
                 lock = FolderLock(where / f"submit-{i}.lock", timeout=0, mode=OWNER.file_mode)
-                try:
+                with contextlib.suppress(LockTimeout):
                     held = lock.acquire(0)
                     break
-                except LockTimeout:
-                    continue
             if held is None:
                 sleep(rng.uniform(0.1, 1.0))
     except OSError:

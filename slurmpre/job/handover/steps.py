@@ -194,10 +194,8 @@ class Steps:
         early_tried = False
         spares_due = self.clock()
         while True:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 return exit_code(self.proc.wait(timeout=POLL))
-            except subprocess.TimeoutExpired:
-                pass
             now = self.clock()
             if self.opts.spares and self.can_restart and asked_at is None and now >= spares_due:
                 spares_due = now + SPARES_POLL
