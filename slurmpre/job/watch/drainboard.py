@@ -192,10 +192,8 @@ class DrainBoard:
         """(holder, until, the latest moment its holder must renew it by) or None."""
         try:
             d = read_owned(self.lease_path)
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError):
-            return None  # unreadable or foreign: as if lapsed, replaced under the lock
+            return None  # none, unreadable or foreign: as if lapsed, replaced under the lock
         ok = isinstance(d, dict) and isinstance(d.get("holder"), str)
         until = d.get("until") if ok else None
         if not ok or not number(until):
