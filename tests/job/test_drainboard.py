@@ -15,8 +15,10 @@ from slurmpre.job.watch.notice import DrainSource
 from slurmpre.slurm.parse import NodeInfo
 
 from tests.fakes import FakeSlurm
+from tests.job.conftest import Clock
 
 INTERVAL = 5.0
+START = 1_000_000.0  # wall clock
 
 
 class Cluster(FakeSlurm):
@@ -41,14 +43,6 @@ class Cluster(FakeSlurm):
         ]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def board(tmp_path: Path, me: str, slurm: Cluster, clock: Clock, nodes: list[str]) -> DrainBoard:
     b = DrainBoard(tmp_path / "watch", me, slurm, INTERVAL, jitter=0.0, wall=clock)
     assert b.register(nodes)
@@ -60,7 +54,7 @@ def drained(b: DrainBoard, nodes: list[str]) -> set[str]:
 
 
 def test_one_job_polls_for_all_and_the_others_read_its_answer(tmp_path: Path) -> None:
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     jobs = {f"{i}": board(tmp_path, f"{i}", slurm, clock, [f"n{i}"]) for i in range(10)}
     for t in range(60):  # a minute, each job looking once a second
         clock.now += 1.0
@@ -82,7 +76,7 @@ def test_one_job_polls_for_all_and_the_others_read_its_answer(tmp_path: Path) ->
 
 
 def test_when_the_holder_stops_no_job_waits_longer_than_an_interval(tmp_path: Path) -> None:
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     holder = board(tmp_path, "1", slurm, clock, ["a"])
     other = board(tmp_path, "2", slurm, clock, ["b"])
     clock.now += 1
@@ -112,7 +106,7 @@ def test_a_holder_on_time_keeps_its_lease_against_a_job_with_a_shorter_interval(
     tmp_path: Path,
 ) -> None:
     """Renewed on time by its own interval, a lease is not taken over: no churn."""
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     holder = board(tmp_path, "1", slurm, clock, ["a"])
     assert holder.nodes(["a"]) is not None and holder.holding
     quick = DrainBoard(tmp_path / "watch", "2", slurm, 2.0, jitter=0.0, wall=clock)
@@ -125,7 +119,7 @@ def test_a_holder_on_time_keeps_its_lease_against_a_job_with_a_shorter_interval(
 
 
 def test_a_board_or_lease_that_is_not_an_owner_only_file_is_not_believed(tmp_path: Path) -> None:
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     reader = board(tmp_path, "2", slurm, clock, ["b"])
     folder = tmp_path / "watch"
     forged = {"v": 1, "by": "9", "polled_at": clock.now, "asked": ["b"], "nodes": []}
@@ -142,7 +136,7 @@ def test_a_board_or_lease_that_is_not_an_owner_only_file_is_not_believed(tmp_pat
 
 
 def test_a_board_link_leading_elsewhere_is_not_read(tmp_path: Path) -> None:
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     reader = board(tmp_path, "2", slurm, clock, ["b"])
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(json.dumps({"v": 1, "by": "9", "polled_at": clock.now, "asked": ["b"],
@@ -158,7 +152,7 @@ def test_a_board_link_leading_elsewhere_is_not_read(tmp_path: Path) -> None:
 def test_a_folder_others_may_write_is_not_shared(tmp_path: Path, said: list[str]) -> None:
     (tmp_path / "watch").mkdir(mode=0o777)
     (tmp_path / "watch").chmod(0o777)
-    b = DrainBoard(tmp_path / "watch", "1", Cluster(), INTERVAL, wall=Clock())
+    b = DrainBoard(tmp_path / "watch", "1", Cluster(), INTERVAL, wall=Clock(START))
     assert not b.register(["a"])
     assert "not shared" in said[0]
 
@@ -172,7 +166,7 @@ def test_where_the_board_is_and_how_sharing_is_turned_off(tmp_path: Path) -> Non
 
 
 def test_the_drain_source_reads_the_board_every_second(tmp_path: Path) -> None:
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     b = board(tmp_path, "1", slurm, clock, ["a"])
     source = DrainSource(b, ["a"], every=drainboard.READ_EVERY, close=b.close, wall=clock)
     assert source.poll() == []
@@ -208,7 +202,7 @@ def test_restarts_take_one_of_a_few_slots_and_go_anyway_after_the_wait(tmp_path:
 def test_a_job_that_ends_releases_its_lease_and_the_next_to_find_the_board_late_takes_it(
     tmp_path: Path,
 ) -> None:
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     holder = board(tmp_path, "1", slurm, clock, ["a"])
     other = board(tmp_path, "2", slurm, clock, ["b"])
     holder.nodes(["a"])
@@ -227,7 +221,7 @@ def test_a_board_stamped_in_the_future_is_stale_not_fresh_forever(tmp_path: Path
     """A holder on a node whose clock runs an hour ahead wrote a board that, by this
     node's clock, was polled in the future: it read as fresh for the next hour, and the
     drains it did not show were missed (#35). So is a lease renewed in the future."""
-    slurm, clock = Cluster(), Clock()
+    slurm, clock = Cluster(), Clock(START)
     reader = board(tmp_path, "2", slurm, clock, ["b"])
     folder = tmp_path / "watch"
     ahead = clock.now + 3600
@@ -261,7 +255,7 @@ class WholeCluster(Cluster):
 def test_a_job_that_may_grow_reads_every_node_from_the_same_one_poll(tmp_path: Path) -> None:
     """Grow back watches the cluster's idle nodes through the board: the holder asks about
     every node in its one query per interval, and no job asks Slurm on its own."""
-    slurm, clock = WholeCluster(), Clock()
+    slurm, clock = WholeCluster(), Clock(START)
     grower = DrainBoard(
         tmp_path / "watch", "0", slurm, INTERVAL, jitter=0.0, wall=clock, everything=True
     )
@@ -282,7 +276,7 @@ def test_a_job_that_may_grow_reads_every_node_from_the_same_one_poll(tmp_path: P
 def test_without_a_job_that_may_grow_the_poll_names_only_the_registered_nodes(
     tmp_path: Path,
 ) -> None:
-    slurm, clock = WholeCluster(), Clock()
+    slurm, clock = WholeCluster(), Clock(START)
     jobs = [board(tmp_path, f"{i}", slurm, clock, [f"n{i}"]) for i in range(2)]
     for _ in range(12):
         clock.now += 1.0

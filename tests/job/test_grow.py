@@ -5,8 +5,6 @@ that records each call; the sandbox test submits to the real one)."""
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +18,14 @@ from slurmpre.job.watch.grow import GrowSource, writing_checkpoint
 from slurmpre.job.watch.watcher import _Schedule
 from slurmpre.slurm.parse import NodeInfo
 
-from tests.job.test_successor import job_env, recorded_submit, waiting
+from tests.job.conftest import Clock
+from tests.job.test_successor import (
+    fake_sbatch,
+    job_env,
+    recorded_submit,
+    sbatch_calls,
+    waiting,
+)
 from tests.job.test_watch import EPOCH, Harness
 
 ONE = JobEnv("42", 0, 0, ("p1",), "p1", 0)
@@ -41,21 +46,13 @@ class Cluster:
         return self.nodes
 
 
-class Wall:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def source(cluster: Cluster, wall: Wall, **kw: object) -> GrowSource:
+def source(cluster: Cluster, wall: Clock, **kw: object) -> GrowSource:
     args = {"settle": 10.0, "min_gain": 1, "wall": wall, **kw}
     return GrowSource(cluster, ("p1", "p2"), 4, **args)  # type: ignore[arg-type]
 
 
 def test_a_node_must_stay_idle_for_the_settle_time_and_one_that_vanishes_starts_again() -> None:
-    wall, cluster = Wall(), Cluster(node("p1", "ALLOCATED"), node("p2", "ALLOCATED"), node("p3"))
+    wall, cluster = Clock(), Cluster(node("p1", "ALLOCATED"), node("p2", "ALLOCATED"), node("p3"))
     grow = source(cluster, wall)
     assert grow.poll() == []
     wall.now = 9.0
@@ -74,7 +71,7 @@ def test_a_node_must_stay_idle_for_the_settle_time_and_one_that_vanishes_starts_
 
 
 def test_only_idle_preemptible_nodes_of_others_count_and_never_past_the_max() -> None:
-    wall = Wall()
+    wall = Clock()
     cluster = Cluster(
         node("p1"), node("p2"),  # the job's own (idle as Slurm may show them: not counted)
         node("p3", "DRAIN"), node("p4", "DOWN"), node("s1", features=("standard",)),
@@ -90,7 +87,7 @@ def test_only_idle_preemptible_nodes_of_others_count_and_never_past_the_max() ->
 
 
 def test_a_gain_below_the_minimum_or_a_checkpoint_being_written_waits() -> None:
-    wall, cluster = Wall(), Cluster(node("p3"))
+    wall, cluster = Clock(), Cluster(node("p3"))
     grow = source(cluster, wall, min_gain=2)
     grow.poll()
     wall.now = 60.0
@@ -117,28 +114,6 @@ def test_a_checkpoint_being_written_is_this_attempts_own_in_flight_folder(tmp_pa
 
 
 # -- the hand-over -------------------------------------------------------------------
-def sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
-    """An sbatch that appends each call (its arguments) and answers 77, then 78."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    calls = tmp_path / "sbatch-calls.jsonl"
-    body = (
-        "import json, sys\n"
-        f"calls = open({str(calls)!r}, 'a+')\n"
-        "calls.seek(0); n = len(calls.readlines())\n"
-        "calls.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-    )
-    if fails:
-        body += "sys.stderr.write('sbatch: error: Node count specification invalid\\n')\n"
-        body += "sys.exit(1)\n"
-    else:
-        body += "print(77 + n)\n"
-    exe = bin_dir / "sbatch"
-    exe.write_text(f"#!{os.sys.executable}\n{body}")  # type: ignore[attr-defined]
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return calls
-
-
 DB_INDEX = (
     "slurm_update error: Job update not available right now, the DB index is being set, "
     "try again in a bit"
@@ -149,7 +124,7 @@ def growing(tmp_path: Path, idle: int, *, fails: bool = False) -> tuple[Harness,
     """A job on p1 (of a 1-3 range) and ``idle`` preemptible nodes idle from t=0."""
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    calls = sbatch(tmp_path, fails=fails)
+    calls = fake_sbatch(tmp_path, fails=fails)
     recorded_submit(folder)
     env = job_env(tmp_path, SLURM_JOB_ID="42")
     h = Harness(folder, config=WatchConfig(restart="successor", grow_to=3), env=env, job=ONE)
@@ -173,7 +148,7 @@ def notice_stop(h: Harness) -> bool | None:
 
 
 def submitted(calls: Path) -> list[list[str]]:
-    return [json.loads(line) for line in calls.read_text().splitlines()]
+    return [call["argv"] for call in sbatch_calls(calls)]
 
 
 def test_with_idle_nodes_enough_the_bigger_job_starts_while_this_one_trains(
@@ -279,7 +254,7 @@ def test_a_bigger_job_that_does_not_start_in_time_gets_this_ones_checkpoint_anyw
 
 
 def test_a_job_on_standard_nodes_does_not_grow_onto_preemptible_ones() -> None:
-    wall = Wall()
+    wall = Clock()
     cluster = Cluster(node("p1", "ALLOCATED", ("standard",)), node("p3"), node("p4"))
     grow = GrowSource(cluster, ("p1",), 3, settle=0.0, wall=wall)
     wall.now = 100.0

@@ -18,13 +18,7 @@ from slurmpre.job.watch.notice import (
     write_notice,
 )
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.job.conftest import Clock
 
 
 class TwoRankAllReduce:
@@ -56,7 +50,7 @@ def test_notice_file_round_trip(tmp_path: Path) -> None:
 
 
 def test_without_distributed_it_is_the_local_check(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = Clock()
     marker = tmp_path / "notice"
     gate = NoticeGate(lambda: str(marker), clock=clock)
     assert gate(None) is False
@@ -78,7 +72,7 @@ def two_ranks(
     results: list[list[int]] = [[], []]
 
     def rank(r: int) -> None:
-        clock = FakeClock()
+        clock = Clock()
         n = {"call": 0}
         gate = NoticeGate(
             lambda: "notice", clock=clock, level=lambda _: level_at(r, n["call"]), check_every=0.0

@@ -15,6 +15,8 @@ from slurmpre.folder.records import InPlace, InPlaceFailed
 from slurmpre.job.handover.overlap import wait_for_previous_step
 from slurmpre.job.start.env import read_job_env
 
+from tests.job.conftest import Clock
+
 ENV = {
     "SLURM_JOB_ID": "77",
     "SLURM_JOB_NODELIST": "gpu-preemptible-dp-[1-4]",
@@ -39,14 +41,6 @@ def test_the_node_being_released_is_not_the_jobs_any_more() -> None:
     assert job.spares == ("gpu-preemptible-dp-4",)
     plain = read_job_env({k: v for k, v in ENV.items() if k != environment.RELEASING})
     assert "gpu-preemptible-dp-3" in plain.allocation and plain.releasing == ()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def in_place(**fields: object) -> InPlace:

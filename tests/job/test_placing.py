@@ -4,7 +4,6 @@ and the nodes Slurm lists, and the sbatch options that keep it off preemptible n
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from slurmpre.job.start.options import WatchConfig
 from slurmpre.placement.policy import PREEMPTIBLE, STANDARD, Goals
 from slurmpre.slurm.parse import NodeInfo
 
-from tests.job.test_successor import harness
+from tests.job.test_successor import harness, sbatch_calls
 from tests.job.test_watch import EPOCH
 from tests.records import dicts
 
@@ -106,7 +105,7 @@ def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
     tmp_path: Path,
 ) -> None:
     h, seen = drained_at_step_14(tmp_path, Goals(fallback_after=1))
-    got = json.loads(seen.read_text())
+    got = sbatch_calls(seen)[-1]
     assert got["argv"][-2:] == [
         "--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2"
     ]  # fmt: skip
@@ -117,12 +116,12 @@ def test_at_the_hand_over_fallback_after_sends_the_successor_to_standard_nodes(
 
 def test_at_the_hand_over_max_wait_queues_a_held_twin_on_standard_nodes(tmp_path: Path) -> None:
     h, seen = drained_at_step_14(tmp_path, Goals(max_wait_s=900))
-    got = json.loads(seen.read_text())  # the last sbatch: the twin
+    got = sbatch_calls(seen)[-1]  # the last sbatch: the twin
     assert got["argv"][-3:] == [
         "--constraint=", "--exclude=gpu-preemptible-dp-1,gpu-preemptible-dp-2", "--begin=now+900"
     ]  # fmt: skip
     placed = h.record("placed")
-    assert placed["where"] == "preemptible" and placed["twin"] == "77"
+    assert placed["where"] == "preemptible" and placed["twin"] == "78"
     successors = [r for r in dicts(Ledger(h.folder)) if r["event"] == "successor"]
     assert len(successors) == 2 and "twin on standard nodes" in successors[1]["why"]
 
@@ -175,9 +174,9 @@ def test_a_deadline_with_no_rate_yet_is_placed_once_the_notice_checkpoint_gives_
     events = h.events()
     assert events.index("committed") < events.index("placed")  # decided after the rate
     placed = h.record("placed")
-    assert placed["where"] == "preemptible" and placed["twin"] == "77"
+    assert placed["where"] == "preemptible" and placed["twin"] == "78"
     assert placed["rate"] == pytest.approx(14 / 20, rel=0.1)
-    got = json.loads(seen.read_text())
+    got = sbatch_calls(seen)[-1]
     assert got["argv"][-1].startswith("--begin=now+")
 
 

@@ -152,12 +152,23 @@ def test_exit_code_passes_through_and_a_dead_node_ends_the_step(
     assert time.monotonic() - started < 60  # ended, not hung for 600 s
 
 
+# The wrapper around its child (`run._train`), for a test's own wrapper process.
+SUPERVISE = (
+    "from slurmpre.job.start.supervise import Supervisor\n"
+    "def supervise(command, env):\n"
+    "    with Supervisor() as supervisor:\n"
+    "        if supervisor.start(command, env) is None:\n"
+    "            return 128 + (supervisor.stopped or 15)\n"
+    "        return supervisor.wait()\n"
+)
+
+
 def test_signals_reach_the_whole_child_tree(tmp_path: Path) -> None:
     """SIGTERM to the wrapper reaches the child and its grandchild; exit 128+15."""
     pids = tmp_path / "pids"
     code = (
         "import sys\n"
-        "from slurmpre.job.start.supervise import supervise\n"
+        f"{SUPERVISE}"
         f"sys.exit(supervise(['bash', '-c', 'sleep 600 & echo $$ $! > {pids}; wait'], {{}}))\n"
     )
     env = {**os.environ, "PATH": os.environ["PATH"]}
@@ -216,7 +227,8 @@ def test_a_killed_wrapper_leaves_no_training_process_behind(tmp_path: Path) -> N
         "            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,\n"
         "            stderr=subprocess.DEVNULL, start_new_session=True, text=True)\n"
         "s._start_guard = start_guard\n"
-        f"sys.exit(s.supervise(['bash', '-c', {child!r}], {{}}))\n"
+        f"{SUPERVISE}"
+        f"sys.exit(supervise(['bash', '-c', {child!r}], {{}}))\n"
     )
     wrapper = subprocess.Popen([sys.executable, "-c", code])
     pid = int(wait_for("the grandchild", lambda: pids.exists() and pids.read_text(), timeout=10))
@@ -248,7 +260,7 @@ def test_the_warning_is_kept_never_reaches_the_training_and_other_signals_do(
         "from slurmpre.signals import WARN_SIGNAL, Latch\n"
         "latch = Latch()\n"
         "signal.signal(WARN_SIGNAL, latch)\n"
-        "from slurmpre.job.start.supervise import supervise\n"
+        f"{SUPERVISE}"
         f"status = supervise([sys.executable, '-c', {child!r}], {{}})\n"
         "print('warned' if latch.at else 'not warned', flush=True)\n"
         "sys.exit(status)\n"

@@ -11,6 +11,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slurmpre.errors import JobEnvironmentError
@@ -37,23 +38,31 @@ DONE = parse_jobs((DATA / "slurm-22.05" / "job-cancelled.txt").read_text())[0]
 
 
 def fake_sbatch(tmp_path: Path, *, fails: bool = False) -> Path:
-    """An sbatch that keeps what it got and answers job 77 (or refuses, as a QOS limit does)."""
+    """An sbatch that appends what it got (`sbatch_calls`) and answers job 77, then 78, ...
+    (or refuses, as a QOS limit does)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    seen = tmp_path / "sbatch-seen.json"
+    seen = tmp_path / "sbatch-calls.jsonl"
     body = (
         "import json, os, sys\n"
-        f"json.dump({{'argv': sys.argv[1:], 'script': sys.stdin.read(), 'env': dict(os.environ)}},"
-        f" open({str(seen)!r}, 'w'))\n"
+        f"calls = open({str(seen)!r}, 'a+')\n"
+        "calls.seek(0); n = len(calls.readlines())\n"
+        "got = {'argv': sys.argv[1:], 'script': sys.stdin.read(), 'env': dict(os.environ)}\n"
+        "calls.write(json.dumps(got) + '\\n')\n"
     )
     if fails:
         body += "sys.stderr.write('sbatch: error: QOSMaxSubmitJobPerUserLimit\\n')\nsys.exit(1)\n"
     else:
-        body += "print('77')\n"
+        body += "print(77 + n)\n"
     sbatch = bin_dir / "sbatch"
     sbatch.write_text(f"#!{os.sys.executable}\n" + body)  # type: ignore[attr-defined]
     sbatch.chmod(sbatch.stat().st_mode | stat.S_IXUSR)
     return seen
+
+
+def sbatch_calls(seen: Path) -> list[dict[str, Any]]:
+    """What `fake_sbatch` got, call by call."""
+    return [json.loads(line) for line in seen.read_text().splitlines()]
 
 
 # What the submit gave sbatch on its command line (`slurmpre.login.render.command_line`).
@@ -130,7 +139,7 @@ def test_on_a_drain_a_successor_takes_over_instead_of_a_requeue(tmp_path: Path) 
     # This job was made non-requeueable before the successor was submitted.
     order = [s for s in h.said if s.startswith("(set_requeue") or "takes over" in s]
     assert order[0] == "(set_requeue 42 False)" and "job 77 takes over from job 42" in order[1]
-    got = json.loads(seen.read_text())
+    got = sbatch_calls(seen)[-1]
     assert got["argv"][-1] == "--exclude=gpu-preemptible-dp-2"
     # The first submit's options again, over the job's SBATCH_* variables; its own after them.
     assert got["argv"][: len(RECORDED_ARGS) + 1] == ["--parsable", *RECORDED_ARGS]
@@ -296,7 +305,7 @@ def test_an_array_tasks_successor_is_that_task_of_a_new_array_job(tmp_path: Path
     h.slurm.drains["gpu-preemptible-dp-1"] = (1.0, "preempted")
     h.at(5.0, lambda: h.commit(3))
     h.run()
-    got = json.loads(seen.read_text())
+    got = sbatch_calls(seen)[-1]
     assert "--array=3" in got["argv"]  # that task alone, not the whole array again
     assert got["env"]["SLURMPRE_PREDECESSOR"] == "40_3"
     assert h.record("successor")["successor"] == "77_3"  # as the new task's records name it

@@ -61,11 +61,6 @@ class Successors:
         self.twin: str | None = None  # ... and its twin on standard nodes (`twins`)
         self.late: list[str] | None = None  # placement waits for the rate (`place_late`)
 
-    def _submitted_in(self) -> Path:
-        """Where `slurmpre submit` recorded the job: its checkpoint folder (an array task
-        keeps its checkpoints in ``<checkpoint_dir>/task-<id>``, below it)."""
-        return self.folder.parent if self.job.array_task_id is not None else self.folder
-
     def call_off(self) -> None:
         """The training finished its work after all: the successor has nothing to do."""
         for job in (self.successor, self.twin):
@@ -98,9 +93,8 @@ class Successors:
             # as the script says, and where the run goes on is decided once the notice
             # checkpoint gives the rate (`place_late`).
             self.late, placed = exclude, None
-        layout = FolderLayout(self._submitted_in())
         try:
-            successor = self._submit(layout, exclude, placed.args if placed is not None else ())
+            successor = self._submit(exclude, placed.args if placed is not None else ())
         except SlurmpreError as exc:
             LOG.info(f"the successor job was refused ({first_line(exc)}): requeuing instead")
             self.successor_refused = True
@@ -111,15 +105,9 @@ class Successors:
         if placed is not None:
             where += f", on {placed.decision.where} nodes: {placed.decision.why}"
         LOG.info(f"job {successor} takes over from job {self.job.tag} ({why}){where}")
-        self.log.add(
-            records.Successor,
-            successor=successor,
-            excluded=tuple(exclude),
-            why=why,
-            submitted_at=self.wall(),
-        )
+        self._record(successor, exclude, why)
         if placed is not None:  # after the successor's record: the first is the successor
-            self._record_placement(placed, self._twin(placed, layout, exclude))
+            self._record_placement(placed, self._twin(placed, exclude))
         return Done(Action.REQUEUE, successor=successor)
 
     def grow(self, why: str, nodes: int, *, at_once: bool) -> Done | None:
@@ -146,32 +134,27 @@ class Successors:
                 f"cannot make this job non-requeueable ({first_line(exc)}): growing anyway "
                 "(a requeued attempt finds the hand-over and does not train)"
             )
-        layout = FolderLayout(self._submitted_in())
         try:
             # ... and the spares the script holds beside its training nodes (`spare_nodes`)
             held = nodes + self.config.spare_nodes
-            successor = self._submit(layout, [], (f"--nodes={held}",))
+            successor = self._submit([], (f"--nodes={held}",))
         except SlurmpreError as exc:
             LOG.info(f"the job on {nodes} nodes was refused ({first_line(exc)}): not growing")
             if unrequeued:
                 self._requeueable_again()
             return None
         self.successor = successor
-        self.log.add(
-            records.Successor, successor=successor, excluded=(), why=why, submitted_at=self.wall()
-        )
+        self._record(successor, [], why)
         after = round((GROW_WAIT if at_once else 0.0) + TWIN_AFTER)
         try:
-            self.twin = self._submit(layout, [], (f"--begin=now+{after}",))
+            self.twin = self._submit([], (f"--begin=now+{after}",))
         except SlurmpreError as exc:
             LOG.info(f"the twin of the script's own shape was refused ({first_line(exc)})")
             return Done(Action.REQUEUE, successor=successor)
-        self.log.add(
-            records.Successor,
-            successor=self.twin,
-            excluded=(),
-            why=f"the twin of the script's own shape, in {after} s unless job {successor} starts",
-            submitted_at=self.wall(),
+        self._record(
+            self.twin,
+            [],
+            f"the twin of the script's own shape, in {after} s unless job {successor} starts",
         )
         return Done(Action.REQUEUE, successor=successor)
 
@@ -182,10 +165,13 @@ class Successors:
         except SlurmpreError as exc:
             LOG.info(f"cannot make this job requeueable again ({first_line(exc)})")
 
-    def _submit(self, layout: FolderLayout, exclude: list[str], extra: Sequence[str]) -> str:
+    def _submit(self, exclude: list[str], extra: Sequence[str]) -> str:
         """The recorded script as a job that takes over from this one, in turn with the
         user's other submissions; its id. An array task's is that task of a new array job,
-        named as its records will name it (``125_3``), so the chain reads through."""
+        named as its records will name it (``125_3``), so the chain reads through (and its
+        script is recorded above its ``<checkpoint_dir>/task-<id>``)."""
+        array = self.job.array_task_id is not None
+        layout = FolderLayout(self.folder.parent if array else self.folder)
         with submit_slot(self.env):
             submitted = submit_successor(layout, self.job, exclude, env=self.env, extra=extra)
         task = self.job.array_task_id
@@ -230,33 +216,37 @@ class Successors:
             return
         if placed.decision.where == STANDARD:
             placed = replace(placed, twin_at=self.wall(), twin_args=placed.args)
-        layout = FolderLayout(self._submitted_in())
         LOG.info(f"where the run goes on, now that its rate is known: {placed.decision.why}")
-        self._record_placement(placed, self._twin(placed, layout, exclude))
+        self._record_placement(placed, self._twin(placed, exclude))
 
-    def _twin(self, placed: Placement, layout: FolderLayout, exclude: list[str]) -> str | None:
+    def _twin(self, placed: Placement, exclude: list[str]) -> str | None:
         """The successor's twin on standard nodes, held until ``placed.twin_at`` (`twins`);
         None when there is none, or sbatch refused it (the successor waits as before)."""
         if placed.twin_at is None:
             return None
         try:
-            twin = self._submit(layout, exclude, placed.twin_args)
+            twin = self._submit(exclude, placed.twin_args)
         except SlurmpreError as exc:
             LOG.info(f"the standard-node twin was refused ({first_line(exc)}): the successor waits")
             return None
         self.twin = twin
-        self.log.add(
-            records.Successor,
-            successor=twin,
-            excluded=tuple(exclude),
-            why=f"the twin on standard nodes, from {placed.twin_at:.0f} if none has started",
-            submitted_at=self.wall(),
-        )
+        why = f"the twin on standard nodes, from {placed.twin_at:.0f} if none has started"
+        self._record(twin, exclude, why)
         LOG.info(
             f"job {twin} waits on standard nodes until {placed.twin_at - self.wall():.0f} s "
             f"from now, in case no preemptible node is free by then: the first to start trains"
         )
         return twin
+
+    def _record(self, successor: str, exclude: Sequence[str], why: str) -> None:
+        """A job submitted to take over from this one, in the ledger."""
+        self.log.add(
+            records.Successor,
+            successor=successor,
+            excluded=tuple(exclude),
+            why=why,
+            submitted_at=self.wall(),
+        )
 
     def _record_placement(self, placed: Placement, twin: str | None = None) -> None:
         d, s = placed.decision, placed.situation

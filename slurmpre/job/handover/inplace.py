@@ -1,20 +1,7 @@
-"""Restarting inside the allocation: when a drain can be answered without a requeue.
-
-A requeue costs at least Slurm's floor (``cred_expire + 1``, 121 s on a stock
-Slurm) plus the wait for nodes. A multi-node job that loses a node other than
-the batch host does not need one: the batch script's supervisor
-(`slurmpre.job.handover.steps`) can release the drained node from the job and start the
-next step on the nodes that remain.
-
-With hot spares (``spare_nodes``), the job holds nodes that do not train: a spare
-takes a drained node's place, so the next step runs on as many nodes as before; a
-spare that drains is released while the step goes on (`SpareRelease`).
-
-The watcher (on the step's node 0) decides by `plan`, and asks the supervisor
-by writing a `Request` beside the ledger; the supervisor ends the step once it
-is asked, and reads the request again once the step has ended. With a spare
-taking a drained node's place, an early request comes first: the next step
-starts beside this one (make before break in place: `slurmpre.job.handover.overlap`).
+"""Restarting inside the allocation: when a drain can be answered without a requeue
+(`plan`), and the watcher's `Request` to the batch script's supervisor
+(`slurmpre.job.handover.steps`), written beside the ledger. See docs/how-it-works.md
+("Fast restart, in place", "Hot spares").
 """
 
 from __future__ import annotations
@@ -23,6 +10,7 @@ import json
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmpre.folder import trust
 from slurmpre.folder.access import CONTROL_MODE
@@ -97,16 +85,21 @@ def write_spares(path: Path, drained: Collection[str]) -> None:
     trust.write(path, json.dumps({"release": sorted(drained)}), mode=CONTROL_MODE)
 
 
-def read_spares(path: Path) -> tuple[str, ...]:
-    """The drained spares asked to be released; none when there is no request, it cannot be
-    read whole, or it is not the user's own (said once)."""
+def _read(path: Path) -> Any:
+    """The JSON in ``path``; None when there is none, it cannot be read whole, or it is not
+    the user's own (`slurmpre.folder.trust`: said once)."""
     try:
-        data = json.loads(trust.read_text(path, SMALL))
+        return json.loads(trust.read_text(path, SMALL))
     except trust.Untrusted as exc:
         trust.refused(exc)
-        return ()
     except (OSError, ValueError):
-        return ()
+        pass
+    return None
+
+
+def read_spares(path: Path) -> tuple[str, ...]:
+    """The drained spares asked to be released (none: see `_read`)."""
+    data = _read(path)
     release = data.get("release") if isinstance(data, dict) else None
     if not isinstance(release, list) or not all(isinstance(n, str) for n in release):
         return ()
@@ -118,15 +111,8 @@ def write_request(path: Path, request: Request) -> None:
 
 
 def read_request(path: Path) -> Request | None:
-    """The request, or None when there is none, it cannot be read whole, or it is not the
-    user's own (`slurmpre.folder.trust`: said once)."""
-    try:
-        data = json.loads(trust.read_text(path, SMALL))
-    except trust.Untrusted as exc:
-        trust.refused(exc)
-        return None
-    except (OSError, ValueError):
-        return None
+    """The request, or None (see `_read`)."""
+    data = _read(path)
     try:
         keep = tuple(str(n) for n in data["keep"])
         release = tuple(str(n) for n in data["release"])

@@ -1,28 +1,9 @@
 """Make before break in place: a spare's step starts while the drained one still trains.
 
-An in-place restart ends the step, releases the drained node and only then starts the
-next step, whose start-up (srun, the launcher, the script's imports and model, the
-rendezvous) the training waits for: seconds on every preemption. When a hot spare
-(``spare_nodes``) takes the drained node's place, the next step's nodes are all held
-already, and the start-up can overlap the training instead, as a successor job's does:
-
-1. the watcher (the step's node 0) asks every rank for its notice checkpoint, lets a
-   script that can go on train on, and writes an *early* request (`Request.early`);
-2. the batch script's supervisor starts the next step at once, beside this one
-   (``srun --overlap`` on the kept nodes and the spare; ``SLURMPRE_RELEASING`` names
-   the drained nodes, which that step's job no longer counts as its own);
-3. the next step's script starts up and waits in `slurmpre.resume_path()`, which
-   records that it waits (a `Waiting` record of the next in-place attempt);
-4. the watcher then tells the training to take its last checkpoint and stop (or the
-   deadline does); once that checkpoint has committed (its record says ``stopping``) the
-   watcher asks for the in-place restart, the supervisor ends the step (the training's
-   teardown is not waited for), releases the drained node and records it (`InPlace`);
-5. the next step's node 0, which waited for that record (`wait_for_previous_step`),
-   chooses the checkpoint just committed, and the training goes on from it.
-
-Never two trainers on one folder: the next step chooses only after the step before
-has ended. Only for a script that meets at `slurmpre.resume_path()` (it asked there
-once), as for a successor; anything else restarts in place as before.
+The next step, started early beside this one (an early `Request`), chooses its
+checkpoint only once the supervisor recorded that the step before has ended
+(`wait_for_previous_step`): never two trainers on one folder. Only for a script that
+meets at `slurmpre.resume_path()`. See docs/how-it-works.md ("Hot spares").
 """
 
 from __future__ import annotations
@@ -53,11 +34,6 @@ def may_start_early(restart: Plan, job: JobEnv, folder: Path) -> bool:
     return trust.marked(FolderLayout(folder).meets_at_resume(job.tag))
 
 
-def previous_step(job: JobEnv) -> AttemptId:
-    """The step a step started early follows: the same attempt's in-place restart before."""
-    return AttemptId(job.restart_count, job.in_place - 1)
-
-
 def wait_for_previous_step(
     ledger: Ledger,
     job: JobEnv,
@@ -72,7 +48,7 @@ def wait_for_previous_step(
     ``timeout``: never choose while the step before may still write."""
     if not job.releasing:
         return
-    before = previous_step(job)
+    before = AttemptId(job.restart_count, job.in_place - 1)  # the same attempt's step before
     deadline = clock() + timeout
     said = False
     while True:

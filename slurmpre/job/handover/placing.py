@@ -68,10 +68,6 @@ def switch_at(asked: Situation) -> float | None:
     return None
 
 
-def preemptible(nodes: Sequence[NodeInfo]) -> list[str]:
-    return [n.name for n in nodes if defaults.PREEMPTIBLE_FEATURE in n.features]
-
-
 def idle_enough(nodes: Sequence[NodeInfo], exclude: Sequence[str], needed: int) -> bool:
     """Whether ``needed`` preemptible nodes are idle now (not draining, not excluded)."""
     idle = [
@@ -88,7 +84,9 @@ def idle_enough(nodes: Sequence[NodeInfo], exclude: Sequence[str], needed: int) 
 
 def standard_args(nodes: Sequence[NodeInfo], exclude: Sequence[str]) -> tuple[str, ...]:
     """sbatch options that keep a job off every preemptible node (see the module's text)."""
-    names = sorted({*preemptible(nodes), *exclude})
+    names = sorted(
+        {n.name for n in nodes if defaults.PREEMPTIBLE_FEATURE in n.features} | {*exclude}
+    )
     return ("--constraint=", f"--exclude={','.join(names)}") if names else ("--constraint=",)
 
 

@@ -1,11 +1,7 @@
-"""How a job goes on once a notice ends its allocation: the watcher decides *when*
-(`requeue.decide`); this module does *how*, and records each in the ledger.
-
-In order of preference: restart in place (the batch script's supervisor releases the
-drained nodes and runs the next step on the others: no new allocation at all); hand
-over to a successor job (``restart = "successor"``, `job.successor`: no requeue
-floor); or Slurm's requeue (``scontrol requeue``: the job runs again after
-``cred_expire + 1``). A job submitted without ``--requeue`` is not requeued.
+"""How a job goes on once a notice ends its allocation (`after_notice` decides when), in
+order of preference: restart in place, hand over to a successor (`handing`), or Slurm's
+requeue; each recorded in the ledger. A job submitted without ``--requeue`` is not
+requeued.
 """
 
 from __future__ import annotations

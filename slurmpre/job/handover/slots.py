@@ -22,19 +22,17 @@ SLOT_WAIT = 10.0  # seconds a job waits for a slot at most; then it goes anyway
 def submit_slot(
     env: Mapping[str, str],
     *,
-    rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[None]:
-    """One of SUBMIT_SLOTS slots for a successor's sbatch or a requeue, so a wave of
-    preemptions does not send slurmctld all of a user's jobs' restarts at once. Free at
-    once, it costs nothing; taken, the job waits in jittered steps (up to a second)
-    and, after SLOT_WAIT, goes anyway: a restart is never lost to a slow volume."""
+    """One of the slots. Free at once, it costs nothing; taken, the job waits in jittered
+    steps (up to a second) and, after SLOT_WAIT, goes anyway: a restart is never lost to
+    a slow volume."""
     where = folder(env)
     if where is None:
         yield
         return
-    rng = rng or random.Random()
+    rng = random.Random()
     held: FolderLock | None = None
     deadline = clock() + SLOT_WAIT
     try:
@@ -42,11 +40,9 @@ def submit_slot(
         while held is None and clock() < deadline:
             for i in rng.sample(range(SUBMIT_SLOTS), SUBMIT_SLOTS):
                 lock = FolderLock(where / f"submit-{i}.lock", timeout=0, mode=OWNER.file_mode)
-                try:
+                with contextlib.suppress(LockTimeout):
                     held = lock.acquire(0)
                     break
-                except LockTimeout:
-                    continue
             if held is None:
                 sleep(rng.uniform(0.1, 1.0))
     except OSError:

@@ -1,36 +1,12 @@
 """``slurmpre.job steps``: the batch script's supervisor, which restarts in place.
 
-The batch script runs ``python -m slurmpre.job steps [options] -- srun … slurmpre.job
-run …`` on the batch host. It runs that srun as the job's step. On a drain the
-step's watcher decides between a requeue, which it does itself, and an
-in-place restart, which it asks of this supervisor (`slurmpre.job.handover.inplace`).
-When asked:
-
-1. the step ends as a requeue would end it: the request comes once the notice
-   checkpoint has committed, and the supervisor then sends SIGTERM to srun,
-   which passes it on to every task (``--grace`` seconds later, 0 by
-   default: a training process takes seconds to exit by itself, torch's
-   teardown and torchrun's exit barrier, and nothing of it is needed any more);
-2. the drained nodes are released from the job at once
-   (``scontrol update JobId=… NodeList=<kept>``) and the job's environment
-   is the one Slurm resized;
-3. the next step runs on the kept nodes (``SLURMPRE_IN_PLACE`` counts the
-   in-place restarts), and resumes from the checkpoint the last one committed.
-
-If the release fails, the job is requeued instead. A signal to the supervisor
-(Slurm's cancel, requeue or time limit) means no further step is started.
-
-An early request (a spare takes a drained node's place: `slurmpre.job.handover.overlap`)
-starts the next step at once, beside this one (``srun --overlap``); once this step has
-ended and the drained node is released, that step goes on as the job's, and no other
-is started. If it will not take over (the request turned into another), it is ended.
-
-With ``--spares K`` (``spare_nodes``), the job holds K nodes that do not train: the
-batch host and the allocation's last ones (the batch host's drain ends the allocation
-whether it trains or not, so held as a spare it leaves every training node swappable).
-Each step runs on the others; an in-place restart keeps the spares the watcher did not
-put in a drained node's place; a spare that drains is released while the step runs
-(`inplace.read_spares`), before the provider's removal would end the whole job.
+It runs the job's srun as a step. When the step's watcher asks (`inplace.Request`), it
+ends the step (SIGTERM, ``--grace`` seconds after the ask), releases the drained nodes
+(a requeue if that fails) and runs the next step on the nodes kept; an early request
+starts that step at once, beside this one (`overlap`). A signal to the supervisor
+(Slurm's cancel, requeue or time limit) means no further step is started. With
+``--spares K`` the batch host and the allocation's last nodes do not train. See
+docs/how-it-works.md ("Fast restart, in place", "Hot spares").
 """
 
 from __future__ import annotations
@@ -184,7 +160,7 @@ class Steps:
             if not request.keep:
                 LOG.info(f"the step ended as asked ({request.why})")
                 return 0  # its checkpoint committed, and another job takes over from it
-            resized = self._release(request, self.in_place)
+            resized = self._release(request)
             if resized is None:
                 self._end_early(early)
                 return code
@@ -218,10 +194,8 @@ class Steps:
         early_tried = False
         spares_due = self.clock()
         while True:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 return exit_code(self.proc.wait(timeout=POLL))
-            except subprocess.TimeoutExpired:
-                pass
             now = self.clock()
             if self.opts.spares and self.can_restart and asked_at is None and now >= spares_due:
                 spares_due = now + SPARES_POLL
@@ -290,7 +264,6 @@ class Steps:
             why = str(exc).splitlines()[0]
             LOG.info(f"cannot release spare {', '.join(gone)} ({why})")
             self._ledger(
-                self.in_place,
                 records.SpareReleased,
                 released=(),
                 release_s=round(self.clock() - started, 3),
@@ -302,14 +275,13 @@ class Steps:
         self.step_env = resized_env(self.step_env, resized)
         LOG.info(f"released drained spare {', '.join(gone)} in {seconds:g} s; training goes on")
         self._ledger(
-            self.in_place,
             records.SpareReleased,
             released=tuple(gone),
             release_s=seconds,
             released_at=self.wall(),
         )
 
-    def _release(self, request: Request, in_place: int) -> dict[str, str | None] | None:
+    def _release(self, request: Request) -> dict[str, str | None] | None:
         """Release the drained nodes; the resized environment, or None after a requeue. The
         job keeps every node not released: the next step's and the spares left."""
         job = self.job
@@ -322,15 +294,14 @@ class Steps:
         except SlurmpreError as exc:
             why = str(exc).splitlines()[0]
             LOG.info(f"cannot release {', '.join(gone)} ({why}): requeuing instead")
-            self._ledger(in_place, records.InPlaceFailed, why=why)
-            self._requeue(in_place, f"in-place restart failed: {why}")
+            self._ledger(records.InPlaceFailed, why=why)
+            self._requeue(f"in-place restart failed: {why}")
             return None
         seconds = round(self.clock() - started, 3)
         LOG.info(
             f"released {', '.join(gone)} in {seconds:g} s; next step on {', '.join(request.keep)}"
         )
         self._ledger(
-            in_place,
             records.InPlace,
             kept=tuple(request.keep),
             released=gone,
@@ -342,19 +313,25 @@ class Steps:
         )
         return resized
 
-    def _requeue(self, in_place: int, why: str) -> None:
+    def _requeue(self, why: str) -> None:
         try:
             self.client.requeue(self.job.job_id)
         except SlurmpreError as exc:
             LOG.info(f"requeue failed too: {str(exc).splitlines()[0]}")
             return
         LOG.info(f"requeued job {self.job.job_id} ({why})")
-        self._ledger(in_place, records.Requeued, why=why, requeued_at=self.wall())
+        self._ledger(records.Requeued, why=why, requeued_at=self.wall())
 
-    def _ledger(self, in_place: int, of: type[records.AttemptRecord], **fields: Any) -> None:
+    def _ledger(self, of: type[records.AttemptRecord], **fields: Any) -> None:
+        """A record of the running step (its attempt's in-place count)."""
         try:
             self.ledger.append(
-                of(job=self.job.tag, attempt=self.job.restart_count, in_place=in_place, **fields)
+                of(
+                    job=self.job.tag,
+                    attempt=self.job.restart_count,
+                    in_place=self.in_place,
+                    **fields,
+                )
             )
         except SlurmpreError as exc:
             LOG.info(str(exc))

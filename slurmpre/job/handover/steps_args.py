@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmpre import keys
 from slurmpre.errors import UsageError
 from slurmpre.folder import access
 from slurmpre.job.start import options
 
 GRACE = 0.0  # after the request, seconds the training gets to exit by itself
-MAX_SPARES = 64
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ def parse_args(argv: Sequence[str]) -> StepsOptions:
         raise UsageError("no srun command after --")
     if not 0 <= ns.grace <= 3_600:
         raise UsageError(f"--grace must be from 0 to 3600 seconds, got {ns.grace:g}")
-    if not 0 <= ns.spares <= MAX_SPARES:
-        raise UsageError(f"--spares must be from 0 to {MAX_SPARES}, got {ns.spares}")
+    why = keys.in_range("spare_nodes", ns.spares)  # the spec's key it is written from
+    if why is not None:
+        raise UsageError(f"--spares {why}, got {ns.spares}")
     return StepsOptions(
         Path(ns.checkpoint_dir),
         srun,

@@ -1,15 +1,7 @@
-"""A successor: the same batch script as a new job, instead of a requeue.
-
-Slurm starts a requeued job again only after ``cred_expire + 1`` seconds (121 s on
-stock timings), while a new job with the same constraint starts in seconds. With
-``restart = "successor"``, on a notice that ends the allocation the watcher (once
-the notice checkpoint is committed, or at the deadline) makes this job not
-requeueable, so a node removal cannot bring it back beside its successor, then
-submits the script the last ``slurmpre submit`` recorded in the checkpoint folder,
-with the options that submit gave sbatch on its command line, without the draining
-nodes. The new job's node 0 waits for this one to end before
-it chooses a checkpoint (`wait_for_predecessor`): one trainer per checkpoint folder
-at any time.
+"""A successor: the same batch script as a new job, instead of a requeue, which Slurm
+starts only after its ``cred_expire + 1`` floor (docs/how-it-works.md, "A successor
+instead of a requeue"). The new job's node 0 waits for this one to end before it
+chooses a checkpoint (`wait_for_predecessor`): one trainer per checkpoint folder.
 
 What it submits is the user's alone: the script is read from the job's own
 ``.slurmpre`` (owner-only, checked on the descriptor: `slurmpre.folder.trust`), and
@@ -57,16 +49,12 @@ def submit_env(env: Mapping[str, str]) -> dict[str, str]:
     """What a successor is submitted with: this job's environment, without what Slurm set
     for this job and its steps, without a predecessor of its own, and with each ``*PATH``
     list once per entry (the script puts its python first again, at every hand-over)."""
-    out = {}
-    for k, v in env.items():
-        if (
-            (k.startswith(SLURM_SET) and k not in KEPT)
-            or k in GRES_SET
-            or k in (environment.PREDECESSOR, environment.EARLIER_RESTARTS)
-        ):
-            continue
-        out[k] = _once_each(v) if k.endswith("PATH") else v
-    return out
+    own = (environment.PREDECESSOR, environment.EARLIER_RESTARTS)
+    return {
+        k: _once_each(v) if k.endswith("PATH") else v
+        for k, v in env.items()
+        if not (k.startswith(SLURM_SET) and k not in KEPT) and k not in GRES_SET and k not in own
+    }
 
 
 def _once_each(value: str) -> str:
@@ -80,7 +68,6 @@ def submit_successor(
     exclude: Sequence[str],
     *,
     env: Mapping[str, str],
-    timeout: float = 30.0,
     extra: Sequence[str] = (),
 ) -> str:
     """Submit the recorded script, with ``env`` (this job's own, `submit_env`), as the job
@@ -98,7 +85,7 @@ def submit_successor(
     if job.array_task_id:
         args.append(f"--array={job.array_task_id}")
     args.extend(extra)  # where it trains (`placing`): after --exclude, which it widens
-    client = CommandLineSlurm(timeout=timeout, env=given)
+    client = CommandLineSlurm(timeout=30.0, env=given)
     return client.submit(script, args=args)
 
 

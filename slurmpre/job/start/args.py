@@ -1,9 +1,7 @@
-"""The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``.
-
-The batch script writes every option from the spec (`slurmpre.login.render.launch_argv`,
-from the one table of keys); here the same table reads them back into the run's typed
-options, each key into the part that reads it (`Key.part`): no key is listed by hand.
-The defaults are the table's, for a wrapper run by hand.
+"""The wrapper's command line: ``slurmpre.job run [options] -- COMMAND``, read with the
+one table of keys the batch script wrote it from (`slurmpre.login.render.launch_argv`),
+each key into the part that reads it (`Key.part`). The defaults are the table's, for a
+wrapper run by hand.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from slurmpre import defaults, keys, signals
 from slurmpre.errors import UsageError
@@ -25,8 +23,6 @@ from slurmpre.job.start import options
 from slurmpre.job.start.limits import Limits
 from slurmpre.job.start.options import WatchConfig
 from slurmpre.placement.policy import Goals
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -45,16 +41,6 @@ class RunOptions:
     notice_signal: signal.Signals | None = None
     file_access: access.Access = access.OWNER
     limits: Limits = Limits()  # noqa: RUF009 - frozen: one shared default is safe
-
-
-def _checked(flag: str, text: str | None, check: Callable[[str], _T]) -> _T | None:
-    """``check(text)``, or None without a value; a UsageError naming the flag and its value."""
-    if not text:
-        return None
-    try:
-        return check(text)
-    except ValueError as exc:
-        raise UsageError(f"{flag} {text!r} {exc}") from None
 
 
 def _config_file(text: str) -> str:
@@ -108,7 +94,12 @@ def _value(k: keys.Key, ns: argparse.Namespace) -> Any:
     if k.convert == "or_default":
         return value or k.default
     if k.convert:
-        return _checked(flag, value, _CONVERT[k.convert])
+        if not value:
+            return None
+        try:
+            return _CONVERT[k.convert](value)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {value!r} {exc}") from None
     return value
 
 

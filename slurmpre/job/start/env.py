@@ -97,14 +97,8 @@ def read_job_env(env: Mapping[str, str]) -> JobEnv:
         raise JobEnvironmentError("not inside a Slurm job (SLURM_JOB_ID is not set)")
     # A step's own nodes first: after an in-place restart, or with spare nodes, a step
     # runs on part of the allocation, and SLURM_NODEID counts within the step.
-    nodelist = (
-        env.get("SLURM_STEP_NODELIST")
-        or env.get("SLURM_JOB_NODELIST")
-        or env.get("SLURM_NODELIST")
-        or ""
-    )
-    nodes = tuple(expand(nodelist))
     whole = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    nodes = tuple(expand(env.get("SLURM_STEP_NODELIST") or whole))
     # A step started early (`handover.overlap`): the drained nodes it replaces are not its
     # job's any more, though Slurm lists them until the step before it has ended.
     releasing = tuple(n for n in env.get(environment.RELEASING, "").split(",") if n)

@@ -1,11 +1,7 @@
-"""``$NAME`` and ``${NAME}`` in the command, expanded on the node from the environment
-the training gets (the job's, with slurmpre's own variables such as
-``SLURMPRE_CHECKPOINT_DIR``), as the batch script would expand them inside double
-quotes: ``$$`` is a ``$``, and nothing else is read (no globbing, no command
-substitution, no splitting: one argument stays one argument).
-
-A variable that is not set there is an error naming it and the argument, never an
-empty string: ``--output_dir $OUT`` with no ``OUT`` would train into the wrong folder.
+"""``$NAME`` and ``${NAME}`` in the command, expanded on the node from the training's
+environment as in double quotes (docs/spec.md, "Variables"). A variable not set there is
+an error, never an empty string: ``--output_dir $OUT`` with no ``OUT`` would train into
+the wrong folder.
 """
 
 from __future__ import annotations

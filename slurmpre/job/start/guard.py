@@ -1,14 +1,11 @@
 """The wrapper's guard: when the wrapper is gone, make sure its training tree is gone too.
 
-Slurm ends a job step by signalling the step's processes and, KillWait seconds
-later, killing them. Where it tracks processes by process group
-(proctrack/pgid), training processes in sessions of their own (torchrun puts
-every worker in one) outlive the killed wrapper, keep the step's output open,
-and Slurm drains the node with "Kill task failed". The wrapper therefore
-starts this small process in a session of its own and sends it, every couple
-of seconds, the current list of its training processes; when the wrapper ends
-in any way, even SIGKILL, the guard's stdin closes and it ends whatever of that
-list is still running (SIGTERM, then SIGKILL after a short grace).
+Where Slurm tracks processes by process group (proctrack/pgid), training processes in
+sessions of their own (torchrun puts every worker in one) outlive the killed wrapper,
+keep the step's output open, and Slurm drains the node with "Kill task failed". The
+wrapper sends this process, every couple of seconds, its training processes; when the
+wrapper ends, even by SIGKILL, stdin closes and the guard ends what of that list still
+runs (SIGTERM, then SIGKILL after a short grace).
 """
 
 from __future__ import annotations
@@ -36,12 +33,12 @@ def read_snapshots(stream: object) -> dict[int, int]:
     return latest or current
 
 
-def end_all(snapshot: dict[int, int], grace: float = GRACE) -> list[int]:
+def end_all(snapshot: dict[int, int]) -> list[int]:
     """SIGTERM the listed processes that are still the same ones, then SIGKILL the rest."""
     mine = [pid for pid, start in snapshot.items() if procs.start_time(pid) == start]
     alive = [pid for pid in mine if procs.alive(pid)]
     procs.signal_all(alive, signal.SIGTERM)
-    left = procs.wait_gone(alive, grace)
+    left = procs.wait_gone(alive, GRACE)
     procs.signal_all(left, signal.SIGKILL)
     return alive
 

@@ -44,14 +44,11 @@ def nproc_for(opts: RunOptions, job: JobEnv) -> int:
 
 
 def takes_over_early(opts: RunOptions, job: JobEnv, folder: Path) -> bool:
-    """A successor starts its training before its predecessor has ended (make before
-    break): the script's start-up overlaps the predecessor's last steps, and
-    `slurmpre.resume_path()` waits for the checkpoint. Only for a script that meets it
-    there: one whose run (its predecessor) asked `resume_path()`. Not with
-    ``resume_arg`` (the path is on the command line), nor for a script that finds its
-    checkpoint by itself (it would load one, and train, while the predecessor still
-    does): for those the launch waits for the predecessor's end. The same for a step
-    started beside the step before it (`overlap`), whose script is this job's own."""
+    """A successor (or a step started beside the step before: `overlap`) starts its
+    training before the one before has ended, and `slurmpre.resume_path()` waits for the
+    checkpoint. Only for a script that meets it there (its run asked `resume_path()`),
+    not with ``resume_arg``: a script that finds its checkpoint by itself would load one,
+    and train, while the one before still does."""
     before = waits_for(job)
     if not before or opts.resume_arg:
         return False
@@ -78,19 +75,13 @@ def launch(
     before the launcher's options and ``resume_arg`` go around it."""
     training = child_env(env, opts, job, folder, choice)
     command = expand.command(opts.command, training)
-    return child_command(opts, job, choice, env, command=command), training
+    return child_command(opts, job, choice, env, command), training
 
 
 def child_command(
-    opts: RunOptions,
-    job: JobEnv,
-    choice: Choice,
-    env: Mapping[str, str],
-    *,
-    command: Sequence[str] | None = None,
+    opts: RunOptions, job: JobEnv, choice: Choice, env: Mapping[str, str], command: list[str]
 ) -> list[str]:
     """The launcher's command line around ``command`` (the spec's, expanded: `launch`)."""
-    command = list(opts.command if command is None else command)
     if opts.resume_arg and choice.resume_from:
         near = local.nearest(env.get(environment.LOCAL_DIR), choice.resume_from)
         command += [opts.resume_arg, near or choice.resume_from]

@@ -1,21 +1,8 @@
-"""When a run stops restarting: a cap on its restarts, and a guard against a crash loop.
-
-Every restart, whatever started it (the watcher's requeue, a successor, Slurm's requeue
-after a node failure, an in-place restart), begins an attempt, and node 0 asks here
-before it chooses a checkpoint. The run gives up when
-
-- it has restarted after a failure more than ``max_restarts`` times (across its jobs),
-- it has been preempted more than ``max_preemptions`` times: the two budgets count apart
-  (`causes`), so a crash never spends the preemption budget nor a preemption the crash
-  budget, or
-- its last ``max_stalled_restarts`` attempts committed no checkpoint: it cannot progress (a bad
-  node image, a checkpoint that fails to load, a data error that shows only after a
-  resume); restarting again would spend money on the same failure, or
-- it has cost ``max_cost`` already (`placement.facts.cost`: each node-hour at its kind's
-  price): a restart would spend past the budget.
-
-Giving up is recorded in the ledger (`GaveUp`, its reason on one line), the job is made
-non-requeueable, and the attempt ends with exit 1, so Slurm does not start it again.
+"""When a run stops restarting: its budgets (``max_restarts``, ``max_preemptions``,
+``max_stalled_restarts``, ``max_cost``: docs/deadlines.md, "Budgets that tell causes
+apart"), asked by node 0 before it chooses a checkpoint, whatever started the attempt.
+Giving up is recorded (`GaveUp`), the job made non-requeueable, and the attempt ends
+with exit 1, so Slurm does not start it again.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""The job side's command-line parser, and what the watcher is configured with.
-
-The wrapper's options come from the one table of spec keys (`slurmpre.keys`); the checks
-its values share with the spec (`keys.in_range`, `keys.pattern`,
-`signals.notice_signal`) answer why a value is wrong, so that the spec can name its key
-and the wrapper its flag with the same reason.
-"""
+"""The job side's command-line parser, and what the watcher is configured with."""
 
 from __future__ import annotations
 

@@ -86,12 +86,7 @@ def _launch(
 
 
 def torchrun_argv(command: Sequence[str], rdzv: Rendezvous) -> list[str]:
-    """``torchrun [rendezvous options] SCRIPT ARGS`` for the user's command.
-
-    ``python train.py`` runs under that same interpreter's torch.distributed.run;
-    ``python -m pkg`` keeps ``-m``; ``train.py`` uses the torchrun on PATH; any
-    other program runs with ``--no-python``.
-    """
+    """``torchrun [rendezvous options] SCRIPT ARGS`` for the user's command (`_launch`)."""
     launcher, mode, target = _launch(
         command, module="torch.distributed.run", program=["torchrun"],
         flags=("-m", "--no-python"), package="torch",
@@ -119,12 +114,9 @@ def accelerate_argv(
 ) -> list[str]:
     """``accelerate launch [machines, ranks, rendezvous] SCRIPT ARGS`` for the user's command.
 
-    slurmpre gives the topology of this allocation: machines, this node's rank, the
-    processes in all, and node 0's address and port (on the command line, which wins
-    over a config file's values). What to run them as (DDP, FSDP, DeepSpeed,
-    precision) is the user's Accelerate config: ``config`` (the spec's
-    ``accelerate_config``, its ``--config_file``), else the default one
-    (``accelerate config``); without either, more than one process is plain DDP.
+    The topology goes on the command line, which wins over a config file's values; what
+    to run as (DDP, FSDP, DeepSpeed, precision) is the user's Accelerate config:
+    ``config``, else the default one; without either, more than one process is plain DDP.
     """
     launcher, mode, target = _launch(
         command, module="accelerate.commands.launch", program=["accelerate", "launch"],

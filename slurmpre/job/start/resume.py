@@ -1,9 +1,6 @@
-"""Where this attempt starts from, the same on every node, and what its child is told.
-
-Node 0 clears what dead attempts left in the checkpoint folder, picks the
-newest complete checkpoint and publishes the choice (with the rendezvous
-endpoint); the other nodes wait for that choice. Then each node builds the
-launcher command and the child's environment from it (`launch`).
+"""Where this attempt starts from, the same on every node: node 0 clears what dead
+attempts left, picks the newest complete checkpoint and publishes the choice (with the
+rendezvous endpoint); the other nodes wait for it.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from slurmpre.errors import (
 )
 from slurmpre.folder import checkpoints, trust
 from slurmpre.folder import snapshot as snapshots
-from slurmpre.folder.access import OWNER, Access, make_dir
+from slurmpre.folder.access import Access, make_dir
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
@@ -65,17 +62,13 @@ class AttemptContext:
     client: SlurmClient
     env: Mapping[str, str]  # the job's environment, as the wrapper was given it
 
-    @property
-    def environ(self) -> Mapping[str, str]:
-        return self.env
-
 
 def task_checkpoint_dir(base: Path, job: JobEnv) -> Path:
     """An array task keeps its own checkpoints: ``<dir>/task-<id>``."""
     return base / f"task-{job.array_task_id}" if job.array_task_id is not None else base
 
 
-def check_checkpoint_dir(path: Path, job: JobEnv, access: Access = OWNER) -> Path:
+def check_checkpoint_dir(path: Path, job: JobEnv, access: Access) -> Path:
     if not path.is_dir():
         raise CheckpointError(
             f"checkpoint folder {str(path)!r} does not exist (it must be on the shared volume; "
@@ -121,24 +114,24 @@ def _adopted(at: AttemptContext) -> int | None:
     """A restart with the tier (in place, or requeued): the step this attempt's nodes took
     over from what earlier ones left on them, once each holds it (`tier.salvage`)."""
     job = at.job
-    if not at.environ.get(environment.LOCAL_DIR) or not (job.restart_count or job.in_place):
+    if not at.env.get(environment.LOCAL_DIR) or not (job.restart_count or job.in_place):
         return None
-    found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
     at_id = AttemptId(job.restart_count, job.in_place)
-    durable = found.step if found else None
-    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, durable)
+    return salvage.gather(at.ledger, job.tag, at_id, job.nodes, _durable(at))
+
+
+def _durable(at: AttemptContext) -> int | None:
+    """The step of the newest complete checkpoint in the folder."""
+    found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
+    return found.step if found else None
 
 
 def _pull(at: AttemptContext, timeout: float) -> int | None:
     predecessor = at.job.predecessor
     first = at.job.restart_count == 0 and at.job.in_place == 0  # a later one: servers gone
-    if not predecessor or not first or not at.environ.get(environment.LOCAL_DIR):
+    if not predecessor or not first or not at.env.get(environment.LOCAL_DIR):
         return None
     asked = [0.0]
-
-    def durable() -> int | None:
-        found = checkpoints.latest(at.folder, owners=trust.trusted_uids()).checkpoint
-        return found.step if found else None
 
     def ended() -> bool:  # Slurm is asked every few seconds, not at every look
         if time.monotonic() - asked[0] < 2.0:
@@ -159,7 +152,7 @@ def _pull(at: AttemptContext, timeout: float) -> int | None:
         attempt=at.job.restart_count,
         predecessor=predecessor,
         nodes=at.job.num_nodes,
-        durable=durable,
+        durable=lambda: _durable(at),
         ended=ended,
         timeout=timeout,
     )
@@ -183,18 +176,7 @@ def agree(at: AttemptContext) -> Choice:
         )
     twins.claim(ledger, at.client, job)  # a hand-over with a twin: the first trains
     if takes_over_early(opts, job, at.folder):
-        early = Choice(
-            job=job.tag,
-            attempt=job.restart_count,
-            in_place=job.in_place,
-            resume_from=None,
-            step=None,
-            nodes=job.nodes,
-            world_size=job.num_nodes * nproc_for(opts, job),
-            previous_world_size=None,
-            rdzv_endpoint=_endpoint(at.client, job),
-            published_at=time.time(),
-        )
+        early = _choice(at, None, None)
         command_or_give_up(at, early)
         ledger.publish(early, timeout=opts.agree_timeout)
         before = "the step before" if job.releasing else f"job {job.predecessor}"
@@ -202,8 +184,7 @@ def agree(at: AttemptContext) -> Choice:
         return early
     # A successor: the job it takes over from commits its notice checkpoint and ends
     # within its window; nothing is chosen before that.
-    pulled = wait_for_the_one_before(at)
-    return choose(at, pulled=pulled)
+    return choose(at, pulled=wait_for_the_one_before(at))
 
 
 def give_up(at: AttemptContext, why: str, error: SlurmpreError | None = None) -> NoReturn:
@@ -226,7 +207,7 @@ def command_or_give_up(at: AttemptContext, choice: Choice) -> None:
     in the environment the training would get from it (`expand`). If one is not, the
     run stops here, recorded and not requeued (`give_up`), with the wrapper's exit 2:
     a restart would build the same command again, and fail the same way."""
-    training = child_env(at.environ, at.opts, at.job, at.folder, choice)
+    training = child_env(at.env, at.opts, at.job, at.folder, choice)
     try:
         expand.command(at.opts.command, training)
     except UsageError as exc:
@@ -237,37 +218,39 @@ def take_over(at: AttemptContext) -> Choice:
     """Node 0 of a successor (or of a step started early) whose training already runs:
     wait for the one before to end, then choose and publish the checkpoint that
     `slurmpre.resume_path()` returns on every rank."""
-    pulled = wait_for_the_one_before(at)
-    return choose(at, resume=True, pulled=pulled)
+    return choose(at, resume=True, pulled=wait_for_the_one_before(at))
 
 
-def _endpoint(client: SlurmClient, job: JobEnv) -> str:
-    """torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT for a plain command."""
+def _choice(
+    at: AttemptContext, ckpt: checkpoints.Checkpoint | None, previous_world_size: int | None
+) -> Choice:
+    """This attempt's choice: ``ckpt`` (None: from nothing, or not chosen yet), and where
+    the nodes meet (torchrun's c10d rendezvous, or MASTER_ADDR/MASTER_PORT)."""
+    job = at.job
     port = port_for(job.job_id, job.in_place, job.port_offset)
-    return f"{node_address(client, job.nodes[0])}:{port}"
-
-
-def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = None) -> Choice:
-    """Clear what dead attempts left, pick the newest complete checkpoint, publish it;
-    or give up (`limits`), once every attempt before this one has ended (in a successor,
-    after its predecessor: its last attempt may still commit)."""
-    opts, job, ledger, client = at.opts, at.job, at.ledger, at.client
-    _clear_the_way(at)
-    ckpt = _newest(at, pulled)
-    previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
-    world = job.num_nodes * nproc_for(opts, job)
-    choice = Choice(
+    return Choice(
         job=job.tag,
         attempt=job.restart_count,
         in_place=job.in_place,
         resume_from=str(ckpt.path) if ckpt else None,
         step=ckpt.step if ckpt else None,
         nodes=job.nodes,
-        world_size=world,
-        previous_world_size=previous.world_size if previous else None,
-        rdzv_endpoint=_endpoint(client, job),
+        world_size=job.num_nodes * nproc_for(at.opts, job),
+        previous_world_size=previous_world_size,
+        rdzv_endpoint=f"{node_address(at.client, job.nodes[0])}:{port}",
         published_at=time.time(),
     )
+
+
+def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = None) -> Choice:
+    """Clear what dead attempts left, pick the newest complete checkpoint, publish it;
+    or give up (`limits`), once every attempt before this one has ended (in a successor,
+    after its predecessor: its last attempt may still commit)."""
+    opts, job, ledger = at.opts, at.job, at.ledger
+    _clear_the_way(at)
+    ckpt = _newest(at, pulled)
+    previous = ledger.previous_start(job.tag, AttemptId(job.restart_count, job.in_place))
+    choice = _choice(at, ckpt, previous.world_size if previous else None)
     if not resume:  # with resume, the training runs already: its command was built
         command_or_give_up(at, choice)
     ledger.publish(choice, timeout=opts.agree_timeout, resume=resume)
@@ -278,10 +261,10 @@ def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = Non
             in_place=job.in_place,
             nodes=tuple(job.nodes),
             num_nodes=job.num_nodes,
-            world_size=world,
+            world_size=choice.world_size,
             resume_from=choice.resume_from,
             step=choice.step,
-            code=code_run(at.environ),
+            code=code_run(at.env),
             spares=job.spares or None,
         ),
         timeout=opts.agree_timeout,
@@ -296,7 +279,7 @@ def choose(at: AttemptContext, *, resume: bool = False, pulled: int | None = Non
 def _clear_the_way(at: AttemptContext) -> None:
     """Before anything runs: the snapshot is the user's and as submitted, no other job
     trains in the folder, and what dead attempts left is published or removed."""
-    snapshot = at.environ.get(environment.CODE_DIR)
+    snapshot = at.env.get(environment.CODE_DIR)
     if snapshot:
         snapshots.verify(Path(snapshot))
     holders = live_holders(at.ledger, at.client, besides=at.job.tag)
@@ -313,7 +296,7 @@ def _clear_the_way(at: AttemptContext) -> None:
         LOG.info(f"removed {len(cleaned.removed)} leftover(s) of dead attempts: {names}")
 
 
-def _newest(at: AttemptContext, pulled: int | None = None) -> checkpoints.Checkpoint | None:
+def _newest(at: AttemptContext, pulled: int | None) -> checkpoints.Checkpoint | None:
     """The newest complete checkpoint the user's own jobs committed, or the one every
     node pulled when it is newer (it lands in the folder by this job's flush); gives up
     (`limits`) when the run has restarted too often, or too often without progress."""

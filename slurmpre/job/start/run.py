@@ -1,10 +1,6 @@
-"""``slurmpre.job run``: one attempt of the job on one node, under srun.
-
-The steps, each in a module of its own: the command line (`args`), the
-checkpoint this attempt resumes from, agreed by all nodes (`resume`), the
-child and Slurm's signals (`supervise`), and on node 0 the watcher that turns
-a drain or the time-limit warning into a checkpoint and a requeue (`watch`,
-deciding by `requeue`). The wrapper exits with the child's code.
+"""``slurmpre.job run``: one attempt of the job on one node, under srun: agree on the
+checkpoint (`resume`), run the child (`supervise`), and on node 0 watch (`watch`). The
+wrapper exits with the child's code.
 """
 
 from __future__ import annotations
@@ -45,9 +41,7 @@ from slurmpre.slurm.client import CommandLineSlurm, SlurmClient
 from slurmpre.tier.node import Attempt, NodeTier
 
 LOG = logging.getLogger(__name__)
-# The loggers whose lines are the attempt's: this package's (`slurmpre.job`), the tier's
-# and the checkpoint folder's.
-HEARD = ("slurmpre.job", "slurmpre.tier", "slurmpre.folder")
+HEARD = ("slurmpre.job", "slurmpre.tier", "slurmpre.folder")  # the attempt's loggers
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,15 +65,11 @@ ENDING = 1.0
 
 
 class Watching:
-    """Node 0's watcher, started in the background before anything else of the attempt.
-
-    It must watch from the start: a drain or the time-limit warning while node 0 is
-    still choosing (or held in its choice) must lead to a requeue, or a job whose
-    training never started could end at its time limit, not requeued. Its imports and
-    its first Slurm query (the requeue flag) run in this thread, not before the choice.
-    They give way to the launch (`launched`), and wait for it at most ``GIVE_WAY``
-    seconds: a node's drain and a held signal stay to be seen, and the launch, which the
-    training waits for, is not slowed by a thread that shares the interpreter with it.
+    """Node 0's watcher, started in the background before anything else of the attempt:
+    a drain or the time-limit warning while node 0 still chooses must lead to a requeue,
+    or a job whose training never started could end at its time limit. Its imports and
+    first Slurm query wait for the launch (`launched`) at most ``GIVE_WAY`` seconds, so
+    as not to slow it from a thread that shares the interpreter.
     """
 
     GIVE_WAY = 1.0
@@ -370,7 +360,7 @@ def _see_through(at: AttemptContext, watching: Watching | None, code: int) -> No
     if watcher is None:
         return
     watcher.post_exit(code)
-    outcome = watcher.result(timeout=watcher.longest_wait())
+    outcome = watcher.result()
     if outcome.successor is not None:
         LOG.info(f"the training exited after the notice; job {outcome.successor} takes over")
     elif outcome.notice is not None and outcome.requeued:

@@ -1,13 +1,7 @@
-"""Run the training command as the wrapper's child, and keep Slurm's signals in order.
-
-- The child runs in a session of its own, with the time-limit warning
-  ignored (a tiny ``sh`` sets it before it execs the command): the warning is
-  the wrapper's, and reaches the training only as the notice.
-- Every catchable signal Slurm or a user sends to the step's task
-  (`slurmpre.signals.FORWARDED`) is passed on to the child's whole process
-  group; one that comes before the child exists is passed on when it starts,
-  and a terminating one then means the child is not started at all.
-- A guard process ends the training tree if the wrapper itself is killed.
+"""Run the training command as the wrapper's child, in a session of its own with the
+time-limit warning ignored (the warning is the wrapper's: it reaches the training only
+as the notice), pass Slurm's other signals on to its process group, and guard its tree
+(`guard`). See docs/how-it-works.md ("What runs inside the job").
 """
 
 from __future__ import annotations
@@ -69,10 +63,7 @@ class Supervisor:
         self._done.set()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
-        if self.child is not None:
-            # Stragglers of the child's group (a worker that outlived its launcher).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.child.pid, signal.SIGTERM)
+        self.terminate()  # stragglers of the child's group (a worker that outlived its launcher)
 
     def start(
         self, command: Sequence[str], env: Mapping[str, str]
@@ -113,9 +104,7 @@ class Supervisor:
 
 
 def _start_guard() -> subprocess.Popen[str] | None:
-    """The guard (slurmpre.job.start.guard): if this wrapper dies, its stdin closes and it ends
-    the tree it was last told of, including processes in sessions of their own that
-    Slurm's process-group tracking would leave behind."""
+    """The guard (`slurmpre.job.start.guard`), or None when it cannot start."""
     try:
         with warning_blocked():  # Slurm's warning reaches every process of the step
             return subprocess.Popen(
@@ -180,11 +169,3 @@ def relay_notice(
         if targets:
             taken()
         return
-
-
-def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run ``command`` to its end under a `Supervisor`; its exit status."""
-    with Supervisor() as supervisor:
-        if supervisor.start(command, env) is None:
-            return 128 + (supervisor.stopped or signal.SIGTERM)
-        return supervisor.wait()

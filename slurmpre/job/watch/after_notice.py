@@ -1,10 +1,6 @@
 """What the watcher does from the first notice on: ask every rank to checkpoint, hand
 over or plan the restart, tell a script that goes on when to stop, and decide (by
-`decide.decide`) when the job goes on elsewhere.
-
-Owned by the watcher's thread alone; its phases are `phases.Phase`, timed on the
-monotonic clock. The deadline counts from the drain's own time as Slurm stamped it, not
-from when the watcher saw it.
+`decide.decide`) when the job goes on elsewhere. Owned by the watcher's thread alone.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ def number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _strings(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 @dataclass(frozen=True)
 class Board:
     polled_at: float  # wall clock, when the holder's query answered
@@ -44,19 +48,20 @@ def _node_json(n: NodeInfo) -> dict[str, Any]:
 
 
 def _node_of(d: Any) -> NodeInfo:
-    ok = isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("state"), str)
-    flags = d.get("flags") if ok else None
-    ok = ok and isinstance(flags, list) and all(isinstance(f, str) for f in flags)
-    ok = ok and (d.get("reason") is None or isinstance(d.get("reason"), str))
-    rt = d.get("reason_time") if ok else None
-    ok = ok and (rt is None or number(rt))
-    features = d.get("features", []) if ok else None
-    ok = ok and isinstance(features, list) and all(isinstance(f, str) for f in features)
-    if not ok or flags is None or features is None:
+    if not isinstance(d, dict):
         raise ValueError("not a node")
-    return NodeInfo(
-        d["name"], d["state"], frozenset(flags), d.get("reason"), tuple(features), reason_time=rt
-    )
+    name, state, flags, reason = d.get("name"), d.get("state"), d.get("flags"), d.get("reason")
+    features, rt = d.get("features", []), d.get("reason_time")
+    if not (
+        isinstance(name, str)
+        and isinstance(state, str)
+        and _strings(flags)
+        and _strings(features)
+        and (reason is None or isinstance(reason, str))
+        and (rt is None or number(rt))
+    ):
+        raise ValueError("not a node")
+    return NodeInfo(name, state, frozenset(flags), reason, tuple(features), reason_time=rt)
 
 
 def read_owned(path: Path, limit: int = SMALL) -> Any:
@@ -73,7 +78,7 @@ def board_of(d: Any) -> Board:
     it is of another shape."""
     nodes = {n.name: n for n in map(_node_of, d["nodes"])}
     asked, at, by = d["asked"], d["polled_at"], d["by"]
-    if not (isinstance(asked, list) and all(isinstance(a, str) for a in asked)):
+    if not _strings(asked):
         raise ValueError("asked")
     if not number(at) or not isinstance(by, str):
         raise ValueError("polled_at")

@@ -1,24 +1,12 @@
 """When to requeue after a notice: one pure decision over what the watcher knows.
 
-The rules, in order:
-
-1. The training exited. Exit 0 without having taken the notice (its
-   `preemption_requested()` never answered True) means it finished its work:
-   never requeue, whatever it saved last. Any other exit after a notice
-   (it stopped on the notice, or failed) requeues now.
-2. The deadline inside the window has passed: requeue now.
-3. The attempt is still starting: its script asked `preemption_requested()` in an
-   earlier attempt but not yet in this one, so it has trained no step since it
-   resumed from the newest complete checkpoint. Nothing to save, nothing to wait
-   for: requeue now, not at the deadline. Not when a successor was submitted at the
-   notice: it takes over once this one ends, and this one may train until then.
-4. A script that goes on after its notice checkpoint (it asks
-   `checkpoint_requested()`, and a successor is on its way) is waited for until it
-   is told to stop (the watcher does that) and exits, or the deadline passes.
-5. A checkpoint committed after the notice: a script that listens is requeued
-   at once (that is its notice checkpoint); one that does not listen gets
-   ``exit_grace`` seconds to exit, since its commit may be its final save.
-6. Otherwise wait.
+The rules that need their reason: an exit 0 without having taken the notice is the end
+of the training's work, never requeued whatever it saved last; an attempt whose script
+listened in an earlier attempt but not yet in this one has trained no step since it
+resumed, so it has nothing to save and is requeued at once (unless a successor,
+submitted at the notice, lets it train until it ends); a script that does not listen
+gets ``exit_grace`` seconds after a commit to exit, since that commit may be its final
+save.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
-"""One user's jobs on one cluster share one poll of their nodes' drains.
+"""One user's jobs on one cluster share one poll of their nodes' drains (the model and
+the figures: docs/spec.md, "A user's jobs share their drain polls", and docs/load.md).
 
-Every job's watcher asking slurmctld on its own makes a user's load grow with the
-number of jobs (a sweep of 100 jobs: about 40 RPC/s), and a cluster that rate-limits
-each user (``SlurmctldParameters=rl_enable``, Slurm 23.02+) then tells every job to
-back off, exactly when a wave of preemptions needs the notices. So the jobs share:
-
-- each job *registers* its nodes: ``<board dir>/jobs/<job>.json``;
-- one job, the holder of a *lease* (``lease.json``, taken under a lock and renewed at
-  each poll, for three intervals; a holder that misses its poll by more than a read
-  and a second hands it on at once), asks Slurm once per interval about every
-  registered node, and writes the answer, the *board* (``board.json``, atomically);
-- every job reads the board (a file; once a second) and takes its own nodes' states
-  from it when the board is fresh (polled within its interval, plus a second) and
-  names all its nodes. Otherwise (the holder died or is slow, the volume lags, the
-  job's nodes are not on it yet) the job takes the lease if it has lapsed, or asks
-  Slurm about its own nodes itself, at most once per its interval, with jitter. So a
-  job never waits on another job's watcher for longer than one interval.
-- a job that may grow (`slurmpre.job.watch.grow`) registers with ``"all": true``: the
-  holder then asks about every node in the same one query (what idle preemptible
-  node there is), and the board says so (``"all": true``); `every_node` reads it.
-
-The board folder is ``$SLURMPRE_SHARED_DIR``, else
-``$XDG_STATE_HOME/slurmpre/watch/<cluster>`` (``~/.local/state/...``: ``$HOME`` is on
-the shared volume the jobs' nodes all see). It is made owner-only; what is read from
-it must be a regular, owner-only file of this user, small, and of the right shape
-(as the choice file is read), else it is ignored and the job asks Slurm itself.
-``SLURMPRE_SHARED_WATCH=0`` turns sharing off (every job asks for itself).
+Each job *registers* its nodes (``jobs/<job>.json``; ``"all": true`` for a job that
+may grow, and the holder then asks about every node); the holder of the *lease*
+(``lease.json``, taken under a lock, renewed at each poll, for three intervals; a
+holder that misses its poll by more than a read and a second hands it on at once)
+writes the *board* (``board.json``). What is read there must be a regular, owner-only
+file of this user, small and of the right shape, else it is ignored and the job asks
+Slurm itself.
 """
 
 from __future__ import annotations
@@ -136,17 +118,19 @@ class DrainBoard:
         *,
         jitter: float = 0.1,
         wall: Callable[[], float] = time.time,
-        rng: random.Random | None = None,
         everything: bool = False,
     ) -> None:
         """``everything``: this job may grow, and asks about every node."""
         self.dir = where
+        self.lease_path = where / "lease.json"
+        self.board_path = where / "board.json"
+        self.jobs_dir = where / "jobs"
         self.me = me
         self.client = client
         self.interval = interval
         self.jitter = jitter
         self.wall = wall
-        self.rng = rng or random.Random()
+        self.rng = random.Random()
         self.tally = Tally()
         self.holding = False
         self._mine = _Registration(everything)
@@ -156,18 +140,6 @@ class DrainBoard:
         self._own = _Own()
 
     # -- the files ---------------------------------------------------------------------
-    @property
-    def lease_path(self) -> Path:
-        return self.dir / "lease.json"
-
-    @property
-    def board_path(self) -> Path:
-        return self.dir / "board.json"
-
-    @property
-    def jobs_dir(self) -> Path:
-        return self.dir / "jobs"
-
     def _registration(self) -> Path:
         return self.jobs_dir / f"{self.me}.json"
 
@@ -220,10 +192,8 @@ class DrainBoard:
         """(holder, until, the latest moment its holder must renew it by) or None."""
         try:
             d = read_owned(self.lease_path)
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError):
-            return None  # unreadable or foreign: as if lapsed, replaced under the lock
+            return None  # none, unreadable or foreign: as if lapsed, replaced under the lock
         ok = isinstance(d, dict) and isinstance(d.get("holder"), str)
         until = d.get("until") if ok else None
         if not ok or not number(until):
@@ -331,17 +301,11 @@ class DrainBoard:
         if now - self._mine.at > RENEW_REGISTRATION:
             self.register(sorted(wanted))
         board = self._read_board()
-        age = None if board is None else now - board.polled_at
-        fresh = (
-            board is not None
-            and age is not None
-            and -MAX_SKEW <= age <= self.interval + GRACE
-            and wanted <= board.asked
-        )
+        fresh = board is not None and self._fresh(board, now) and wanted <= board.asked
         if self.holding or not fresh:
             # the holder polls once per interval (on the grid of its reads: when the next
             # read would be later); another job, only once the board lags
-            due = board is None or age is None or age + READ_EVERY > self.interval or not fresh
+            due = board is None or not fresh or now - board.polled_at + READ_EVERY > self.interval
             if due and self._take_lease(now):
                 return self._poll_for_all(wanted, now)
         if fresh and board is not None:
@@ -363,9 +327,12 @@ class DrainBoard:
         self._ask(set(), now)  # this job's own query of every node, when it is due
         return list(self._own.answer)
 
+    def _fresh(self, board: Board, now: float) -> bool:
+        """Polled within this job's interval and the grace (and not from the future)."""
+        return -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
+
     def _fresh_all(self, board: Board | None, now: float) -> bool:
-        fresh = board is not None and -MAX_SKEW <= now - board.polled_at <= self.interval + GRACE
-        return fresh and board is not None and board.everything
+        return board is not None and self._fresh(board, now) and board.everything
 
     def _poll_for_all(self, wanted: set[str], now: float) -> list[NodeInfo]:
         every = sorted(self._registered(now) | wanted)

@@ -1,18 +1,7 @@
 """Grow back: a job on fewer nodes than its range allows notices idle preemptible nodes
-and hands over to a bigger successor.
-
-The provider's capacity fills in asynchronously, and "a running job doesn't grow when more
-nodes appear later": a job asked for ``nodes = "2-4"`` that started on 2 (or shrank in
-place to 2) would train at half speed until it ends. This source is a notice of its own,
-kind ``grow``, like the return to preemptible nodes (`placing.ReturnSource`): the
-hand-over that follows is the usual one (`after_notice`, `restart.Restarts.grow`), with
-the successor asked for more nodes.
-
-It reads every node's state from the user's shared drain board (`drainboard.every_node`:
-the holder's one query per interval, for all the user's jobs), never Slurm on its own.
-It grows only when it pays: a node must have stayed idle for ``settle`` seconds (one that
-appears and vanishes is not chased), the gain must be at least ``min_gain`` nodes, never
-past ``grow_to`` (the range's MAX), and never while this attempt is writing a checkpoint.
+(its own notice, kind ``grow``, from the drain board's poll of every node, never Slurm
+on its own) and hands over to a bigger successor. See docs/how-it-works.md ("Growing
+back when capacity returns").
 """
 
 from __future__ import annotations
@@ -55,10 +44,10 @@ class GrowPlan:
         )
 
 
-def usable(node: NodeInfo, feature: str = defaults.PREEMPTIBLE_FEATURE) -> bool:
+def usable(node: NodeInfo) -> bool:
     """A node a grown job could start on: idle, in service, with the feature."""
     return (
-        feature in node.features
+        defaults.PREEMPTIBLE_FEATURE in node.features
         and node.state == "IDLE"
         and not node.flags
         and not node.draining

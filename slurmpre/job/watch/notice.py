@@ -1,18 +1,9 @@
 """A preemption notice: where it comes from (a drain, the time-limit warning), and the
-file that carries it from node 0 to every rank.
+file that carries it from node 0 to every rank (`slurmpre.preemption_requested()`).
 
-Node 0's watcher writes ``<checkpoint_dir>/.slurmpre/notice-<job>-<attempt>.json``
-(atomically) when it sees a drain or a time-limit warning; ranks learn of it
-through `slurmpre.preemption_requested()`, and each node's wrapper can relay
-it to its child as a signal. The script leaves two marks beside it: that it
-listens (it asks `preemption_requested()`), and that it took the notice (the
-answer was True, so it checkpoints and stops).
-
-A notice has two levels. ``stop`` true (every notice, unless a successor is already
-on its way): checkpoint and stop. ``stop`` false: a script that can checkpoint and go
-on (it asks `checkpoint_requested()`) takes its notice checkpoint and keeps training
-on the draining node, until the watcher rewrites the file with ``stop`` true (the
-successor is ready, or the deadline nears). A script that only asks
+``stop`` true: checkpoint and stop. ``stop`` false (a successor, or the next step, is
+on its way): a script that asks `checkpoint_requested()` checkpoints and trains on
+until the watcher rewrites the file with ``stop`` true; one that only asks
 `preemption_requested()` stops at either level.
 """
 
@@ -212,26 +203,21 @@ class NoticeGate:
     delay after the watcher wrote it; once they agree on a notice, about ``HURRY``.
     """
 
+    sync_period = 1.0
+    max_every = 100
+
     def __init__(
         self,
         path: Callable[[], str],
         *,
         clock: Callable[[], float] = time.monotonic,
-        exists: Callable[[str], bool] | None = None,
         level: Callable[[str], int] = notice_level,
         check_every: float = 1.0,
-        sync_period: float = 1.0,
-        max_every: int = 100,
     ) -> None:
         self.path = path
         self.clock = clock
-        if exists is not None:  # a plain marker file: its existence means stop
-            self.read_level: Callable[[str], int] = lambda p: STOP if exists(p) else NO_NOTICE
-        else:
-            self.read_level = level
+        self.read_level = level
         self.check_every = check_every
-        self.sync_period = sync_period
-        self.max_every = max_every
         self.seen = NO_NOTICE  # the level this process saw in the file
         self.level = NO_NOTICE  # the level all ranks agreed on
         self.checked_at = float("-inf")

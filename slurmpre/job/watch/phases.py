@@ -14,9 +14,6 @@ Each phase is what the notice file every rank reads (`notice`) asks of the train
   training until that job waits for it.
 - STOPPING: every rank is asked to checkpoint and stop.
 - ENDED: the job goes on elsewhere, or will not; the watcher is done.
-
-Every moment kept here is on the monotonic clock; the wall clock only places Slurm's
-stamps and dates the ledger's records.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""The watcher: turn the provider's drain into a notice, and see the notice through.
+"""The watcher: one per job, on node 0, in a thread of its own that alone owns its state.
 
-One watcher per job, on node 0, in a thread of its own that alone owns its
-state. It asks every notice source on its own schedule (the drain source:
-one Slurm query for all the job's nodes per interval, default 5 s with
-jitter; a source that fails backs off on its own, up to a minute, without
-slowing the others). A node of the job entering DRAIN, or the time-limit
-warning, is a notice for the whole job; from the first one on, `after_notice`
-asks for the checkpoint and decides when the job goes on elsewhere. It never
-takes the training down.
-
-The wrapper's main thread talks to it only through `post_exit` and reads the
-outcome after `finished` is set.
+It asks every notice source on its own schedule (a source that fails backs off on its
+own, up to a minute); from the first notice on, `after_notice` sees it through. It
+never takes the training down. The main thread talks to it only through `post_exit`
+and reads the outcome after `finished` is set.
 """
 
 from __future__ import annotations
@@ -82,7 +75,6 @@ class Watcher:
             job, folder, log, client, config, requeue_allowed, self.clock.wall, env
         )  # fmt: skip
         self.after = AfterNotice(job, folder, config, self.restarts, log, self.clock)
-        self._said_failing: set[str] = set()
 
     # -- the other threads' side ------------------------------------------------------
     def start(self) -> threading.Thread:
@@ -95,14 +87,11 @@ class Watcher:
     def stop(self) -> None:
         self.inbox.put(_STOP)
 
-    def result(self, timeout: float) -> Outcome:
-        """Wait for the watcher to finish (after `post_exit`), then its outcome."""
-        self.finished.wait(timeout)
+    def result(self) -> Outcome:
+        """Wait for the watcher to finish (after `post_exit`; at most as long as it can take
+        after the training exits), then its outcome."""
+        self.finished.wait(max(self.config.window, self.config.time_warning) + 60.0)
         return self.outcome
-
-    def longest_wait(self) -> float:
-        """An upper bound of how long the watcher can take after the training exits."""
-        return max(self.config.window, self.config.time_warning) + 60.0
 
     # -- the loop (the watcher's own thread) ---------------------------------------------
     def _wait_inbox(self, seconds: float) -> object:
