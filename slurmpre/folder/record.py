@@ -16,6 +16,7 @@ The job side imports this module: it imports nothing but the standard library.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -84,9 +85,10 @@ def describe_notice(kind: str, node: str | None, reason: str | None) -> str:
 class Record:
     """What every record holds. ``time`` is when the ledger appended it (None before)."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, event: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("EVENT"):  # an event type of its own: found by its name
+        if event:  # its name in the ledger: the class's, in snake_case (PullAsked: pull_asked)
+            cls.EVENT = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
             EVENTS[cls.EVENT] = cls
 
     EVENT: ClassVar[str] = ""
@@ -205,10 +207,8 @@ class Record:
 
 
 @record_type
-class Other(Record):
+class Other(Record, event=False):
     """An event this slurmpre does not know (a later version's): read past, written back."""
-
-    EVENT: ClassVar[str] = ""
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -217,7 +217,7 @@ class Other(Record):
 
 
 @record_type
-class AttemptRecord(Record):
+class AttemptRecord(Record, event=False):
     """A record of one attempt of the job (written inside the job)."""
 
     attempt: int  # Slurm's restart count

@@ -1,7 +1,7 @@
 """The ledger's records: one frozen type per event, the only thing the job side tells the
 login side (``<checkpoint_dir>/.slurmpre/attempts.jsonl``). What a record is, and how it
 reads and writes its JSON, is `slurmpre.folder.record`; each type here registers itself
-there by its event name (`EVENTS`).
+there by its event name, its class name in snake_case (`EVENTS`).
 
 The job side imports this module: it imports nothing but the standard library.
 """
@@ -28,7 +28,6 @@ __all__ = ["EVENTS", "AttemptId", "AttemptRecord", "Other", "Record", "describe_
 class Submitted(Record):
     """`slurmpre submit` queued the job (written on the login node)."""
 
-    EVENT: ClassVar[str] = "submitted"
     name: str
     code: str | None = None  # the code's identity at submit (`slurmpre.login.code`)
     array: str | None = None  # an array job's range of tasks ("0-2")
@@ -42,7 +41,6 @@ class Submitted(Record):
 class Start(AttemptRecord):
     """Node 0 chose the checkpoint to resume from; the attempt starts on these nodes."""
 
-    EVENT: ClassVar[str] = "start"
     nodes: tuple[str, ...]
     num_nodes: int | None = None
     world_size: int | None = None
@@ -60,7 +58,6 @@ class Notice(AttemptRecord):
     preemptible nodes, or grow onto idle ones). The first notice of an attempt also says
     what the watcher will do and by when (the keys after ``first``)."""
 
-    EVENT: ClassVar[str] = "notice"
     kind: str  # "drain", "time-limit", "placement" or "grow"
     node: str | None
     reason: str | None
@@ -105,7 +102,6 @@ class Notice(AttemptRecord):
 class Checkpoint(AttemptRecord):
     """``slurmpre.checkpoint()`` committed a checkpoint (rank 0)."""
 
-    EVENT: ClassVar[str] = "checkpoint"
     step: int
     path: str
     after_notice: bool
@@ -126,7 +122,6 @@ class Saved(AttemptRecord):
     """``slurmpre.checkpoint()`` sealed a checkpoint in the nodes' local folders (rank 0);
     the flush commits it in the checkpoint folder later (`Checkpoint`)."""
 
-    EVENT: ClassVar[str] = "saved"
     step: int
     path: str  # on the node of rank 0
     seconds: float  # the training stopped this long
@@ -138,7 +133,6 @@ class Serving(AttemptRecord):
     """A node's wrapper serves its local checkpoints to the job that takes over
     (`slurmpre.tier.handoff`): where to pull them from."""
 
-    EVENT: ClassVar[str] = "serving"
     node: str
     host: str
     port: int
@@ -151,7 +145,6 @@ class PullAsked(AttemptRecord):
     job itself), the drained attempt's node 0 asks only the nodes it keeps (``pullers``,
     node ids; None: every node), before the drained one goes."""
 
-    EVENT: ClassVar[str] = "pull_asked"
     predecessor: str
     step: int
     sources: tuple[str, ...]
@@ -164,7 +157,6 @@ class PullAsked(AttemptRecord):
 class Pulled(AttemptRecord):
     """One node of a successor pulled ``step`` (``ok``), or why not."""
 
-    EVENT: ClassVar[str] = "pulled"
     node: int
     step: int
     ok: bool
@@ -180,7 +172,6 @@ class Replicated(AttemptRecord):
     """Node ``node`` keeps node ``of``'s part of ``step`` beside its own
     (`slurmpre.tier.replica`): that part outlives node ``of`` lost without notice."""
 
-    EVENT: ClassVar[str] = "replicated"
     node: int
     of: int
     step: int
@@ -195,7 +186,6 @@ class Adopted(AttemptRecord):
     ``parts`` of ``nodes`` (its own, its neighbour's). The attempt resumes from that step
     when its nodes hold every part between them and the folder has nothing newer."""
 
-    EVENT: ClassVar[str] = "adopted"
     node: int
     step: int
     source: str
@@ -211,7 +201,6 @@ class PullDone(AttemptRecord):
     """A successor's node 0: every node holds ``step`` (``ok``: it resumes from there, and
     ``predecessor`` may stop serving), or why it resumes from the checkpoint folder."""
 
-    EVENT: ClassVar[str] = "pull_done"
     predecessor: str
     step: int
     ok: bool
@@ -224,7 +213,6 @@ class PullDone(AttemptRecord):
 class Committed(AttemptRecord):
     """The watcher saw the checkpoint that answers the notice."""
 
-    EVENT: ClassVar[str] = "committed"
     step: int | None
     path: str
     committed_seen_at: float
@@ -232,7 +220,6 @@ class Committed(AttemptRecord):
 
 @record_type
 class Requeued(AttemptRecord):
-    EVENT: ClassVar[str] = "requeued"
     why: str | None
     requeued_at: float
     # --requeue=expedite on a cluster that allows it (no floor): True; else left out.
@@ -243,7 +230,6 @@ class Requeued(AttemptRecord):
 
 @record_type
 class RequeueSkipped(AttemptRecord):
-    EVENT: ClassVar[str] = "requeue_skipped"
     why: str | None
 
 
@@ -251,7 +237,6 @@ class RequeueSkipped(AttemptRecord):
 class InPlaceRequested(AttemptRecord):
     """The watcher asked the batch script's supervisor to go on without ``release``."""
 
-    EVENT: ClassVar[str] = "in_place_requested"
     keep: tuple[str, ...]
     release: tuple[str, ...]
     why: str | None
@@ -266,7 +251,6 @@ class InPlaceRequested(AttemptRecord):
 class InPlace(AttemptRecord):
     """The supervisor released the nodes; the next step runs on ``kept``."""
 
-    EVENT: ClassVar[str] = "in_place"
     kept: tuple[str, ...]
     released: tuple[str, ...]
     release_s: float
@@ -283,7 +267,6 @@ class SpareReleased(AttemptRecord):
     """A spare drained (`spare_nodes`): the supervisor released it from the job while the
     training went on (``error``: Slurm refused, and the job holds it until it ends)."""
 
-    EVENT: ClassVar[str] = "spare_released"
     released: tuple[str, ...]
     release_s: float
     released_at: float
@@ -295,7 +278,6 @@ class Successor(AttemptRecord):
     """The watcher submitted a new job to take over from this one (instead of a requeue),
     after making this one not requeueable."""
 
-    EVENT: ClassVar[str] = "successor"
     successor: str  # the new job's id
     excluded: tuple[str, ...]  # the draining nodes it may not start on
     why: str | None
@@ -307,7 +289,6 @@ class Waiting(AttemptRecord):
     """A successor's training has started up and waits in `slurmpre.resume_path()` for
     ``predecessor`` to commit its last checkpoint and end (rank 0 writes it)."""
 
-    EVENT: ClassVar[str] = "waiting"
     predecessor: str
     waiting_at: float
 
@@ -317,14 +298,12 @@ class Stopping(AttemptRecord):
     """The watcher told a script that went on training after its notice checkpoint to
     take its last checkpoint and stop: its successor waits, or the deadline nears."""
 
-    EVENT: ClassVar[str] = "stopping"
     why: str
     asked_at: float
 
 
 @record_type
 class InPlaceFailed(AttemptRecord):
-    EVENT: ClassVar[str] = "in_place_failed"
     why: str | None
 
 
@@ -332,7 +311,6 @@ class InPlaceFailed(AttemptRecord):
 class GaveUp(AttemptRecord):
     """The run stops restarting (`slurmpre.job.start.limits`): this attempt did not train."""
 
-    EVENT: ClassVar[str] = "gave_up"
     why: str
 
 
@@ -341,7 +319,6 @@ class Placed(AttemptRecord):
     """Where the run's next job trains (`slurmpre.placement.policy`): preemptible or
     standard nodes, why, and the facts the decision was made on."""
 
-    EVENT: ClassVar[str] = "placed"
     where: str  # "preemptible" or "standard"
     why: str
     decided_at: float
@@ -363,7 +340,6 @@ class Claimed(AttemptRecord):
     """A successor took over from ``predecessor``: of the jobs that predecessor submitted
     for one hand-over (a successor and its twin), the first to claim trains."""
 
-    EVENT: ClassVar[str] = "claimed"
     predecessor: str
 
 
@@ -371,7 +347,6 @@ class Claimed(AttemptRecord):
 class End(AttemptRecord):
     """The training of the attempt (or step) exited."""
 
-    EVENT: ClassVar[str] = "end"
     exit_code: int | None
     seconds: float
 
