@@ -1,14 +1,7 @@
-"""What a ledger record is: how it reads and writes its own JSON, checked against its
-fields' annotations, and the registry of event types (each type of `slurmpre.folder.records`
-registers its event name as it is defined).
-
-Each record reads and writes its own JSON (``to_json``/``from_json``) with the keys the
-ledger has always had, so a ledger written before these types reads the same, and one
-written now reads the same to an older slurmpre. What a record holds is said once, by
-its fields' annotations: ``from_json`` checks every known key against them (a record of
-the wrong shape is refused, and the ledger skips it with a warning), and keeps keys it
-does not know (a later version's) so that they are written back unchanged. Import the
-records through `slurmpre.folder.records`, which defines (and so registers) every type.
+"""What a ledger record is: how it reads and writes its own JSON, with the keys the ledger
+has always had, checked against its fields' annotations (the schema: docs/architecture.md,
+"The ledger's records"), and the registry of event types. Import the records through
+`slurmpre.folder.records`, which defines (and so registers) every type.
 
 The job side imports this module: it imports nothing but the standard library.
 """

@@ -54,9 +54,8 @@ class Start(AttemptRecord):
 
 @record_type
 class Notice(AttemptRecord):
-    """The watcher saw a drain or the time-limit warning (or chose to move: back to
-    preemptible nodes, or grow onto idle ones). The first notice of an attempt also says
-    what the watcher will do and by when (the keys after ``first``)."""
+    """The watcher saw a drain, the time-limit warning, or chose to move (placement, grow).
+    The first notice of an attempt also says what the watcher will do and by when."""
 
     kind: str  # "drain", "time-limit", "placement" or "grow"
     node: str | None
@@ -106,11 +105,8 @@ class Checkpoint(AttemptRecord):
     path: str
     after_notice: bool
     seconds: float | None = None  # writing and committing it; unknown for another's save
-    # preemption_requested() had answered True: the script stops after this checkpoint.
     stopping: bool | None = None
-    # Saved on the node first (`local_dir`): the background copy and commit here took this
-    # long, after the training went on (``seconds`` is then the save on the node).
-    flush_seconds: float | None = None
+    flush_seconds: float | None = None  # with local_dir: ``seconds`` is the save on the node
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset(
         {"time", "seconds", "stopping", "flush_seconds"}
@@ -119,19 +115,17 @@ class Checkpoint(AttemptRecord):
 
 @record_type
 class Saved(AttemptRecord):
-    """``slurmpre.checkpoint()`` sealed a checkpoint in the nodes' local folders (rank 0);
-    the flush commits it in the checkpoint folder later (`Checkpoint`)."""
+    """A checkpoint sealed in the nodes' local folders; the flush commits it later."""
 
     step: int
-    path: str  # on the node of rank 0
-    seconds: float  # the training stopped this long
+    path: str
+    seconds: float
     after_notice: bool
 
 
 @record_type
 class Serving(AttemptRecord):
-    """A node's wrapper serves its local checkpoints to the job that takes over
-    (`slurmpre.tier.handoff`): where to pull them from."""
+    """Where a node serves its local checkpoints to the job that takes over."""
 
     node: str
     host: str
@@ -140,10 +134,8 @@ class Serving(AttemptRecord):
 
 @record_type
 class PullAsked(AttemptRecord):
-    """A successor's node 0 asks each of its nodes to pull ``step`` from the nodes of
-    ``predecessor`` (``sources``: host:port of each). In place (``predecessor`` is the
-    job itself), the drained attempt's node 0 asks only the nodes it keeps (``pullers``,
-    node ids; None: every node), before the drained one goes."""
+    """Node 0 asks its nodes (``pullers``, node ids; None: every node) to pull ``step``
+    from ``sources`` (host:port of each); in place, ``predecessor`` is the job itself."""
 
     predecessor: str
     step: int
@@ -169,8 +161,7 @@ class Pulled(AttemptRecord):
 
 @record_type
 class Replicated(AttemptRecord):
-    """Node ``node`` keeps node ``of``'s part of ``step`` beside its own
-    (`slurmpre.tier.replica`): that part outlives node ``of`` lost without notice."""
+    """Node ``node`` keeps node ``of``'s part of ``step`` beside its own."""
 
     node: int
     of: int
@@ -181,25 +172,22 @@ class Replicated(AttemptRecord):
 
 @record_type
 class Adopted(AttemptRecord):
-    """A node of a restarted attempt took over what an earlier attempt of the job left of
-    ``step`` in its node-local folder (``source``): a whole copy, or the parts of nodes
-    ``parts`` of ``nodes`` (its own, its neighbour's). The attempt resumes from that step
-    when its nodes hold every part between them and the folder has nothing newer."""
+    """A node of a restarted attempt took over what an earlier attempt left of ``step``
+    in its node-local folder (`slurmpre.tier.salvage`)."""
 
     node: int
     step: int
     source: str
     parts: tuple[int, ...] | None = None  # None: a whole copy
-    nodes: int | None = None  # the nodes that saved it
-    save: str | None = None  # which save of that step (job.attempt.in_place): never mixed
+    nodes: int | None = None
+    save: str | None = None  # parts of two saves of one step are never mixed
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "parts", "nodes", "save"})
 
 
 @record_type
 class PullDone(AttemptRecord):
-    """A successor's node 0: every node holds ``step`` (``ok``: it resumes from there, and
-    ``predecessor`` may stop serving), or why it resumes from the checkpoint folder."""
+    """Every node holds ``step`` (``ok``: ``predecessor`` may stop serving), or why not."""
 
     predecessor: str
     step: int
@@ -241,8 +229,8 @@ class InPlaceRequested(AttemptRecord):
     release: tuple[str, ...]
     why: str | None
     requested_at: float
-    spares_in: tuple[str, ...] | None = None  # spares that take the released nodes' places
-    early: bool | None = None  # the next step starts beside this one (`handover.overlap`)
+    spares_in: tuple[str, ...] | None = None
+    early: bool | None = None  # `handover.overlap`
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in", "early"})
 
@@ -257,15 +245,14 @@ class InPlace(AttemptRecord):
     requested_at: float
     released_at: float
     why: str | None
-    spares_in: tuple[str, ...] | None = None  # spares that took the released nodes' places
+    spares_in: tuple[str, ...] | None = None
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in"})
 
 
 @record_type
 class SpareReleased(AttemptRecord):
-    """A spare drained (`spare_nodes`): the supervisor released it from the job while the
-    training went on (``error``: Slurm refused, and the job holds it until it ends)."""
+    """A spare drained: the supervisor released it while the training went on."""
 
     released: tuple[str, ...]
     release_s: float
@@ -275,19 +262,17 @@ class SpareReleased(AttemptRecord):
 
 @record_type
 class Successor(AttemptRecord):
-    """The watcher submitted a new job to take over from this one (instead of a requeue),
-    after making this one not requeueable."""
+    """The watcher submitted a new job to take over, after making this one not requeueable."""
 
-    successor: str  # the new job's id
-    excluded: tuple[str, ...]  # the draining nodes it may not start on
+    successor: str
+    excluded: tuple[str, ...]
     why: str | None
     submitted_at: float
 
 
 @record_type
 class Waiting(AttemptRecord):
-    """A successor's training has started up and waits in `slurmpre.resume_path()` for
-    ``predecessor`` to commit its last checkpoint and end (rank 0 writes it)."""
+    """A successor's training waits in `slurmpre.resume_path()` for ``predecessor``."""
 
     predecessor: str
     waiting_at: float
@@ -295,8 +280,7 @@ class Waiting(AttemptRecord):
 
 @record_type
 class Stopping(AttemptRecord):
-    """The watcher told a script that went on training after its notice checkpoint to
-    take its last checkpoint and stop: its successor waits, or the deadline nears."""
+    """The watcher told a script that trained on after its notice checkpoint to stop."""
 
     why: str
     asked_at: float
@@ -316,10 +300,9 @@ class GaveUp(AttemptRecord):
 
 @record_type
 class Placed(AttemptRecord):
-    """Where the run's next job trains (`slurmpre.placement.policy`): preemptible or
-    standard nodes, why, and the facts the decision was made on."""
+    """Where the run's next job trains, and the facts it was decided on (`placement`)."""
 
-    where: str  # "preemptible" or "standard"
+    where: str
     why: str
     decided_at: float
     steps_done: int | None = None
@@ -327,7 +310,7 @@ class Placed(AttemptRecord):
     deadline_at: float | None = None
     slack_s: float | None = None
     line_step: float | None = None
-    rate: float | None = None  # steps per second, measured from the ledger
+    rate: float | None = None  # steps per second
     preemptions: int = 0
     # Waiting on preemptible nodes may not wait for ever: a twin on standard nodes,
     # queued to start no earlier than ``twin_from``; whichever starts first takes over.
@@ -337,8 +320,7 @@ class Placed(AttemptRecord):
 
 @record_type
 class Claimed(AttemptRecord):
-    """A successor took over from ``predecessor``: of the jobs that predecessor submitted
-    for one hand-over (a successor and its twin), the first to claim trains."""
+    """Of a successor and its twin, the first to claim ``predecessor`` trains."""
 
     predecessor: str
 

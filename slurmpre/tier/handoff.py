@@ -1,20 +1,6 @@
 """The hand-over over the network: a successor pulls the newest node-local checkpoint
-straight from the nodes of the job it takes over from, while that job's flush to the
-checkpoint folder goes on.
-
-Every node's wrapper, when the tier is on, serves its local checkpoints
-(`transfer.Server`) and records where (`Serving`). A drained job's after-notice save
-(`Saved`) then answers its notice as a commit would, for a hand-over to a successor: the
-successor's node 0 waits until the predecessor's training has ended and that save is
-served, asks each of its nodes to pull it (`PullAsked`), and waits for them (`Pulled`).
-Every node holds it: the successor resumes from there (`PullDone` ok: the predecessor
-stops serving and flushing, and the successor's own flush commits it in the folder);
-one did not: `PullDone` says why, in one line, and the successor resumes from the
-newest checkpoint in the folder, as without the tier: never a mix.
-
-Both ends prove they hold the run's key, ``<checkpoint_dir>/.slurmpre/tier.key``, which
-only the owner can read (`folder.trust`): no other user can read a checkpoint through a
-server, nor make a job load theirs (docs/security.md).
+straight from the nodes of the job it takes over from (docs/local-tier.md, 3), proving
+it holds the run's key, ``.slurmpre/tier.key`` (docs/security.md, 10).
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """The node-local folder a checkpoint is written to first: where it is, whether it may be
-used, and the sealed parts it holds.
-
-A run's local folder is ``<root>/slurmpre-<uid>/<run>/`` on each node, where ``root`` is
-the spec's ``local_dir`` (``"auto"``: the node's ``$SLURMPRE_NODE_LOCAL_DIR``, else
-``/dev/shm``) and ``<run>`` names the checkpoint folder. A save there costs a memory or
-local-disk copy; the wrapper's flusher (`slurmpre.tier.flush`) then copies it into the
-checkpoint folder and commits it there under the folder's rules. A local copy is never
-what a resume chooses by itself: it is not durable, a node lost takes it along.
-
-Each node seals its own part of a checkpoint (the files its ranks wrote) with one
-rename, beside a ``.slurmpre-part`` file that lists them: a part without it, or whose
-files differ from it, is no part. The folder is the owner's alone (0700), and one that
-another user made in a shared root (``/dev/shm`` is everyone's) is refused.
+used, and the sealed parts it holds (docs/local-tier.md, 1). A local copy is never what
+a resume chooses by itself: it is not durable, a node lost takes it along.
 """
 
 from __future__ import annotations
