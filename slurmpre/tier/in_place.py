@@ -1,14 +1,6 @@
 """A step restarted in place, with the node-local tier: its notice save reaches the
-nodes it keeps before the drained ones go.
-
-The drained attempt's node 0 (its watcher) asks the nodes it keeps to pull the notice
-save from every node of the attempt, the drained ones among them (`PullAsked` with
-``pullers``), and waits for them (`Pulled`); each then holds it whole in its node-local
-folder. Once all do (`PullDone` ok) the notice counts as answered, the step ends, and the
-next step takes the copy over from their folders (`slurmpre.tier.local.adopt`) instead
-of waiting for the flush to the checkpoint folder, which a big state cannot finish
-within the drain's window. One that failed, or came too late, is one line, and the next
-step waits for the flush as without it.
+nodes it keeps before the drained ones go (docs/local-tier.md, 4), so the next step need
+not wait for the flush, which a big state cannot finish within the drain's window.
 """
 
 from __future__ import annotations
@@ -33,11 +25,9 @@ LOG = logging.getLogger(__name__)
 
 
 class InPlacePull:
-    """A drained attempt's node 0 that restarts in place, with the tier on: before the
-    drained nodes go, the nodes it keeps pull its notice save from every node of the
-    attempt (`PullAsked` with ``pullers``), so each holds it whole; the next step then
-    takes it over from their folders (`local.adopt`) instead of waiting for the flush.
-    `poll` is asked at every look of the watcher, and never waits."""
+    """A drained attempt's node 0 that restarts in place: the nodes it keeps pull its
+    notice save from every node of the attempt. `poll` is asked at every look of the
+    watcher, and never waits."""
 
     def __init__(
         self,

@@ -1,13 +1,6 @@
-"""A copy that survives a node lost without notice: each node of a job keeps, beside its
-own part of the newest checkpoint, the part of the node before it in the job (node 0
-keeps the last node's). A node that fails with no drain takes its own part along, but
-its neighbour still holds it: the attempt that follows resumes from the newest step the
-nodes it lands on hold between them (`slurmpre.tier.salvage`), not from the folder's.
-
-Each node's wrapper pulls its neighbour's part over the run's authenticated transfer
-(`slurmpre.tier.transfer`) once its own part of a newer step is sealed, into
-``replica-<step>-<node>`` in its node-local folder (served and kept like a part, but
-never taken for this node's own), and records it (`Replicated`). Only the newest stays.
+"""A copy that survives a node lost without notice: each node keeps, beside its own part
+of the newest checkpoint, the part of the node before it (docs/local-tier.md, 5), in
+``replica-<step>-<node>``: served and kept like a part, never taken for this node's own.
 """
 
 from __future__ import annotations
