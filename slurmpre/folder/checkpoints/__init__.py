@@ -19,17 +19,15 @@ from slurmpre.folder.checkpoints.commit import (
     sync_path,
     writing,
 )
-from slurmpre.folder.checkpoints.leftovers import Cleaned, clean_leftovers
+from slurmpre.folder.checkpoints.leftovers import clean_leftovers
 from slurmpre.folder.checkpoints.names import (
     MAX_STEP,
-    STEP_DIGITS,
     Checkpoint,
     Format,
     check_step,
     step_of,
 )
 from slurmpre.folder.checkpoints.resolve import (
-    SHOWN,
     Resolution,
     findable,
     ignored,
@@ -38,19 +36,13 @@ from slurmpre.folder.checkpoints.resolve import (
     list_all,
     summarize,
 )
-from slurmpre.folder.checkpoints.scan import Ignored
-from slurmpre.folder.layout import LEFTOVER, MARKER, step_dir_name
+from slurmpre.folder.layout import MARKER, step_dir_name
 
 __all__ = [
-    "LEFTOVER",
     "MARKER",
     "MAX_STEP",
-    "SHOWN",
-    "STEP_DIGITS",
     "Checkpoint",
-    "Cleaned",
     "Format",
-    "Ignored",
     "Resolution",
     "check_step",
     "clean_leftovers",
