@@ -141,17 +141,15 @@ def situation(
     waiting_s: float = 0.0,
 ) -> Situation:
     """The policy's question, from the spec's goals and the ledger's facts."""
-    when = None
-    if goals.deadline:
-        first = facts.first_submit if facts.first_submit is not None else now
-        when = deadline.parse(goals.deadline, first_submit=first)
+    start = facts.first_submit if facts.first_submit is not None else now
+    when = deadline.parse(goals.deadline, first_submit=start) if goals.deadline else None
     return Situation(
         now=now,
         on=facts.on,
         doing=doing,
         waiting_s=waiting_s,
         preemptions=facts.preemptions,
-        start=facts.first_submit if facts.first_submit is not None else now,
+        start=start,
         deadline=when,
         steps_done=facts.steps_done,
         total_steps=goals.total_steps,

@@ -87,20 +87,16 @@ def serve(
     return server
 
 
-def _of(records: Sequence[Record], kind: type[Record], job: str) -> list[Record]:
-    return [r for r in records if isinstance(r, kind) and r.job == job]
-
-
 def served_save(records: Sequence[Record], predecessor: str) -> tuple[int, list[str]] | None:
     """The predecessor's newest after-notice save once its training has ended, and where
     each of its nodes serves it; None while there is none, or while not every node that
     trained in that attempt (its `Start`) serves: a part missing is no checkpoint."""
-    saves = [r for r in _of(records, Saved, predecessor) if isinstance(r, Saved) and r.after_notice]
+    saves = [r for r in records if isinstance(r, Saved) and r.job == predecessor and r.after_notice]
     if not saves:
         return None
     last = saves[-1]
-    ended = any(isinstance(r, End) and r.attempt_id == last.attempt_id
-                for r in _of(records, End, predecessor))  # fmt: skip
+    ended = any(isinstance(r, End) and r.job == predecessor and r.attempt_id == last.attempt_id
+                for r in records)  # fmt: skip
     sources = where.all_of(records, predecessor, last.attempt_id)
     if not ended or sources is None:
         return None
