@@ -41,7 +41,7 @@ class InPlacePull:
         self.kept = tuple(i for i, node in enumerate(nodes) if node in keep)
         self.spares = sorted(set(keep) - set(nodes))  # not of this step: they hold no copy
         self.step: int | None = None
-        self.asked_at = 0.0  # when the ledger took the ask: earlier pulls are not its answer
+        self.asked_at = 0.0  # when it asked
         self.result: bool | None = None
 
     @property
@@ -66,6 +66,7 @@ class InPlacePull:
                     if late
                     else None
                 )
+            now = self.ledger.clock()  # its stamp, as the ledger's: earlier pulls are no answer
             self.ledger.append(
                 PullAsked(
                     job=self.job,
@@ -75,14 +76,10 @@ class InPlacePull:
                     step=step,
                     sources=tuple(sources),
                     pullers=self.kept,
+                    time=now,
                 )
             )
-            self.step = step
-            self.asked_at = max(
-                (r.time or 0 for r in self.ledger.records() if isinstance(r, PullAsked)
-                 and r.job == self.job and r.attempt_id == self.at and r.step == step),
-                default=0.0,
-            )  # fmt: skip
+            self.step, self.asked_at = step, now
             return None
         got = {r.node: r for r in records if isinstance(r, Pulled) and r.job == self.job
                and r.attempt_id == self.at and r.step == self.step and r.node in self.kept
