@@ -53,11 +53,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Access:
 
 def make_dir(path: Path, access: Access, *, exist_ok: bool = False) -> bool:
     """Create ``path`` (its parents must exist) with the access's mode; True if created.
-
-    mkdir's mode passes through the umask, which can only take bits away, so
-    the folder is never more open than asked, and chmod then restores what a
-    strict umask removed (a group's bits).
-    """
+    mkdir's mode passes through the umask (never more open than asked); a chmod then
+    restores what a strict umask removed (a group's bits)."""
     return _make(path, access.dir_mode, exist_ok=exist_ok)
 
 

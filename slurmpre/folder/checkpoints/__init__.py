@@ -4,11 +4,8 @@ The package, along its seams: `names` (the grammar), `layouts` (each layout's ma
 its check, in one table), `scan` (one read of the folder), `resolve`, `commit` and
 `leftovers`. Callers import from here.
 
-The resolver reads the folder once (names only), orders candidates by the step in
-their names, and checks completeness only from the newest down until one passes:
-a folder newer than that costs one lookup per mark of its layout, so 10,000
-checkpoint folders cost one directory read and a few checks, and 10,000 partial
-ones in slurmpre's layout 10,000 lookups more. The name says the layout, and the layout
+The resolver reads the folder once (names only) and checks completeness from the newest
+down until one passes (`resolve._Resolve`). The name says the layout, and the layout
 which mark proves a save complete: docs/login.md has the table.
 """
 
