@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from slurmpre.cmd import run
+from slurmpre.cmd import Result, run
 from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.slurm.parse import (
     SQUEUE_FORMAT,
@@ -81,8 +81,11 @@ class CommandLineSlurm:
         # back off; Slurm's library sleeps and asks again by itself, and says so at -v.
         self.throttled = 0
 
+    def _call(self, argv: Sequence[str], *, input: str | None = None) -> Result:
+        return run(argv, timeout=self.timeout, env=self.env, input=input, error=SlurmError)
+
     def _run(self, argv: Sequence[str], *, input: str | None = None) -> str:
-        return run(argv, timeout=self.timeout, env=self.env, input=input, error=SlurmError).stdout
+        return self._call(argv, input=input).stdout
 
     def version(self) -> tuple[int, int, int]:
         return parse_version(self._run(["sinfo", "--version"]))
@@ -93,7 +96,7 @@ class CommandLineSlurm:
         argv = ["scontrol", "-v", "--local", "show", "node", "-o"]
         if names:
             argv.append(",".join(names))
-        proc = run(argv, timeout=self.timeout, env=self.env, error=SlurmError)
+        proc = self._call(argv)
         self.throttled += proc.stderr.count(RATE_LIMITED)
         return parse_nodes(proc.stdout)
 
@@ -121,13 +124,7 @@ class CommandLineSlurm:
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
         if test_only:
             # sbatch --test-only reports its verdict on stderr and queues nothing.
-            res = run(
-                ["sbatch", "--test-only", *args],
-                input=script,
-                timeout=self.timeout,
-                env=self.env,
-                error=SlurmError,
-            )
+            res = self._call(["sbatch", "--test-only", *args], input=script)
             return (res.stderr or res.stdout).strip()
         return parse_submit(self._run(["sbatch", "--parsable", *args], input=script))
 
