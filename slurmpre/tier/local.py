@@ -284,20 +284,16 @@ def _files(folder: Path) -> dict[str, int]:
     return out
 
 
-def parts(run: Path) -> list[Part]:
-    """The sealed parts in ``run``, oldest first; a folder whose files are not the ones
-    its seal lists is no part."""
+def parts(run: Path, prefix: str = "step-", *, named: bool = True) -> list[Part]:
+    """The sealed parts in ``run`` (in the folders whose names begin with ``prefix``),
+    oldest first; a folder whose files are not the ones its seal lists is no part."""
     found = []
-    try:
-        entries = list(os.scandir(run))
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.startswith("step-") or not entry.is_dir(follow_symlinks=False):
-            continue
-        part = read_part(Path(entry.path))
-        if part is not None:
-            found.append(part)
+    with contextlib.suppress(OSError), os.scandir(run) as entries:
+        for entry in entries:
+            if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+                part = read_part(Path(entry.path), named=named)
+                if part is not None:
+                    found.append(part)
     return sorted(found, key=lambda p: p.step)
 
 

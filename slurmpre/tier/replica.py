@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Sequence
@@ -32,16 +31,8 @@ def replica_name(step: int, node: int) -> str:
 
 
 def replicas(run: Path) -> list[local.Part]:
-    """The neighbours' parts this node keeps, oldest first (a folder whose files are not
-    the ones its seal lists is none)."""
-    found = []
-    with contextlib.suppress(OSError), os.scandir(run) as entries:
-        for entry in entries:
-            if entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False):
-                part = local.read_part(Path(entry.path), named=False)
-                if part is not None:
-                    found.append(part)
-    return sorted(found, key=lambda p: p.step)
+    """The neighbours' parts this node keeps, oldest first."""
+    return local.parts(run, PREFIX, named=False)
 
 
 def source(records: Sequence[Record], job: str, at: AttemptId, node: int) -> str | None:
