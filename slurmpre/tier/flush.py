@@ -131,7 +131,7 @@ class Flusher:
         done = self.stop(timeout, handed)
         gone = handed() or self.durable_newest()
         if gone:
-            local.remove_run(self.run)
+            shutil.rmtree(self.run, ignore_errors=True)  # its lock goes once it is let go
         elif done:
             LOG.info(f"the newest checkpoint is not in the folder: it stays in {self.run}")
         else:

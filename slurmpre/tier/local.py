@@ -357,9 +357,3 @@ def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> li
             shutil.rmtree(part.path, ignore_errors=True)
             removed.append(part.step)
     return removed
-
-
-def remove_run(run: Path) -> None:
-    """The attempt's local folder and everything in it (its copies are durable, or held by
-    the job that took over); its lock goes with it once the wrapper lets it go."""
-    shutil.rmtree(run, ignore_errors=True)

@@ -37,9 +37,7 @@ def fresh_incoming(folder: Path, step: int, attempt_tag: str, access: Access = O
     return incoming
 
 
-def commit(
-    incoming: Path, folder: Path, step: int, *, now: float | None = None, access: Access = OWNER
-) -> Path:
+def commit(incoming: Path, folder: Path, step: int, *, access: Access = OWNER) -> Path:
     """Seal ``incoming`` as the complete checkpoint of ``step`` and move it into place (see
     the module). An existing *complete* checkpoint of the step is never replaced (ours is
     set aside); a partial one is moved aside, not deleted. An empty one is refused: it
@@ -64,7 +62,7 @@ def commit(
             f"the checkpoint of step {step} is empty: nothing was written to {str(incoming)!r}"
         )
     marker = incoming / MARKER
-    stamp = time.time() if now is None else now
+    stamp = time.time()
     text = json.dumps({"step": step, "committed_at": stamp, "files": manifest}, sort_keys=True)
     # The group may read it, never rewrite it: what is complete is the owner's word.
     write_atomic(marker, text + "\n", mode=access.file_mode & ~0o022)
