@@ -9,6 +9,7 @@ The job side imports this module: it imports nothing but the standard library.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field
@@ -57,14 +58,9 @@ class AttemptId:
         return self.key
 
 
-_INIT: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {}
-
-
+@functools.cache
 def _init_fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
-    found = _INIT.get(cls)
-    if found is None:
-        found = _INIT[cls] = dataclasses.fields(cls)
-    return found
+    return dataclasses.fields(cls)
 
 
 def describe_notice(kind: str, node: str | None, reason: str | None) -> str:
