@@ -51,15 +51,11 @@ class SlurmClient(Protocol):
 
     def requeue(self, job_id: str) -> None: ...
 
-    def set_requeue(self, job_id: str, requeue: bool) -> None:
-        """Whether Slurm may requeue the job (``scontrol update JobId=... Requeue=0|1``)."""
-        ...
+    def set_requeue(self, job_id: str, requeue: bool) -> None: ...
 
     def cancel(self, job_id: str) -> None: ...
 
-    def config(self) -> dict[str, str]:
-        """slurmctld's running configuration (``scontrol show config``)."""
-        ...
+    def config(self) -> dict[str, str]: ...
 
     def resize(self, job_id: str, nodes: Sequence[str]) -> dict[str, str | None]:
         """Keep only ``nodes`` in the running job ``job_id``, releasing the others at once;
@@ -77,8 +73,7 @@ class CommandLineSlurm:
     def __init__(self, timeout: float = 30.0, env: Mapping[str, str] | None = None) -> None:
         self.timeout = timeout
         self.env = env  # None: this process's (Slurm's commands found on its PATH)
-        # Times slurmctld's per-user rate limit (rl_enable, 23.02+) told a node query to
-        # back off; Slurm's library sleeps and asks again by itself, and says so at -v.
+        # Slurm's library sleeps and asks again by itself (rl_enable, 23.02+), and says so at -v.
         self.throttled = 0
 
     def _call(self, argv: Sequence[str], *, input: str | None = None) -> Result:
