@@ -119,13 +119,10 @@ def arrange(
     predecessor ended first (``ended``), or a pull failed (said): resume from the folder.
     A save the folder holds too is pulled all the same: RAM to RAM beats reading it back."""
     deadline = time.monotonic() + timeout
-    found = None
-    while found is None:
-        found = served_save(ledger.records(), predecessor)
-        if found is None and (ended() or time.monotonic() > deadline):
+    while (found := served_save(ledger.records(), predecessor)) is None:
+        if ended() or time.monotonic() > deadline:
             return None
-        if found is None:
-            time.sleep(POLL)
+        time.sleep(POLL)
     step, sources = found
     newest = durable()
     if newest is not None and step < newest:
@@ -191,12 +188,11 @@ def all_serve(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> bool:
     """Every node of this attempt serves (so each has a node-local folder and a puller),
     within a few seconds of its start."""
     deadline = time.monotonic() + SERVE_WAIT
-    while True:
-        if len(where.serving(ledger.records(), job, at)) >= nodes:
-            return True
+    while len(where.serving(ledger.records(), job, at)) < nodes:
         if time.monotonic() > deadline:
             return False
         time.sleep(POLL)
+    return True
 
 
 def await_taker(ledger: Ledger, job: str, attempt: int, step: int, grace: float) -> None:
