@@ -145,7 +145,6 @@ class Record:
         return cls(**known, extra=extra, read_keys=frozenset(data))
 
     def stamped(self: _R, time: float) -> _R:
-        """This record as appended at ``time``."""
         return dataclasses.replace(self, time=time)
 
     def _values(self) -> tuple[Any, ...]:

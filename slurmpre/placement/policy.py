@@ -39,7 +39,6 @@ class Goals:
 
     @property
     def may_move(self) -> bool:
-        """Whether anything here may move the run to standard nodes."""
         return bool(self.deadline or self.fallback_after or self.max_wait_s)
 
 
@@ -75,7 +74,6 @@ class Decision:
 
 
 def moving(s: Situation, d: Decision) -> bool:
-    """Whether following ``d`` changes the kind of node the run trains on."""
     return d.where != s.on
 
 

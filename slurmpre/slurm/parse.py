@@ -67,7 +67,6 @@ class NodeInfo:
 
     @property
     def usable(self) -> bool:
-        """Up and accepting work."""
         return not (self.draining or self.down) and self.state in (
             "IDLE",
             "MIXED",

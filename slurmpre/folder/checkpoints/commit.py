@@ -20,7 +20,6 @@ from slurmpre.folder.layout import MARKER, FolderLayout
 
 
 def incoming_path(folder: Path, step: int, attempt_tag: str) -> Path:
-    """Where a checkpoint is written before it is committed: hidden, so never resolved."""
     return FolderLayout(folder).incoming(step, attempt_tag)
 
 
