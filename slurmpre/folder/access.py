@@ -1,16 +1,9 @@
 """Who may read the files slurmpre creates: their owner alone (the default), or the group too.
 
-Checkpoints, the attempt ledger, its locks, and the choice and notice files
-live on a volume every user of the cluster can list. slurmpre creates its
-folders 0700 and its files 0600 whatever the umask (a umask of 000 would
-otherwise make them world-writable, and other nodes trust the choice files).
-With ``file_access = "group"``, for a team that shares checkpoints, the checkpoint
-folder and the checkpoints are 1770 (sticky) and 0660; the folders slurmpre makes above it
-0750 (the group reaches it, and cannot rename what is in them); and the job's own
-``.slurmpre`` 0750 with the ledger 0640 (the group reads it for `status`): what
-makes a job act is never anyone else's to write (`slurmpre.folder.trust`).
-A folder that already exists keeps its mode: it is the user's, except slurmpre's
-own ``.slurmpre`` folder, which is set on every start.
+slurmpre sets its modes whatever the umask (a umask of 000 would otherwise make them
+world-writable, and other nodes trust the choice files); the modes of each access are
+`OWNER` and `GROUP` below (docs/security.md, 1 and 2). A folder that already exists
+keeps its mode: it is the user's, except slurmpre's own ``.slurmpre``, set on every start.
 """
 
 from __future__ import annotations
@@ -60,11 +53,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Access:
 
 def make_dir(path: Path, access: Access, *, exist_ok: bool = False) -> bool:
     """Create ``path`` (its parents must exist) with the access's mode; True if created.
-
-    mkdir's mode passes through the umask, which can only take bits away, so
-    the folder is never more open than asked, and chmod then restores what a
-    strict umask removed (a group's bits).
-    """
+    mkdir's mode passes through the umask (never more open than asked); a chmod then
+    restores what a strict umask removed (a group's bits)."""
     return _make(path, access.dir_mode, exist_ok=exist_ok)
 
 

@@ -1,13 +1,7 @@
-"""The attempt ledger: ``<checkpoint_dir>/.slurmpre/attempts.jsonl``, appended under a file lock.
-
-One JSON object per line, never rewritten: an attempt's start (job, attempt,
-nodes, the checkpoint it resumes from), notices, and its end. Node 0 also
-publishes the attempt's checkpoint choice in its own file, which the other
+"""The attempt ledger: ``<checkpoint_dir>/.slurmpre/attempts.jsonl``, one JSON object per
+line, appended under a file lock and never rewritten (its records: `folder.records`).
+Node 0 also publishes the attempt's checkpoint choice in its own file, which the other
 nodes wait for, so every node of an attempt resumes from the same checkpoint.
-
-It survives crashes: a line torn by a kill mid-write is ended before the next
-record is appended (so it never swallows that record) and skipped on read;
-a line that is not a JSON object is skipped with a warning.
 """
 
 from __future__ import annotations

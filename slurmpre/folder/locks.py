@@ -43,10 +43,6 @@ class FolderLock:
         self._fd: int | None = None
         self._count = 0
 
-    @property
-    def is_locked(self) -> bool:
-        return self._fd is not None
-
     def acquire(self, timeout: float | None = None) -> FolderLock:
         """Take the lock, waiting up to ``timeout`` seconds (the object's by default;
         0: one try); LockTimeout when another holds it that long, OSError when the

@@ -1,13 +1,6 @@
-"""One live job per checkpoint folder.
-
-Submitting the same spec twice is a common slip: the second job would resume
-from the first one's checkpoints while the first still writes them, and both
-would then write into one folder. The ledger names every job that was
-submitted to or started in a folder; Slurm says which of them still live
-(pending, running, requeued, completing...). `submit` refuses while another
-is live (``--force`` overrides), and the wrapper refuses to train over a live
-one. A job Slurm no longer knows is dead: a dead holder never blocks a
-resubmission, which is how a finished or cancelled job's work is resumed.
+"""One live job per checkpoint folder (docs/spec.md, "Resuming on purpose"): the ledger
+names the jobs of a folder, Slurm says which still live. Submitting one spec twice is a
+common slip: both jobs would write into one folder.
 """
 
 from __future__ import annotations

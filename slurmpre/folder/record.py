@@ -1,14 +1,7 @@
-"""What a ledger record is: how it reads and writes its own JSON, checked against its
-fields' annotations, and the registry of event types (each type of `slurmpre.folder.records`
-registers its event name as it is defined).
-
-Each record reads and writes its own JSON (``to_json``/``from_json``) with the keys the
-ledger has always had, so a ledger written before these types reads the same, and one
-written now reads the same to an older slurmpre. What a record holds is said once, by
-its fields' annotations: ``from_json`` checks every known key against them (a record of
-the wrong shape is refused, and the ledger skips it with a warning), and keeps keys it
-does not know (a later version's) so that they are written back unchanged. Import the
-records through `slurmpre.folder.records`, which defines (and so registers) every type.
+"""What a ledger record is: how it reads and writes its own JSON, with the keys the ledger
+has always had, checked against its fields' annotations (the schema: docs/architecture.md,
+"The ledger's records"), and the registry of event types. Import the records through
+`slurmpre.folder.records`, which defines (and so registers) every type.
 
 The job side imports this module: it imports nothing but the standard library.
 """
@@ -16,6 +9,8 @@ The job side imports this module: it imports nothing but the standard library.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -63,14 +58,9 @@ class AttemptId:
         return self.key
 
 
-_INIT: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {}
-
-
+@functools.cache
 def _init_fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
-    found = _INIT.get(cls)
-    if found is None:
-        found = _INIT[cls] = dataclasses.fields(cls)
-    return found
+    return dataclasses.fields(cls)
 
 
 def describe_notice(kind: str, node: str | None, reason: str | None) -> str:
@@ -84,9 +74,10 @@ def describe_notice(kind: str, node: str | None, reason: str | None) -> str:
 class Record:
     """What every record holds. ``time`` is when the ledger appended it (None before)."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, event: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("EVENT"):  # an event type of its own: found by its name
+        if event:  # its name in the ledger: the class's, in snake_case (PullAsked: pull_asked)
+            cls.EVENT = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
             EVENTS[cls.EVENT] = cls
 
     EVENT: ClassVar[str] = ""
@@ -154,7 +145,6 @@ class Record:
         return cls(**known, extra=extra, read_keys=frozenset(data))
 
     def stamped(self: _R, time: float) -> _R:
-        """This record as appended at ``time``."""
         return dataclasses.replace(self, time=time)
 
     def _values(self) -> tuple[Any, ...]:
@@ -205,10 +195,8 @@ class Record:
 
 
 @record_type
-class Other(Record):
+class Other(Record, event=False):
     """An event this slurmpre does not know (a later version's): read past, written back."""
-
-    EVENT: ClassVar[str] = ""
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -217,7 +205,7 @@ class Other(Record):
 
 
 @record_type
-class AttemptRecord(Record):
+class AttemptRecord(Record, event=False):
     """A record of one attempt of the job (written inside the job)."""
 
     attempt: int  # Slurm's restart count

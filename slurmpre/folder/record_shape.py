@@ -27,21 +27,21 @@ def _is_number(v: object) -> bool:
     return (isinstance(v, int | float) and not isinstance(v, bool)) and math.isfinite(v)
 
 
-def _is_names(v: object) -> bool:
-    return isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)
+def _is_str(v: object) -> bool:
+    return isinstance(v, str)
 
 
-def _is_ints(v: object) -> bool:
-    return isinstance(v, list | tuple) and all(_is_int(x) for x in v)
+def _each(check: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda v: isinstance(v, list | tuple) and all(check(x) for x in v)
 
 
 _BASE: dict[str, Callable[[object], bool]] = {
-    "str": lambda v: isinstance(v, str),
+    "str": _is_str,
     "int": _is_int,
     "float": _is_number,
     "bool": lambda v: isinstance(v, bool),
-    "tuple[str, ...]": _is_names,
-    "tuple[int, ...]": _is_ints,
+    "tuple[str, ...]": _each(_is_str),
+    "tuple[int, ...]": _each(_is_int),
     "dict[str, Any]": lambda v: isinstance(v, dict),
 }
 

@@ -1,7 +1,7 @@
 """The ledger's records: one frozen type per event, the only thing the job side tells the
 login side (``<checkpoint_dir>/.slurmpre/attempts.jsonl``). What a record is, and how it
 reads and writes its JSON, is `slurmpre.folder.record`; each type here registers itself
-there by its event name (`EVENTS`).
+there by its event name, its class name in snake_case (`EVENTS`).
 
 The job side imports this module: it imports nothing but the standard library.
 """
@@ -28,7 +28,6 @@ __all__ = ["EVENTS", "AttemptId", "AttemptRecord", "Other", "Record", "describe_
 class Submitted(Record):
     """`slurmpre submit` queued the job (written on the login node)."""
 
-    EVENT: ClassVar[str] = "submitted"
     name: str
     code: str | None = None  # the code's identity at submit (`slurmpre.login.code`)
     array: str | None = None  # an array job's range of tasks ("0-2")
@@ -42,7 +41,6 @@ class Submitted(Record):
 class Start(AttemptRecord):
     """Node 0 chose the checkpoint to resume from; the attempt starts on these nodes."""
 
-    EVENT: ClassVar[str] = "start"
     nodes: tuple[str, ...]
     num_nodes: int | None = None
     world_size: int | None = None
@@ -56,11 +54,9 @@ class Start(AttemptRecord):
 
 @record_type
 class Notice(AttemptRecord):
-    """The watcher saw a drain or the time-limit warning (or chose to move: back to
-    preemptible nodes, or grow onto idle ones). The first notice of an attempt also says
-    what the watcher will do and by when (the keys after ``first``)."""
+    """The watcher saw a drain, the time-limit warning, or chose to move (placement, grow).
+    The first notice of an attempt also says what the watcher will do and by when."""
 
-    EVENT: ClassVar[str] = "notice"
     kind: str  # "drain", "time-limit", "placement" or "grow"
     node: str | None
     reason: str | None
@@ -105,16 +101,12 @@ class Notice(AttemptRecord):
 class Checkpoint(AttemptRecord):
     """``slurmpre.checkpoint()`` committed a checkpoint (rank 0)."""
 
-    EVENT: ClassVar[str] = "checkpoint"
     step: int
     path: str
     after_notice: bool
     seconds: float | None = None  # writing and committing it; unknown for another's save
-    # preemption_requested() had answered True: the script stops after this checkpoint.
     stopping: bool | None = None
-    # Saved on the node first (`local_dir`): the background copy and commit here took this
-    # long, after the training went on (``seconds`` is then the save on the node).
-    flush_seconds: float | None = None
+    flush_seconds: float | None = None  # with local_dir: ``seconds`` is the save on the node
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset(
         {"time", "seconds", "stopping", "flush_seconds"}
@@ -123,22 +115,18 @@ class Checkpoint(AttemptRecord):
 
 @record_type
 class Saved(AttemptRecord):
-    """``slurmpre.checkpoint()`` sealed a checkpoint in the nodes' local folders (rank 0);
-    the flush commits it in the checkpoint folder later (`Checkpoint`)."""
+    """A checkpoint sealed in the nodes' local folders; the flush commits it later."""
 
-    EVENT: ClassVar[str] = "saved"
     step: int
-    path: str  # on the node of rank 0
-    seconds: float  # the training stopped this long
+    path: str
+    seconds: float
     after_notice: bool
 
 
 @record_type
 class Serving(AttemptRecord):
-    """A node's wrapper serves its local checkpoints to the job that takes over
-    (`slurmpre.tier.handoff`): where to pull them from."""
+    """Where a node serves its local checkpoints to the job that takes over."""
 
-    EVENT: ClassVar[str] = "serving"
     node: str
     host: str
     port: int
@@ -146,12 +134,9 @@ class Serving(AttemptRecord):
 
 @record_type
 class PullAsked(AttemptRecord):
-    """A successor's node 0 asks each of its nodes to pull ``step`` from the nodes of
-    ``predecessor`` (``sources``: host:port of each). In place (``predecessor`` is the
-    job itself), the drained attempt's node 0 asks only the nodes it keeps (``pullers``,
-    node ids; None: every node), before the drained one goes."""
+    """Node 0 asks its nodes (``pullers``, node ids; None: every node) to pull ``step``
+    from ``sources`` (host:port of each); in place, ``predecessor`` is the job itself."""
 
-    EVENT: ClassVar[str] = "pull_asked"
     predecessor: str
     step: int
     sources: tuple[str, ...]
@@ -164,7 +149,6 @@ class PullAsked(AttemptRecord):
 class Pulled(AttemptRecord):
     """One node of a successor pulled ``step`` (``ok``), or why not."""
 
-    EVENT: ClassVar[str] = "pulled"
     node: int
     step: int
     ok: bool
@@ -177,10 +161,8 @@ class Pulled(AttemptRecord):
 
 @record_type
 class Replicated(AttemptRecord):
-    """Node ``node`` keeps node ``of``'s part of ``step`` beside its own
-    (`slurmpre.tier.replica`): that part outlives node ``of`` lost without notice."""
+    """Node ``node`` keeps node ``of``'s part of ``step`` beside its own."""
 
-    EVENT: ClassVar[str] = "replicated"
     node: int
     of: int
     step: int
@@ -190,28 +172,23 @@ class Replicated(AttemptRecord):
 
 @record_type
 class Adopted(AttemptRecord):
-    """A node of a restarted attempt took over what an earlier attempt of the job left of
-    ``step`` in its node-local folder (``source``): a whole copy, or the parts of nodes
-    ``parts`` of ``nodes`` (its own, its neighbour's). The attempt resumes from that step
-    when its nodes hold every part between them and the folder has nothing newer."""
+    """A node of a restarted attempt took over what an earlier attempt left of ``step``
+    in its node-local folder (`slurmpre.tier.salvage`)."""
 
-    EVENT: ClassVar[str] = "adopted"
     node: int
     step: int
     source: str
     parts: tuple[int, ...] | None = None  # None: a whole copy
-    nodes: int | None = None  # the nodes that saved it
-    save: str | None = None  # which save of that step (job.attempt.in_place): never mixed
+    nodes: int | None = None
+    save: str | None = None  # parts of two saves of one step are never mixed
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "parts", "nodes", "save"})
 
 
 @record_type
 class PullDone(AttemptRecord):
-    """A successor's node 0: every node holds ``step`` (``ok``: it resumes from there, and
-    ``predecessor`` may stop serving), or why it resumes from the checkpoint folder."""
+    """Every node holds ``step`` (``ok``: ``predecessor`` may stop serving), or why not."""
 
-    EVENT: ClassVar[str] = "pull_done"
     predecessor: str
     step: int
     ok: bool
@@ -224,7 +201,6 @@ class PullDone(AttemptRecord):
 class Committed(AttemptRecord):
     """The watcher saw the checkpoint that answers the notice."""
 
-    EVENT: ClassVar[str] = "committed"
     step: int | None
     path: str
     committed_seen_at: float
@@ -232,7 +208,6 @@ class Committed(AttemptRecord):
 
 @record_type
 class Requeued(AttemptRecord):
-    EVENT: ClassVar[str] = "requeued"
     why: str | None
     requeued_at: float
     # --requeue=expedite on a cluster that allows it (no floor): True; else left out.
@@ -243,7 +218,6 @@ class Requeued(AttemptRecord):
 
 @record_type
 class RequeueSkipped(AttemptRecord):
-    EVENT: ClassVar[str] = "requeue_skipped"
     why: str | None
 
 
@@ -251,13 +225,12 @@ class RequeueSkipped(AttemptRecord):
 class InPlaceRequested(AttemptRecord):
     """The watcher asked the batch script's supervisor to go on without ``release``."""
 
-    EVENT: ClassVar[str] = "in_place_requested"
     keep: tuple[str, ...]
     release: tuple[str, ...]
     why: str | None
     requested_at: float
-    spares_in: tuple[str, ...] | None = None  # spares that take the released nodes' places
-    early: bool | None = None  # the next step starts beside this one (`handover.overlap`)
+    spares_in: tuple[str, ...] | None = None
+    early: bool | None = None  # `handover.overlap`
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in", "early"})
 
@@ -266,24 +239,21 @@ class InPlaceRequested(AttemptRecord):
 class InPlace(AttemptRecord):
     """The supervisor released the nodes; the next step runs on ``kept``."""
 
-    EVENT: ClassVar[str] = "in_place"
     kept: tuple[str, ...]
     released: tuple[str, ...]
     release_s: float
     requested_at: float
     released_at: float
     why: str | None
-    spares_in: tuple[str, ...] | None = None  # spares that took the released nodes' places
+    spares_in: tuple[str, ...] | None = None
 
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"time", "spares_in"})
 
 
 @record_type
 class SpareReleased(AttemptRecord):
-    """A spare drained (`spare_nodes`): the supervisor released it from the job while the
-    training went on (``error``: Slurm refused, and the job holds it until it ends)."""
+    """A spare drained: the supervisor released it while the training went on."""
 
-    EVENT: ClassVar[str] = "spare_released"
     released: tuple[str, ...]
     release_s: float
     released_at: float
@@ -292,39 +262,32 @@ class SpareReleased(AttemptRecord):
 
 @record_type
 class Successor(AttemptRecord):
-    """The watcher submitted a new job to take over from this one (instead of a requeue),
-    after making this one not requeueable."""
+    """The watcher submitted a new job to take over, after making this one not requeueable."""
 
-    EVENT: ClassVar[str] = "successor"
-    successor: str  # the new job's id
-    excluded: tuple[str, ...]  # the draining nodes it may not start on
+    successor: str
+    excluded: tuple[str, ...]
     why: str | None
     submitted_at: float
 
 
 @record_type
 class Waiting(AttemptRecord):
-    """A successor's training has started up and waits in `slurmpre.resume_path()` for
-    ``predecessor`` to commit its last checkpoint and end (rank 0 writes it)."""
+    """A successor's training waits in `slurmpre.resume_path()` for ``predecessor``."""
 
-    EVENT: ClassVar[str] = "waiting"
     predecessor: str
     waiting_at: float
 
 
 @record_type
 class Stopping(AttemptRecord):
-    """The watcher told a script that went on training after its notice checkpoint to
-    take its last checkpoint and stop: its successor waits, or the deadline nears."""
+    """The watcher told a script that trained on after its notice checkpoint to stop."""
 
-    EVENT: ClassVar[str] = "stopping"
     why: str
     asked_at: float
 
 
 @record_type
 class InPlaceFailed(AttemptRecord):
-    EVENT: ClassVar[str] = "in_place_failed"
     why: str | None
 
 
@@ -332,17 +295,14 @@ class InPlaceFailed(AttemptRecord):
 class GaveUp(AttemptRecord):
     """The run stops restarting (`slurmpre.job.start.limits`): this attempt did not train."""
 
-    EVENT: ClassVar[str] = "gave_up"
     why: str
 
 
 @record_type
 class Placed(AttemptRecord):
-    """Where the run's next job trains (`slurmpre.placement.policy`): preemptible or
-    standard nodes, why, and the facts the decision was made on."""
+    """Where the run's next job trains, and the facts it was decided on (`placement`)."""
 
-    EVENT: ClassVar[str] = "placed"
-    where: str  # "preemptible" or "standard"
+    where: str
     why: str
     decided_at: float
     steps_done: int | None = None
@@ -350,7 +310,7 @@ class Placed(AttemptRecord):
     deadline_at: float | None = None
     slack_s: float | None = None
     line_step: float | None = None
-    rate: float | None = None  # steps per second, measured from the ledger
+    rate: float | None = None  # steps per second
     preemptions: int = 0
     # Waiting on preemptible nodes may not wait for ever: a twin on standard nodes,
     # queued to start no earlier than ``twin_from``; whichever starts first takes over.
@@ -360,10 +320,8 @@ class Placed(AttemptRecord):
 
 @record_type
 class Claimed(AttemptRecord):
-    """A successor took over from ``predecessor``: of the jobs that predecessor submitted
-    for one hand-over (a successor and its twin), the first to claim trains."""
+    """Of a successor and its twin, the first to claim ``predecessor`` trains."""
 
-    EVENT: ClassVar[str] = "claimed"
     predecessor: str
 
 
@@ -371,7 +329,6 @@ class Claimed(AttemptRecord):
 class End(AttemptRecord):
     """The training of the attempt (or step) exited."""
 
-    EVENT: ClassVar[str] = "end"
     exit_code: int | None
     seconds: float
 

@@ -1,11 +1,6 @@
-"""A code snapshot's identity: what every attempt runs, named by a hash of what it holds.
-
-``snapshot = "git"`` copies the code once into ``<checkpoint_dir>/.slurmpre/code/<hash>/``
-(`slurmpre.login.code`), owner-only, whatever ``file_access`` says. Its name is the
-first 16 hex digits of `digest`: every path, mode and content (a link's target, never
-followed), in order. Node 0 checks it again as each attempt starts (`verify`): a copy
-that is not the user's alone, or that no longer hashes to its name, is refused before
-anything runs from it.
+"""A code snapshot's identity: what every attempt runs, named by the first 16 hex digits
+of `digest` (every path, mode and content, a link's target never followed, in order),
+and checked again as each attempt starts (`verify`; docs/security.md, 4).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The edge of a job's own folder: the files a job acts on, opened and checked as OpenSSH
 checks ``authorized_keys``.
 
-A checkpoint folder lies on a volume others use, and under ``file_access = "group"``
-the group may write in it. What makes a job *act* (submit a successor, stop on a
-notice, resume from a choice, run the code snapshot) lives in the folder's
-``.slurmpre/``, which only its owner writes: it is created 0700 (0750 under group
-access: the group reads the ledger, writes nothing), and every file slurmpre acts on
-in it is the owner's and writable by no one else (0600; the ledger 0640 for the group).
-
-Every such file goes through this module: the folder is opened with ``O_NOFOLLOW``
-and its owner and mode are checked on the descriptor; the file is opened relative to
-that descriptor, again without following a link, and checked the same way; new
-names are created with ``O_EXCL``. Anything else is `Untrusted`: one line naming the
-file and who owns it, and the caller takes the safe way (a requeue, periodic
-checkpoints), never the action. Who is trusted: the job's user and root
-(docs/security.md).
+Every file in ``.slurmpre/`` that makes a job act goes through this module: the folder
+opened with ``O_NOFOLLOW`` and its owner and mode checked on the descriptor, the file
+opened relative to it, never through a link, and checked the same way; new names made
+with ``O_EXCL``. Anything else is `Untrusted`, and the caller takes the safe way, never
+the action. Who is trusted: the job's user and root (docs/security.md, 1).
 """
 
 from __future__ import annotations

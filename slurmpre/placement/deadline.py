@@ -1,10 +1,6 @@
-"""A run's deadline, as the spec gives it: a moment, or a duration from the first submit.
-
-``deadline = "2026-12-10T18:00"`` is ISO 8601, in the login node's local time unless it
-carries an offset (``"2026-12-10T18:00+01:00"``, ``"...Z"``); ``deadline = "90m"``,
-``"8h"``, ``"2d"`` (or ``"1d12h"``) counts from the first submission of the run's name
-into its checkpoint folder (the ledger's first ``Submitted``), so a successor, a requeue
-and a resubmit all mean the same moment.
+"""A run's deadline, as the spec gives it (docs/spec.md, ``deadline``): an ISO 8601 moment,
+or a duration from the ledger's first ``Submitted``, so a successor, a requeue and a
+resubmit all mean the same moment.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class Facts:
     storm: int = 0  # the last attempts in a row preempted before they trained 2 restarts' time
 
 
-def read(records: Sequence[Record], *, start_kind: str = PREEMPTIBLE) -> Facts:
+def read(records: Sequence[Record]) -> Facts:
     """The facts of the run whose ledger holds ``records`` (one folder: one run)."""
     submits = [r.time for r in records if isinstance(r, Submitted) and r.time is not None]
     restart_s = _restart_s(records)
@@ -49,7 +49,7 @@ def read(records: Sequence[Record], *, start_kind: str = PREEMPTIBLE) -> Facts:
         preemptions=len(
             {(r.job, r.attempt_id) for r in records if isinstance(r, Notice) and r.kind == "drain"}
         ),
-        on=_on(records, start_kind),
+        on=_on(records),
         storm=_storm(records, restart_s),
     )
 
@@ -71,12 +71,12 @@ def _storm(records: Sequence[Record], restart_s: float) -> int:
     return count
 
 
-def _on(records: Sequence[Record], start_kind: str) -> str:
-    """Where the run trains: the last decision's kind; after a hand-over with a twin, the
-    kind of whichever of the two claimed it (the twin: standard nodes)."""
+def _on(records: Sequence[Record]) -> str:
+    """Where the run trains: the last decision's kind (none yet: preemptible); after a
+    hand-over with a twin, the kind of whichever of the two claimed it."""
     last = next((r for r in reversed(records) if isinstance(r, Placed)), None)
     if last is None:
-        return start_kind
+        return PREEMPTIBLE
     if last.twin is None:
         return last.where
     twin_won = any(isinstance(r, Claimed) and r.job == last.twin for r in records)
@@ -141,17 +141,15 @@ def situation(
     waiting_s: float = 0.0,
 ) -> Situation:
     """The policy's question, from the spec's goals and the ledger's facts."""
-    when = None
-    if goals.deadline:
-        first = facts.first_submit if facts.first_submit is not None else now
-        when = deadline.parse(goals.deadline, first_submit=first)
+    start = facts.first_submit if facts.first_submit is not None else now
+    when = deadline.parse(goals.deadline, first_submit=start) if goals.deadline else None
     return Situation(
         now=now,
         on=facts.on,
         doing=doing,
         waiting_s=waiting_s,
         preemptions=facts.preemptions,
-        start=facts.first_submit if facts.first_submit is not None else now,
+        start=start,
         deadline=when,
         steps_done=facts.steps_done,
         total_steps=goals.total_steps,

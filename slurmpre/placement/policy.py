@@ -4,23 +4,8 @@ The same function answers the job (at each hand-over, while a successor or a req
 waits for nodes, and at each checkpoint on standard nodes), `slurmpre plan --deadline`
 and the trace replay in ``bench/deadline.py``: what is measured there is what runs.
 
-The policy is Uniform Progress with a safety net ("Can't Be Late", NSDI'24), adapted to
-a run that checkpoints just in time (a preemption loses no step, only the time to
-restart) and whose two kinds of node train at the same speed:
-
-- **The line.** A run with ``total`` steps and a deadline should have done
-  ``total * (now - start) / (deadline - start)`` steps by now. Ahead of it, the run can
-  afford to wait for preemptible nodes; behind it, waiting costs the deadline.
-- **Training on preemptible nodes** goes on there (standard nodes would train no
-  faster), unless the slack (time left, minus the work left, minus one restart) is no
-  longer enough to survive one more preemption: then it moves before one comes.
-- **Waiting for preemptible nodes** (after a preemption, or at a restart) moves to
-  standard nodes as soon as the run is behind the line, or the slack runs out.
-- **Training on standard nodes** goes back to preemptible ones only when they are idle,
-  the run is ahead of the line by a margin (no flapping), and the slack pays for the
-  move and one more preemption.
-- Without a deadline, `fallback_after` preemptions or a wait longer than `max_wait`
-  moves the run to standard nodes, and it stays there.
+Uniform Progress with a safety net ("Can't Be Late", NSDI'24): its rules, case by case,
+are docs/deadlines.md's table.
 """
 
 from __future__ import annotations
@@ -54,7 +39,6 @@ class Goals:
 
     @property
     def may_move(self) -> bool:
-        """Whether anything here may move the run to standard nodes."""
         return bool(self.deadline or self.fallback_after or self.max_wait_s)
 
 
@@ -90,7 +74,6 @@ class Decision:
 
 
 def moving(s: Situation, d: Decision) -> bool:
-    """Whether following ``d`` changes the kind of node the run trains on."""
     return d.where != s.on
 
 

@@ -174,15 +174,13 @@ def replay(scene: Scene, policy: str, outages: list[tuple[float, float]]) -> Out
     )
 
 
-def replay_all(
-    scene: Scene, traces: int, seed: int, *, policies: tuple[str, ...] = POLICIES
-) -> dict[str, list[Outcome]]:
+def replay_all(scene: Scene, traces: int, seed: int) -> dict[str, list[Outcome]]:
     """Every policy through the same ``traces`` capacity traces (seeded)."""
     rng = random.Random(seed)
     horizon = 4 * scene.work_s + (scene.deadline_s or 0) + 10 * scene.down_s
-    out: dict[str, list[Outcome]] = {p: [] for p in policies}
+    out: dict[str, list[Outcome]] = {p: [] for p in POLICIES}
     for _ in range(traces):
         outages = capacity(scene, horizon, rng)
-        for p in policies:
+        for p in POLICIES:
             out[p].append(replay(scene, p, outages))
     return out

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from slurmpre.cmd import run
+from slurmpre.cmd import Result, run
 from slurmpre.errors import JobNotFound, SlurmError
 from slurmpre.slurm.parse import (
     SQUEUE_FORMAT,
@@ -51,15 +51,11 @@ class SlurmClient(Protocol):
 
     def requeue(self, job_id: str) -> None: ...
 
-    def set_requeue(self, job_id: str, requeue: bool) -> None:
-        """Whether Slurm may requeue the job (``scontrol update JobId=... Requeue=0|1``)."""
-        ...
+    def set_requeue(self, job_id: str, requeue: bool) -> None: ...
 
     def cancel(self, job_id: str) -> None: ...
 
-    def config(self) -> dict[str, str]:
-        """slurmctld's running configuration (``scontrol show config``)."""
-        ...
+    def config(self) -> dict[str, str]: ...
 
     def resize(self, job_id: str, nodes: Sequence[str]) -> dict[str, str | None]:
         """Keep only ``nodes`` in the running job ``job_id``, releasing the others at once;
@@ -77,12 +73,14 @@ class CommandLineSlurm:
     def __init__(self, timeout: float = 30.0, env: Mapping[str, str] | None = None) -> None:
         self.timeout = timeout
         self.env = env  # None: this process's (Slurm's commands found on its PATH)
-        # Times slurmctld's per-user rate limit (rl_enable, 23.02+) told a node query to
-        # back off; Slurm's library sleeps and asks again by itself, and says so at -v.
+        # Slurm's library sleeps and asks again by itself (rl_enable, 23.02+), and says so at -v.
         self.throttled = 0
 
+    def _call(self, argv: Sequence[str], *, input: str | None = None) -> Result:
+        return run(argv, timeout=self.timeout, env=self.env, input=input, error=SlurmError)
+
     def _run(self, argv: Sequence[str], *, input: str | None = None) -> str:
-        return run(argv, timeout=self.timeout, env=self.env, input=input, error=SlurmError).stdout
+        return self._call(argv, input=input).stdout
 
     def version(self) -> tuple[int, int, int]:
         return parse_version(self._run(["sinfo", "--version"]))
@@ -93,7 +91,7 @@ class CommandLineSlurm:
         argv = ["scontrol", "-v", "--local", "show", "node", "-o"]
         if names:
             argv.append(",".join(names))
-        proc = run(argv, timeout=self.timeout, env=self.env, error=SlurmError)
+        proc = self._call(argv)
         self.throttled += proc.stderr.count(RATE_LIMITED)
         return parse_nodes(proc.stdout)
 
@@ -121,13 +119,7 @@ class CommandLineSlurm:
     def submit(self, script: str, *, args: Sequence[str] = (), test_only: bool = False) -> str:
         if test_only:
             # sbatch --test-only reports its verdict on stderr and queues nothing.
-            res = run(
-                ["sbatch", "--test-only", *args],
-                input=script,
-                timeout=self.timeout,
-                env=self.env,
-                error=SlurmError,
-            )
+            res = self._call(["sbatch", "--test-only", *args], input=script)
             return (res.stderr or res.stdout).strip()
         return parse_submit(self._run(["sbatch", "--parsable", *args], input=script))
 

@@ -67,7 +67,6 @@ class NodeInfo:
 
     @property
     def usable(self) -> bool:
-        """Up and accepting work."""
         return not (self.draining or self.down) and self.state in (
             "IDLE",
             "MIXED",
@@ -209,30 +208,28 @@ class JobInfo:
         return self.state in HOLDING_NODES
 
 
+def _job(rec: dict[str, str]) -> JobInfo:
+    """A job from scontrol's keys (what squeue does not print is left empty)."""
+    restarts = rec.get("Restarts", "0")
+    return JobInfo(
+        job_id=rec["JobId"],
+        name=rec.get("JobName", ""),
+        state=rec.get("JobState") or "UNKNOWN",
+        reason=_null(rec.get("Reason")),
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        requeue=rec.get("Requeue", "0") == "1",
+        nodes=tuple(expand(_null(rec.get("NodeList")) or "")),
+        num_nodes=rec.get("NumNodes", ""),
+        features=_null(rec.get("Features")),
+        batch_host=_null(rec.get("BatchHost")),
+        stdout=_null(rec.get("StdOut")),
+        raw=rec,
+    )
+
+
 def parse_jobs(text: str) -> list[JobInfo]:
     """``scontrol show job -o [ID]`` -> jobs (an array job gives one per task)."""
-    jobs = []
-    for line in text.splitlines():
-        if not line.startswith("JobId="):
-            continue
-        rec = parse_record(line)
-        jobs.append(
-            JobInfo(
-                job_id=rec["JobId"],
-                name=rec.get("JobName", ""),
-                state=rec.get("JobState", "UNKNOWN"),
-                reason=_null(rec.get("Reason")),
-                restarts=int(rec.get("Restarts", "0") or 0),
-                requeue=rec.get("Requeue", "0") == "1",
-                nodes=tuple(expand(_null(rec.get("NodeList")) or "")),
-                num_nodes=rec.get("NumNodes", ""),
-                features=_null(rec.get("Features")),
-                batch_host=_null(rec.get("BatchHost")),
-                stdout=_null(rec.get("StdOut")),
-                raw=rec,
-            )
-        )
-    return jobs
+    return [_job(parse_record(line)) for line in text.splitlines() if line.startswith("JobId=")]
 
 
 # What `squeue` prints of a user's jobs (`SQUEUE_FORMAT`), as scontrol's keys name it;
@@ -262,22 +259,7 @@ def parse_squeue(text: str) -> list[JobInfo]:
         if rec["ArrayJobId"] in ("", "N/A") or rec["ArrayTaskId"] in ("", "N/A"):
             rec.pop("ArrayJobId")
             rec.pop("ArrayTaskId")
-        out.append(
-            JobInfo(
-                job_id=rec["JobId"],
-                name=rec["JobName"],
-                state=rec["JobState"] or "UNKNOWN",
-                reason=None,
-                restarts=int(rec["Restarts"]) if rec["Restarts"].isdigit() else 0,
-                requeue=False,
-                nodes=(),
-                num_nodes="",
-                features=None,
-                batch_host=None,
-                stdout=None,
-                raw=rec,
-            )
-        )
+        out.append(_job(rec))
     return out
 
 

@@ -1,15 +1,7 @@
 """The flush: each node's wrapper copies the node-local checkpoints into the checkpoint
-folder in the background, in its own process (never the training's), and node 0 commits
-them there under the folder's rules (`slurmpre.folder.checkpoints.commit`): only a
-complete checkpoint is ever published, a cut copy never.
-
-Node 0 leads. It takes the newest sealed part it holds, announces the step by making its
-in-flight folder in the checkpoint folder, copies its own files into it, and waits until
-every node has marked its part copied; then it commits and records the checkpoint in the
-ledger (what the watcher waits for after a notice). The other nodes copy their part of a
-step once node 0 has announced it. Saves that come faster than the shared volume takes
-them are skipped, oldest first, and said so: the newest is flushed, nothing is queued
-without end. At most `local.KEEP` parts stay on a node beside the one in flight.
+folder in the background, and node 0 commits them there under the folder's rules
+(docs/local-tier.md, 2). Node 0 announces a step by making its in-flight folder; the
+other nodes copy their part into it once it is there, and mark it copied.
 """
 
 from __future__ import annotations
@@ -139,7 +131,7 @@ class Flusher:
         done = self.stop(timeout, handed)
         gone = handed() or self.durable_newest()
         if gone:
-            local.remove_run(self.run)
+            shutil.rmtree(self.run, ignore_errors=True)  # its lock goes once it is let go
         elif done:
             LOG.info(f"the newest checkpoint is not in the folder: it stays in {self.run}")
         else:

@@ -1,20 +1,6 @@
 """The hand-over over the network: a successor pulls the newest node-local checkpoint
-straight from the nodes of the job it takes over from, while that job's flush to the
-checkpoint folder goes on.
-
-Every node's wrapper, when the tier is on, serves its local checkpoints
-(`transfer.Server`) and records where (`Serving`). A drained job's after-notice save
-(`Saved`) then answers its notice as a commit would, for a hand-over to a successor: the
-successor's node 0 waits until the predecessor's training has ended and that save is
-served, asks each of its nodes to pull it (`PullAsked`), and waits for them (`Pulled`).
-Every node holds it: the successor resumes from there (`PullDone` ok: the predecessor
-stops serving and flushing, and the successor's own flush commits it in the folder);
-one did not: `PullDone` says why, in one line, and the successor resumes from the
-newest checkpoint in the folder, as without the tier: never a mix.
-
-Both ends prove they hold the run's key, ``<checkpoint_dir>/.slurmpre/tier.key``, which
-only the owner can read (`folder.trust`): no other user can read a checkpoint through a
-server, nor make a job load theirs (docs/security.md).
+straight from the nodes of the job it takes over from (docs/local-tier.md, 3), proving
+it holds the run's key, ``.slurmpre/tier.key`` (docs/security.md, 10).
 """
 
 from __future__ import annotations
@@ -101,20 +87,16 @@ def serve(
     return server
 
 
-def _of(records: Sequence[Record], kind: type[Record], job: str) -> list[Record]:
-    return [r for r in records if isinstance(r, kind) and r.job == job]
-
-
 def served_save(records: Sequence[Record], predecessor: str) -> tuple[int, list[str]] | None:
     """The predecessor's newest after-notice save once its training has ended, and where
     each of its nodes serves it; None while there is none, or while not every node that
     trained in that attempt (its `Start`) serves: a part missing is no checkpoint."""
-    saves = [r for r in _of(records, Saved, predecessor) if isinstance(r, Saved) and r.after_notice]
+    saves = [r for r in records if isinstance(r, Saved) and r.job == predecessor and r.after_notice]
     if not saves:
         return None
     last = saves[-1]
-    ended = any(isinstance(r, End) and r.attempt_id == last.attempt_id
-                for r in _of(records, End, predecessor))  # fmt: skip
+    ended = any(isinstance(r, End) and r.job == predecessor and r.attempt_id == last.attempt_id
+                for r in records)  # fmt: skip
     sources = where.all_of(records, predecessor, last.attempt_id)
     if not ended or sources is None:
         return None
@@ -137,13 +119,10 @@ def arrange(
     predecessor ended first (``ended``), or a pull failed (said): resume from the folder.
     A save the folder holds too is pulled all the same: RAM to RAM beats reading it back."""
     deadline = time.monotonic() + timeout
-    found = None
-    while found is None:
-        found = served_save(ledger.records(), predecessor)
-        if found is None and (ended() or time.monotonic() > deadline):
+    while (found := served_save(ledger.records(), predecessor)) is None:
+        if ended() or time.monotonic() > deadline:
             return None
-        if found is None:
-            time.sleep(POLL)
+        time.sleep(POLL)
     step, sources = found
     newest = durable()
     if newest is not None and step < newest:
@@ -209,12 +188,11 @@ def all_serve(ledger: Ledger, job: str, at: AttemptId, nodes: int) -> bool:
     """Every node of this attempt serves (so each has a node-local folder and a puller),
     within a few seconds of its start."""
     deadline = time.monotonic() + SERVE_WAIT
-    while True:
-        if len(where.serving(ledger.records(), job, at)) >= nodes:
-            return True
+    while len(where.serving(ledger.records(), job, at)) < nodes:
         if time.monotonic() > deadline:
             return False
         time.sleep(POLL)
+    return True
 
 
 def await_taker(ledger: Ledger, job: str, attempt: int, step: int, grace: float) -> None:

@@ -1,14 +1,6 @@
 """A step restarted in place, with the node-local tier: its notice save reaches the
-nodes it keeps before the drained ones go.
-
-The drained attempt's node 0 (its watcher) asks the nodes it keeps to pull the notice
-save from every node of the attempt, the drained ones among them (`PullAsked` with
-``pullers``), and waits for them (`Pulled`); each then holds it whole in its node-local
-folder. Once all do (`PullDone` ok) the notice counts as answered, the step ends, and the
-next step takes the copy over from their folders (`slurmpre.tier.local.adopt`) instead
-of waiting for the flush to the checkpoint folder, which a big state cannot finish
-within the drain's window. One that failed, or came too late, is one line, and the next
-step waits for the flush as without it.
+nodes it keeps before the drained ones go (docs/local-tier.md, 4), so the next step need
+not wait for the flush, which a big state cannot finish within the drain's window.
 """
 
 from __future__ import annotations
@@ -33,11 +25,9 @@ LOG = logging.getLogger(__name__)
 
 
 class InPlacePull:
-    """A drained attempt's node 0 that restarts in place, with the tier on: before the
-    drained nodes go, the nodes it keeps pull its notice save from every node of the
-    attempt (`PullAsked` with ``pullers``), so each holds it whole; the next step then
-    takes it over from their folders (`local.adopt`) instead of waiting for the flush.
-    `poll` is asked at every look of the watcher, and never waits."""
+    """A drained attempt's node 0 that restarts in place: the nodes it keeps pull its
+    notice save from every node of the attempt. `poll` is asked at every look of the
+    watcher, and never waits."""
 
     def __init__(
         self,
@@ -51,7 +41,7 @@ class InPlacePull:
         self.kept = tuple(i for i, node in enumerate(nodes) if node in keep)
         self.spares = sorted(set(keep) - set(nodes))  # not of this step: they hold no copy
         self.step: int | None = None
-        self.asked_at = 0.0  # when the ledger took the ask: earlier pulls are not its answer
+        self.asked_at = 0.0  # when it asked
         self.result: bool | None = None
 
     @property
@@ -76,6 +66,7 @@ class InPlacePull:
                     if late
                     else None
                 )
+            now = self.ledger.clock()  # its stamp, as the ledger's: earlier pulls are no answer
             self.ledger.append(
                 PullAsked(
                     job=self.job,
@@ -85,14 +76,10 @@ class InPlacePull:
                     step=step,
                     sources=tuple(sources),
                     pullers=self.kept,
+                    time=now,
                 )
             )
-            self.step = step
-            self.asked_at = max(
-                (r.time or 0 for r in self.ledger.records() if isinstance(r, PullAsked)
-                 and r.job == self.job and r.attempt_id == self.at and r.step == step),
-                default=0.0,
-            )  # fmt: skip
+            self.step, self.asked_at = step, now
             return None
         got = {r.node: r for r in records if isinstance(r, Pulled) and r.job == self.job
                and r.attempt_id == self.at and r.step == self.step and r.node in self.kept

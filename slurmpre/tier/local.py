@@ -1,17 +1,6 @@
 """The node-local folder a checkpoint is written to first: where it is, whether it may be
-used, and the sealed parts it holds.
-
-A run's local folder is ``<root>/slurmpre-<uid>/<run>/`` on each node, where ``root`` is
-the spec's ``local_dir`` (``"auto"``: the node's ``$SLURMPRE_NODE_LOCAL_DIR``, else
-``/dev/shm``) and ``<run>`` names the checkpoint folder. A save there costs a memory or
-local-disk copy; the wrapper's flusher (`slurmpre.tier.flush`) then copies it into the
-checkpoint folder and commits it there under the folder's rules. A local copy is never
-what a resume chooses by itself: it is not durable, a node lost takes it along.
-
-Each node seals its own part of a checkpoint (the files its ranks wrote) with one
-rename, beside a ``.slurmpre-part`` file that lists them: a part without it, or whose
-files differ from it, is no part. The folder is the owner's alone (0700), and one that
-another user made in a shared root (``/dev/shm`` is everyone's) is refused.
+used, and the sealed parts it holds (docs/local-tier.md, 1). A local copy is never what
+a resume chooses by itself: it is not durable, a node lost takes it along.
 """
 
 from __future__ import annotations
@@ -295,20 +284,16 @@ def _files(folder: Path) -> dict[str, int]:
     return out
 
 
-def parts(run: Path) -> list[Part]:
-    """The sealed parts in ``run``, oldest first; a folder whose files are not the ones
-    its seal lists is no part."""
+def parts(run: Path, prefix: str = "step-", *, named: bool = True) -> list[Part]:
+    """The sealed parts in ``run`` (in the folders whose names begin with ``prefix``),
+    oldest first; a folder whose files are not the ones its seal lists is no part."""
     found = []
-    try:
-        entries = list(os.scandir(run))
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.startswith("step-") or not entry.is_dir(follow_symlinks=False):
-            continue
-        part = read_part(Path(entry.path))
-        if part is not None:
-            found.append(part)
+    with contextlib.suppress(OSError), os.scandir(run) as entries:
+        for entry in entries:
+            if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+                part = read_part(Path(entry.path), named=named)
+                if part is not None:
+                    found.append(part)
     return sorted(found, key=lambda p: p.step)
 
 
@@ -372,9 +357,3 @@ def prune(run: Path, keep: int = KEEP, busy: frozenset[int] = frozenset()) -> li
             shutil.rmtree(part.path, ignore_errors=True)
             removed.append(part.step)
     return removed
-
-
-def remove_run(run: Path) -> None:
-    """The attempt's local folder and everything in it (its copies are durable, or held by
-    the job that took over); its lock goes with it once the wrapper lets it go."""
-    shutil.rmtree(run, ignore_errors=True)

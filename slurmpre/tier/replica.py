@@ -1,20 +1,12 @@
-"""A copy that survives a node lost without notice: each node of a job keeps, beside its
-own part of the newest checkpoint, the part of the node before it in the job (node 0
-keeps the last node's). A node that fails with no drain takes its own part along, but
-its neighbour still holds it: the attempt that follows resumes from the newest step the
-nodes it lands on hold between them (`slurmpre.tier.salvage`), not from the folder's.
-
-Each node's wrapper pulls its neighbour's part over the run's authenticated transfer
-(`slurmpre.tier.transfer`) once its own part of a newer step is sealed, into
-``replica-<step>-<node>`` in its node-local folder (served and kept like a part, but
-never taken for this node's own), and records it (`Replicated`). Only the newest stays.
+"""A copy that survives a node lost without notice: each node keeps, beside its own part
+of the newest checkpoint, the part of the node before it (docs/local-tier.md, 5), in
+``replica-<step>-<node>``: served and kept like a part, never taken for this node's own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Sequence
@@ -39,16 +31,8 @@ def replica_name(step: int, node: int) -> str:
 
 
 def replicas(run: Path) -> list[local.Part]:
-    """The neighbours' parts this node keeps, oldest first (a folder whose files are not
-    the ones its seal lists is none)."""
-    found = []
-    with contextlib.suppress(OSError), os.scandir(run) as entries:
-        for entry in entries:
-            if entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False):
-                part = local.read_part(Path(entry.path), named=False)
-                if part is not None:
-                    found.append(part)
-    return sorted(found, key=lambda p: p.step)
+    """The neighbours' parts this node keeps, oldest first."""
+    return local.parts(run, PREFIX, named=False)
 
 
 def source(records: Sequence[Record], job: str, at: AttemptId, node: int) -> str | None:

@@ -1,15 +1,8 @@
 """What an earlier attempt of the job left in a node's local folder, taken over by the
 attempt that starts there next: a step restarted in place on the nodes it kept, or a
-job requeued after a node was lost without notice and started again on nodes it held.
-
-At its start each node's wrapper moves (one rename each, nothing copied) the newest step
-newer than the checkpoint folder's that an earlier attempt of the same job left on the
-node: a whole copy (pulled in place before a drained node went, or a one-node save), or
-the parts it held, its own and its neighbour's (`slurmpre.tier.replica`); parts that
-make the whole step are merged into one whole copy. It records what it took (`Adopted`).
-Node 0 then resumes from that step when every node holds it whole, or when the nodes
-hold every part between them, after each has pulled the parts it lacks from the others
-(`gather`); else from the folder, as without the tier.
+job requeued after a node was lost without notice and started again on nodes it held
+(docs/local-tier.md, 4 and 5). Each node takes it over with renames, nothing copied
+(`adopt`); node 0 then has the nodes pull among them the parts each lacks (`gather`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Pull a checkpoint folder straight from the node that wrote it, over TCP.
 
-When a node is drained, the job that takes over elsewhere pulls the newest checkpoint from the
-old node's local tier in seconds, not from the slow shared folder. Other users share the network:
-both ends prove they hold the job's 32-byte key before anything is served, and every byte is
-checked against a keyed digest, so no one else can read a checkpoint here nor make a job load
-theirs (say, by binding the port after our server died). The bytes travel in the clear (no
+Both ends prove they hold the job's 32-byte key before anything is served, and every byte
+is checked against a keyed digest (docs/security.md, 10). The bytes travel in the clear (no
 standard-library cipher keeps up): what is guarded is who may ask and who may answer.
 
 The protocol (integers big-endian; ``H`` is HMAC-SHA256, ``B`` BLAKE2b, keyed with the key):

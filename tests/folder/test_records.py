@@ -32,6 +32,37 @@ def test_every_line_the_sandbox_wrote_reads_and_writes_back_byte_for_byte(path: 
     assert records.Start in kinds and records.Notice in kinds
 
 
+def test_every_event_keeps_the_name_it_has_on_disk() -> None:
+    """The names are derived from the class names: a renamed class must not rename an event."""
+    assert list(records.EVENTS) == [
+        "submitted",
+        "start",
+        "notice",
+        "checkpoint",
+        "saved",
+        "serving",
+        "pull_asked",
+        "pulled",
+        "replicated",
+        "adopted",
+        "pull_done",
+        "committed",
+        "requeued",
+        "requeue_skipped",
+        "in_place_requested",
+        "in_place",
+        "spare_released",
+        "successor",
+        "waiting",
+        "stopping",
+        "in_place_failed",
+        "gave_up",
+        "placed",
+        "claimed",
+        "end",
+    ]
+
+
 def test_records_the_writers_make_are_what_the_ledger_held_before_typed_records() -> None:
     """A ledger today's writers wrote (before these types): each record, made afresh as a
     writer makes it (not as read), is the same line."""

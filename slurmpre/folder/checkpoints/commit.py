@@ -20,7 +20,6 @@ from slurmpre.folder.layout import MARKER, FolderLayout
 
 
 def incoming_path(folder: Path, step: int, attempt_tag: str) -> Path:
-    """Where a checkpoint is written before it is committed: hidden, so never resolved."""
     return FolderLayout(folder).incoming(step, attempt_tag)
 
 
@@ -37,20 +36,12 @@ def fresh_incoming(folder: Path, step: int, attempt_tag: str, access: Access = O
     return incoming
 
 
-def commit(
-    incoming: Path, folder: Path, step: int, *, now: float | None = None, access: Access = OWNER
-) -> Path:
-    """Seal ``incoming`` as the complete checkpoint of ``step`` and move it into place.
-
-    Files are fsynced, a marker with their sizes is written, then one rename
-    publishes the folder: a kill at any instant leaves either the previous
-    state or a complete new checkpoint. An existing *complete* checkpoint of the
-    same step is never replaced (ours is dropped instead); a partial one left
-    by a killed attempt is moved aside, not deleted. A checkpoint with no file
-    in it is refused: it would become "latest" with nothing to resume from.
-    The published folder has the access's mode (0700 by default), so only its
-    owner can read the weights, whatever the umask was when they were written.
-    """
+def commit(incoming: Path, folder: Path, step: int, *, access: Access = OWNER) -> Path:
+    """Seal ``incoming`` as the complete checkpoint of ``step`` and move it into place (see
+    the module). An existing *complete* checkpoint of the step is never replaced (ours is
+    set aside); a partial one is moved aside, not deleted. An empty one is refused: it
+    would become "latest" with nothing to resume from. The published folder has the
+    access's mode whatever the umask was when the weights were written."""
     check_step(step)
     if not incoming.is_dir():
         raise CheckpointError(f"nothing was written to {str(incoming)!r}")
@@ -70,7 +61,7 @@ def commit(
             f"the checkpoint of step {step} is empty: nothing was written to {str(incoming)!r}"
         )
     marker = incoming / MARKER
-    stamp = time.time() if now is None else now
+    stamp = time.time()
     text = json.dumps({"step": step, "committed_at": stamp, "files": manifest}, sort_keys=True)
     # The group may read it, never rewrite it: what is complete is the owner's word.
     write_atomic(marker, text + "\n", mode=access.file_mode & ~0o022)

@@ -24,12 +24,8 @@ class Cleaned:
 def clean_leftovers(folder: Path, *, live: str) -> Cleaned:
     """Remove what dead attempts left in ``folder``: in-flight, stale, partial and duplicate
     folders, and their sync marks. ``live`` is the attempt-tag prefix of the attempt that
-    is starting (its own folders are kept).
-
-    Never touches a complete checkpoint: a leftover that was sealed (a valid
-    marker) but not yet renamed is published instead, when its step has no
-    checkpoint yet; only hidden folders with slurmpre's own names are removed.
-    """
+    is starting (its own folders are kept). Only hidden folders with slurmpre's own names
+    are removed; one sealed but not renamed is published when its step has none yet."""
     removed: list[str] = []
     published: list[str] = []
     live_prefix = file_tag(live)

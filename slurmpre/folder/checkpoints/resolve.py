@@ -332,7 +332,6 @@ def list_all(folder: Path | str) -> list[Checkpoint]:
 
 
 def ignored(folder: Path | str) -> list[Ignored]:
-    """What in ``folder`` is not a checkpoint, and why."""
     return sorted(_scan(Path(folder)).ignored, key=lambda i: i.name)
 
 

@@ -70,7 +70,8 @@ _NOTHING_BESIDE = Beside()
 
 
 def _beside(folder: Path, names: list[str], others: list[_Named]) -> Beside:
-    tag = _tag(folder) if DEEPSPEED_TAG in names else None
+    # DeepSpeed's ``latest`` tag beside its ``global_stepN`` folders, if it reads as one.
+    tag = (_small(folder, DEEPSPEED_TAG) or None) if DEEPSPEED_TAG in names else None
     tracker = _small(folder, MEGATRON_TRACKER) if MEGATRON_TRACKER in names else None
     iters = [c[0] for c in others if c[2] == MEGATRON_NAME and c[0] is not None]
     cut = len(NEMO_UNFINISHED)
@@ -153,15 +154,6 @@ def _read(folder: Path, at: int) -> tuple[list[str], list[str], list[_Named], Be
     if TORCHTITAN_FOLDER in names:
         others += _torchtitan(folder / TORCHTITAN_FOLDER)
     return names, own, others, _beside(folder, names, others)
-
-
-def _tag(folder: Path) -> str | None:
-    """DeepSpeed's ``latest`` tag beside its ``global_stepN`` folders, if it reads as one."""
-    try:
-        tag = read_text(folder / DEEPSPEED_TAG, SMALL, root=os.path.realpath(folder)).strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return tag or None
 
 
 def _own(folder: Path, name: str) -> _Candidate:

@@ -42,13 +42,8 @@ def megatron_iteration(text: str) -> int | None:
 
 
 def check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
-    """Megatron-LM: every rank saves into iter_N, then (after a barrier, or in an async
-    save's finalize step) rank 0 writes N into latest_checkpointed_iteration.txt. So
-    iter_N is complete when the tracker reads N or more; one newer is a save that did not
-    finish. A tracker that does not read as a number was cut short while written: its
-    save had finished, but which one cannot be told, so the newest iter_N is passed over
-    and the older ones stand (Megatron saves one at a time). Without a tracker, no save
-    ever finished."""
+    """Megatron-LM's iter_N: complete at or before the iteration its tracker reads, the
+    newest passed over when the tracker does not read as one (docs/login.md's table)."""
     step = step_of(name)
     tracker = beside.tracker
     if tracker is None:
@@ -66,9 +61,8 @@ def check_megatron(path: str, name: str, beside: Beside) -> tuple[bool, str]:
 
 
 def check_nemo(path: str, name: str, beside: Beside) -> tuple[bool, str]:
-    """NeMo 2's ModelCheckpoint touches NAME-unfinished beside the checkpoint before it
-    saves (every rank waits for it), and removes it once every rank has saved; the same
-    mark stands while it removes an old one. No mark, and the folder holds its files."""
+    """NeMo 2: complete when no NAME-unfinished mark is beside it and it holds files
+    (docs/login.md's table)."""
     own = name.rpartition("/")[2]
     if own in beside.unfinished:
         why = f"{own}{NEMO_UNFINISHED} is beside it (NeMo is saving or removing it)"
