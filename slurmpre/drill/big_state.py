@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import on_node, report, timeline
+from slurmpre.drill import report, timeline
 from slurmpre.drill.driver import Driver, drive
 from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import BIG_STATE, DrillOptions
@@ -117,16 +117,12 @@ def lines(run: timeline.Observed, opts: DrillOptions) -> list[str]:
     for p in report.preemptions(run):
         lost = "-" if p.steps_lost is None else str(p.steps_lost)
         step = "-" if p.drain_to_first_step_s is None else f"{p.drain_to_first_step_s:.1f} s"
+        tier = p.tier_line() or "saved straight into the folder"
         out.append(
             f"  drain of {p.node} at +{p.drained_at - run.submitted_at:.1f}s: step "
-            f"{p.checkpoint_step} {_tier_words(p)}; training again {step} after the drain, "
+            f"{p.checkpoint_step} {tier}; training again {step} after the drain, "
             f"{lost} steps lost"
         )
     for r in flushed:
         out.append(f"  step {r.step} flushed into the folder in {r.flush_seconds:.1f} s")
     return out
-
-
-def _tier_words(p: report.Preemption) -> str:
-    said = on_node.line(p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s)
-    return said or "saved straight into the folder"

@@ -54,7 +54,7 @@ def write(result: DrillResult) -> Path:
 
 
 def _chart(run: Observed, title: str, summary: report.Summary) -> Chart:
-    base = _from_ledger(run) if run.ledger else _from_samples(run)
+    base = story.chart(*run.status(), run.ended_at) if run.ledger else _from_samples(run)
     lanes = {lane.key: lane for lane in base.lanes}
     if run.mode == "reference":  # the ledger does not say where it ran: the drill does
         lanes = {
@@ -87,11 +87,6 @@ def _chart(run: Observed, title: str, summary: report.Summary) -> Chart:
         steps_label="steps trained",
         facts=facts,
     )
-
-
-def _from_ledger(run: Observed) -> Chart:
-    st, typed = run.status()
-    return story.chart(st, typed, run.ended_at)
 
 
 def _from_samples(run: Observed) -> Chart:

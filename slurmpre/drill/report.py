@@ -72,6 +72,22 @@ class Preemption:
     pull_mb: float | None = None
     flush_s: float | None = None
 
+    def tier_line(self) -> str | None:
+        """The node-local tier's part in words (None: no tier)."""
+        if self.saved_on_node_s is None:
+            return None
+        pull = (
+            "no pull"
+            if self.pull_s is None
+            else f"pulled {self.pull_mb or 0:,.0f} MB in {self.pull_s:.1f} s"
+        )
+        flush = (
+            "not flushed"
+            if self.flush_s is None
+            else f"flushed into the folder in {self.flush_s:.1f} s"
+        )
+        return f"saved on the node in {self.saved_on_node_s:.1f} s, {pull}, {flush}"
+
 
 @dataclass(frozen=True)
 class Summary:

@@ -63,8 +63,6 @@ from slurmpre.slurm.parse import format_version, parse_version
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_STATE_DIR = FIRST.state_dir
-
 
 class Sandbox:
     def __init__(self, state_dir: Path | None = None, *, instance: Instance = FIRST) -> None:

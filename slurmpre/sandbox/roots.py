@@ -99,10 +99,6 @@ class Root:
     def shims(self) -> Path:
         return self.path.parent / f"{self.suite}-bin"
 
-    def activate(self) -> None:
-        """This process and its children use the root's Slurm commands."""
-        os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), self)
-
     # -- making it ------------------------------------------------------------
     @property
     def ready(self) -> bool:
@@ -277,9 +273,8 @@ class Root:
             self.unmount()
         try:
             if not keep:
-                for src, rbind in ((Path("/proc"), False), (Path("/sys"), True)):
+                for src, rbind in SYSTEM_BINDS:
                     self._bind(src, rbind=rbind)
-                self._bind(Path("/dev"), rbind=True)
             there = set(mounts_under(str(self.path).rstrip("/") + "/"))
             for src in self.binds(state_dir):
                 if str(self.path / src.relative_to("/")) in there:
@@ -367,11 +362,6 @@ def slurm_path(path: str, root: Root | None) -> str:
     parts = path.split(os.pathsep) if path else []
     kept = [p for p in parts if not (p.endswith("-bin") and Path(p).parent == ROOTS_DIR)]
     return os.pathsep.join(kept if root is None else [str(root.shims), *kept])
-
-
-def deactivate() -> None:
-    """No root's Slurm commands on PATH: the host's again (or none)."""
-    os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), None)
 
 
 def _write_script(path: Path, text: str, mode: int = 0o755) -> None:

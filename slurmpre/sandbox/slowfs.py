@@ -47,11 +47,6 @@ def bytes_per_second(mbps: float) -> float:
     return mbps * MB
 
 
-def seconds_for(nbytes: int, mbps: float) -> float:
-    """How long ``nbytes`` take at ``mbps`` at the least, burst aside."""
-    return nbytes / bytes_per_second(mbps)
-
-
 class TokenBucket:
     """Bytes a second for every caller together, in arrival order.
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from slurmpre.drill import big_state, on_node, report
+from slurmpre.drill import big_state, report
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment
 from slurmpre.drill.table import render, timeline_lines
@@ -58,7 +58,7 @@ def tiered_run(*, pulled_it: bool = True) -> Observed:
 def test_each_preemption_shows_its_save_on_the_node_its_pull_and_its_flush() -> None:
     (p,) = report.preemptions(tiered_run())
     assert (p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s) == (0.4, 2.5, 1000.0, 62.0)
-    assert on_node.line(p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s) == (
+    assert p.tier_line() == (
         "saved on the node in 0.4 s, pulled 1,000 MB in 2.5 s, flushed into the folder in 62.0 s"
     )
     # A run that saves straight into its folder has none of them, and no such line.
