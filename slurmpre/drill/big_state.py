@@ -1,17 +1,6 @@
-"""The drill's big-state scene (#51): a state too big to write within the window.
-
-The drill's job carries ``--big-state-mb`` MB of float32 beside its model, on one node,
-its checkpoint folder on the sandbox's shared filesystem capped (`sandbox up
---shared-dir --shared-mbps`) so that writing the state there takes one and a half
-windows: the provider's 30B+ case, where the node goes before a save in the folder ends.
-It saves on the node (``local_dir = "auto"``): the training stops for a memory copy, the
-flush into the folder runs in the background, and at the drain the job that takes over
-pulls the notice save from the drained node. The scene drains it once, a few steps after
-its second periodic save, and passes when the run lost no step, took the notice save
-over the network (not from the folder), and ended with the uninterrupted run's state,
-every row of the big state included (`DrillResult.failures`). The report shows the save
-on the node, the pull and each flush.
-"""
+"""The drill's big-state scene (#51): a state too big to write within the window, saved on
+the node, its checkpoint folder on a shared dir capped so that a save there takes one and
+a half windows. See docs/drill.md ("What it does", 8) for the scene and what it must show."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The drill's capacity scene (#36): preemptible capacity comes back later.
-
-The provider fills its capacity in asynchronously: a job asked for ``nodes = "1-2"``
-may start on the one node that is free and see the other come back minutes later. The
-scene submits the drill's job that way (the second preemptible node drained: capacity
-not yet back), puts the node back in service once the job has trained a fifth of its
-steps, and follows the run into the bigger job it grows to. It passes when the job grew,
-lost no step and ended with the uninterrupted run's weights (`DrillResult.failures`);
-the report shows each resize as `slurmpre status` does.
-"""
+"""The drill's capacity scene (#36): preemptible capacity comes back later, and a job asked
+for ``nodes = "1-2"`` grows into it. See docs/drill.md ("What it does", 7)."""
 
 from __future__ import annotations
 

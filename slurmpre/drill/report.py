@@ -1,11 +1,6 @@
-"""What a drill run cost, from what it left behind: attempts, each preemption's share, a summary.
-
-Pure functions of the recorded timelines (`drill.timeline`): the training's own log,
-the ledger (slurmpre's notice, checkpoint and restart), the preemptions the drill
-made and its samples of the jobs' Slurm states. How each figure is counted,
-overlapping preemptions and waits for capacity included, is in docs/drill.md; every
-figure of the text report (`drill.table`) is in the JSON one (``as_dict``).
-"""
+"""What a drill run cost, from what it left behind: attempts, each preemption's share, a
+summary. Pure functions of the recorded timelines (`drill.timeline`); how each figure is
+counted is in docs/drill.md ("How each preemption's cost is counted")."""
 
 from __future__ import annotations
 

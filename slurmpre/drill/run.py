@@ -1,11 +1,5 @@
 """The drill on the sandbox: submit, preempt on schedule, watch, and collect what happened.
-
-The job is `examples/drill.toml` through `slurmpre.login.submit`, as a user would
-submit it: the template, the wrapper and the watcher all take part. An
-uninterrupted copy runs at the same time on the standard node (its weights and
-wall time are the reference); with ``baseline`` the seeds' recipe then runs
-under the same schedule of preemptions, on the same two preemptible nodes.
-"""
+See docs/drill.md ("What it does")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""What the drill records of a run: the facts the report is computed from, and nothing else.
-
-A run is its job's Slurm states as the drill sampled them, the training's own log
-(`drill-steps.jsonl`), slurmpre's ledger, and the preemptions the drill made (when each
-node was drained, removed and returned). The report (`drill.report`) is a pure
-function of these; the drill writes them to ``timelines.json`` in its folder, so a
-run's report can be computed again, and tested, without a cluster.
-"""
+"""What the drill records of a run (``timelines.json``): Slurm's states as sampled, the
+training's log, slurmpre's ledger and the preemptions the drill made; the report
+(`drill.report`) is a pure function of these, so it can be computed again, and tested,
+without a cluster."""
 
 from __future__ import annotations
 

@@ -130,14 +130,10 @@ def log_excerpt(log_dir: Path, lines: int = 12) -> str:
 
 
 def running(node: str | None = None, conf: str = str(FIRST.conf)) -> set[int]:
-    """The sandbox's daemons running (with no state, strays), or only the slurmds of
-    ``node`` (whatever pid the state recorded for it): a slurmd or slurmctld started as
-    the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf; a slurmd with
-    ``-N``, one of several on the host), on the host or in one of the sandbox's Debian
-    roots. A killed drill's or test run's helper can leave one behind, holding a port
-    the next sandbox needs. A system's own daemons (systemd runs them without ``-f``)
-    are not among them. ``conf``: the slurm.conf of the sandbox they belong to (a
-    sandbox's strays, not another's beside it)."""
+    """The daemons of the sandbox whose slurm.conf is ``conf``, recorded or not (a killed
+    helper can leave one holding a port), or only the slurmds of ``node``: started as the
+    sandbox starts them (``-D``, ``-f conf``, a slurmd with ``-N``), on the host or in a
+    Debian root; a system's own (systemd's, without ``-f``) never. See docs/sandbox.md."""
     roots = str(ROOTS_DIR).rstrip("/") + "/"
     found = set()
     for pid in procs.pids():

@@ -1,12 +1,7 @@
-"""The provider's preemption of a Slurm node, replayed on the sandbox.
-
-T+0: Slurm drains the node (no new jobs, running jobs keep running, no signal).
-T+window: the node is removed (or, with ``once_empty``, as soon as no job runs on
-it): its slurmd and every job process on it vanish at once, and slurmctld learns
-that the node is gone (DOWN), so jobs submitted with ``--requeue`` are requeued.
-Later, like the provider provisioning a replacement, a node comes back under the
-same name, idle and undrained.
-"""
+"""The provider's preemption of a Slurm node, replayed on the sandbox: drain at T+0 (no
+signal), remove at T+window (slurmd and every job process on it killed at once, the node
+marked DOWN, so ``--requeue`` jobs are requeued), and later a replacement under the same
+name, idle and undrained. See docs/drill.md ("What it does")."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """A Slurm other than the host's: a Debian root made with debootstrap, entered with chroot.
 
-Debian ships one Slurm per suite (bookworm 22.05, trixie 24.11, sid 26.05). For a
-version the host's packages are not, the sandbox builds that suite's root once
-(cached under ``/var/cache/slurmpre/roots/<suite>``) and runs munge, slurmctld and
-every slurmd inside it. The folders jobs and tests use are bound into the root at
-their own paths (``/tmp``, ``/home``, ``/var/lib/slurmpre``, slurmpre's source), so
-a path means the same inside and outside; the host reaches the root's Slurm through
-small shims (``scontrol`` = chroot + the root's ``scontrol``) on ``PATH``.
-
-The interpreter that starts the sandbox (its venv and the Python it was made from) is
-bound into the root too, read-only at its own path: a spec written on the host, with
-the host venv's ``python`` and its torch, runs unchanged on the root's Slurm, and the
-training is the same program on every release. slurmpre is also "installed" in the
-root's own Python by a ``.pth`` file naming its source folder, with Debian's jinja2,
-click and filelock (``Root.python``), for a host whose interpreter lives in ``/usr``.
-"""
+The root is made once per suite and cached; the folders jobs use, slurmpre's source and
+the interpreter that starts the sandbox (read-only) are bound in at their own paths, so
+a path and a spec's ``python`` mean the same inside and outside; the host reaches the
+root's Slurm through shims on ``PATH``. See docs/sandbox.md ("Versions")."""
 
 from __future__ import annotations
 

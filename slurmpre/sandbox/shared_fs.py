@@ -1,17 +1,10 @@
-"""The sandbox's shared filesystem of capped bandwidth (`up --shared-dir DIR --shared-mbps N`).
+"""The sandbox's shared filesystem of capped bandwidth (`up --shared-dir DIR --shared-mbps N`),
+served by `slowfs`; see docs/sandbox.md ("A shared filesystem of capped bandwidth").
 
-`slowfs` serves a backing folder at DIR through FUSE, every byte through one budget of
-N MB/s. The login side (this host) and the nodes must see the same files: a Debian
-root's /tmp and /home are plain binds of the host's, made before DIR is mounted and
-blind to it, so DIR is also bound into the root at its own path (`mount`). The backing
-folder lies beside DIR, hidden (``.DIR.slowfs``): its files outlive `down`, as a shared
-volume outlives a cluster, and the next `up --shared-dir DIR` serves them again.
-
-Every mount of one sandbox's filesystem carries its name (``slurmpre-sandbox7``) as its
-source in /proc/mounts, on the host and in a root alike, and so does its server's
-command line: `take_down` finds them all by it, whether the state recorded them or the
-server died and left a stale mount.
-"""
+A Debian root's /tmp and /home are binds made before DIR is mounted and blind to it, so
+DIR is also bound into the root at its own path (`mount`). Every mount and the server's
+command line carry the sandbox's name (``slurmpre-sandbox7``): `take_down` finds them by
+it, recorded or not, a stale mount whose server died included."""
 
 from __future__ import annotations
 
