@@ -87,20 +87,17 @@ def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
                 return None
             time.sleep(1.0)
         raise SandboxError(f"munged (pid {live}) runs but has not answered for a minute")
+    run_dir.mkdir(parents=True, exist_ok=True)
     if root is None:
-        run_dir.mkdir(parents=True, exist_ok=True)
         shutil.chown(run_dir, "munge", "munge")
-        argv = [EXECUTABLES["munged"], "-F", "--force"]
+        argv = [EXECUTABLES["munged"]]
         ids: dict[str, Any] = {"user": "munge", "group": "munge"}
     else:
         uid, gid = _ids_in(root, "munge")
-        run_dir = root.path / "run/munge"
-        run_dir.mkdir(parents=True, exist_ok=True)
         os.chown(run_dir, uid, gid)
         argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
-        argv += ["-F", "--force"]
         ids = {}
-    proc = _detached(argv, log_dir / "munged.out", **ids)
+    proc = _detached([*argv, "-F", "--force"], log_dir / "munged.out", **ids)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:

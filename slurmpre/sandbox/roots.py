@@ -364,11 +364,19 @@ def _write_script(path: Path, text: str, mode: int = 0o755) -> None:
     write_atomic(path, text, mode=mode)
 
 
-def mounts_under(prefix: str) -> list[str]:
-    """Mount points that start with ``prefix``, from /proc/mounts."""
+def mounts() -> list[tuple[str, str]]:
+    """(source, mount point) of every mount, from /proc/mounts, escapes undone."""
     try:
         lines = Path("/proc/mounts").read_text().splitlines()
     except OSError:
         return []
-    points = [f[1].replace("\\040", " ") for f in map(str.split, lines) if len(f) >= 2]
-    return [point for point in points if point.startswith(prefix)]
+
+    def undo(field: str) -> str:
+        return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
+
+    return [(undo(f[0]), undo(f[1])) for f in map(str.split, lines) if len(f) >= 2]
+
+
+def mounts_under(prefix: str) -> list[str]:
+    """Mount points that start with ``prefix``."""
+    return [point for _, point in mounts() if point.startswith(prefix)]

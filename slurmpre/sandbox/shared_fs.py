@@ -26,7 +26,7 @@ from slurmpre.sandbox.asked import SharedDir
 from slurmpre.sandbox.daemons import spawn_detached
 from slurmpre.sandbox.host import apt_install
 from slurmpre.sandbox.instance import STATE_ROOT, Instance
-from slurmpre.sandbox.roots import ROOTS_DIR, Root
+from slurmpre.sandbox.roots import ROOTS_DIR, Root, mounts
 
 LOG = logging.getLogger(__name__)
 
@@ -107,19 +107,6 @@ def ensure_fuse() -> None:
             f"--shared-dir needs the Python package mfusepy in {sys.prefix}: "
             f"{sys.executable} -m pip install mfusepy"
         )
-
-
-def mounts() -> list[tuple[str, str]]:
-    """(source, mount point) of every mount, from /proc/mounts, escapes undone."""
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return []
-
-    def undo(field: str) -> str:
-        return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
-
-    return [(undo(f[0]), undo(f[1])) for f in map(str.split, lines) if len(f) >= 2]
 
 
 def points(instance: Instance) -> list[str]:
