@@ -54,10 +54,6 @@ def scene_options(opts: DrillOptions) -> DrillOptions:
     return replace(opts, steps=4 * every, every=every, save_seconds=0.0, preemptions=1)
 
 
-def steps(opts: DrillOptions) -> int:
-    return scene_options(opts).training_steps()
-
-
 def run_big_state(
     sandbox: Sandbox,
     opts: DrillOptions,

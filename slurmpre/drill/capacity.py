@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import timeline
-from slurmpre.drill.driver import Driver, drive
+from slurmpre.drill.driver import Driver, drive, preemptible_nodes
 from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.errors import SlurmpreError
@@ -29,7 +29,7 @@ def run_capacity(
     timeout: float,
     jobs: list[str],
 ) -> timeline.Observed:
-    nodes = tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
+    nodes = preemptible_nodes(sandbox)
     away = nodes[-1]
     spec = drill_spec(raw, opts, work / "capacity", name="drill-capacity", nodes="1-2")
     sandbox.client.update_node(away, state="DRAIN", reason="capacity not yet back")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import big_state, page, timeline
-from slurmpre.drill.driver import Driver, drive
+from slurmpre.drill.driver import Driver, drive, preemptible_nodes
 from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
@@ -31,10 +31,6 @@ def _timeout(opts: DrillOptions, timings: str) -> float:
     per_restart = 200.0 if timings == "stock" else 90.0
     training = opts.training_steps() * (opts.step_seconds + 0.05) * 3
     return 300.0 + training + opts.preemptions * (per_restart + opts.window + opts.return_after)
-
-
-def preemptible_nodes(sandbox: Sandbox) -> tuple[str, ...]:
-    return tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
 
 
 def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
@@ -201,7 +197,7 @@ def _compare(
             out[name] = False
             continue
         scene = name == big_state.NAME
-        expected = reference(big_state.steps(opts) if scene else opts.training_steps())
+        expected = reference((big_state.scene_options(opts) if scene else opts).training_steps())
         same = got["step"] == expected["step"] and torch.equal(got["w"], expected["w"])
         if scene:
             same = same and got.get("rows") == expected["rows"]
