@@ -23,9 +23,6 @@ from slurmpre.sandbox.cluster import Sandbox
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_WINDOW = float(defaults.PREEMPT_WINDOW)
-DEFAULT_REASON = "preempted"
-
 
 @dataclass(frozen=True)
 class Event:
@@ -41,9 +38,9 @@ class Event:
 @dataclass(frozen=True)
 class PreemptPlan:
     node: str
-    window: float = DEFAULT_WINDOW
+    window: float = float(defaults.PREEMPT_WINDOW)
     return_after: float | None = None
-    reason: str = DEFAULT_REASON
+    reason: str = "preempted"
     mark_down: bool = True
     # Remove the node as soon as no job runs on it (at the window's end at the latest):
     # a job that has left can observe no difference, and a rehearsal need not wait.

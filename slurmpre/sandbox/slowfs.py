@@ -33,11 +33,6 @@ UTIME_OMIT = (1 << 30) - 2
 FUSE_LIBRARY = "fuse3"  # mfusepy would take libfuse 2 first where both are installed
 
 
-def bytes_per_second(mbps: float) -> float:
-    """``--mbps N`` in bytes a second (N * 10**6)."""
-    return mbps * MB
-
-
 class TokenBucket:
     """``rate`` bytes a second (up to ``burst`` at once) for every caller together, in
     arrival order. The budget may go below zero: a request larger than the bucket is
@@ -367,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     os.umask(0)  # the modes callers ask for (the kernel applied their umask already)
     os.setgroups([])  # root's groups never lend a caller theirs (`as_caller`)
-    bucket = None if args.mbps is None else TokenBucket(bytes_per_second(args.mbps))
+    bucket = None if args.mbps is None else TokenBucket(args.mbps * MB)
     _mount(SlowFS(args.backing, bucket), args.mountpoint, args.name)
     return 0
 
