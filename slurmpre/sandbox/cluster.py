@@ -288,7 +288,7 @@ class Sandbox:
         wait_nodes_up(self.client, state, self.state_dir / "log", timeout)
 
     def _spawn(self, argv: list[str], log: Path) -> int:
-        return spawn_detached(self._argv(argv), log)
+        return spawn_detached(self._argv(argv), log).pid
 
     def start_slurmd(self, cfg: SandboxConfig, name: str) -> int:
         spool = cfg.spool_dir(name)

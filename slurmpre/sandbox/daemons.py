@@ -21,12 +21,7 @@ from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import NodeInfo
 
 
-def spawn_detached(argv: list[str], log: Path) -> int:
-    """Start ``argv`` in a session of its own, output appended to ``log``; return its pid."""
-    return _detached(argv, log).pid
-
-
-def _detached(argv: list[str], log: Path, **ids: Any) -> subprocess.Popen[bytes]:
+def spawn_detached(argv: list[str], log: Path, **ids: Any) -> subprocess.Popen[bytes]:
     """``argv`` in a session of its own (as ``user``/``group`` in ``ids``, when given),
     its output appended to ``log``."""
     with log.open("ab") as out:
@@ -97,7 +92,7 @@ def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
         os.chown(run_dir, uid, gid)
         argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
         ids = {}
-    proc = _detached([*argv, "-F", "--force"], log_dir / "munged.out", **ids)
+    proc = spawn_detached([*argv, "-F", "--force"], log_dir / "munged.out", **ids)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -152,7 +152,7 @@ def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]
         argv.append("--no-mark-down")
     if plan.once_empty:
         argv.append("--once-empty")
-    pid = daemons.spawn_detached(argv, log)
+    pid = daemons.spawn_detached(argv, log).pid
     sandbox.add_helper(pid)
     return pid, log
 

@@ -163,7 +163,7 @@ def mount(
     argv = [sys.executable, "-m", MODULE, str(backing), str(shared.dir), "--name", name]
     if shared.mbps is not None:
         argv += ["--mbps", str(shared.mbps)]
-    pid = spawn_detached(argv, log)
+    pid = spawn_detached(argv, log).pid
     deadline = time.monotonic() + timeout
     while str(shared.dir) not in points(instance):
         if not procs.alive(pid) or time.monotonic() > deadline:
