@@ -1,17 +1,6 @@
-"""The drill's big-state scene (#51): a state too big to write within the window.
-
-The drill's job carries ``--big-state-mb`` MB of float32 beside its model, on one node,
-its checkpoint folder on the sandbox's shared filesystem capped (`sandbox up
---shared-dir --shared-mbps`) so that writing the state there takes one and a half
-windows: the provider's 30B+ case, where the node goes before a save in the folder ends.
-It saves on the node (``local_dir = "auto"``): the training stops for a memory copy, the
-flush into the folder runs in the background, and at the drain the job that takes over
-pulls the notice save from the drained node. The scene drains it once, a few steps after
-its second periodic save, and passes when the run lost no step, took the notice save
-over the network (not from the folder), and ended with the uninterrupted run's state,
-every row of the big state included (`DrillResult.failures`). The report shows the save
-on the node, the pull and each flush.
-"""
+"""The drill's big-state scene (#51): a state too big to write within the window, saved on
+the node, its checkpoint folder on a shared dir capped so that a save there takes one and
+a half windows. See docs/drill.md ("What it does", 8) for the scene and what it must show."""
 
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slurmpre.drill import on_node, report, timeline
+from slurmpre.drill import report, timeline
 from slurmpre.drill.driver import Driver, drive
 from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import BIG_STATE, DrillOptions
@@ -63,10 +52,6 @@ def scene_options(opts: DrillOptions) -> DrillOptions:
     """Four periodic intervals of training, saves that take what they take."""
     every = min(opts.every, EVERY)
     return replace(opts, steps=4 * every, every=every, save_seconds=0.0, preemptions=1)
-
-
-def steps(opts: DrillOptions) -> int:
-    return scene_options(opts).training_steps()
 
 
 def run_big_state(
@@ -117,16 +102,12 @@ def lines(run: timeline.Observed, opts: DrillOptions) -> list[str]:
     for p in report.preemptions(run):
         lost = "-" if p.steps_lost is None else str(p.steps_lost)
         step = "-" if p.drain_to_first_step_s is None else f"{p.drain_to_first_step_s:.1f} s"
+        tier = p.tier_line() or "saved straight into the folder"
         out.append(
             f"  drain of {p.node} at +{p.drained_at - run.submitted_at:.1f}s: step "
-            f"{p.checkpoint_step} {_tier_words(p)}; training again {step} after the drain, "
+            f"{p.checkpoint_step} {tier}; training again {step} after the drain, "
             f"{lost} steps lost"
         )
     for r in flushed:
         out.append(f"  step {r.step} flushed into the folder in {r.flush_seconds:.1f} s")
     return out
-
-
-def _tier_words(p: report.Preemption) -> str:
-    said = on_node.line(p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s)
-    return said or "saved straight into the folder"

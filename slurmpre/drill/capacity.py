@@ -1,13 +1,5 @@
-"""The drill's capacity scene (#36): preemptible capacity comes back later.
-
-The provider fills its capacity in asynchronously: a job asked for ``nodes = "1-2"``
-may start on the one node that is free and see the other come back minutes later. The
-scene submits the drill's job that way (the second preemptible node drained: capacity
-not yet back), puts the node back in service once the job has trained a fifth of its
-steps, and follows the run into the bigger job it grows to. It passes when the job grew,
-lost no step and ended with the uninterrupted run's weights (`DrillResult.failures`);
-the report shows each resize as `slurmpre status` does.
-"""
+"""The drill's capacity scene (#36): preemptible capacity comes back later, and a job asked
+for ``nodes = "1-2"`` grows into it. See docs/drill.md ("What it does", 7)."""
 
 from __future__ import annotations
 
@@ -19,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import timeline
-from slurmpre.drill.driver import Driver, drive
+from slurmpre.drill.driver import Driver, drive, preemptible_nodes
 from slurmpre.drill.jobs import drill_spec
 from slurmpre.drill.options import DrillOptions
 from slurmpre.errors import SlurmpreError
@@ -37,7 +29,7 @@ def run_capacity(
     timeout: float,
     jobs: list[str],
 ) -> timeline.Observed:
-    nodes = tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
+    nodes = preemptible_nodes(sandbox)
     away = nodes[-1]
     spec = drill_spec(raw, opts, work / "capacity", name="drill-capacity", nodes="1-2")
     sandbox.client.update_node(away, state="DRAIN", reason="capacity not yet back")

@@ -29,6 +29,10 @@ LOG = logging.getLogger(__name__)
 POLL = 0.25
 
 
+def preemptible_nodes(sandbox: Sandbox) -> tuple[str, ...]:
+    return tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text()

@@ -1,6 +1,6 @@
 """The node-local tier's part in a drill's preemption (`local_dir`): the notice save on the
 node, the pull of it by whatever took over, and its flush into the checkpoint folder, from
-the run's ledger; and the line the report shows for them."""
+the run's ledger (`Preemption.tier_line` says them in words)."""
 
 from __future__ import annotations
 
@@ -37,14 +37,3 @@ def figures(run: Observed, hit: Hit) -> dict[str, float | None]:
         "pull_mb": sum(r.bytes for r in pulls) / 1e6 if pulls else None,
         "flush_s": flushed[0] if flushed else None,
     }
-
-
-def line(
-    saved_s: float | None, pull_s: float | None, pull_mb: float | None, flush_s: float | None
-) -> str | None:
-    """Those figures in words (None: no tier)."""
-    if saved_s is None:
-        return None
-    pull = "no pull" if pull_s is None else f"pulled {pull_mb or 0:,.0f} MB in {pull_s:.1f} s"
-    flush = "not flushed" if flush_s is None else f"flushed into the folder in {flush_s:.1f} s"
-    return f"saved on the node in {saved_s:.1f} s, {pull}, {flush}"

@@ -92,17 +92,13 @@ class DrillResult:
 
     def save(self) -> Path:
         """Everything the report needs, to ``timelines.json`` in the run's folder."""
-        opts = self.options
         about = {
             "seed": self.seed,
             "timings": self.timings,
             "slurm": self.slurm,
             "schedule": [asdict(m) for m in self.schedule],
             "identical_weights": self.identical,
-            "options": {
-                **{k: v for k, v in asdict(opts).items() if k not in ("workdir", "prices")},
-                "prices": asdict(opts.prices),
-            },
+            "options": {k: v for k, v in asdict(self.options).items() if k != "workdir"},
         }
         return timeline.save(self.workdir, self.runs, about)
 
@@ -146,16 +142,20 @@ class DrillResult:
             out += verdict.behind(theirs, summary)
         return out
 
+    def _scene_end(self, name: str, final: str) -> list[str]:
+        """A scene's job completed, and with the uninterrupted run's bits (``final``)."""
+        run = self.runs[name]
+        out = [] if run.state == states.COMPLETED else [f"the {name} scene's job ended {run.state}"]
+        if not self.identical.get(name):
+            out.append(f"the {name} scene's final {final} from the uninterrupted run's")
+        return out
+
     def _capacity_failures(self) -> list[str]:
         """The capacity scene: it grew back, lost nothing, and ended the same bits."""
         run = self.runs.get("capacity")
         if run is None:
             return []
-        out = []
-        if run.state != states.COMPLETED:
-            out.append(f"the capacity scene's job ended {run.state}")
-        if not self.identical.get("capacity"):
-            out.append("the capacity scene's final weights differ from the uninterrupted run's")
+        out = self._scene_end("capacity", "weights differ")
         grows = [r for r in run.resizes() if r.kind == "grow"]
         if not grows:
             out.append("the capacity scene's job did not grow back when its node returned")
@@ -170,11 +170,7 @@ class DrillResult:
         run = self.runs.get(BIG_STATE)
         if run is None:
             return []
-        out = []
-        if run.state != states.COMPLETED:
-            out.append(f"the big-state scene's job ended {run.state}")
-        if not self.identical.get(BIG_STATE):
-            out.append("the big-state scene's final state differs from the uninterrupted run's")
+        out = self._scene_end(BIG_STATE, "state differs")
         pre = report.preemptions(run)
         if not pre:
             out.append("the big-state scene made no preemption (its training ended first)")
@@ -201,10 +197,7 @@ class DrillResult:
             "return_after_s": self.options.return_after,
             "steps": self.options.training_steps(),
             "checkpoint_every": self.options.every,
-            "prices": {
-                "on_demand_node_hour": self.options.prices.on_demand_node_hour,
-                "preemptible_discount": self.options.prices.preemptible_discount,
-            },
+            "prices": asdict(self.options.prices),
             "schedule": [{"moment": m.kind, "after": m.after} for m in self.schedule],
             "identical_weights": self.identical,
             "runs": {

@@ -1,13 +1,8 @@
 """The drill's side-by-side page: ``timeline.html`` in the run's folder.
 
-slurmpre's run, the seeds' recipe under the same preemptions, and the uninterrupted
-reference, one under the other on one time axis, each from its own submission: the
-difference is seen at a glance. slurmpre's run is drawn from its ledger as `slurmpre
-status --html` draws it (`login.story`); the seeds' recipe keeps no ledger, so its
-attempts are the report's (`drill.report`: Slurm's samples and the training's log).
-Every run's drains and removals are the drill's own (it made them), its steps the
-training's log, its figures the report's summary.
-"""
+A run with a ledger is drawn as `slurmpre status --html` draws it (`login.story`); the
+seeds' recipe keeps none, so its attempts are the report's (`drill.report`). Drains and
+removals are always the drill's own (it made them)."""
 
 from __future__ import annotations
 
@@ -54,7 +49,7 @@ def write(result: DrillResult) -> Path:
 
 
 def _chart(run: Observed, title: str, summary: report.Summary) -> Chart:
-    base = _from_ledger(run) if run.ledger else _from_samples(run)
+    base = story.chart(*run.status(), run.ended_at) if run.ledger else _from_samples(run)
     lanes = {lane.key: lane for lane in base.lanes}
     if run.mode == "reference":  # the ledger does not say where it ran: the drill does
         lanes = {
@@ -87,11 +82,6 @@ def _chart(run: Observed, title: str, summary: report.Summary) -> Chart:
         steps_label="steps trained",
         facts=facts,
     )
-
-
-def _from_ledger(run: Observed) -> Chart:
-    st, typed = run.status()
-    return story.chart(st, typed, run.ended_at)
 
 
 def _from_samples(run: Observed) -> Chart:

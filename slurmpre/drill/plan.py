@@ -1,13 +1,6 @@
-"""When the drill preempts: a schedule drawn from a seed, the same for every run it compares.
-
-Each preemption waits for a moment in the job's life, then drains one of the
-nodes the job runs on (the provider's way; the drill removes the node after the
-window and brings a replacement back later):
-- ``startup``: a new attempt is running in Slurm and has not trained a step yet;
-- ``checkpoint``: a checkpoint is being written;
-- ``training``: ``after`` steps into an attempt.
-With three or more preemptions, at least one of each kind; the order is shuffled.
-"""
+"""When the drill preempts: a schedule of `Moment`s drawn from a seed, the same for every
+run it compares. With three or more preemptions, at least one of each kind; the order is
+shuffled. See docs/drill.md ("What it does", 4)."""
 
 from __future__ import annotations
 

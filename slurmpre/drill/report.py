@@ -1,11 +1,6 @@
-"""What a drill run cost, from what it left behind: attempts, each preemption's share, a summary.
-
-Pure functions of the recorded timelines (`drill.timeline`): the training's own log,
-the ledger (slurmpre's notice, checkpoint and restart), the preemptions the drill
-made and its samples of the jobs' Slurm states. How each figure is counted,
-overlapping preemptions and waits for capacity included, is in docs/drill.md; every
-figure of the text report (`drill.table`) is in the JSON one (``as_dict``).
-"""
+"""What a drill run cost, from what it left behind: attempts, each preemption's share, a
+summary. Pure functions of the recorded timelines (`drill.timeline`); how each figure is
+counted is in docs/drill.md ("How each preemption's cost is counted")."""
 
 from __future__ import annotations
 
@@ -64,13 +59,27 @@ class Preemption:
     drain_to_first_step_s: float | None
     capacity_wait_s: float | None  # of drain -> first step: too few preemptible nodes in service
     shared_with: tuple[int, ...] = ()  # other preemptions (1-based) that ended in the same restart
-    # With the node-local tier (`local_dir`): the notice save on the node (the training
-    # stopped this long), the pull of it by whatever took over (its slowest node, and the
-    # bytes of all), and its flush into the checkpoint folder. None: not done, or no tier.
+    # The node-local tier's part (`on_node.figures`, docs/drill.md); None: not done, or no tier.
     saved_on_node_s: float | None = None
     pull_s: float | None = None
     pull_mb: float | None = None
     flush_s: float | None = None
+
+    def tier_line(self) -> str | None:
+        """The node-local tier's part in words (None: no tier)."""
+        if self.saved_on_node_s is None:
+            return None
+        pull = (
+            "no pull"
+            if self.pull_s is None
+            else f"pulled {self.pull_mb or 0:,.0f} MB in {self.pull_s:.1f} s"
+        )
+        flush = (
+            "not flushed"
+            if self.flush_s is None
+            else f"flushed into the folder in {self.flush_s:.1f} s"
+        )
+        return f"saved on the node in {self.saved_on_node_s:.1f} s, {pull}, {flush}"
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,8 @@ def _events(log: list[dict[str, Any]], attempt: int, event: str) -> list[dict[st
 
 def attempts(run: Observed) -> list[Attempt]:
     seen = sorted(
-        {s.restarts for s in run.samples if s.state == states.RUNNING} | _log_attempts(run)
+        {s.restarts for s in run.samples if s.state == states.RUNNING}
+        | {int(e["attempt"]) for e in run.log if "attempt" in e}
     )
     hit_attempts = {h.attempt for h in run.hits}
     out = []
@@ -145,10 +155,6 @@ def attempts(run: Observed) -> list[Attempt]:
             )
         )
     return out
-
-
-def _log_attempts(run: Observed) -> set[int]:
-    return {int(e["attempt"]) for e in run.log if "attempt" in e}
 
 
 def _ledger_for(run: Observed, attempt: int, kind: type[_A]) -> list[_A]:
@@ -210,14 +216,13 @@ def preemptions(run: Observed, pace: float | None = None) -> list[Preemption]:
     rows = attempts(run)
     hits = sorted(run.hits, key=lambda h: h.drained_at)
     pace = pace if pace is not None else _own_pace(run)
+    afters = [_restart(rows, hit) for hit in hits]
     groups: dict[int, list[int]] = {}  # a restart's attempt -> the hits it ended
-    for i, hit in enumerate(hits):
-        after = _restart(rows, hit)
+    for i, after in enumerate(afters):
         if after is not None:
             groups.setdefault(after.attempt, []).append(i)
     out = []
-    for i, hit in enumerate(hits):
-        after = _restart(rows, hit)
+    for i, (hit, after) in enumerate(zip(hits, afters, strict=True)):
         requeue_at = _restart_moment(run, hit)
         lost: int | None
         if after is None:

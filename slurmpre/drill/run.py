@@ -1,11 +1,5 @@
 """The drill on the sandbox: submit, preempt on schedule, watch, and collect what happened.
-
-The job is `examples/drill.toml` through `slurmpre.login.submit`, as a user would
-submit it: the template, the wrapper and the watcher all take part. An
-uninterrupted copy runs at the same time on the standard node (its weights and
-wall time are the reference); with ``baseline`` the seeds' recipe then runs
-under the same schedule of preemptions, on the same two preemptible nodes.
-"""
+See docs/drill.md ("What it does")."""
 
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpre.drill import big_state, page, timeline
-from slurmpre.drill.driver import Driver, drive
+from slurmpre.drill.driver import Driver, drive, preemptible_nodes
 from slurmpre.drill.jobs import drill_spec, load_example, seeds_script
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment, schedule
@@ -37,10 +31,6 @@ def _timeout(opts: DrillOptions, timings: str) -> float:
     per_restart = 200.0 if timings == "stock" else 90.0
     training = opts.training_steps() * (opts.step_seconds + 0.05) * 3
     return 300.0 + training + opts.preemptions * (per_restart + opts.window + opts.return_after)
-
-
-def preemptible_nodes(sandbox: Sandbox) -> tuple[str, ...]:
-    return tuple(sorted(n.name for n in sandbox.client.nodes() if "preemptible" in n.features))
 
 
 def wait_whole(sandbox: Sandbox, timeout: float = 180.0) -> None:
@@ -207,7 +197,7 @@ def _compare(
             out[name] = False
             continue
         scene = name == big_state.NAME
-        expected = reference(big_state.steps(opts) if scene else opts.training_steps())
+        expected = reference((big_state.scene_options(opts) if scene else opts).training_steps())
         same = got["step"] == expected["step"] and torch.equal(got["w"], expected["w"])
         if scene:
             same = same and got.get("rows") == expected["rows"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from slurmpre.drill import on_node, report, verdict
+from slurmpre.drill import report, verdict
 from slurmpre.drill.timeline import Observed
 from slurmpre.drill.verdict import SUMMARY_ROWS, missing, times_better
 
@@ -47,15 +47,10 @@ def timeline_lines(run: Observed, pace: float | None = None) -> list[str]:
                 f"{_i(p.resumed_step):>6} {_i(p.steps_lost):>4} {_s(p.without_training_s):>10} "
                 f"{_s(p.drain_to_first_step_s):>13} {_s(p.capacity_wait_s):>10}"
             )
-            if (tier := tier_line(p)) is not None:
+            if (tier := p.tier_line()) is not None:
                 lines.append(f"  {'':>7} {tier}")
         lines += _overlaps(pre)
     return lines
-
-
-def tier_line(p: report.Preemption) -> str | None:
-    """The node-local tier's part in a preemption, in words (None: no tier)."""
-    return on_node.line(p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s)
 
 
 def _overlaps(pre: list[report.Preemption]) -> list[str]:

@@ -1,11 +1,7 @@
-"""What the drill records of a run: the facts the report is computed from, and nothing else.
-
-A run is its job's Slurm states as the drill sampled them, the training's own log
-(`drill-steps.jsonl`), slurmpre's ledger, and the preemptions the drill made (when each
-node was drained, removed and returned). The report (`drill.report`) is a pure
-function of these; the drill writes them to ``timelines.json`` in its folder, so a
-run's report can be computed again, and tested, without a cluster.
-"""
+"""What the drill records of a run (``timelines.json``): Slurm's states as sampled, the
+training's log, slurmpre's ledger and the preemptions the drill made; the report
+(`drill.report`) is a pure function of these, so it can be computed again, and tested,
+without a cluster."""
 
 from __future__ import annotations
 
@@ -136,11 +132,6 @@ class Observed:
                     total += max(until - here.t, 0.0) * len(here.nodes)
         return total
 
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["attempt_ids"] = {str(k): list(v) for k, v in self.attempt_ids.items()}
-        return doc
-
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Observed:
         return cls(
@@ -167,7 +158,8 @@ class Observed:
 def save(folder: Path, runs: dict[str, Observed], about: dict[str, Any]) -> Path:
     """Write the runs' timelines (and ``about``: seed, options) to ``folder/timelines.json``."""
     path = folder / FILE
-    doc = {"schema": SCHEMA, **about, "runs": {k: r.to_json() for k, r in runs.items()}}
+    # json writes attempt_ids' int keys as strings and tuples as lists: from_json reads them.
+    doc = {"schema": SCHEMA, **about, "runs": {k: asdict(r) for k, r in runs.items()}}
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
 

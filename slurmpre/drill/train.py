@@ -12,18 +12,10 @@ are therefore the same bits on 1 node or 2, however often the world changes.
 releases whose root has no torch (sid's Python 3.14) and the plain launcher; the
 state is JSON (a float's repr reads back as the same bits).
 
-Two ways to checkpoint:
-- ``--mode slurmpre``: resume from ``slurmpre.resume_path()``, save through
-  ``slurmpre.checkpoint`` (atomic), and on ``slurmpre.checkpoint_requested()``
-  save at once and train on until ``slurmpre.preemption_requested()``;
-- ``--mode seeds``: the provider's recipe: periodic saves straight into
-  ``step-N``, and after a restart (``SLURM_RESTART_COUNT`` > 0) resume from the
-  highest-numbered ``step-N``, whatever state it is in.
-
-Rank 0 appends what happened to ``<checkpoint dir>/drill-steps.jsonl`` (one
-line per step, per save, per start and end of an attempt); the drill reads it.
-Imports torch unless ``--plain``: never imported by slurmpre itself.
-"""
+``--mode slurmpre`` checkpoints through slurmpre's API; ``--mode seeds`` is the
+provider's recipe (docs/drill.md, "What it does", 6). Rank 0 appends what happened
+to ``<checkpoint dir>/drill-steps.jsonl``, which the drill reads. Imports torch
+unless ``--plain``: never imported by slurmpre itself."""
 
 from __future__ import annotations
 

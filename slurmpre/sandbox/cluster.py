@@ -63,8 +63,6 @@ from slurmpre.slurm.parse import format_version, parse_version
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_STATE_DIR = FIRST.state_dir
-
 
 class Sandbox:
     def __init__(self, state_dir: Path | None = None, *, instance: Instance = FIRST) -> None:
@@ -290,7 +288,7 @@ class Sandbox:
         wait_nodes_up(self.client, state, self.state_dir / "log", timeout)
 
     def _spawn(self, argv: list[str], log: Path) -> int:
-        return spawn_detached(self._argv(argv), log)
+        return spawn_detached(self._argv(argv), log).pid
 
     def start_slurmd(self, cfg: SandboxConfig, name: str) -> int:
         spool = cfg.spool_dir(name)

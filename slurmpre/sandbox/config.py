@@ -30,11 +30,8 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class Timings:
-    """The settings that decide how fast a failure or a requeue is handled.
-
-    ``tuned`` makes tests fast; ``stock`` is Slurm's defaults, for benchmarks to
-    report beside the tuned figures. See docs/sandbox.md.
-    """
+    """How fast a failure or a requeue is handled: ``tuned`` for fast tests, ``stock``
+    (Slurm's defaults) for benchmarks. See docs/sandbox.md ("Timings")."""
 
     name: str
     cred_expire: int | None  # AuthInfo=cred_expire; a requeued job waits this long + 1 s
@@ -65,13 +62,8 @@ STOCK = Timings("stock", None, None, 300, 120, 10, 30)
 
 @dataclass(frozen=True)
 class Tracking:
-    """How slurmd tracks a job's processes and binds them to CPUs.
-
-    ``cgroup`` is what GPU clusters run (every process of a step in one cgroup,
-    tasks confined to the CPUs they were given); ``pgid`` is the fallback where
-    the host offers no usable cgroup v1 hierarchy. Both bind tasks to CPUs with
-    task/affinity, so a launch that forgets ``--cpus-per-task`` shows up here.
-    """
+    """How slurmd tracks a job's processes and binds them to CPUs (docs/sandbox.md): both
+    bind with task/affinity, so a launch that forgets ``--cpus-per-task`` shows up here."""
 
     name: str
     proctrack: str  # ProctrackType=proctrack/<this>
@@ -85,12 +77,8 @@ TRACKINGS = {t.name: t for t in (CGROUP, PGID)}
 
 @dataclass(frozen=True)
 class Topology:
-    """A node's CPUs as the host has them (``slurmd -C``): every sandbox node is this host.
-
-    Declaring the real sockets, cores and threads matters under task/affinity:
-    Slurm binds tasks by cores, so a node declared only as ``CPUs=N`` binds
-    differently from a real GPU node.
-    """
+    """A node's CPUs as the host has them (``slurmd -C``): task/affinity binds by cores, so
+    a node declared only as ``CPUs=N`` would bind differently from a real GPU node."""
 
     sockets: int
     cores_per_socket: int
@@ -280,10 +268,7 @@ def render_gres_conf(cfg: SandboxConfig) -> str:
 def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
     """cgroup.conf: cgroup v1 with cores confined, or (24.05+, which always starts a
     cgroup plugin in slurmd) the plugin disabled when processes are tracked by pgid.
-
-    Several slurmd on one host each keep their own ``slurm_<node>`` hierarchy.
-    Devices are not confined: the stand-in GPUs are /dev/null, which every job needs.
-    """
+    Devices are not confined: the stand-in GPUs are /dev/null, which every job needs."""
     if cfg.tracking is CGROUP:
         return (
             f"{MARKER}\nCgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"

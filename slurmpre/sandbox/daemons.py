@@ -21,12 +21,7 @@ from slurmpre.slurm.client import CommandLineSlurm
 from slurmpre.slurm.parse import NodeInfo
 
 
-def spawn_detached(argv: list[str], log: Path) -> int:
-    """Start ``argv`` in a session of its own, output appended to ``log``; return its pid."""
-    return _detached(argv, log).pid
-
-
-def _detached(argv: list[str], log: Path, **ids: Any) -> subprocess.Popen[bytes]:
+def spawn_detached(argv: list[str], log: Path, **ids: Any) -> subprocess.Popen[bytes]:
     """``argv`` in a session of its own (as ``user``/``group`` in ``ids``, when given),
     its output appended to ``log``."""
     with log.open("ab") as out:
@@ -87,20 +82,17 @@ def start_munge(log_dir: Path, root: Root | None = None) -> int | None:
                 return None
             time.sleep(1.0)
         raise SandboxError(f"munged (pid {live}) runs but has not answered for a minute")
+    run_dir.mkdir(parents=True, exist_ok=True)
     if root is None:
-        run_dir.mkdir(parents=True, exist_ok=True)
         shutil.chown(run_dir, "munge", "munge")
-        argv = [EXECUTABLES["munged"], "-F", "--force"]
+        argv = [EXECUTABLES["munged"]]
         ids: dict[str, Any] = {"user": "munge", "group": "munge"}
     else:
         uid, gid = _ids_in(root, "munge")
-        run_dir = root.path / "run/munge"
-        run_dir.mkdir(parents=True, exist_ok=True)
         os.chown(run_dir, uid, gid)
         argv = ["chroot", f"--userspec={uid}:{gid}", str(root.path), EXECUTABLES["munged"]]
-        argv += ["-F", "--force"]
         ids = {}
-    proc = _detached(argv, log_dir / "munged.out", **ids)
+    proc = spawn_detached([*argv, "-F", "--force"], log_dir / "munged.out", **ids)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -130,14 +122,10 @@ def log_excerpt(log_dir: Path, lines: int = 12) -> str:
 
 
 def running(node: str | None = None, conf: str = str(FIRST.conf)) -> set[int]:
-    """The sandbox's daemons running (with no state, strays), or only the slurmds of
-    ``node`` (whatever pid the state recorded for it): a slurmd or slurmctld started as
-    the sandbox starts them (``-D``, ``-f`` with the sandbox's slurm.conf; a slurmd with
-    ``-N``, one of several on the host), on the host or in one of the sandbox's Debian
-    roots. A killed drill's or test run's helper can leave one behind, holding a port
-    the next sandbox needs. A system's own daemons (systemd runs them without ``-f``)
-    are not among them. ``conf``: the slurm.conf of the sandbox they belong to (a
-    sandbox's strays, not another's beside it)."""
+    """The daemons of the sandbox whose slurm.conf is ``conf``, recorded or not (a killed
+    helper can leave one holding a port), or only the slurmds of ``node``: started as the
+    sandbox starts them (``-D``, ``-f conf``, a slurmd with ``-N``), on the host or in a
+    Debian root; a system's own (systemd's, without ``-f``) never. See docs/sandbox.md."""
     roots = str(ROOTS_DIR).rstrip("/") + "/"
     found = set()
     for pid in procs.pids():

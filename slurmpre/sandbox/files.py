@@ -18,7 +18,7 @@ from slurmpre.sandbox.config import (
     render_slurm_conf,
     render_task_prolog,
 )
-from slurmpre.sandbox.host import remove_managed, write_managed
+from slurmpre.sandbox.host import remove_managed
 from slurmpre.sandbox.tracking import clean_cgroups
 
 
@@ -55,10 +55,10 @@ def lay_out(cfg: SandboxConfig, state_dir: Path, etc: Path) -> None:
         cfg.local_dir(node.name).chmod(0o1777)
     write_atomic(cfg.task_prolog, render_task_prolog(cfg), mode=0o755)
     etc.mkdir(parents=True, exist_ok=True)
-    write_managed(etc / "slurm.conf", render_slurm_conf(cfg))
-    write_managed(etc / "gres.conf", render_gres_conf(cfg))
+    write_atomic(etc / "slurm.conf", render_slurm_conf(cfg))
+    write_atomic(etc / "gres.conf", render_gres_conf(cfg))
     cgroup = render_cgroup_conf(cfg)
     if cgroup is not None:
-        write_managed(etc / "cgroup.conf", cgroup)
+        write_atomic(etc / "cgroup.conf", cgroup)
     else:
         remove_managed(etc / "cgroup.conf")

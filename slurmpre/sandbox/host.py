@@ -10,7 +10,6 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmpre.atomic import write_atomic
 from slurmpre.cmd import run
 from slurmpre.errors import SandboxError
 from slurmpre.sandbox.config import MARKER
@@ -32,10 +31,6 @@ def require_root() -> None:
         raise SandboxError(
             "the sandbox runs Slurm's daemons and must be run as root (try: sudo slurmpre ...)"
         )
-
-
-def write_managed(path: Path, text: str) -> None:
-    write_atomic(path, text)
 
 
 def remove_managed(path: Path) -> None:

@@ -1,16 +1,10 @@
-"""Which of this machine's sandboxes: the number that sets its folder, ports, node names,
-cluster name and configuration folder.
+"""Which of this machine's sandboxes (0-9, ``$SLURMPRE_SANDBOX``): the number that sets its
+folder, ports, node names, cluster name and configuration folder. See docs/sandbox.md
+("Several sandboxes side by side"); what they share is in `sharing`.
 
-Sandbox 0 is the one a user brings up (``/var/lib/slurmpre/sandbox``, slurmctld on port
-6817, nodes ``gpu-preemptible-dp-1``...). Sandboxes 1-9 are more clusters beside it, each
-a Slurm of its own (controller, nodes, state, configuration, cluster name), so that test
-workers and benchmarks can run side by side on one machine; ``$SLURMPRE_SANDBOX`` picks
-one. What they share (munged, a Debian root's mounts) is in `sharing`.
-
-Node names differ between sandboxes (sandbox 2's are ``gpu-preemptible-dp-201``...):
-several slurmd on one host keep their cgroups under ``slurm_<node>``, and job ids start
-at 1 in every cluster, so two clusters with the same node names would share job cgroups.
-"""
+Node names differ between sandboxes because several slurmd on one host keep their cgroups
+under ``slurm_<node>`` and job ids start at 1 in every cluster: two clusters with the
+same node names would share job cgroups."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The provider's preemption of a Slurm node, replayed on the sandbox.
-
-T+0: Slurm drains the node (no new jobs, running jobs keep running, no signal).
-T+window: the node is removed (or, with ``once_empty``, as soon as no job runs on
-it): its slurmd and every job process on it vanish at once, and slurmctld learns
-that the node is gone (DOWN), so jobs submitted with ``--requeue`` are requeued.
-Later, like the provider provisioning a replacement, a node comes back under the
-same name, idle and undrained.
-"""
+"""The provider's preemption of a Slurm node, replayed on the sandbox: drain at T+0 (no
+signal), remove at T+window (slurmd and every job process on it killed at once, the node
+marked DOWN, so ``--requeue`` jobs are requeued), and later a replacement under the same
+name, idle and undrained. See docs/drill.md ("What it does")."""
 
 from __future__ import annotations
 
@@ -28,9 +23,6 @@ from slurmpre.sandbox.cluster import Sandbox
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_WINDOW = float(defaults.PREEMPT_WINDOW)
-DEFAULT_REASON = "preempted"
-
 
 @dataclass(frozen=True)
 class Event:
@@ -46,9 +38,9 @@ class Event:
 @dataclass(frozen=True)
 class PreemptPlan:
     node: str
-    window: float = DEFAULT_WINDOW
+    window: float = float(defaults.PREEMPT_WINDOW)
     return_after: float | None = None
-    reason: str = DEFAULT_REASON
+    reason: str = "preempted"
     mark_down: bool = True
     # Remove the node as soon as no job runs on it (at the window's end at the latest):
     # a job that has left can observe no difference, and a rehearsal need not wait.
@@ -160,7 +152,7 @@ def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]
         argv.append("--no-mark-down")
     if plan.once_empty:
         argv.append("--once-empty")
-    pid = daemons.spawn_detached(argv, log)
+    pid = daemons.spawn_detached(argv, log).pid
     sandbox.add_helper(pid)
     return pid, log
 

@@ -1,24 +1,12 @@
 """Which Slurm commands reach the sandbox that is up: what slurmpre's own commands add to
-their environment, read from what the sandbox left, without the rest of the package.
+their environment as they start (a Debian root's shims first on PATH, the sandbox's
+SLURM_CONF), read from what the sandbox left, without the rest of the package; see
+docs/sandbox.md ("slurmpre's commands reach the sandbox that is up").
 
-`sandbox up` of a release the host does not ship (26.05, the default, on Debian 12) runs
-Slurm in a Debian root, reached from the host through shims (`Root.shims`). `up` puts
-them first on PATH for itself and its jobs, and writes a file that puts them first in
-new login shells, but the shell that ran `up` still finds the host's ``sbatch``, which
-reaches no munge ("Protocol authentication error"). So the command line asks `needed`
-as it starts what to add to its own environment for its Slurm commands to reach the
-sandbox ``$SLURMPRE_SANDBOX`` names (0 when unset): that root's shims first on PATH,
-and the sandbox's slurm.conf in SLURM_CONF for sandboxes 1-9.
-
-What is read here decides which program runs as ``sbatch``: it is followed only when
-root wrote it and no one else could have. The state folder, ``sandbox.json``, the
-shims' folder and every shim in it are opened without following a link and must be
-root's and writable by no group or other (as `slurmpre.folder.trust` opens a job's
-files); anything else is a `SandboxError` naming the file, and nothing changes.
-Nothing changes either when no sandbox is up (one failed ``open``), when its
-slurmctld is gone, when the Slurm first on PATH reaches it already, or when
-``$SLURM_CONF`` names another cluster's configuration and no sandbox was named.
-"""
+What is read here decides which program runs as ``sbatch``: the state folder,
+``sandbox.json``, the shims' folder and every shim are opened without following a link
+and must be root's and writable by no group or other (as `slurmpre.folder.trust` opens a
+job's files); anything else is a `SandboxError` naming the file, and nothing changes."""
 
 from __future__ import annotations
 

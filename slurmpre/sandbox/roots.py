@@ -1,20 +1,9 @@
 """A Slurm other than the host's: a Debian root made with debootstrap, entered with chroot.
 
-Debian ships one Slurm per suite (bookworm 22.05, trixie 24.11, sid 26.05). For a
-version the host's packages are not, the sandbox builds that suite's root once
-(cached under ``/var/cache/slurmpre/roots/<suite>``) and runs munge, slurmctld and
-every slurmd inside it. The folders jobs and tests use are bound into the root at
-their own paths (``/tmp``, ``/home``, ``/var/lib/slurmpre``, slurmpre's source), so
-a path means the same inside and outside; the host reaches the root's Slurm through
-small shims (``scontrol`` = chroot + the root's ``scontrol``) on ``PATH``.
-
-The interpreter that starts the sandbox (its venv and the Python it was made from) is
-bound into the root too, read-only at its own path: a spec written on the host, with
-the host venv's ``python`` and its torch, runs unchanged on the root's Slurm, and the
-training is the same program on every release. slurmpre is also "installed" in the
-root's own Python by a ``.pth`` file naming its source folder, with Debian's jinja2,
-click and filelock (``Root.python``), for a host whose interpreter lives in ``/usr``.
-"""
+The root is made once per suite and cached; the folders jobs use, slurmpre's source and
+the interpreter that starts the sandbox (read-only) are bound in at their own paths, so
+a path and a spec's ``python`` mean the same inside and outside; the host reaches the
+root's Slurm through shims on ``PATH``. See docs/sandbox.md ("Versions")."""
 
 from __future__ import annotations
 
@@ -98,10 +87,6 @@ class Root:
     @property
     def shims(self) -> Path:
         return self.path.parent / f"{self.suite}-bin"
-
-    def activate(self) -> None:
-        """This process and its children use the root's Slurm commands."""
-        os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), self)
 
     # -- making it ------------------------------------------------------------
     @property
@@ -277,9 +262,8 @@ class Root:
             self.unmount()
         try:
             if not keep:
-                for src, rbind in ((Path("/proc"), False), (Path("/sys"), True)):
+                for src, rbind in SYSTEM_BINDS:
                     self._bind(src, rbind=rbind)
-                self._bind(Path("/dev"), rbind=True)
             there = set(mounts_under(str(self.path).rstrip("/") + "/"))
             for src in self.binds(state_dir):
                 if str(self.path / src.relative_to("/")) in there:
@@ -369,11 +353,6 @@ def slurm_path(path: str, root: Root | None) -> str:
     return os.pathsep.join(kept if root is None else [str(root.shims), *kept])
 
 
-def deactivate() -> None:
-    """No root's Slurm commands on PATH: the host's again (or none)."""
-    os.environ["PATH"] = slurm_path(os.environ.get("PATH", ""), None)
-
-
 def _write_script(path: Path, text: str, mode: int = 0o755) -> None:
     """A script, or a file a running root reads: replaced whole (never truncated while a
     sandbox beside this one reads it), and only when its text changes."""
@@ -385,11 +364,19 @@ def _write_script(path: Path, text: str, mode: int = 0o755) -> None:
     write_atomic(path, text, mode=mode)
 
 
-def mounts_under(prefix: str) -> list[str]:
-    """Mount points that start with ``prefix``, from /proc/mounts."""
+def mounts() -> list[tuple[str, str]]:
+    """(source, mount point) of every mount, from /proc/mounts, escapes undone."""
     try:
         lines = Path("/proc/mounts").read_text().splitlines()
     except OSError:
         return []
-    points = [f[1].replace("\\040", " ") for f in map(str.split, lines) if len(f) >= 2]
-    return [point for point in points if point.startswith(prefix)]
+
+    def undo(field: str) -> str:
+        return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
+
+    return [(undo(f[0]), undo(f[1])) for f in map(str.split, lines) if len(f) >= 2]
+
+
+def mounts_under(prefix: str) -> list[str]:
+    """Mount points that start with ``prefix``."""
+    return [point for _, point in mounts() if point.startswith(prefix)]

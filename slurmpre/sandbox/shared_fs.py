@@ -1,17 +1,10 @@
-"""The sandbox's shared filesystem of capped bandwidth (`up --shared-dir DIR --shared-mbps N`).
+"""The sandbox's shared filesystem of capped bandwidth (`up --shared-dir DIR --shared-mbps N`),
+served by `slowfs`; see docs/sandbox.md ("A shared filesystem of capped bandwidth").
 
-`slowfs` serves a backing folder at DIR through FUSE, every byte through one budget of
-N MB/s. The login side (this host) and the nodes must see the same files: a Debian
-root's /tmp and /home are plain binds of the host's, made before DIR is mounted and
-blind to it, so DIR is also bound into the root at its own path (`mount`). The backing
-folder lies beside DIR, hidden (``.DIR.slowfs``): its files outlive `down`, as a shared
-volume outlives a cluster, and the next `up --shared-dir DIR` serves them again.
-
-Every mount of one sandbox's filesystem carries its name (``slurmpre-sandbox7``) as its
-source in /proc/mounts, on the host and in a root alike, and so does its server's
-command line: `take_down` finds them all by it, whether the state recorded them or the
-server died and left a stale mount.
-"""
+A Debian root's /tmp and /home are binds made before DIR is mounted and blind to it, so
+DIR is also bound into the root at its own path (`mount`). Every mount and the server's
+command line carry the sandbox's name (``slurmpre-sandbox7``): `take_down` finds them by
+it, recorded or not, a stale mount whose server died included."""
 
 from __future__ import annotations
 
@@ -33,7 +26,7 @@ from slurmpre.sandbox.asked import SharedDir
 from slurmpre.sandbox.daemons import spawn_detached
 from slurmpre.sandbox.host import apt_install
 from slurmpre.sandbox.instance import STATE_ROOT, Instance
-from slurmpre.sandbox.roots import ROOTS_DIR, Root
+from slurmpre.sandbox.roots import ROOTS_DIR, Root, mounts
 
 LOG = logging.getLogger(__name__)
 
@@ -116,19 +109,6 @@ def ensure_fuse() -> None:
         )
 
 
-def mounts() -> list[tuple[str, str]]:
-    """(source, mount point) of every mount, from /proc/mounts, escapes undone."""
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return []
-
-    def undo(field: str) -> str:
-        return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
-
-    return [(undo(f[0]), undo(f[1])) for f in map(str.split, lines) if len(f) >= 2]
-
-
 def points(instance: Instance) -> list[str]:
     """Where this sandbox's filesystem is mounted (host and roots; twice if stacked)."""
     name = fs_name(instance)
@@ -183,7 +163,7 @@ def mount(
     argv = [sys.executable, "-m", MODULE, str(backing), str(shared.dir), "--name", name]
     if shared.mbps is not None:
         argv += ["--mbps", str(shared.mbps)]
-    pid = spawn_detached(argv, log)
+    pid = spawn_detached(argv, log).pid
     deadline = time.monotonic() + timeout
     while str(shared.dir) not in points(instance):
         if not procs.alive(pid) or time.monotonic() > deadline:

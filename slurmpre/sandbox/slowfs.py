@@ -1,25 +1,16 @@
-"""A shared filesystem of capped bandwidth, for the sandbox to rehearse a slow shared volume.
-
-A FUSE passthrough onto a backing folder: every read and write of every process, on the
-host or on a node in a Debian root, goes through one `TokenBucket` of ``--mbps N``
-(N * 10**6 bytes a second, decimal as links and volumes are rated). One budget for
-both directions, not one each: a provider's shared volume has one throughput quota,
-and a background flush that writes while a successor reads its checkpoint back must
-slow the read, as it does there; a budget per direction would flatter both.
-
-Honest about durability: fsync and fdatasync reach the backing file's own, and so
-does a flush (every close of a file opened for writing), as NFS commits on close.
-Ownership and modes are the backing files': the mount uses ``default_permissions``
-(the kernel checks each caller against them) and ``allow_other`` (every user sees it);
-what a caller creates is made theirs.
+"""A shared filesystem of capped bandwidth: a FUSE passthrough onto a backing folder, every
+read and write of every process through one `TokenBucket` of ``--mbps N`` (N * 10**6
+bytes a second). One budget for both directions, as a provider's volume has one quota: a
+flush that writes while a successor reads its checkpoint back must slow the read. fsync,
+fdatasync and the close of a file written reach the backing file's own (as NFS commits on
+close). See docs/sandbox.md ("A shared filesystem of capped bandwidth").
 
 Run by `slurmpre.sandbox.shared_fs` as::
 
     python -m slurmpre.sandbox.slowfs BACKING MOUNTPOINT --mbps N --name NAME
 
-It serves until unmounted or sent SIGTERM (then it unmounts itself). It needs libfuse 3
-and the Python package mfusepy; this module imports without them.
-"""
+It serves until unmounted or sent SIGTERM. It needs libfuse 3 and mfusepy; this module
+imports without them."""
 
 from __future__ import annotations
 
@@ -42,25 +33,10 @@ UTIME_OMIT = (1 << 30) - 2
 FUSE_LIBRARY = "fuse3"  # mfusepy would take libfuse 2 first where both are installed
 
 
-def bytes_per_second(mbps: float) -> float:
-    """``--mbps N`` in bytes a second (N * 10**6)."""
-    return mbps * MB
-
-
-def seconds_for(nbytes: int, mbps: float) -> float:
-    """How long ``nbytes`` take at ``mbps`` at the least, burst aside."""
-    return nbytes / bytes_per_second(mbps)
-
-
 class TokenBucket:
-    """Bytes a second for every caller together, in arrival order.
-
-    ``reserve(n)`` takes ``n`` bytes of the budget at once (it may go below zero: a
-    request larger than the bucket is allowed, and the callers after it wait for the
-    debt to be paid) and says how long its caller must wait before moving them. The
-    bucket refills at ``rate`` bytes a second up to ``burst`` bytes. Thread-safe; the
-    clock and the sleep are injectable.
-    """
+    """``rate`` bytes a second (up to ``burst`` at once) for every caller together, in
+    arrival order. The budget may go below zero: a request larger than the bucket is
+    allowed, and the callers after it wait for the debt to be paid. Thread-safe."""
 
     def __init__(
         self,
@@ -386,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     os.umask(0)  # the modes callers ask for (the kernel applied their umask already)
     os.setgroups([])  # root's groups never lend a caller theirs (`as_caller`)
-    bucket = None if args.mbps is None else TokenBucket(bytes_per_second(args.mbps))
+    bucket = None if args.mbps is None else TokenBucket(args.mbps * MB)
     _mount(SlowFS(args.backing, bucket), args.mountpoint, args.name)
     return 0
 

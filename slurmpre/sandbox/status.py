@@ -21,7 +21,6 @@ def describe(sandbox: Sandbox) -> dict[str, Any]:
     try:
         slurm = {n.name: n for n in sandbox.client.nodes()}
     except CommandError as exc:
-        slurm = {}
         error: str | None = str(exc).splitlines()[0]
     else:
         error = None

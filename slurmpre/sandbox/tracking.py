@@ -63,12 +63,8 @@ def slurm_plugins(root: Root | None = None) -> set[str] | None:
 
 
 def choose_tracking(wanted: str, plugins: set[str] | None = None) -> Tracking:
-    """``cgroup`` where the host mounts the cgroup v1 controllers Slurm needs, else ``pgid``.
-
-    Slurm 22.05 keeps one ``slurm_<node>`` hierarchy per slurmd under cgroup v1,
-    so several slurmd on one host work; its cgroup v2 plugin wants systemd,
-    which the sandbox does not have.
-    """
+    """``cgroup`` where the host mounts the cgroup v1 controllers Slurm needs, else ``pgid``
+    (under cgroup v1 each slurmd keeps its own hierarchy; the v2 plugin wants systemd)."""
     if wanted in TRACKINGS and wanted != CGROUP.name:
         return TRACKINGS[wanted]
     if plugins is not None and "cgroup_v1" not in plugins:

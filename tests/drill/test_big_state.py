@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from slurmpre.drill import big_state, on_node, report
+from slurmpre.drill import big_state, report
 from slurmpre.drill.options import DrillOptions, DrillResult
 from slurmpre.drill.plan import Moment
 from slurmpre.drill.table import render, timeline_lines
@@ -58,7 +58,7 @@ def tiered_run(*, pulled_it: bool = True) -> Observed:
 def test_each_preemption_shows_its_save_on_the_node_its_pull_and_its_flush() -> None:
     (p,) = report.preemptions(tiered_run())
     assert (p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s) == (0.4, 2.5, 1000.0, 62.0)
-    assert on_node.line(p.saved_on_node_s, p.pull_s, p.pull_mb, p.flush_s) == (
+    assert p.tier_line() == (
         "saved on the node in 0.4 s, pulled 1,000 MB in 2.5 s, flushed into the folder in 62.0 s"
     )
     # A run that saves straight into its folder has none of them, and no such line.
@@ -117,11 +117,14 @@ def test_the_scene_fails_without_the_pull_with_a_step_lost_or_another_state() ->
 
 def test_the_scene_is_four_intervals_and_a_save_in_its_folder_outlasts_the_window() -> None:
     opts = DrillOptions(window=60, big_state_mb=512, every=500)
-    assert big_state.steps(opts) == 400 and big_state.scene_options(opts).every == 100
+    assert (
+        big_state.scene_options(opts).training_steps() == 400
+        and big_state.scene_options(opts).every == 100
+    )
     assert 512 / opts.big_state_mbps() == pytest.approx(90)
     with pytest.raises(UsageError, match=r"--big-state-mb 16 in a 3600 s window caps .* 0\.00296"):
         DrillOptions(big_state_mb=16, window=3600).check()
-    assert big_state.steps(DrillOptions(every=40)) == 160
+    assert big_state.scene_options(DrillOptions(every=40)).training_steps() == 160
     with pytest.raises(UsageError, match=r"--big-state-mb must be 0 .* got 8"):
         DrillOptions(big_state_mb=8).check()
     DrillOptions(big_state_mb=0).check()

@@ -51,7 +51,7 @@ def test_a_live_munged_slow_to_answer_is_waited_for_not_doubled(
 ) -> None:
     answers = iter([False, False, True])
     monkeypatch.setattr(daemons, "munge_works", lambda root=None, timeout=15.0: next(answers))
-    monkeypatch.setattr(daemons, "_detached", _no_second)
+    monkeypatch.setattr(daemons, "spawn_detached", _no_second)
     monkeypatch.setattr(daemons.time, "sleep", lambda s: None)
     assert daemons.start_munge(tmp_path, _root(tmp_path, munged)) is None
 
@@ -61,7 +61,7 @@ def test_a_live_munged_that_never_answers_is_an_error_naming_it(
 ) -> None:
     clock = iter(range(0, 10_000, 7))
     monkeypatch.setattr(daemons, "munge_works", lambda root=None, timeout=15.0: False)
-    monkeypatch.setattr(daemons, "_detached", _no_second)
+    monkeypatch.setattr(daemons, "spawn_detached", _no_second)
     monkeypatch.setattr(daemons.time, "sleep", lambda s: None)
     monkeypatch.setattr(daemons.time, "monotonic", lambda: float(next(clock)))
     with pytest.raises(SandboxError, match=f"munged \\(pid {munged}\\) runs but"):
@@ -87,7 +87,7 @@ def test_a_pid_file_of_a_munged_gone_starts_a_new_one(
 
     answers = iter([False, True])
     monkeypatch.setattr(daemons, "munge_works", lambda root=None, timeout=15.0: next(answers))
-    monkeypatch.setattr(daemons, "_detached", detached)
+    monkeypatch.setattr(daemons, "spawn_detached", detached)
     monkeypatch.setattr(daemons, "_ids_in", lambda root, user: (0, 0))
     monkeypatch.setattr(daemons.os, "chown", lambda *a: None)
     assert daemons.start_munge(tmp_path, _root(tmp_path, gone.pid)) == 4242

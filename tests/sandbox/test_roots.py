@@ -10,7 +10,7 @@ import pytest
 from slurmpre.errors import SandboxError, UsageError
 from slurmpre.lines import sent_to
 from slurmpre.sandbox import roots
-from slurmpre.sandbox.roots import Root, deactivate, suite_of
+from slurmpre.sandbox.roots import Root, suite_of
 
 from tests.conftest import slurmpre_cli
 
@@ -97,17 +97,13 @@ def test_the_host_interpreter_is_carried_into_a_root_unless_it_is_the_systems(
     assert all(p in binds or any(p.is_relative_to(b) for b in binds) for p in roots.interpreter())
 
 
-def test_activate_puts_one_roots_commands_first_and_deactivate_takes_them_away(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin")
+def test_slurm_path_puts_one_roots_commands_first_and_none_takes_them_away() -> None:
     trixie = Root("trixie", roots.ROOTS_DIR / "trixie")
     sid = Root("sid", roots.ROOTS_DIR / "sid")
-    trixie.activate()
-    sid.activate()  # the other root's commands leave PATH
-    assert os.environ["PATH"].split(os.pathsep) == [str(sid.shims), "/usr/local/bin", "/usr/bin"]
-    deactivate()
-    assert os.environ["PATH"] == "/usr/local/bin:/usr/bin"
+    path = roots.slurm_path(roots.slurm_path("/usr/local/bin:/usr/bin", trixie), sid)
+    # the other root's commands leave PATH
+    assert path.split(os.pathsep) == [str(sid.shims), "/usr/local/bin", "/usr/bin"]
+    assert roots.slurm_path(path, None) == "/usr/local/bin:/usr/bin"
 
 
 def test_loading_a_sandbox_on_a_root_leaves_the_process_path_alone(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from slurmpre.sandbox import slowfs
-from slurmpre.sandbox.slowfs import MB, SlowFS, TokenBucket, bytes_per_second, seconds_for
+from slurmpre.sandbox.slowfs import MB, SlowFS, TokenBucket
 
 
 class Clock:
@@ -32,9 +32,6 @@ class Clock:
 
 def test_n_mbps_is_n_million_bytes_a_second() -> None:
     assert MB == 10**6
-    assert bytes_per_second(8) == 8_000_000
-    assert seconds_for(32 * MB, 8) == 4.0
-    assert seconds_for(200 * MB, 16) == 12.5
 
 
 def test_the_bucket_lets_its_burst_through_then_the_rate() -> None:
