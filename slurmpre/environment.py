@@ -5,7 +5,7 @@ training process tell one another, and the few a user sets (docs/architecture.md
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 # The batch script's exports (templates/default.sbatch.j2 writes these names).
 JOB_NAME = "SLURMPRE_JOB_NAME"
@@ -105,6 +105,22 @@ class Training:
     file_access: str
 
     def to_env(self) -> dict[str, str]:
-        """Each field as its variable above (``SLURMPRE_`` and the field's name), None as ""."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {f"SLURMPRE_{k.upper()}": "" if v is None else str(v) for k, v in values.items()}
+        def shown(value: int | None) -> str:
+            return "" if value is None else str(value)
+
+        return {
+            CHECKPOINT_DIR: self.checkpoint_dir,
+            RESUME_FROM: self.resume_from or "",
+            RESUME_STEP: shown(self.resume_step),
+            RESTART_COUNT: str(self.restart_count),
+            RESTARTS: str(self.restarts),
+            JOB_TAG: self.job_tag,
+            WORLD_SIZE: str(self.world_size),
+            PREVIOUS_WORLD_SIZE: shown(self.previous_world_size),
+            NOTICE_FILE: self.notice_file,
+            LISTENING_FILE: self.listening_file,
+            TAKEN_FILE: self.taken_file,
+            GOES_ON_FILE: self.goes_on_file,
+            MEETS_AT_RESUME_FILE: self.meets_at_resume_file,
+            FILE_ACCESS: self.file_access,
+        }
