@@ -122,9 +122,6 @@ class DrainBoard:
     ) -> None:
         """``everything``: this job may grow, and asks about every node."""
         self.dir = where
-        self.lease_path = where / "lease.json"
-        self.board_path = where / "board.json"
-        self.jobs_dir = where / "jobs"
         self.me = me
         self.client = client
         self.interval = interval
@@ -140,6 +137,18 @@ class DrainBoard:
         self._own = _Own()
 
     # -- the files ---------------------------------------------------------------------
+    @property
+    def lease_path(self) -> Path:
+        return self.dir / "lease.json"
+
+    @property
+    def board_path(self) -> Path:
+        return self.dir / "board.json"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.dir / "jobs"
+
     def _registration(self) -> Path:
         return self.jobs_dir / f"{self.me}.json"
 
