@@ -1,6 +1,10 @@
 """The one seam through which slurmpre runs the external commands whose answer it reads
 (Slurm's tools, apt-get, munge's checks); the processes it supervises are started by
 their supervisors (job/start/supervise.py, job/handover/steps.py, sandbox/daemons.py).
+
+argv lists only, never a shell; a timeout on every call; logged at debug; a missing
+executable, a time-out and a failure each become a `CommandError` whose message names
+the command, the exit code and the indented stderr.
 """
 
 from __future__ import annotations

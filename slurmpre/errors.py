@@ -1,5 +1,6 @@
 """The one error hierarchy of slurmpre: every error carries a message meant for the user,
-which `slurmpre.cli.main` turns into one line and an exit code."""
+which `slurmpre.cli.main` turns into one line and an exit code.
+"""
 
 from __future__ import annotations
 

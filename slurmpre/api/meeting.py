@@ -1,5 +1,6 @@
 """How the ranks of one checkpoint meet: each says it wrote its part (or failed, so no rank
-is left waiting), and all learn whether rank 0 committed it."""
+is left waiting), and all learn whether rank 0 committed it.
+"""
 
 from __future__ import annotations
 

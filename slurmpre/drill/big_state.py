@@ -1,6 +1,7 @@
 """The drill's big-state scene (#51): a state too big to write within the window, saved on
 the node, its checkpoint folder on a shared dir capped so that a save there takes one and
-a half windows. See docs/drill.md ("What it does", 8) for the scene and what it must show."""
+a half windows. See docs/drill.md ("What it does", 8) for the scene and what it must show.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The drill's capacity scene (#36): preemptible capacity comes back later, and a job asked
-for ``nodes = "1-2"`` grows into it. See docs/drill.md ("What it does", 7)."""
+for ``nodes = "1-2"`` grows into it. See docs/drill.md ("What it does", 7).
+"""
 
 from __future__ import annotations
 

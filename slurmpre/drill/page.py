@@ -2,7 +2,8 @@
 
 A run with a ledger is drawn as `slurmpre status --html` draws it (`login.story`); the
 seeds' recipe keeps none, so its attempts are the report's (`drill.report`). Drains and
-removals are always the drill's own (it made them)."""
+removals are always the drill's own (it made them).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """When the drill preempts: a schedule of `Moment`s drawn from a seed, the same for every
 run it compares. With three or more preemptions, at least one of each kind; the order is
-shuffled. See docs/drill.md ("What it does", 4)."""
+shuffled. See docs/drill.md ("What it does", 4).
+"""
 
 from __future__ import annotations
 

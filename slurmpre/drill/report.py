@@ -1,6 +1,7 @@
 """What a drill run cost, from what it left behind: attempts, each preemption's share, a
 summary. Pure functions of the recorded timelines (`drill.timeline`); how each figure is
-counted is in docs/drill.md ("How each preemption's cost is counted")."""
+counted is in docs/drill.md ("How each preemption's cost is counted").
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The drill on the sandbox: submit, preempt on schedule, watch, and collect what happened.
-See docs/drill.md ("What it does")."""
+See docs/drill.md ("What it does").
+"""
 
 from __future__ import annotations
 

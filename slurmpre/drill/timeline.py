@@ -1,7 +1,8 @@
 """What the drill records of a run (``timelines.json``): Slurm's states as sampled, the
 training's log, slurmpre's ledger and the preemptions the drill made; the report
 (`drill.report`) is a pure function of these, so it can be computed again, and tested,
-without a cluster."""
+without a cluster.
+"""
 
 from __future__ import annotations
 

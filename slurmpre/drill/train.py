@@ -15,7 +15,8 @@ state is JSON (a float's repr reads back as the same bits).
 ``--mode slurmpre`` checkpoints through slurmpre's API; ``--mode seeds`` is the
 provider's recipe (docs/drill.md, "What it does", 6). Rank 0 appends what happened
 to ``<checkpoint dir>/drill-steps.jsonl``, which the drill reads. Imports torch
-unless ``--plain``: never imported by slurmpre itself."""
+unless ``--plain``: never imported by slurmpre itself.
+"""
 
 from __future__ import annotations
 

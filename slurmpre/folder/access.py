@@ -2,8 +2,10 @@
 
 slurmpre sets its modes whatever the umask (a umask of 000 would otherwise make them
 world-writable, and other nodes trust the choice files); the modes of each access are
-`OWNER` and `GROUP` below (docs/security.md, 1 and 2). A folder that already exists
-keeps its mode: it is the user's, except slurmpre's own ``.slurmpre``, set on every start.
+`OWNER` and `GROUP` below (docs/security.md, 1 and 2). With the group's, the folders
+slurmpre makes above the checkpoint folder are 0750: the group reaches it, and cannot
+rename what is in them. A folder that already exists keeps its mode: it is the user's,
+except slurmpre's own ``.slurmpre``, set on every start.
 """
 
 from __future__ import annotations
@@ -53,8 +55,11 @@ def from_env(env: Mapping[str, str] | None = None) -> Access:
 
 def make_dir(path: Path, access: Access, *, exist_ok: bool = False) -> bool:
     """Create ``path`` (its parents must exist) with the access's mode; True if created.
-    mkdir's mode passes through the umask (never more open than asked); a chmod then
-    restores what a strict umask removed (a group's bits)."""
+
+    mkdir's mode passes through the umask, which can only take bits away, so
+    the folder is never more open than asked, and chmod then restores what a
+    strict umask removed (a group's bits).
+    """
     return _make(path, access.dir_mode, exist_ok=exist_ok)
 
 

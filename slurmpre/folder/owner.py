@@ -1,6 +1,6 @@
-"""One live job per checkpoint folder (docs/spec.md, "Resuming on purpose"): the ledger
-names the jobs of a folder, Slurm says which still live. Submitting one spec twice is a
-common slip: both jobs would write into one folder.
+"""One live job per checkpoint folder (docs/spec.md, the section of that name): the
+ledger names the jobs of a folder, Slurm says which still live. Submitting one spec
+twice is a common slip: both jobs would write into one folder.
 """
 
 from __future__ import annotations

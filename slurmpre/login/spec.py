@@ -184,7 +184,8 @@ def load(
     raw = read(path)
     overrides = parse_sets(sets)
     if "env" in overrides:
-        base, given = raw.get("env", {}), overrides.pop("env")  # set again last, below
+        base = raw.get("env", {})
+        given = overrides.pop("env")  # set again last, below
         if not isinstance(base, Mapping):
             raise v.bad("env", base, 'must be a table of NAME = "value"')
         if not isinstance(given, Mapping):  # --set env=3: give each as env.NAME=value

@@ -176,18 +176,25 @@ def _write(
             return None
         lane = lanes.node(start.nodes[r.node], kind_of.get(r.job, ""))
         done = "" if r.ok else f" failed: {r.why}"
-        took, kind, label = r.seconds, Kind.PULL, f"job {r.job} pulled step {r.step}{done}"
+        took = r.seconds
+        kind = Kind.PULL
+        label = f"job {r.job} pulled step {r.step}{done}"
         detail = f"{r.bytes} bytes in {r.seconds:.1f} s"
     elif isinstance(r, Saved):
-        took, kind, label = r.seconds, Kind.SAVE, f"step {r.step} saved on the nodes"
+        took = r.seconds
+        kind = Kind.SAVE
+        label = f"step {r.step} saved on the nodes"
         detail = f"the training stopped {r.seconds:.1f} s"
     elif isinstance(r, Checkpoint) and r.flush_seconds is not None:
-        took, kind, label = r.flush_seconds, Kind.FLUSH, f"step {r.step} flushed into the folder"
+        took = r.flush_seconds
+        kind = Kind.FLUSH
+        label = f"step {r.step} flushed into the folder"
         detail = "beside the training"
     elif isinstance(r, Checkpoint):
         took = r.seconds or 0.0
         why = " on the notice" if r.after_notice else ""
-        kind, label = Kind.CHECKPOINT, f"checkpoint of step {r.step}{why}"
+        kind = Kind.CHECKPOINT
+        label = f"checkpoint of step {r.step}{why}"
         detail = f"{r.path} ({took:.1f} s)"
     else:
         return None

@@ -4,7 +4,8 @@ folder, ports, node names, cluster name and configuration folder. See docs/sandb
 
 Node names differ between sandboxes because several slurmd on one host keep their cgroups
 under ``slurm_<node>`` and job ids start at 1 in every cluster: two clusters with the
-same node names would share job cgroups."""
+same node names would share job cgroups.
+"""
 
 from __future__ import annotations
 

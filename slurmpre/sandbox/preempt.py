@@ -1,7 +1,8 @@
 """The provider's preemption of a Slurm node, replayed on the sandbox: drain at T+0 (no
 signal), remove at T+window (slurmd and every job process on it killed at once, the node
 marked DOWN, so ``--requeue`` jobs are requeued), and later a replacement under the same
-name, idle and undrained. See docs/drill.md ("What it does")."""
+name, idle and undrained. See docs/drill.md ("What it does").
+"""
 
 from __future__ import annotations
 

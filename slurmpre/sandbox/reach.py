@@ -6,7 +6,8 @@ docs/sandbox.md ("slurmpre's commands reach the sandbox that is up").
 What is read here decides which program runs as ``sbatch``: the state folder,
 ``sandbox.json``, the shims' folder and every shim are opened without following a link
 and must be root's and writable by no group or other (as `slurmpre.folder.trust` opens a
-job's files); anything else is a `SandboxError` naming the file, and nothing changes."""
+job's files); anything else is a `SandboxError` naming the file, and nothing changes.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 The root is made once per suite and cached; the folders jobs use, slurmpre's source and
 the interpreter that starts the sandbox (read-only) are bound in at their own paths, so
 a path and a spec's ``python`` mean the same inside and outside; the host reaches the
-root's Slurm through shims on ``PATH``. See docs/sandbox.md ("Versions")."""
+root's Slurm through shims on ``PATH``. See docs/sandbox.md ("Versions").
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ served by `slowfs`; see docs/sandbox.md ("A shared filesystem of capped bandwidt
 A Debian root's /tmp and /home are binds made before DIR is mounted and blind to it, so
 DIR is also bound into the root at its own path (`mount`). Every mount and the server's
 command line carry the sandbox's name (``slurmpre-sandbox7``): `take_down` finds them by
-it, recorded or not, a stale mount whose server died included."""
+it, recorded or not, a stale mount whose server died included.
+"""
 
 from __future__ import annotations
 

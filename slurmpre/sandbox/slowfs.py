@@ -10,7 +10,8 @@ Run by `slurmpre.sandbox.shared_fs` as::
     python -m slurmpre.sandbox.slowfs BACKING MOUNTPOINT --mbps N --name NAME
 
 It serves until unmounted or sent SIGTERM. It needs libfuse 3 and mfusepy; this module
-imports without them."""
+imports without them.
+"""
 
 from __future__ import annotations
 

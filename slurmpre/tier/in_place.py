@@ -79,7 +79,8 @@ class InPlacePull:
                     time=now,
                 )
             )
-            self.step, self.asked_at = step, now
+            self.step = step
+            self.asked_at = now
             return None
         got = {r.node: r for r in records if isinstance(r, Pulled) and r.job == self.job
                and r.attempt_id == self.at and r.step == self.step and r.node in self.kept

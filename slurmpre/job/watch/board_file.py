@@ -50,8 +50,12 @@ def _node_json(n: NodeInfo) -> dict[str, Any]:
 def _node_of(d: Any) -> NodeInfo:
     if not isinstance(d, dict):
         raise ValueError("not a node")
-    name, state, flags, reason = d.get("name"), d.get("state"), d.get("flags"), d.get("reason")
-    features, rt = d.get("features", []), d.get("reason_time")
+    name = d.get("name")
+    state = d.get("state")
+    flags = d.get("flags")
+    reason = d.get("reason")
+    features = d.get("features", [])
+    rt = d.get("reason_time")
     if not (
         isinstance(name, str)
         and isinstance(state, str)
