@@ -171,6 +171,42 @@ class FolderLayout:
 
 
 @dataclass(frozen=True)
+class AttemptFiles:
+    """One attempt's control files: what its watcher and its training script tell each
+    other. The wrapper has them from its job (`JobEnv.files`), the script from its
+    environment (`slurmpre.api.attempt.own_files`); `FolderLayout` spells their names."""
+
+    layout: FolderLayout
+    job: str  # the job's tag
+    attempt: str  # an `attempt_key`
+
+    @property
+    def notice(self) -> Path:
+        """The watcher's notice, which every rank reads."""
+        return self.layout.notice(self.job, self.attempt)
+
+    @property
+    def listening(self) -> Path:
+        """Exists once the script has asked `preemption_requested()`."""
+        return self.layout.listening(self.job, self.attempt)
+
+    @property
+    def taken(self) -> Path:
+        """Exists once `preemption_requested()` has answered True: the script stops."""
+        return self.layout.taken(self.job, self.attempt)
+
+    @property
+    def goes_on(self) -> Path:
+        """Exists once the script has asked `checkpoint_requested()`."""
+        return self.layout.goes_on(self.job, self.attempt)
+
+    @property
+    def meets_at_resume(self) -> Path:
+        """The job's (every attempt's) mark: see `FolderLayout.meets_at_resume`."""
+        return self.layout.meets_at_resume(self.job)
+
+
+@dataclass(frozen=True)
 class LogLayout:
     """The names of a job's logs in its log folder."""
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder import trust
-from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import AttemptId, InPlace, InPlaceFailed
 from slurmpre.job.handover.inplace import Plan
@@ -31,7 +30,7 @@ def may_start_early(restart: Plan, job: JobEnv, folder: Path) -> bool:
     node's place (its nodes are all held), and the script meets at `resume_path()`."""
     if not restart.keep or not restart.spares_in or job.batch_host is None:
         return False
-    return trust.marked(FolderLayout(folder).meets_at_resume(job.tag))
+    return trust.marked(job.files(folder).meets_at_resume)
 
 
 def wait_for_previous_step(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurmpre import environment
 from slurmpre.errors import JobEnvironmentError
-from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.layout import AttemptFiles, FolderLayout, attempt_key
 from slurmpre.slurm.hostlist import expand
 
 
@@ -74,6 +75,10 @@ class JobEnv:
     def attempt(self) -> str:
         """This attempt's name in file names: ``3``, or ``3.1`` after one in-place restart."""
         return attempt_key(self.restart_count, self.in_place)
+
+    def files(self, folder: Path) -> AttemptFiles:
+        """This attempt's control files under the checkpoint folder ``folder``."""
+        return AttemptFiles(FolderLayout(folder), self.tag, self.attempt)
 
     @property
     def tag(self) -> str:

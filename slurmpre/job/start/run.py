@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from slurmpre import environment, lines
 from slurmpre.errors import SlurmpreError
 from slurmpre.folder.access import touch
-from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import End
 from slurmpre.job.start.args import RunOptions, parse_args
@@ -335,15 +334,15 @@ def _train(
         if job.is_first_node and takes_over_early(opts, job, folder):
             quiet_thread(_take_over, args=(at, supervisor), name="slurmpre-take-over")
         if opts.notice_signal is not None:
-            taken = FolderLayout(folder).taken(job.tag, job.attempt)
+            files = job.files(folder)
             quiet_thread(
                 functools.partial(
                     relay_notice,
                     workers=opts.launcher != Launcher.PLAIN,
-                    taken=lambda: touch(taken, opts.file_access),
+                    taken=lambda: touch(files.taken, opts.file_access),
                 ),
                 args=(
-                    FolderLayout(folder).notice(job.tag, job.attempt),
+                    files.notice,
                     child,
                     opts.notice_signal,
                     stop_relay,

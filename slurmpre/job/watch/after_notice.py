@@ -52,6 +52,7 @@ class AfterNotice:
         clock: Clock,
     ) -> None:
         self.job, self.files, self.config = job, FolderLayout(folder), config
+        self.own = job.files(folder)  # this attempt's control files
         self.restarts, self.log, self.clock = restarts, log, clock
         self._state = Progress()
 
@@ -101,7 +102,7 @@ class AfterNotice:
         self._enter(Phase.GOING_ON if successor or state.early else Phase.STOPPING)
         current = _latest(self.files.folder)
         state.step_at_notice = current.step if current else None
-        own = self.files.listening(self.job.tag, self.job.attempt)
+        own = self.own.listening
         state.listened_before = any(
             p != own and trust.marked(p) for p in self.files.listening_files()
         )
@@ -250,7 +251,7 @@ class AfterNotice:
             state.asked_at = now
         stop = phase is Phase.STOPPING
         try:
-            path = self.files.notice(self.job.tag, self.job.attempt)
+            path = self.own.notice
             write_notice(path, dataclasses.replace(state.notice, stop=stop))
         except (OSError, trust.Untrusted) as exc:
             LOG.info(f"could not write the notice file: {exc}")
@@ -312,7 +313,6 @@ class AfterNotice:
 
     def _facts(self) -> Facts:
         state = self._state
-        tag, attempt = self.job.tag, self.job.attempt
         if state.commit is None:
             found = self._committed_since_notice()
             if found is not None:
@@ -322,15 +322,15 @@ class AfterNotice:
                 seen = self.clock.wall()
                 self.log.add(records.Committed, step=step, path=path, committed_seen_at=seen)
                 self.restarts.place_late()  # a placement that waited for the rate
-        goes_on = trust.marked(self.files.goes_on(tag, attempt))
+        goes_on = trust.marked(self.own.goes_on)
         state.went_on = state.went_on or goes_on
         self._tell_to_stop(goes_on)
         self._stop_for_the_bigger_job()
         now = self.clock.monotonic()
         return Facts(
             goes_on=goes_on and state.phase.trains_on,
-            listening=trust.marked(self.files.listening(tag, attempt)),
-            taken=trust.marked(self.files.taken(tag, attempt)),
+            listening=trust.marked(self.own.listening),
+            taken=trust.marked(self.own.taken),
             committed=state.commit is not None,
             since_commit=None if state.commit is None else now - state.commit.at,
             exit_code=state.exit_code,
@@ -346,7 +346,7 @@ class AfterNotice:
         # wait for that one, not for a periodic save that lands first, or the steps
         # it trains between the two would be lost.
         state = self._state
-        listening = trust.marked(self.files.listening(self.job.tag, self.job.attempt))
+        listening = trust.marked(self.own.listening)
         pull = state.pull if self.restarts.successor is None else None
         saved = self.log.notice_save(pulled=pull is not None or self.restarts.successor is not None)
         if pull is not None and isinstance(saved, records.Saved):  # in place, on the nodes
