@@ -24,7 +24,8 @@ RELEASING = "SLURMPRE_RELEASING"
 # run's restarts before this job (so the run's count goes on across jobs).
 PREDECESSOR = "SLURMPRE_PREDECESSOR"
 EARLIER_RESTARTS = "SLURMPRE_EARLIER_RESTARTS"
-# What the wrapper tells the training process (`Training`).
+# What the wrapper tells the training process (`Training`). Its attempt's control files
+# follow from CHECKPOINT_DIR, JOB_TAG, RESTART_COUNT and IN_PLACE (`api.attempt.own_files`).
 RESUME_FROM = "SLURMPRE_RESUME_FROM"
 RESUME_STEP = "SLURMPRE_RESUME_STEP"
 RESTART_COUNT = "SLURMPRE_RESTART_COUNT"
@@ -32,11 +33,6 @@ RESTARTS = "SLURMPRE_RESTARTS"
 JOB_TAG = "SLURMPRE_JOB_TAG"
 WORLD_SIZE = "SLURMPRE_WORLD_SIZE"
 PREVIOUS_WORLD_SIZE = "SLURMPRE_PREVIOUS_WORLD_SIZE"
-NOTICE_FILE = "SLURMPRE_NOTICE_FILE"
-LISTENING_FILE = "SLURMPRE_LISTENING_FILE"
-TAKEN_FILE = "SLURMPRE_TAKEN_FILE"
-GOES_ON_FILE = "SLURMPRE_GOES_ON_FILE"
-MEETS_AT_RESUME_FILE = "SLURMPRE_MEETS_AT_RESUME_FILE"
 FILE_ACCESS = "SLURMPRE_FILE_ACCESS"
 # In a successor's training: the job it takes over from, while the checkpoint is not yet
 # chosen (`slurmpre.resume_path()` waits for it, at most RESUME_TIMEOUT seconds).
@@ -70,8 +66,7 @@ USER_SET = frozenset({SHARED_WATCH, SHARED_DIR, PORT_OFFSET})
 # expands it from the training's environment (`slurmpre.job.start.expand`).
 ALWAYS = frozenset({
     JOB_NAME, CHECKPOINT_DIR, LOG_DIR, RESUME_FROM, RESUME_STEP, RESTART_COUNT, RESTARTS,
-    JOB_TAG, WORLD_SIZE, PREVIOUS_WORLD_SIZE, NOTICE_FILE, LISTENING_FILE, TAKEN_FILE,
-    GOES_ON_FILE, MEETS_AT_RESUME_FILE, FILE_ACCESS,
+    JOB_TAG, WORLD_SIZE, PREVIOUS_WORLD_SIZE, FILE_ACCESS,
 })  # fmt: skip
 
 
@@ -97,11 +92,6 @@ class Training:
     job_tag: str
     world_size: int
     previous_world_size: int | None
-    notice_file: str
-    listening_file: str
-    taken_file: str
-    goes_on_file: str
-    meets_at_resume_file: str
     file_access: str
 
     def to_env(self) -> dict[str, str]:
@@ -117,10 +107,5 @@ class Training:
             JOB_TAG: self.job_tag,
             WORLD_SIZE: str(self.world_size),
             PREVIOUS_WORLD_SIZE: shown(self.previous_world_size),
-            NOTICE_FILE: self.notice_file,
-            LISTENING_FILE: self.listening_file,
-            TAKEN_FILE: self.taken_file,
-            GOES_ON_FILE: self.goes_on_file,
-            MEETS_AT_RESUME_FILE: self.meets_at_resume_file,
             FILE_ACCESS: self.file_access,
         }

@@ -177,13 +177,9 @@ def as_a_job(monkeypatch: pytest.MonkeyPatch, folder: Path, tag: str, attempt: i
         "SLURMPRE_CHECKPOINT_DIR": str(folder),
         "SLURMPRE_JOB_TAG": tag,
         "SLURMPRE_RESTART_COUNT": str(attempt),
-        "SLURMPRE_NOTICE_FILE": str(notice),
-        "SLURMPRE_LISTENING_FILE": str(FolderLayout(folder).listening(tag, attempt)),
-        "SLURMPRE_TAKEN_FILE": str(FolderLayout(folder).taken(tag, attempt)),
-        "SLURMPRE_GOES_ON_FILE": str(FolderLayout(folder).goes_on(tag, attempt)),
-        "SLURMPRE_MEETS_AT_RESUME_FILE": str(FolderLayout(folder).meets_at_resume(tag)),
     }.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURMPRE_IN_PLACE", raising=False)
     api.watch_notices(str(notice), check_every=0.0)
     return notice
 

@@ -74,9 +74,9 @@ def everything(folder: Path, mode: access.Access, monkeypatch: pytest.MonkeyPatc
     write_notice(folder / ".slurmpre" / "notice-7-0.json", Notice("drain", "n1", None, 1.0))
     monkeypatch.setenv(environment.FILE_ACCESS, mode.name)
     monkeypatch.setenv("SLURMPRE_JOB_TAG", "7")
-    monkeypatch.setenv("SLURMPRE_LISTENING_FILE", str(folder / ".slurmpre" / "listening-7-0"))
-    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", str(folder / ".slurmpre" / "notice-7-0.json"))
-    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+    monkeypatch.setenv("SLURMPRE_CHECKPOINT_DIR", str(folder))  # names listening-7-0
+    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURMPRE_IN_PLACE",
+                "SLURMPRE_RESTART_COUNT", "SLURM_RESTART_COUNT"):  # fmt: skip
         monkeypatch.delenv(key, raising=False)
     slurmpre.preemption_requested(env=dict(os.environ))  # a fresh gate: it marks listening
     with slurmpre.checkpoint(1, folder) as path:

@@ -16,7 +16,7 @@ from slurmpre.errors import CheckpointError, SlurmpreError, UsageError
 from slurmpre.folder import trust
 from slurmpre.folder.access import CONTROL_MODE, Access
 from slurmpre.folder.access import from_env as access_from_env
-from slurmpre.folder.layout import attempt_key
+from slurmpre.folder.layout import AttemptFiles, FolderLayout, attempt_key
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.records import Record, Waiting
 from slurmpre.tier import local
@@ -58,16 +58,16 @@ def resume_step(env: Mapping[str, str] | None = None) -> int | None:
     return environment.number(e, environment.RESUME_STEP)
 
 
-_marked_resume: set[str] = set()
+_marked_resume: set[Path] = set()
 
 
 def _meets_at_resume(env: Mapping[str, str]) -> None:
     """Mark (once) that this job's script asks for its checkpoint here: its successor may
     then start early and wait in this call (make before break)."""
-    path = env.get(environment.MEETS_AT_RESUME_FILE, "")
-    if path and path not in _marked_resume:
-        mark(env, environment.MEETS_AT_RESUME_FILE)
-        _marked_resume.add(path)
+    files = own_files(env)
+    if files is not None and files.meets_at_resume not in _marked_resume:
+        mark(files.meets_at_resume)
+        _marked_resume.add(files.meets_at_resume)
 
 
 _taken: dict[tuple[str, str, str], Choice] = {}
@@ -129,6 +129,17 @@ def in_place_of(env: Mapping[str, str]) -> int:
     return environment.number(env, environment.IN_PLACE) or 0
 
 
+def own_files(env: Mapping[str, str]) -> AttemptFiles | None:
+    """This attempt's control files, the ones its wrapper names (`JobEnv.files`); None
+    outside a slurmpre job (no checkpoint folder or job tag), where nothing is marked
+    and no notice comes."""
+    folder, tag = env.get(environment.CHECKPOINT_DIR, ""), env.get(environment.JOB_TAG, "")
+    if not folder or not tag:
+        return None
+    attempt = attempt_key(own_attempt(env), in_place_of(env))
+    return AttemptFiles(FolderLayout(Path(folder)), tag, attempt)
+
+
 def world_size(env: Mapping[str, str] | None = None) -> int | None:
     """Processes in this attempt (nodes x processes per node)."""
     return environment.number(env_of(env), environment.WORLD_SIZE)
@@ -188,11 +199,9 @@ def access_of(env: Mapping[str, str]) -> Access:
         raise CheckpointError(str(exc)) from None
 
 
-def mark(env: Mapping[str, str], key: str) -> None:
-    path = env.get(key, "")
-    if path:
-        with contextlib.suppress(OSError, SlurmpreError):  # a mark is a hint to the watcher
-            trust.create(Path(path), CONTROL_MODE)
+def mark(path: Path) -> None:
+    with contextlib.suppress(OSError, SlurmpreError):  # a mark is a hint to the watcher
+        trust.create(path, CONTROL_MODE)
 
 
 def record(ledger: Ledger, entry: Record) -> None:

@@ -6,16 +6,18 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from slurmpre import environment
-from slurmpre.api.attempt import distributed, env_of, mark
+from slurmpre.api.attempt import distributed, env_of, mark, own_files
 from slurmpre.api.meeting import device
 from slurmpre.job.watch.notice import CHECKPOINT, STOP, Agree, NoticeGate
 
 # One gate per notice file, for the life of the process: its marks, and what the script
 # has asked so far, last from one call to the next (whatever mapping ``env`` is given as).
 _gates: dict[str, NoticeGate] = {}
+
+# The marks a script leaves for the watcher, each once: `AttemptFiles`'s names for them.
+Mark = Literal["listening", "taken", "goes_on"]
 
 
 @functools.cache
@@ -34,8 +36,9 @@ def _torch_agree(dist: Any) -> Agree:
 
 
 def gate_for(env: Mapping[str, str] | None) -> NoticeGate:
-    """This process's gate on the notice file ``env`` names."""
-    path = env_of(env).get(environment.NOTICE_FILE, "")
+    """This process's gate on this attempt's notice file (none outside a slurmpre job)."""
+    files = own_files(env_of(env))
+    path = "" if files is None else str(files.notice)
     gate = _gates.get(path)
     return gate if gate is not None else watch_notices(path)
 
@@ -47,17 +50,26 @@ def watch_notices(path: str, *, check_every: float = 1.0) -> NoticeGate:
     return gate
 
 
-def _level(gate: NoticeGate, env: Mapping[str, str] | None, which: str) -> tuple[int, bool]:
+def _level(gate: NoticeGate, env: Mapping[str, str] | None, which: Mark) -> tuple[int, bool]:
     """The notice level all ranks agree on now, and whether this is the first rank
     (which leaves the script's marks); ``which`` is the mark this call leaves once."""
     dist = distributed()
     first_rank = dist is None or dist.get_rank() == 0
-    if first_rank and which not in gate.marked:
+    if first_rank:
         # The watcher then waits for the checkpoint this script takes on the notice,
         # not for a periodic one that happens to land first.
-        mark(env_of(env), which)
-        gate.marked.add(which)
+        _leave(gate, env, which)
     return gate.agree(None if dist is None else _torch_agree(dist)), first_rank
+
+
+def _leave(gate: NoticeGate, env: Mapping[str, str] | None, which: Mark) -> None:
+    """Leave the mark ``which`` once in ``gate``'s life: the file `AttemptFiles` names so
+    (none outside a slurmpre job)."""
+    if which not in gate.marked:
+        files = own_files(env_of(env))
+        if files is not None:
+            mark(getattr(files, which))
+        gate.marked.add(which)
 
 
 def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
@@ -80,20 +92,19 @@ def preemption_requested(env: Mapping[str, str] | None = None) -> bool:
     job that takes over is ready, or as the draining node's deadline nears.
     """
     gate = gate_for(env)
-    level, first_rank = _level(gate, env, environment.LISTENING_FILE)
+    level, first_rank = _level(gate, env, "listening")
     gate.stop_asked = True
     answer = level >= (STOP if gate.goes_on else CHECKPOINT)
-    if answer and first_rank and environment.TAKEN_FILE not in gate.marked:
+    if answer and first_rank:
         # The script stops on this notice: its exit is not the end of its work.
-        mark(env_of(env), environment.TAKEN_FILE)
-        gate.marked.add(environment.TAKEN_FILE)
+        _leave(gate, env, "taken")
     return answer
 
 
 def stopping(env: Mapping[str, str] | None = None) -> bool:
     """`preemption_requested()` has answered True in this process: the script stops (its
     next checkpoint is its last in this attempt). Never asks the notice file itself."""
-    return environment.TAKEN_FILE in gate_for(env).marked
+    return "taken" in gate_for(env).marked
 
 
 def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
@@ -118,7 +129,7 @@ def checkpoint_requested(env: Mapping[str, str] | None = None) -> bool:
     """
     gate = gate_for(env)
     gate.goes_on = True
-    level, _ = _level(gate, env, environment.GOES_ON_FILE)
+    level, _ = _level(gate, env, "goes_on")
     if gate.checkpoint_answered or level < CHECKPOINT:
         return False
     if level >= STOP and gate.stop_asked:

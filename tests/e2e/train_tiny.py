@@ -19,6 +19,7 @@ import slurmpre
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from slurmpre.api.attempt import own_files
 
 DIM = 16
 GLOBAL_BATCH = 32
@@ -39,7 +40,9 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 def hold_for_the_notice(out: Path, rank: int, timeout: float = 300) -> None:
     if rank == 0:
         (out / "holding").write_text(str(time.time()))
-    notice = Path(os.environ["SLURMPRE_NOTICE_FILE"])
+    files = own_files(os.environ)  # the file itself: asking slurmpre would mark listening
+    assert files is not None, "run under slurmpre's wrapper"
+    notice = files.notice
     deadline = time.monotonic() + timeout
     while not notice.exists():
         if time.monotonic() > deadline:

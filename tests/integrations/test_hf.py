@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from slurmpre import api
 from slurmpre import errors as slurmpre_errors
 from slurmpre.folder import checkpoints
 from slurmpre.folder.layout import FolderLayout
@@ -96,9 +95,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_ends_identical(
     chosen = checkpoints.latest(folder).checkpoint
     assert chosen is not None and chosen.where == str(folder / "checkpoint-13")
     monkeypatch.setenv("SLURMPRE_RESUME_FROM", chosen.where)
-    monkeypatch.setenv("SLURMPRE_RESTART_COUNT", "1")
-    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
-    api.watch_notices("", check_every=0)
+    as_a_job(monkeypatch, folder, "7", attempt=1)  # the next attempt: no notice yet
     assert resume_from_checkpoint() == chosen.where
     steps, resumed = train(folder, [SlurmpreCallback()], resume=resume_from_checkpoint())
     assert steps == STEPS
@@ -128,9 +125,7 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     assert saves == [(10, False), (12, True), (17, True)]
     chosen = checkpoints.latest(folder).checkpoint
     assert chosen is not None and chosen.where == str(folder / "checkpoint-17")
-    monkeypatch.setenv("SLURMPRE_RESTART_COUNT", "1")
-    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
-    api.watch_notices("", check_every=0)
+    as_a_job(monkeypatch, folder, "7", attempt=1)  # the next attempt: no notice yet
     steps, resumed = train(folder, [SlurmpreCallback()], resume=chosen.where)
     assert steps == STEPS
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)

@@ -11,7 +11,6 @@ from typing import Any
 import lightning.pytorch as L
 import pytest
 import torch
-from slurmpre import api
 from slurmpre.errors import UsageError
 from slurmpre.folder import checkpoints
 from slurmpre.folder.checkpoints import Format
@@ -91,8 +90,7 @@ def test_a_notice_saves_stops_reports_and_the_resume_trains_to_the_end(
     assert (chosen.format, chosen.complete) == (Format.LIGHTNING, True)
 
     monkeypatch.setenv("SLURMPRE_RESUME_FROM", chosen.where)
-    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
-    api.watch_notices("", check_every=0)
+    as_a_job(monkeypatch, folder, "7", attempt=1)  # the next attempt: no notice yet
     steps, _ = fit(folder, [SlurmpreCallback()], ckpt_path=resume_from_checkpoint())
     assert steps == STEPS
 
@@ -114,8 +112,7 @@ def test_with_a_successor_on_its_way_it_saves_trains_on_and_saves_again_to_stop(
     assert saves == [(6, True), (16, True)]
     chosen = checkpoints.latest(folder).checkpoint
     assert chosen is not None and chosen.where == str(folder / "step=16.ckpt")
-    monkeypatch.setenv("SLURMPRE_NOTICE_FILE", "")  # the next attempt: no notice yet
-    api.watch_notices("", check_every=0)
+    as_a_job(monkeypatch, folder, "7", attempt=1)  # the next attempt: no notice yet
     steps, resumed = fit(folder, [SlurmpreCallback()], ckpt_path=chosen.where)
     assert steps == STEPS
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)

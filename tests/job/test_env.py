@@ -114,3 +114,38 @@ def test_what_every_training_finds_set_is_what_the_wrapper_and_script_set() -> N
     script = {environment.JOB_NAME, environment.LOG_DIR}
     assert {k for k in training if k.startswith("SLURMPRE_")} | script >= environment.ALWAYS
     assert {k for k in training if k.startswith("SLURMPRE_")} <= environment.ALWAYS
+
+
+@pytest.mark.parametrize(
+    ("step", "tag", "attempt"),
+    [
+        ({}, "42", "1"),  # a requeue: Slurm's second run of the job
+        ({"SLURM_RESTART_COUNT": "2", "SLURMPRE_IN_PLACE": "1"}, "42", "2.1"),  # in place
+        ({"SLURM_RESTART_COUNT": "0", "SLURMPRE_IN_PLACE": "3"}, "42", "0.3"),
+        ({"SLURM_RESTART_COUNT": ""}, "42", "0"),  # the first run: Slurm leaves it unset
+        ({"SLURM_RESTART_COUNT": "0", "SLURMPRE_EARLIER_RESTARTS": "4"}, "42", "0"),  # successor
+        ({"SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "3"}, "40_3", "1"),  # array task
+    ],
+)
+def test_the_training_finds_the_control_files_its_wrapper_names(
+    step: dict[str, str], tag: str, attempt: str
+) -> None:
+    """The script's `own_files`, from the training's environment, names the very files the
+    wrapper's watcher writes and reads for this attempt (`JobEnv.files`)."""
+    from pathlib import Path
+
+    from slurmpre.api.attempt import own_files
+    from slurmpre.folder.layout import AttemptFiles, FolderLayout
+
+    wrapper = read_job_env({**STEP_ENV, **step}).files(Path("/c"))
+    assert wrapper == AttemptFiles(FolderLayout(Path("/c")), tag, attempt)
+    assert own_files(_child_env("torchrun", step=step)) == wrapper
+    assert wrapper.notice == Path(f"/c/.slurmpre/notice-{tag}-{attempt}.json")
+
+
+def test_outside_a_slurmpre_job_there_are_no_control_files() -> None:
+    from slurmpre.api.attempt import own_files
+
+    assert own_files({}) is None
+    assert own_files({"SLURMPRE_CHECKPOINT_DIR": "/c", "SLURMPRE_JOB_TAG": ""}) is None
+    assert own_files({"SLURMPRE_CHECKPOINT_DIR": "", "SLURMPRE_JOB_TAG": "42"}) is None

@@ -137,8 +137,9 @@ def test_a_script_that_passes_env_keeps_one_gate_and_is_asked_to_save_once(
     answered True at every step of a notice, not once."""
     import slurmpre
 
-    notice = tmp_path / "notice-9-0.json"
-    env = {"SLURMPRE_NOTICE_FILE": str(notice), "SLURMPRE_CHECKPOINT_DIR": str(tmp_path)}
+    notice = FolderLayout(tmp_path).notice("9", 0)
+    notice.parent.mkdir()
+    env = {"SLURMPRE_CHECKPOINT_DIR": str(tmp_path), "SLURMPRE_JOB_TAG": "9"}
     assert not slurmpre.checkpoint_requested(env=env)
     slurmpre.api.watch_notices(str(notice), check_every=0.0)
     write_notice(notice, Notice("drain", "n1", "preempted", 1.0, stop=False))

@@ -105,22 +105,15 @@ def child_env(
     env: Mapping[str, str], opts: RunOptions, job: JobEnv, folder: Path, choice: Choice
 ) -> dict[str, str]:
     """What the training process sees, on top of the job's own environment."""
-    tag, attempt = job.tag, job.attempt
-    layout = FolderLayout(folder)
     training = environment.Training(
         checkpoint_dir=str(folder),
         resume_from=local.nearest(env.get(environment.LOCAL_DIR), choice.resume_from),
         resume_step=choice.step,
         restart_count=job.restart_count,
         restarts=job.run_restarts,
-        job_tag=tag,
+        job_tag=job.tag,
         world_size=choice.world_size,
         previous_world_size=choice.previous_world_size,
-        notice_file=str(layout.notice(tag, attempt)),
-        listening_file=str(layout.listening(tag, attempt)),
-        taken_file=str(layout.taken(tag, attempt)),
-        goes_on_file=str(layout.goes_on(tag, attempt)),
-        meets_at_resume_file=str(layout.meets_at_resume(tag)),
         file_access=opts.file_access.name,
     )
     out = {**env, **training.to_env()}
