@@ -33,6 +33,7 @@ from slurmpre.sandbox.config import (
     rate_limit_parameters,
 )
 from slurmpre.sandbox.daemons import (
+    helpers_running,
     require_multiple_slurmd,
     running,
     spawn_detached,
@@ -327,8 +328,7 @@ class Sandbox:
         return True
 
     def _down_locked(self, state: State) -> None:
-        helpers = {p for p in state.helpers if procs.alive(p)}
-        procs.stop(helpers, grace=2.0)
+        procs.stop(helpers_running(state), grace=2.0)
         # Job processes first: they would outlive their slurmd as orphans.
         jobs = procs.holders_of_sockets_under(self.state_dir / "spool")
         jobs |= procs.descendants(jobs)
@@ -388,7 +388,7 @@ class Sandbox:
     def add_helper(self, pid: int) -> None:
         with self.lock():
             state = self.current()
-            state.helpers = [p for p in state.helpers if procs.alive(p)] + [pid]
+            state.helpers = [*sorted(helpers_running(state)), pid]
             self.save(state)
 
     def set_node_pid(self, name: str, pid: int | None) -> None:

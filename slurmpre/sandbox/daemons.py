@@ -197,3 +197,21 @@ def wait_nodes_up(client: CommandLineSlurm, state: State, log_dir: Path, timeout
     raise SandboxError(
         f"sandbox nodes did not come up within {timeout:g} s ({seen}){log_excerpt(log_dir)}"
     )
+
+
+# How a helper runs (`preempt.start_in_background`): after the python, then the node.
+HELPER_COMMAND = ("-m", "slurmpre", "sandbox", "preempt")
+
+
+def helpers_running(state: State) -> set[int]:
+    """The recorded helpers that still run. A helper's pid, once it has ended, is soon
+    another process's (pids wrap at 32768 on many hosts): only a process that runs as
+    this sandbox's helper, for one of its nodes, is one."""
+    nodes = {n["name"] for n in state.nodes}
+    found = set()
+    for pid in state.helpers:
+        argv = procs.cmdline(pid)
+        ours = tuple(argv[1:5]) == HELPER_COMMAND and len(argv) > 5 and argv[5] in nodes
+        if ours and procs.alive(pid):
+            found.add(pid)
+    return found

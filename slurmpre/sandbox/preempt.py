@@ -21,6 +21,7 @@ from slurmpre.cmd import run
 from slurmpre.errors import SandboxError, UsageError
 from slurmpre.sandbox import daemons
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.daemons import HELPER_COMMAND
 
 LOG = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def start_in_background(sandbox: Sandbox, plan: PreemptPlan) -> tuple[int, Path]
     """Run the same timeline in a detached process; returns its pid and its log."""
     sandbox.config().node(plan.node)  # validate before going to the background
     log = sandbox.state_dir / "log" / f"preempt-{plan.node}-{int(time.time())}.log"
-    argv = [sys.executable, "-m", "slurmpre", "sandbox", "preempt", plan.node]
+    argv = [sys.executable, *HELPER_COMMAND, plan.node]
     argv += ["--window", str(plan.window), "--reason", plan.reason]
     if plan.return_after is not None:
         argv += ["--return-after", str(plan.return_after)]

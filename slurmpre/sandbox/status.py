@@ -9,6 +9,7 @@ from slurmpre.errors import CommandError
 from slurmpre.sandbox import shared_fs
 from slurmpre.sandbox.asked import shared_words
 from slurmpre.sandbox.cluster import Sandbox
+from slurmpre.sandbox.daemons import helpers_running
 from slurmpre.slurm.parse import format_version
 
 
@@ -52,7 +53,7 @@ def describe(sandbox: Sandbox) -> dict[str, Any]:
         "task_plugin": cfg.tracking.task_plugin,
         "munged": proc(state.munged, "munged") if state.munged else {"pid": None, "ours": False},
         "slurmctld": proc(state.slurmctld, "slurmctld"),
-        "helpers": [p for p in state.helpers if procs.alive(p)],
+        "helpers": sorted(helpers_running(state)),
         # `up --shared-dir`: dir, mbps, backing, and whether it is served and mounted
         "shared": None
         if state.shared is None

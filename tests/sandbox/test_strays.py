@@ -80,3 +80,35 @@ def test_a_sandbox_beside_the_first_is_not_taken_for_its_strays(
     assert mine in daemons.running() and not {theirs, their_node} & daemons.running()
     assert {theirs, their_node} <= daemons.running(conf=beside)
     assert mine not in daemons.running(conf=beside)
+
+
+def test_only_a_helper_that_still_runs_as_one_is_stopped_at_down(
+    tmp_path: Path, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    """A helper's pid, once it has ended, is soon another process's: `down` must not stop
+    that one (it once stopped a test's own process when pids wrapped)."""
+    from slurmpre.sandbox.config import State
+
+    fake = tmp_path / "slurmpre"  # `python -m slurmpre` from here runs this one: it sleeps
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("import time\ntime.sleep(300)\n")
+
+    def started(argv: list[str]) -> int:
+        proc = subprocess.Popen(argv, cwd=tmp_path)
+        spawn.append(proc)
+        for _ in range(500):
+            if procs.cmdline(proc.pid) == argv:
+                return proc.pid
+            subprocess.run(["sleep", "0.01"], check=True)
+        raise AssertionError(f"{argv} did not start: {procs.cmdline(proc.pid)}")
+
+    ours = started([sys.executable, *daemons.HELPER_COMMAND, "n1"])
+    another_sandboxs = started([sys.executable, *daemons.HELPER_COMMAND, "n201"])
+    stranger = started(["sleep", "300"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    nodes = [{"name": "n1"}, {"name": "n2"}]
+    helpers = [ours, another_sandboxs, stranger, gone.pid]
+    state = State(version=[26, 5, 5], timings="tuned", nodes=nodes, helpers=helpers)
+    assert daemons.helpers_running(state) == {ours}
