@@ -76,6 +76,16 @@ def _host(tmp_path: Path) -> Path:
     return host
 
 
+def _seen(box: Path, pid: int) -> str:
+    """What `needed` found, for a failure's message (it once failed rarely, cause unknown)."""
+    from slurmpre import procs
+
+    return (
+        f"slurmctld {pid}: alive {procs.alive(pid)}, argv {procs.cmdline(pid)}; "
+        f"sandbox.json there: {(box / 'sandbox.json').exists()}"
+    )
+
+
 @pytest.fixture
 def box(tmp_path: Path, slurmctld: int, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Sandbox 0 up, its state where the real one would be (`instance.STATE_ROOT`)."""
@@ -106,7 +116,7 @@ def test_nothing_changes_when_no_sandbox_is_up(
 def test_nothing_changes_once_its_slurmctld_is_gone(tmp_path: Path, box: Path) -> None:
     record = json.loads((box / "sandbox.json").read_text())
     env = {"PATH": str(_host(tmp_path))}
-    assert reach.needed(env, ME) != {}
+    assert reach.needed(env, ME) != {}, _seen(box, record["slurmctld"])
     gone = subprocess.Popen(["true"])
     gone.wait()
     for pid in (gone.pid, os.getpid()):  # not running; running, but not a slurmctld
