@@ -7,11 +7,12 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from slurmpre import environment
+from slurmpre import environment, procs
 from slurmpre.cli import main
 from slurmpre.errors import SandboxError, UsageError
 from slurmpre.sandbox import instance, reach
@@ -27,6 +28,12 @@ def slurmctld(tmp_path: Path) -> Iterator[int]:
     exe.parent.mkdir()
     shutil.copy("/bin/sleep", exe)
     proc = subprocess.Popen([str(exe), "600"])
+    # Popen returns once exec has begun, and the new program's argv shows in
+    # /proc/PID/cmdline a moment later: on a loaded host, `needed` could look between.
+    for _ in range(1000):
+        if procs.is_process_of(proc.pid, "slurmctld"):
+            break
+        time.sleep(0.01)
     yield proc.pid
     proc.kill()
     proc.wait()
@@ -77,9 +84,7 @@ def _host(tmp_path: Path) -> Path:
 
 
 def _seen(box: Path, pid: int) -> str:
-    """What `needed` found, for a failure's message (it once failed rarely, cause unknown)."""
-    from slurmpre import procs
-
+    """What `needed` found, for a failure's message."""
     return (
         f"slurmctld {pid}: alive {procs.alive(pid)}, argv {procs.cmdline(pid)}; "
         f"sandbox.json there: {(box / 'sandbox.json').exists()}"
