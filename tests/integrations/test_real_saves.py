@@ -239,6 +239,41 @@ def test_dcp_saves_and_a_missing_shard_or_metadata(tmp_path: Path) -> None:
     assert "save through slurmpre.checkpoint()" in found.skipped[0].reason
 
 
+# Left to interpreter exit, gloo's threads can be torn down while joinable: a process aborts
+# ("terminate called without an active exception", SIGABRT) after its saves are written.
+# Seen in CI under DeepSpeed ZeRO-3 (there in 2 runs of 15 even with the group destroyed),
+# and once with FSDP. The saves are done and both processes have passed the barrier, so the
+# interpreter's own teardown is skipped.
+END_WITHOUT_TEARDOWN = """
+import os, sys
+import torch.distributed
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def run_on_two_processes(script: str, out: Path, *args: str) -> None:
+    """Run `script` under torchrun, two gloo processes on CPU, given `out` and `args`.
+
+    The script is written to a file beside `out`: run with `-c`, a failure's report from
+    torchrun echoes the whole script and pushes the processes' own errors out of view.
+    """
+    path = out.parent / f"{out.name}-save.py"
+    path.write_text(script + END_WITHOUT_TEARDOWN)
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "--no-python", sys.executable, str(path), str(out), *args,
+        ],
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-6000:]
+
+
 FSDP_SAVE = r"""
 import pickle, sys
 from pathlib import Path
@@ -277,7 +312,6 @@ for n in (0, 1):
         elif rank == 0:
             (folder / "trainer_state.json").write_text('{"global_step": %d}' % (n + 1))
         dist.barrier()
-dist.destroy_process_group()
 """
 
 
@@ -285,15 +319,7 @@ dist.destroy_process_group()
 def fsdp_saves(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two saves of a model sharded with FSDP (fully_shard) over two processes on gloo."""
     out = tmp_path_factory.mktemp("fsdp")
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            "--no-python", sys.executable, "-c", FSDP_SAVE, str(out),
-        ],
-        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_on_two_processes(FSDP_SAVE, out)
     return out
 
 
@@ -357,16 +383,6 @@ for step in (1, 2):
     engine.backward(engine(torch.randn(4, 64)).sum())
     engine.step()
     engine.save_checkpoint(out, tag=f"global_step{step}")  # `latest` is written last
-# Left to interpreter exit, gloo's threads can be torn down while joinable: the process
-# aborts ("terminate called without an active exception") after its saves (seen once in CI).
-# Under DeepSpeed ZeRO-3 it still did with the group destroyed (2 runs of 15 here), in the
-# interpreter's own teardown: the saves are done, so that teardown is skipped.
-torch.distributed.barrier()
-torch.distributed.destroy_process_group()
-sys.stdout.flush()
-sys.stderr.flush()
-import os
-os._exit(0)
 """
 
 
@@ -374,15 +390,7 @@ os._exit(0)
 def test_deepspeed_zero_saves_and_their_cuts(tmp_path: Path, stage: int) -> None:
     """DeepSpeed's own save_checkpoint, ZeRO-2 and ZeRO-3 over two gloo processes on CPU."""
     pytest.importorskip("deepspeed")
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            "--no-python", sys.executable, "-c", DS_SAVE, str(tmp_path), str(stage),
-        ],
-        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_on_two_processes(DS_SAVE, tmp_path, str(stage))
     assert (tmp_path / "latest").read_text().strip() == "global_step2"
     optim = sorted(p.name for p in (tmp_path / "global_step2").glob("*optim_states.pt"))
     assert len(optim) == 2, optim  # one ZeRO shard per process
