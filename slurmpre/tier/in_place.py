@@ -1,12 +1,15 @@
 """A step restarted in place, with the node-local tier: its notice save reaches the
 nodes it keeps before the drained ones go (docs/local-tier.md, 4), so the next step need
-not wait for the flush, which a big state cannot finish within the drain's window.
+not wait for the flush, which a big state cannot finish within the drain's window. With a
+hot spare, the next step already runs beside this one (`overlap`): its own nodes, the
+spare among them, pull this step's last save instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 
 from slurmpre.errors import SlurmpreError
@@ -23,11 +26,15 @@ from slurmpre.tier import serving as where
 
 LOG = logging.getLogger(__name__)
 
+SERVE_WAIT = 15.0  # seconds the next step's nodes are given to serve (their tier up)
+
 
 class InPlacePull:
     """A drained attempt's node 0 that restarts in place: the nodes it keeps pull its
-    notice save from every node of the attempt. `poll` is asked at every look of the
-    watcher, and never waits."""
+    notice save from every node of the attempt; or, with ``beside`` (the next step,
+    started beside this one on the kept nodes and a spare), every node of that step pulls
+    this one's last save. `poll` is asked at every look of the watcher, and never waits.
+    Either way its `PullDone` is this step's: its nodes need not flush that save."""
 
     def __init__(
         self,
@@ -36,12 +43,18 @@ class InPlacePull:
         at: AttemptId,
         nodes: Sequence[str],
         keep: Sequence[str],
+        beside: AttemptId | None = None,
     ) -> None:
-        self.ledger, self.job, self.at = ledger, job, at
+        self.ledger, self.job, self.at, self.beside = ledger, job, at, beside
+        # Who pulls: node ids of this step, or of the next one (the nodes in ``keep``).
         self.kept = tuple(i for i, node in enumerate(nodes) if node in keep)
         self.spares = sorted(set(keep) - set(nodes))  # not of this step: they hold no copy
+        if beside is not None:
+            self.kept, self.spares = tuple(range(len(keep))), []
+        self.pullers_at = beside or at
         self.step: int | None = None
         self.asked_at = 0.0  # when it asked
+        self.first_look: float | None = None
         self.result: bool | None = None
 
     @property
@@ -66,12 +79,14 @@ class InPlacePull:
                     if late
                     else None
                 )
+            if self.beside is not None and not self._beside_serves(step, records, late):
+                return self.result
             now = self.ledger.clock()  # its stamp, as the ledger's: earlier pulls are no answer
             self.ledger.append(
                 PullAsked(
                     job=self.job,
-                    attempt=self.at.restart,
-                    in_place=self.at.in_place,
+                    attempt=self.pullers_at.restart,
+                    in_place=self.pullers_at.in_place,
                     predecessor=self.job,
                     step=step,
                     sources=tuple(sources),
@@ -83,8 +98,8 @@ class InPlacePull:
             self.asked_at = now
             return None
         got = {r.node: r for r in records if isinstance(r, Pulled) and r.job == self.job
-               and r.attempt_id == self.at and r.step == self.step and r.node in self.kept
-               and (r.time or 0) >= self.asked_at}  # fmt: skip
+               and r.attempt_id == self.pullers_at and r.step == self.step
+               and r.node in self.kept and (r.time or 0) >= self.asked_at}  # fmt: skip
         failed = [r for r in got.values() if not r.ok]
         if failed:
             return self._done(self.step, f"node {failed[0].node}: {failed[0].why}", records)
@@ -95,20 +110,32 @@ class InPlacePull:
             return self._done(self.step, f"node(s) {left} had not pulled it in time", records)
         return None
 
+    def _beside_serves(self, step: int, records: Sequence[Record], late: bool) -> bool:
+        """Every node of the next step serves (its tier is up, its puller runs); else, after
+        SERVE_WAIT from the first look or at the deadline, the pull is given up (said)."""
+        if len(where.serving(records, self.job, self.pullers_at)) >= len(self.kept):
+            return True
+        now = time.monotonic()
+        self.first_look = self.first_look if self.first_look is not None else now
+        if late or now - self.first_look > SERVE_WAIT:
+            self._done(step, "not every node of the next step serves", records)
+        return False
+
     def _done(self, step: int, why: str | None, records: Sequence[Record]) -> bool:
         self.result = why is None
         with contextlib.suppress(SlurmpreError):
             self.ledger.append(PullDone(job=self.job, attempt=self.at.restart,
                                         in_place=self.at.in_place, predecessor=self.job,
                                         step=step, ok=self.result, why=why))  # fmt: skip
+        who = "the node(s) kept" if self.beside is None else "the next step's node(s)"
         if why is None:
             pulled = [r for r in records if isinstance(r, Pulled) and r.job == self.job
-                      and r.attempt_id == self.at and r.step == step]  # fmt: skip
+                      and r.attempt_id == self.pullers_at and r.step == step]  # fmt: skip
             took = max((r.seconds for r in pulled), default=0.0)
-            LOG.info(f"step {step} pulled onto the node(s) kept in {took:.1f} s: "
+            LOG.info(f"step {step} pulled onto {who} in {took:.1f} s: "
                      "the next step takes it over from there")  # fmt: skip
         else:
-            LOG.info(f"the nodes kept could not pull step {step} ({why}): the next step "
+            LOG.info(f"{who} could not pull step {step} ({why}): the next step "
                      "waits for its flush to the checkpoint folder")  # fmt: skip
         return self.result
 

@@ -145,9 +145,10 @@ class NodeTier:
                 LOG.info("waiting for the newest checkpoint to leave this node")
             done = self.flusher.stop(timeout, lambda: handed() or kept())
         if kept():
-            # The next step takes it over from the kept nodes' folders, and its flush
-            # commits it: nothing waits for this one's, and nothing is removed.
-            LOG.info(f"step {newest} is held by the nodes kept: the next step takes it over")
+            # The next step takes it over from the kept nodes' folders (or, started beside
+            # this one on a spare, pulled it into its own), and its flush commits it:
+            # nothing waits for this one's, and nothing is removed.
+            LOG.info(f"step {newest} is held by the nodes that go on: the next step takes it")
             self._close()
             self.flusher.abandon()
             return

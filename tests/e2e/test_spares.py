@@ -46,9 +46,9 @@ def _event(folder: Path, name: str) -> dict[str, Any] | None:
     return next((r for r in ledger(folder) if r["event"] == name), None)
 
 
-def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
-    sandbox: Sandbox, baseline: Any, tmp_path: Path
-) -> None:
+def _held(tmp_path: Path, *lines: str) -> tuple[CommandLineSlurm, str, str, str, str]:
+    """A one-node job holding the three sandbox nodes, two as spares, at its step 12: the
+    client, the job, its batch host (a spare), the node that trains, the other spare."""
     slurm = CommandLineSlurm()
     wait_preemptible_idle(slurm)
     wait_for(
@@ -68,23 +68,31 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
             'constraint = ""',  # the standard node too: three nodes, one trains
             "spare_nodes = 2",
             "poll_interval = 1",
+            *lines,
         ],
     )
+    wait_for("step 12", (tmp_path / "ckpt" / "holding").exists, timeout=120)
+    start = _event(tmp_path, "start")
+    assert start is not None
+    held = slurm.job(job)
+    batch_host = held.batch_host
+    (training,) = start["nodes"]
+    assert len(held.nodes) == 3 and sorted(start["spares"]) == sorted(
+        n for n in held.nodes if n != training
+    )
+    assert batch_host in start["spares"], (batch_host, start)
+    # The training node must be one the provider preempts (the test preempts it).
+    assert training in PREEMPTIBLE, (training, start, logs(tmp_path)[-3000:])
+    (other,) = [n for n in start["spares"] if n != batch_host]
+    return slurm, job, batch_host, training, other
+
+
+def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
     preemption = None
     try:
-        wait_for("step 12", (tmp_path / "ckpt" / "holding").exists, timeout=120)
-        start = _event(tmp_path, "start")
-        assert start is not None
-        held = slurm.job(job)
-        batch_host = held.batch_host
-        (training,) = start["nodes"]
-        assert len(held.nodes) == 3 and sorted(start["spares"]) == sorted(
-            n for n in held.nodes if n != training
-        )
-        assert batch_host in start["spares"], (batch_host, start)
-        # The training node must be one the provider preempts (the test preempts it).
-        assert training in PREEMPTIBLE, (training, start, logs(tmp_path)[-3000:])
-        (other,) = [n for n in start["spares"] if n != batch_host]
+        slurm, job, batch_host, training, other = _held(tmp_path)
 
         # 1. The other spare drains: released from the job, the training goes on.
         slurm.update_node(other, state="DRAIN", reason="preempted")
@@ -136,3 +144,52 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
     assert same_weights(final_weights(tmp_path), baseline)
     done = slurm.job(job)
     assert done.state == "COMPLETED" and done.restarts == 0  # one job, never requeued
+
+
+def test_with_the_local_tier_the_spare_pulls_the_last_save_from_the_drained_node(
+    sandbox: Sandbox, baseline: Any, tmp_path: Path
+) -> None:
+    """local_dir = "auto": the drained step's last save is on its node; the step started
+    beside it on the spare pulls it from there before the drained node goes, trains from
+    its own copy, and its flush commits it in the folder: no wait for the drained step's
+    flush (docs/local-tier.md, 4)."""
+    preemption = None
+    try:
+        slurm, job, batch_host, training, _ = _held(tmp_path, 'local_dir = "auto"')
+        preemption = Preemption(sandbox, PreemptPlan(training, window=60, once_empty=True))
+        preemption.start()
+        wait_done(slurm, job, tmp_path, timeout=300)
+        preemption.finish()
+    finally:
+        restore_all(sandbox)
+    records = ledger(tmp_path)
+    where = logs(tmp_path)[-4000:]
+    swap = _event(tmp_path, "in_place")
+    assert swap is not None, where
+    assert (swap["released"], swap["spares_in"]) == ([training], [batch_host]), where
+    runs = progress(tmp_path)
+    assert [(r["world"], r["previous_world"]) for r in runs] == [(1, None), (1, 1)], where
+    (seen,) = notices(tmp_path)
+    step = seen["step"]
+    assert runs[1]["resumed_step"] == step >= 12, where  # zero steps lost
+    saved = [r for r in records if r["event"] == "saved" and r.get("in_place", 0) == 0]
+    assert saved[-1]["after_notice"] and saved[-1]["step"] == step, where
+    # This step's node 0 had the next step's node pull it, and waited for that, not the flush.
+    (done,) = [r for r in records if r["event"] == "pull_done"]
+    assert done["ok"] and (done["job"], done.get("in_place", 0), done["step"]) == (job, 0, step)
+    (asked,) = [r for r in records if r["event"] == "pull_asked"]
+    assert (asked.get("in_place"), asked["pullers"], len(asked["sources"])) == (1, [0], 1)
+    (pulled,) = [r for r in records if r["event"] == "pulled"]
+    assert pulled["ok"] and pulled["bytes"] > 0 and pulled.get("in_place") == 1, where
+    assert "pulled onto the next step's node(s)" in logs(tmp_path), where
+    folder = tmp_path / "ckpt"
+    next_start = [r for r in records if r["event"] == "start"][-1]
+    assert next_start["resume_from"] == str(folder / f"step-{step:08d}"), where
+    assert not runs[1]["resume_path"].startswith(str(folder)), where  # its own copy
+    # In the folder too: by this step's flush if it came first, else by the next step's.
+    assert [r for r in records if r["event"] == "checkpoint" and r["step"] == step], where
+    assert (folder / f"step-{step:08d}").is_dir()
+    assert same_weights(final_weights(tmp_path), baseline)
+    done_job = slurm.job(job)
+    assert done_job.state == "COMPLETED" and done_job.restarts == 0
+    print(f"pulled step {step}: {pulled['bytes']} bytes in {pulled['seconds']:.2f} s (tuned)")

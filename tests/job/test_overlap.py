@@ -124,3 +124,44 @@ def test_in_a_successor_job_a_step_started_early_waits_for_its_own_step_not_the_
     job = read_job_env({**ENV, environment.PREDECESSOR: "70"})
     assert waits_for(job) == "77"
     assert waits_for(dataclasses.replace(job, releasing=())) == "70"
+
+
+def test_with_the_tier_it_resumes_from_the_save_its_nodes_pulled_before_the_step_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step before had every node of this one pull its last save (its node 0 asked,
+    under this step, and recorded the outcome under its own): this step resumes from that
+    step; not from a pull that failed, nor the kept nodes' own pull, nor one older than
+    the folder's newest."""
+    from slurmpre.folder.checkpoints import writing
+    from slurmpre.folder.records import PullAsked, PullDone
+    from slurmpre.job.start.args import parse_args
+    from slurmpre.job.start.resume import AttemptContext, wait_for_the_one_before
+    from slurmpre.tier import handoff
+
+    from tests.fakes import Jobs
+
+    monkeypatch.setattr(handoff, "SERVE_WAIT", 0.1)  # no node serves: no gather
+    opts = parse_args([f"--checkpoint-dir={tmp_path}", "--", "python", "train.py"])
+    ledger = Ledger(tmp_path)
+    ledger.ensure()
+    ledger.append(in_place())  # the step before has ended
+    env = {environment.LOCAL_DIR: str(tmp_path / "local")}
+    at = AttemptContext(opts, read_job_env(ENV), tmp_path, ledger, Jobs({}), env)
+
+    def pulled(step: int, ok: bool, *, under: int = 1) -> None:
+        ledger.append(PullAsked(job="77", attempt=0, in_place=under, predecessor="77",
+                                step=step, sources=("h:1",), pullers=(0,)))  # fmt: skip
+        ledger.append(PullDone(job="77", attempt=0, predecessor="77", step=step, ok=ok))
+
+    assert wait_for_the_one_before(at) is None  # nothing pulled
+    pulled(12, ok=True, under=0)  # the kept nodes' pull in place: not this one's
+    assert wait_for_the_one_before(at) is None
+    pulled(14, ok=False)
+    assert wait_for_the_one_before(at) is None
+    pulled(16, ok=True)
+    assert wait_for_the_one_before(at) == 16
+    assert wait_for_the_one_before(dataclasses.replace(at, env={})) is None  # no tier here
+    with writing(tmp_path, 18) as p:  # the folder holds a newer one
+        (p / "w").write_text("18")
+    assert wait_for_the_one_before(at) is None

@@ -801,3 +801,50 @@ def test_in_place_with_the_tier_the_kept_nodes_pull_the_save_before_the_restart(
     assert events == ["notice", "pull_asked", "pull_done", "committed", "in_place_requested"]
     assert h.record("pull_done")["ok"]
     assert float(h.record("in_place_requested")["requested_at"]) >= EPOCH + 26
+
+
+@pytest.mark.parametrize("pull_ok", [True, False])
+def test_beside_a_spare_with_the_tier_the_step_ends_once_the_next_one_holds_its_save(
+    tmp_path: Path, pull_ok: bool
+) -> None:
+    """A hot spare's next step runs beside this one; the last save is on the nodes
+    (`saved`). Once the training has exited, every node of the next step is asked to pull
+    it, and the restart that ends this step (and lets the drained node go) waits for that
+    pull, not for the flush; when the pull fails, it waits for the flush's commit."""
+    from slurmpre.folder.records import Pulled, Saved, Serving, Start
+
+    job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")
+    h = Harness(tmp_path, job=job, config=requeuing(min_nodes=2))
+    FolderLayout(tmp_path).meets_at_resume("42").touch()  # the script meets at resume_path()
+    h.listening()
+    h.slurm.drains["gpu-preemptible-dp-3"] = (12.0, "preempted")
+    h.ledger.append(Start(job="42", attempt=0, nodes=job.nodes, num_nodes=2))
+    for i, node in enumerate(job.nodes):
+        h.ledger.append(Serving(job="42", attempt=0, node=node, host="h", port=10 + i))
+    for i, node in enumerate(("gpu-preemptible-dp-2", "gpu-preemptible-dp-1")):  # the next step
+        h.ledger.append(Serving(job="42", attempt=0, in_place=1, node=node, host="n", port=i))
+    h.at(19.0, h.take)
+    h.at(20.0, lambda: h.ledger.append(Saved(job="42", attempt=0, step=14, path="/dev/shm/x",
+                                             seconds=0.5, after_notice=True)))  # fmt: skip
+    h.at(21.0, lambda: h.watcher.post_exit(0))
+    for node in (0, 1):  # the next step's pulls end at 26 s
+        h.at(26.0, lambda n=node: h.ledger.append(Pulled(  # type: ignore[misc]
+            job="42", attempt=0, in_place=1, node=n, step=14, ok=pull_ok, seconds=4.0,
+            bytes=9, why=None if pull_ok else "cut")))  # fmt: skip
+    h.at(40.0, lambda: h.commit(14, after_notice=True))  # the flush's commit
+    h.run()
+    assert h.slurm.requeued == []
+    asked = h.record("pull_asked")
+    assert (asked.get("in_place"), asked["pullers"], asked["sources"]) == (
+        1,
+        [0, 1],
+        ["h:10", "h:11"],
+    )
+    done = h.record("pull_done")
+    assert done["ok"] is pull_ok and done.get("in_place") is None  # this step's
+    requests = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
+    assert [r.get("early") for r in requests] == [True, None]
+    asked_at = float(requests[1]["requested_at"])
+    assert asked_at >= EPOCH + (26 if pull_ok else 40)
+    assert pull_ok or asked_at >= EPOCH + 40  # a failed pull: the flush first
+    assert not pull_ok or asked_at < EPOCH + 40  # a pull done: not the flush

@@ -126,6 +126,61 @@ def test_a_spare_among_the_nodes_kept_means_no_pull(folder: Path, said: list[str
     assert not [r for r in Ledger(folder).records() if isinstance(r, PullAsked)]
 
 
+def test_beside_a_spare_every_node_of_the_next_step_pulls_the_last_save(
+    tmp_path: Path, folder: Path, said: list[str]
+) -> None:
+    """A hot spare: the next step (in place 1) already runs beside this one on n0 and the
+    spare s1; each of its nodes pulls this step's last save from n0 and n1 whole, and this
+    step's nodes need not flush it (its PullDone is this step's)."""
+    runs, servers = _step(folder, tmp_path)
+    ledger = Ledger(folder)
+    ledger.append(Notice(job="7", attempt=0, kind="drain", node="n1", reason="preempted",
+                          seen_at=1.0, first=True, restart="in_place"))  # fmt: skip
+    beside = AttemptId(0, 1)
+    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), beside)
+    assert pull.poll(12, late=False) is None  # the next step's nodes do not serve yet: wait
+    assert not [r for r in ledger.records() if isinstance(r, PullAsked)]
+    nxt = [tmp_path / "n0" / "7-0.1", tmp_path / "s1" / "7-0.1"]
+    for node, run in enumerate(nxt):
+        run.mkdir(parents=True)
+        handoff.Puller(run, folder, Ledger(folder), job="7", attempt=0, in_place=1, node=node,
+                       poll=0.05).start()  # fmt: skip
+        ledger.append(Serving(job="7", attempt=0, in_place=1, node=("n0", "s1")[node],
+                              host="127.0.0.1", port=1))  # fmt: skip
+    wait_for("the pull's end", lambda: pull.poll(12, late=False) is not None, timeout=60)
+    assert pull.result is True
+    records = ledger.records()
+    (asked,) = [r for r in records if isinstance(r, PullAsked)]
+    assert (asked.attempt_id, asked.pullers, len(asked.sources)) == (beside, (0, 1), 2)
+    (done,) = [r for r in records if isinstance(r, PullDone)]
+    assert done.ok and done.attempt_id == STEP and done.predecessor == "7"
+    assert in_place.kept(records, "7", STEP, 12)  # this step's nodes: no flush to wait for
+    for run in nxt:
+        (whole,) = local.parts(run)
+        assert whole.whole and set(whole.files) == {"__0_0.distcp", "__1_0.distcp"}
+    assert not any(p.whole for run in runs for p in local.parts(run))  # none pulled there
+    assert said[-1].startswith("step 12 pulled onto the next step's node(s)")
+    for server in servers:
+        server.close()
+
+
+def test_beside_a_spare_whose_nodes_never_serve_the_pull_is_given_up(
+    tmp_path: Path, folder: Path, said: list[str]
+) -> None:
+    _, servers = _step(folder, tmp_path)
+    pull = in_place.InPlacePull(
+        Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), AttemptId(0, 1)
+    )
+    assert pull.poll(12, late=False) is None
+    assert pull.poll(12, late=True) is False
+    assert "the next step's node(s) could not pull step 12" in said[-1]
+    assert "not every node of the next step serves" in said[-1]
+    (done,) = [r for r in Ledger(folder).records() if isinstance(r, PullDone)]
+    assert not done.ok and done.attempt_id == STEP
+    for server in servers:
+        server.close()
+
+
 def _whole(run: Path, step: int, job: str = "7", nodes: int = 1) -> None:
     written = local.incoming(run, step, "x-")
     written.mkdir(parents=True)

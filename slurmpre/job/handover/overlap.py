@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slurmpre.errors import JobEnvironmentError
 from slurmpre.folder import trust
 from slurmpre.folder.ledger import Ledger
-from slurmpre.folder.records import AttemptId, InPlace, InPlaceFailed
+from slurmpre.folder.records import AttemptId, InPlace, InPlaceFailed, Record
 from slurmpre.job.handover.inplace import Plan
 from slurmpre.job.start.env import JobEnv
 
@@ -33,6 +33,23 @@ def may_start_early(restart: Plan, job: JobEnv, folder: Path) -> bool:
     return trust.marked(job.files(folder).meets_at_resume)
 
 
+def step_before(job: JobEnv) -> AttemptId | None:
+    """The step a step started early was started beside (the same attempt's step before);
+    None for any other step."""
+    return AttemptId(job.restart_count, job.in_place - 1) if job.releasing else None
+
+
+def step_before_ended(records: Sequence[Record], job: JobEnv) -> InPlace | InPlaceFailed | None:
+    """How the supervisor recorded the end of the step ``job`` was started beside: its drained
+    nodes released (`InPlace`), or not (`InPlaceFailed`); None while it has not ended."""
+    before = step_before(job)
+    for record in records:
+        if isinstance(record, (InPlace, InPlaceFailed)) and record.job == job.tag \
+                and record.attempt_id == before:  # fmt: skip
+            return record
+    return None
+
+
 def wait_for_previous_step(
     ledger: Ledger,
     job: JobEnv,
@@ -45,25 +62,20 @@ def wait_for_previous_step(
     recorded that the step before it has ended and its drained nodes are released. A
     JobEnvironmentError when the release failed (the job is requeued) or after
     ``timeout``: never choose while the step before may still write."""
-    if not job.releasing:
+    if step_before(job) is None:
         return
-    before = AttemptId(job.restart_count, job.in_place - 1)  # the same attempt's step before
     deadline = clock() + timeout
     said = False
     while True:
-        for record in ledger.records():
-            if not isinstance(record, (InPlace, InPlaceFailed)):
-                continue
-            if record.job != job.tag or record.attempt_id != before:
-                continue
-            if isinstance(record, InPlace):
-                LOG.info(f"the step before has ended, {', '.join(record.released)} released")
-                return
-            if isinstance(record, InPlaceFailed):
-                raise JobEnvironmentError(
-                    f"the step before could not release {', '.join(job.releasing)}: "
-                    f"{record.why} (the job is requeued)"
-                )
+        record = step_before_ended(ledger.records(), job)
+        if isinstance(record, InPlace):
+            LOG.info(f"the step before has ended, {', '.join(record.released)} released")
+            return
+        if isinstance(record, InPlaceFailed):
+            raise JobEnvironmentError(
+                f"the step before could not release {', '.join(job.releasing)}: "
+                f"{record.why} (the job is requeued)"
+            )
         if clock() >= deadline:
             raise JobEnvironmentError(
                 f"the step before this one has not ended after {timeout:g} s: "

@@ -29,7 +29,7 @@ from slurmpre.folder.access import Access, make_dir
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Choice, Ledger
 from slurmpre.folder.owner import describe, live_holders
-from slurmpre.folder.records import AttemptId, GaveUp, Start, Successor
+from slurmpre.folder.records import AttemptId, GaveUp, PullAsked, PullDone, Start, Successor
 from slurmpre.gitstate import git_state
 from slurmpre.job.handover import overlap, twins
 from slurmpre.job.handover.successor import wait_for_predecessor
@@ -107,7 +107,29 @@ def wait_for_the_one_before(at: AttemptContext) -> int | None:
     pulled = _pull(at, timeout)
     wait_for_predecessor(at.ledger, at.client, at.job, timeout)
     overlap.wait_for_previous_step(at.ledger, at.job, timeout)
+    if pulled is None:
+        pulled = _pulled_beside(at)
     return pulled if pulled is not None else _adopted(at)
+
+
+def _pulled_beside(at: AttemptContext) -> int | None:
+    """A step started beside the one before it (a hot spare's), with the tier: the step
+    before's last save, which its node 0 had every node of this step pull before it ended
+    (`tier.in_place`); None when it did not, or the folder holds a newer one."""
+    job = at.job
+    before = overlap.step_before(job)
+    if before is None or not at.env.get(environment.LOCAL_DIR):
+        return None
+    here = AttemptId(job.restart_count, job.in_place)
+    records = at.ledger.records()
+    asked = {r.step for r in records if isinstance(r, PullAsked) and r.job == job.tag
+             and r.attempt_id == here and r.predecessor == job.tag}  # fmt: skip
+    done = [r for r in records if isinstance(r, PullDone) and r.job == job.tag
+            and r.attempt_id == before and r.step in asked]  # fmt: skip
+    if not done or not done[-1].ok:
+        return None
+    durable = _durable(at)
+    return done[-1].step if durable is None or done[-1].step > durable else None
 
 
 def _adopted(at: AttemptContext) -> int | None:
@@ -307,7 +329,9 @@ def _newest(at: AttemptContext, pulled: int | None) -> checkpoints.Checkpoint | 
     if pulled is not None and (ckpt is None or ckpt.step is None or pulled > ckpt.step):
         where = str(FolderLayout(at.folder).step(pulled))
         pulled_why = f"pulled from job {at.job.predecessor}'s nodes onto every node"
-        if at.job.restart_count or at.job.in_place:
+        if overlap.step_before(at.job) is not None:
+            pulled_why = "pulled from the nodes of the step before onto every node"
+        elif at.job.restart_count or at.job.in_place:
             pulled_why = "taken over on every node from the attempt before, in RAM"
         ckpt = checkpoints.Checkpoint(where, pulled, checkpoints.Format.SLURMPRE, True, pulled_why)
     why = limits.give_up_why(

@@ -122,10 +122,11 @@ class AfterNotice:
         ):
             state.early = False  # not asked: restart in place once this step has ended
             self._enter(Phase.STOPPING)
-        if restart.keep and not successor and not state.early:  # the kept nodes pull its save
+        if restart.keep and not successor:  # the kept nodes, or the next step's, pull its save
             at = records.AttemptId(self.job.restart_count, self.job.in_place)
+            beside = records.AttemptId(at.restart, at.in_place + 1) if state.early else None
             state.pull = InPlacePull(self.log.ledger, self.job.tag, at, self.job.nodes,
-                                     restart.keep)  # fmt: skip
+                                     restart.keep, beside)  # fmt: skip
 
     def _record_first(
         self, notice: Notice, restart: Plan, successor: bool, budget: float, floor: int | None
@@ -191,12 +192,15 @@ class AfterNotice:
             return None
         facts = self._facts()
         decision = decide(facts)
-        pulling = state.pull is not None and state.pull.pending and not facts.past_deadline
-        if decision.action is Action.WAIT or pulling:  # the kept nodes pull the notice save
+        pull = state.pull  # the kept nodes pull the notice save (beside: `_last_save_left`)
+        pulling = pull is not None and pull.beside is None and pull.pending
+        if decision.action is Action.WAIT or (pulling and not facts.past_deadline):
             return None
         if state.early and not (facts.exit_code is not None or facts.past_deadline
                                 or self.log.saved_to_stop()):  # fmt: skip
             return None  # the step started early waits; this one stops at its last checkpoint
+        if state.early and not self._last_save_left(facts.past_deadline):
+            return None
         if decision.action is Action.SKIP:
             LOG.info(f"not requeuing: {decision.why}")
             self.log.add(records.RequeueSkipped, why=decision.why)
@@ -226,6 +230,22 @@ class AfterNotice:
             done.in_place,
             done.successor,
         )
+
+    def _last_save_left(self, late: bool) -> bool:
+        """The step started beside this one (a hot spare's) takes over from this one's last
+        save: with the tier, once every node of that step holds it (`InPlacePull`; pulled
+        even when the folder has it too: RAM to RAM beats reading it back), or, when that
+        failed, once the flush has committed it in the folder; this step ends only then.
+        At the deadline, as it is: the drained node may go any moment."""
+        saves = [r for r in self.log.own() if isinstance(r, records.Saved) and r.after_notice]
+        if self._state.pull is None or late or not saves:
+            return True
+        step = saves[-1].step
+        pulled = self._state.pull.poll(step, late)
+        if pulled is not False:
+            return bool(pulled)
+        return any(isinstance(r, records.Checkpoint) and (r.step or -1) >= step
+                   for r in self.log.own())  # fmt: skip
 
     def _stopped_at_its_checkpoint(self) -> bool:
         """The training committed the checkpoint it stops at, and has not exited yet: the
@@ -347,7 +367,7 @@ class AfterNotice:
         # it trains between the two would be lost.
         state = self._state
         listening = trust.marked(self.own.listening)
-        pull = state.pull if self.restarts.successor is None else None
+        pull = state.pull if self.restarts.successor is None and not state.early else None
         saved = self.log.notice_save(pulled=pull is not None or self.restarts.successor is not None)
         if pull is not None and isinstance(saved, records.Saved):  # in place, on the nodes
             late = state.deadline is not None and self.clock.monotonic() >= state.deadline
