@@ -17,28 +17,30 @@ class Tiers:
     step: int
     job: str
     saved_s: float | None  # how long the training stopped for the save on the nodes
-    pulled_by: str | None  # the job that pulled it from the nodes
+    pulled_by: str | None  # who pulled it from the nodes: "job N", or the next step's nodes
     durable: bool  # committed in the checkpoint folder
     flush_s: float | None  # the background copy and commit
     kept: int = 0  # nodes that hold their neighbour's part of it too (`tier.replica`)
     taken_by: str | None = None  # the attempt that took it over from its nodes' folders
     # A pull of it that failed: by whom (a successor job, "in place": the nodes the drained
-    # step kept, "restart": a restart gathering it after a node was lost), and why.
+    # step kept, "beside": the next step started beside it on a spare, "restart": a
+    # restart gathering it after a node was lost), and why.
     pull_failed: tuple[str, str] | None = None
 
     def line(self, running: bool) -> str:
         where = [f"saved on job {self.job}'s nodes ({self.saved_s:.1f} s)"]
         if self.kept:
             where.append(f"each part also on the next node ({self.kept} nodes)")
-        if self.pulled_by and self.pulled_by != self.job:
-            where.append(f"pulled by job {self.pulled_by}")
+        if self.pulled_by:
+            where.append(f"pulled by {self.pulled_by}")
         elif self.pull_failed:
             by, why = self.pull_failed
             if by == "in place":
                 where.append(f"the nodes kept could not pull it ({why}): the next step "
                              "waited for its flush")  # fmt: skip
             else:
-                who = "the restart" if by == "restart" else f"job {by}"
+                who = {"restart": "the restart", "beside": "the next step's nodes"}.get(by)
+                who = who or f"job {by}"
                 where.append(f"{who} could not pull it ({why}): it resumed from the folder")
         if self.taken_by:
             where.append(f"taken over on the nodes by attempt {self.taken_by}")
@@ -60,14 +62,15 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
     if not saves:
         return []
     durable = {r.step: r for r in records if isinstance(r, Checkpoint) and r.job in mine}
-    pulled = {r.step: r.job for r in records
-              if isinstance(r, PullDone) and r.ok and r.predecessor in mine}  # fmt: skip
+    pulled: dict[int, str] = {}
     failed: dict[int, tuple[str, str]] = {}
     for r in records:
-        if isinstance(r, PullDone) and not r.ok and r.predecessor in mine and r.step in saves:
-            at = saves[r.step]
-            own = (r.job, r.attempt_id) == (at.job, at.attempt_id)
-            by = r.job if r.job != at.job else "in place" if own else "restart"
+        if not isinstance(r, PullDone) or r.predecessor not in mine or r.step not in saves:
+            continue
+        by = _puller(r, saves[r.step])
+        if r.ok and by not in ("in place", "restart"):  # those: taken over, shown below
+            pulled[r.step] = f"job {by}" if by != "beside" else "the next step's nodes"
+        elif not r.ok:
             failed[r.step] = (by, r.why or "no reason given")
     kept: dict[int, set[int]] = {}
     for r in records:
@@ -93,3 +96,15 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
             )
         )
     return out
+
+
+def _puller(done: PullDone, saved: Saved) -> str:
+    """Who pulled the save ``saved``: a successor job (its id), or its own job's nodes: the
+    drained step's kept ones ("in place"), the next step started beside it on a spare
+    ("beside"), a restart gathering it after a node was lost ("restart")."""
+    if done.job != saved.job:
+        return done.job
+    at, by = saved.attempt_id, done.attempt_id
+    if by == at:
+        return "in place"
+    return "beside" if (by.restart, by.in_place) == (at.restart, at.in_place + 1) else "restart"

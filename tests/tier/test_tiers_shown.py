@@ -85,3 +85,30 @@ def test_a_pull_that_failed_is_said_with_its_reason() -> None:
         "step 30: saved on job 8's nodes (0.4 s), the restart could not pull it (node 1: gone): "
         "it resumed from the folder, flushing",
     ]
+
+
+def test_a_save_pulled_by_the_next_step_started_beside_it_on_a_spare() -> None:
+    """A hot spare: the step started beside the drained one (in place 1) pulled its last
+    save; a later pull of its own save failed, and it resumed from the folder."""
+    records = [
+        _saved("7", 15, after=True),
+        PullDone(job="7", attempt=0, in_place=1, predecessor="7", step=15, ok=True),
+        Saved(
+            job="7",
+            attempt=0,
+            in_place=1,
+            step=30,
+            path="/dev/shm/x/step-30",
+            seconds=0.4,
+            after_notice=True,
+        ),
+        PullDone(
+            job="7", attempt=0, in_place=2, predecessor="7", step=30, ok=False, why="node 1: cut"
+        ),
+    ]
+    shown = [r.line(running=True) for r in tiers.of_run(records, ["7"])]
+    assert shown == [
+        "step 15: saved on job 7's nodes (0.4 s), pulled by the next step's nodes, flushing",
+        "step 30: saved on job 7's nodes (0.4 s), the next step's nodes could not pull it "
+        "(node 1: cut): it resumed from the folder, flushing",
+    ]
