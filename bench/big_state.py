@@ -18,7 +18,10 @@ removed at the window's end, back 15 s later) right after its second periodic sa
   shards) and restarted in place;
 - ``2 nodes, other node lost``: no drain, the other node's slurmd killed (Slurm requeues);
 - ``1 node, pull cut midway``: the tier, the node removed as soon as the successor's pull
-  of the notice save has begun: it must resume from the folder (`big_state_cut.py`).
+  of the notice save has begun: it must resume from the folder (`big_state_cut.py`);
+- ``1 node + spare, local tier``: the tier and ``spare_nodes = 1`` (the batch host held,
+  not training): the next step starts on the spare at the notice, beside the training,
+  and pulls its save from the drained node (in place, no successor, no requeue).
 
 The sandbox has three preemptible nodes (and a standard one) and every job asks for
 whole nodes (``--exclusive``, as a GPU job has them), so a successor starts on a free
@@ -104,6 +107,7 @@ class Scenario:
     nodes: str  # the job's `nodes` ("1", or "1-2": it goes on with one)
     victim: str  # "batch host" or "other node"
     how: str  # "tier", "no tier" or "seeds"
+    spares: int = 0  # `spare_nodes`: held beside the nodes that train
 
     @property
     def slug(self) -> str:
@@ -119,6 +123,7 @@ SCENARIOS = (
     Scenario("2 nodes, other node lost", "1-2", "lost", "tier"),  # no drain: slurmd killed
     # drained, then removed as soon as the successor's pull has begun (big_state_cut.py)
     Scenario("1 node, pull cut midway", "1", "pull cut", "tier"),
+    Scenario("1 node + spare, local tier", "1", "other node", "tier", spares=1),
 )
 
 
@@ -193,6 +198,7 @@ def start(box: Sandbox, sc: Scenario, folder: Path, setup: Setup) -> str:
             "grow": False,  # one hand-over per scenario: the drained node comes back
             "extra_sbatch": ["--exclusive"] if setup.exclusive else [],
             "env": {"GLOO_SOCKET_IFNAME": "lo"},
+            **({"spare_nodes": sc.spares} if sc.spares else {}),
         }
     )
     return submit(spec, box.client).job_id
@@ -205,7 +211,7 @@ def run(box: Sandbox, work: Path, sc: Scenario, setup: Setup) -> dict[str, Any]:
     clear_local(box)
     first = start(box, sc, folder, setup)
     print(f"bench: {sc.name}: job {first}, checkpoint folder {folder}", flush=True)
-    want = 2 if sc.nodes == "1-2" else 1
+    want = (2 if sc.nodes == "1-2" else 1) + sc.spares
     job = wait(f"{want} node(s)", lambda: len((j := box.client.job(first)).nodes) >= want and j,
                180)  # fmt: skip
     memory = Memory(box)

@@ -181,12 +181,14 @@ def verdict(results: dict[Any, dict[str, Any]], save_s: float, window: float) ->
     by = {sc.name: r for sc, r in results.items() if "failed" not in r}
     tier = by.get("1 node, local tier")
     print("\nratios, in this run (1 node; drain → first step of the next attempt):")
-    for name in ("1 node, no tier", "1 node, seeds' recipe"):
-        if tier is not None and (other := by.get(name)) is not None:
-            hand = other["drain_to_step_s"] / tier["drain_to_step_s"]
-            stall = other["stall_max"] / max(tier["stall_max"], 1e-3)
-            print(f"  {name} / local tier: hand-over {hand:.1f}x slower; longest periodic-save "
-                  f"stall {stall:.1f}x longer")  # fmt: skip
+    for base, label in (("1 node, local tier", "local tier"),
+                        ("1 node + spare, local tier", "spare and tier")):  # fmt: skip
+        for name in ("1 node, no tier", "1 node, seeds' recipe"):
+            if (ours := by.get(base)) is not None and (other := by.get(name)) is not None:
+                hand = other["drain_to_step_s"] / ours["drain_to_step_s"]
+                stall = other["stall_max"] / max(ours["stall_max"], 1e-3)
+                print(f"  {name} / {label}: hand-over {hand:.1f}x slower; longest "
+                      f"periodic-save stall {stall:.1f}x longer")  # fmt: skip
     ok = True
     print("\nslurmpre's promise, in this run:")
     for sc, r in results.items():
