@@ -54,6 +54,11 @@ class AttemptId:
         """Its name in files and in the logs: ``3``, or ``3.1`` after one in-place restart."""
         return attempt_key(self.restart, self.in_place)
 
+    @property
+    def step_after(self) -> AttemptId:
+        """The next in-place step of the same allocation (one started beside this one too)."""
+        return AttemptId(self.restart, self.in_place + 1)
+
     def __str__(self) -> str:
         return self.key
 

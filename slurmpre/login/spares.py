@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from slurmpre.errors import UsageError
-from slurmpre.folder.records import AttemptId, InPlace, InPlaceRequested, Notice, Record, Start
+from slurmpre.folder.records import InPlace, InPlaceRequested, Notice, Record, Start
 from slurmpre.login.plan import Inputs, Sources
 
 
@@ -81,7 +81,7 @@ def measure_swap(records: list[Record]) -> float | None:
     took = []
     for r in records:
         if isinstance(r, InPlaceRequested) and not r.early:
-            nxt = starts.get((r.job, AttemptId(r.attempt, r.in_place + 1)))
+            nxt = starts.get((r.job, r.attempt_id.step_after))
             if nxt is not None:
                 took.append(nxt - r.requested_at)
     return statistics.median(took) if took else None

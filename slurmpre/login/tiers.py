@@ -7,7 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmpre.folder.records import Adopted, Checkpoint, PullDone, Record, Replicated, Saved
+from slurmpre.folder.records import (
+    Adopted,
+    AttemptId,
+    Checkpoint,
+    PullAsked,
+    PullDone,
+    Record,
+    Replicated,
+    Saved,
+)
 
 SHOWN = 5  # the newest checkpoints a status shows
 
@@ -64,10 +73,12 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
     durable = {r.step: r for r in records if isinstance(r, Checkpoint) and r.job in mine}
     pulled: dict[int, str] = {}
     failed: dict[int, tuple[str, str]] = {}
+    beside = {(r.job, r.attempt_id, r.step) for r in records
+              if isinstance(r, PullAsked) and r.job in mine and r.predecessor == r.job}  # fmt: skip
     for r in records:
         if not isinstance(r, PullDone) or r.predecessor not in mine or r.step not in saves:
             continue
-        by = _puller(r, saves[r.step])
+        by = _puller(r, saves[r.step], beside)
         if r.ok and by not in ("in place", "restart"):  # those: taken over, shown below
             pulled[r.step] = f"job {by}" if by != "beside" else "the next step's nodes"
         elif not r.ok:
@@ -98,13 +109,14 @@ def of_run(records: Sequence[Record], jobs: Sequence[str]) -> list[Tiers]:
     return out
 
 
-def _puller(done: PullDone, saved: Saved) -> str:
+def _puller(done: PullDone, saved: Saved, beside: set[tuple[str, AttemptId, int]]) -> str:
     """Who pulled the save ``saved``: a successor job (its id), or its own job's nodes: the
     drained step's kept ones ("in place"), the next step started beside it on a spare
-    ("beside"), a restart gathering it after a node was lost ("restart")."""
+    ("beside": the drained step's node 0 asked them, under that step, and recorded the
+    outcome under its own), a restart gathering it after a node was lost ("restart")."""
+    at = saved.attempt_id
     if done.job != saved.job:
         return done.job
-    at, by = saved.attempt_id, done.attempt_id
-    if by == at:
-        return "in place"
-    return "beside" if (by.restart, by.in_place) == (at.restart, at.in_place + 1) else "restart"
+    if done.attempt_id != at:
+        return "restart"
+    return "beside" if (done.job, at.step_after, done.step) in beside else "in place"

@@ -34,12 +34,12 @@ from slurmpre.reading import SMALL
 from slurmpre.signals import quiet_thread
 from slurmpre.tier import local, transfer
 from slurmpre.tier import serving as where
+from slurmpre.tier.serving import SERVE_WAIT
 
 POLL = 0.2  # seconds between reads of the ledger while a pull is being arranged
 PULL_WAIT = 300.0  # seconds node 0 waits for its nodes' pulls
 PULL_TIMEOUT = 30.0  # seconds a stalled connection is given
 MAX_CLIENTS = 256  # connections one node's server takes at once
-SERVE_WAIT = 15.0  # seconds node 0 waits for each of its nodes to serve (its tier up)
 LOG = logging.getLogger(__name__)
 
 
@@ -275,8 +275,11 @@ class Puller:
 
     def _wanted(self, asked: PullAsked) -> bool:
         """Node 0 has not decided on this pull yet (it resumes from the folder once it has
-        given up)."""
-        return not any(isinstance(r, PullDone) and r.job == self.job and r.attempt_id == self.at
+        given up). Beside a spare, the one that decides is the step before's node 0, which
+        records the outcome under its own step (`tier.in_place`)."""
+        before = AttemptId(self.at.restart, self.at.in_place - 1)
+        return not any(isinstance(r, PullDone) and r.job == self.job
+                       and r.attempt_id in (self.at, before) and r.predecessor == asked.predecessor
                        and r.step == asked.step and (r.time or 0) >= (asked.time or 0)
                        for r in self.ledger.records())  # fmt: skip
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from slurmpre.folder.records import AttemptId, Record, Serving, Start
 
+SERVE_WAIT = 15.0  # seconds node 0 waits for the nodes of a step to serve (their tier up)
+
 
 def serving(records: Sequence[Record], job: str, at: AttemptId) -> dict[str, str]:
     """Node name -> ``host:port`` for each node of attempt ``at`` of ``job`` that serves."""

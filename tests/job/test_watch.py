@@ -25,6 +25,7 @@ from slurmpre.errors import SlurmError
 from slurmpre.folder.checkpoints import writing
 from slurmpre.folder.layout import FolderLayout
 from slurmpre.folder.ledger import Ledger
+from slurmpre.folder.records import AttemptId
 from slurmpre.job.handover.inplace import read_request
 from slurmpre.job.start.env import JobEnv
 from slurmpre.job.start.options import WatchConfig
@@ -38,6 +39,7 @@ from slurmpre.job.watch.phases import Clock as WatchClock
 from slurmpre.job.watch.watcher import Watcher
 from slurmpre.signals import Latch
 from slurmpre.slurm.parse import NodeInfo, parse_nodes
+from slurmpre.tier import in_place
 
 from tests.conftest import DATA
 from tests.fakes import FakeSlurm, Nodes
@@ -803,14 +805,11 @@ def test_in_place_with_the_tier_the_kept_nodes_pull_the_save_before_the_restart(
     assert float(h.record("in_place_requested")["requested_at"]) >= EPOCH + 26
 
 
-@pytest.mark.parametrize("pull_ok", [True, False])
-def test_beside_a_spare_with_the_tier_the_step_ends_once_the_next_one_holds_its_save(
-    tmp_path: Path, pull_ok: bool
-) -> None:
-    """A hot spare's next step runs beside this one; the last save is on the nodes
-    (`saved`). Once the training has exited, every node of the next step is asked to pull
-    it, and the restart that ends this step (and lets the drained node go) waits for that
-    pull, not for the flush; when the pull fails, it waits for the flush's commit."""
+def _beside(tmp_path: Path, pulls: str, *, taken: bool = True, commit_at: float = 40.0) -> Harness:
+    """A hot spare's next step runs beside this one (on dp-2 and the spare dp-1), its nodes
+    serving; this step's last save (14) is on its nodes, its training exits at 21 s; the
+    next step's pulls end at 26 s as ``pulls`` says ("ok", "cut", or "never"); the flush
+    commits the save at ``commit_at``."""
     from slurmpre.folder.records import Pulled, Saved, Serving, Start
 
     job = dataclasses.replace(SPARED, batch_host="gpu-preemptible-dp-9")
@@ -823,16 +822,35 @@ def test_beside_a_spare_with_the_tier_the_step_ends_once_the_next_one_holds_its_
         h.ledger.append(Serving(job="42", attempt=0, node=node, host="h", port=10 + i))
     for i, node in enumerate(("gpu-preemptible-dp-2", "gpu-preemptible-dp-1")):  # the next step
         h.ledger.append(Serving(job="42", attempt=0, in_place=1, node=node, host="n", port=i))
-    h.at(19.0, h.take)
+    if taken:
+        h.at(19.0, h.take)
     h.at(20.0, lambda: h.ledger.append(Saved(job="42", attempt=0, step=14, path="/dev/shm/x",
                                              seconds=0.5, after_notice=True)))  # fmt: skip
     h.at(21.0, lambda: h.watcher.post_exit(0))
-    for node in (0, 1):  # the next step's pulls end at 26 s
+    for node in (0, 1) if pulls != "never" else ():
         h.at(26.0, lambda n=node: h.ledger.append(Pulled(  # type: ignore[misc]
-            job="42", attempt=0, in_place=1, node=n, step=14, ok=pull_ok, seconds=4.0,
-            bytes=9, why=None if pull_ok else "cut")))  # fmt: skip
-    h.at(40.0, lambda: h.commit(14, after_notice=True))  # the flush's commit
+            job="42", attempt=0, in_place=1, node=n, step=14, ok=pulls == "ok", seconds=4.0,
+            bytes=9, why=None if pulls == "ok" else "cut")))  # fmt: skip
+    h.at(commit_at, lambda: h.commit(14, after_notice=True))  # the flush's commit
     h.run()
+    return h
+
+
+def _restart_asked_at(h: Harness) -> float:
+    requests = [r for r in dicts(Ledger(h.folder)) if r["event"] == "in_place_requested"]
+    assert [r.get("early") for r in requests] == [True, None]
+    return float(requests[1]["requested_at"]) - EPOCH
+
+
+@pytest.mark.parametrize("pulls", ["ok", "cut", "never"])
+def test_beside_a_spare_with_the_tier_the_step_ends_once_the_next_one_holds_its_save(
+    tmp_path: Path, pulls: str
+) -> None:
+    """Once the training has exited, every node of the next step is asked to pull its last
+    save, and the restart that ends this step (and lets the drained node go) waits for that
+    pull, not for the flush; when the pull fails, for the flush's commit; when it never
+    answers, for the commit and a grace after it (it is then given up, recorded)."""
+    h = _beside(tmp_path, pulls)
     assert h.slurm.requeued == []
     asked = h.record("pull_asked")
     assert (asked.get("in_place"), asked["pullers"], asked["sources"]) == (
@@ -841,10 +859,32 @@ def test_beside_a_spare_with_the_tier_the_step_ends_once_the_next_one_holds_its_
         ["h:10", "h:11"],
     )
     done = h.record("pull_done")
-    assert done["ok"] is pull_ok and done.get("in_place") is None  # this step's
-    requests = [r for r in dicts(Ledger(tmp_path)) if r["event"] == "in_place_requested"]
-    assert [r.get("early") for r in requests] == [True, None]
-    asked_at = float(requests[1]["requested_at"])
-    assert asked_at >= EPOCH + (26 if pull_ok else 40)
-    assert pull_ok or asked_at >= EPOCH + 40  # a failed pull: the flush first
-    assert not pull_ok or asked_at < EPOCH + 40  # a pull done: not the flush
+    assert done["ok"] is (pulls == "ok") and done.get("in_place") is None  # this step's
+    at = _restart_asked_at(h)
+    if pulls == "ok":
+        assert 26 <= at < 40  # not the flush
+    elif pulls == "cut":
+        assert 40 <= at < 41  # the flush first
+    else:
+        assert 40 + in_place.COMMITTED_GRACE <= at < 41 + in_place.COMMITTED_GRACE
+        assert "after its flush committed it" in str(done["why"])
+
+
+def test_beside_a_spare_a_pull_not_answered_by_the_deadline_is_given_up_there(
+    tmp_path: Path,
+) -> None:
+    h = _beside(tmp_path, "never", commit_at=2000.0)
+    done = h.record("pull_done")
+    assert not done["ok"] and "in time" in str(done["why"])
+    notice = h.record("notice")
+    assert _restart_asked_at(h) == pytest.approx(float(notice["deadline_at"]) - EPOCH, abs=1.5)
+
+
+def test_beside_a_spare_a_training_that_finished_its_work_pulls_nothing(tmp_path: Path) -> None:
+    """It exited 0 without taking the notice: the run is over, its last save must reach the
+    folder; nothing is pulled, and its nodes do not count it held elsewhere."""
+    from slurmpre.tier.in_place import kept
+
+    h = _beside(tmp_path, "ok", taken=False)
+    assert "requeue_skipped" in h.events() and "pull_asked" not in h.events()
+    assert not kept(Ledger(tmp_path).records(), "42", AttemptId(0), 14)

@@ -15,6 +15,7 @@ from slurmpre.folder.ledger import Ledger
 from slurmpre.folder.records import (
     Adopted,
     AttemptId,
+    InPlaceRequested,
     Notice,
     PullAsked,
     PullDone,
@@ -22,7 +23,7 @@ from slurmpre.folder.records import (
     Serving,
     Start,
 )
-from slurmpre.tier import handoff, in_place, local, salvage, transfer
+from slurmpre.tier import handoff, in_place, local, salvage, serving, transfer
 
 from tests.conftest import wait_for
 
@@ -127,17 +128,18 @@ def test_a_spare_among_the_nodes_kept_means_no_pull(folder: Path, said: list[str
 
 
 def test_beside_a_spare_every_node_of_the_next_step_pulls_the_last_save(
-    tmp_path: Path, folder: Path, said: list[str]
+    tmp_path: Path, folder: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hot spare: the next step (in place 1) already runs beside this one on n0 and the
     spare s1; each of its nodes pulls this step's last save from n0 and n1 whole, and this
     step's nodes need not flush it (its PullDone is this step's)."""
+    monkeypatch.setattr(serving, "SERVE_WAIT", 600.0)  # however slow the set-up below
     runs, servers = _step(folder, tmp_path)
     ledger = Ledger(folder)
     ledger.append(Notice(job="7", attempt=0, kind="drain", node="n1", reason="preempted",
                           seen_at=1.0, first=True, restart="in_place"))  # fmt: skip
     beside = AttemptId(0, 1)
-    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), beside)
+    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), True)
     assert pull.poll(12, late=False) is None  # the next step's nodes do not serve yet: wait
     assert not [r for r in ledger.records() if isinstance(r, PullAsked)]
     nxt = [tmp_path / "n0" / "7-0.1", tmp_path / "s1" / "7-0.1"]
@@ -154,7 +156,7 @@ def test_beside_a_spare_every_node_of_the_next_step_pulls_the_last_save(
     assert (asked.attempt_id, asked.pullers, len(asked.sources)) == (beside, (0, 1), 2)
     (done,) = [r for r in records if isinstance(r, PullDone)]
     assert done.ok and done.attempt_id == STEP and done.predecessor == "7"
-    assert in_place.kept(records, "7", STEP, 12)  # this step's nodes: no flush to wait for
+    assert not in_place.kept(records, "7", STEP, 12)  # until the restart is asked
     for run in nxt:
         (whole,) = local.parts(run)
         assert whole.whole and set(whole.files) == {"__0_0.distcp", "__1_0.distcp"}
@@ -165,16 +167,16 @@ def test_beside_a_spare_every_node_of_the_next_step_pulls_the_last_save(
 
 
 def test_beside_a_spare_whose_nodes_never_serve_the_pull_is_given_up(
-    tmp_path: Path, folder: Path, said: list[str]
+    tmp_path: Path, folder: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, servers = _step(folder, tmp_path)
-    pull = in_place.InPlacePull(
-        Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), AttemptId(0, 1)
-    )
-    assert pull.poll(12, late=False) is None
-    assert pull.poll(12, late=True) is False
+    pull = in_place.InPlacePull(Ledger(folder), "7", STEP, ("n0", "n1"), ("n0", "s1"), True)
+    assert pull.poll(12, late=False) is None  # within serving.SERVE_WAIT: wait
+    monkeypatch.setattr(serving, "SERVE_WAIT", -1.0)
+    assert pull.poll(12, late=False) is False
     assert "the next step's node(s) could not pull step 12" in said[-1]
     assert "not every node of the next step serves" in said[-1]
+    assert "this step ends once its flush has committed it" in said[-1]
     (done,) = [r for r in Ledger(folder).records() if isinstance(r, PullDone)]
     assert not done.ok and done.attempt_id == STEP
     for server in servers:
@@ -271,7 +273,8 @@ def test_a_step_whose_kept_nodes_hold_its_save_does_not_wait_for_its_flush(
     tmp_path: Path, folder: Path
 ) -> None:
     """Only the job's own pull in place after its notice, ok, of this step, covering the
-    newest save; not a restart's gather at its start."""
+    newest save, once the restart in place is asked; not a restart's gather at its start,
+    nor a pull whose step then ended otherwise (the training finished its work instead)."""
     ledger = Ledger(folder)
     ledger.append(PullDone(job="7", attempt=0, predecessor="7", step=12, ok=True))
     assert not in_place.kept(ledger.records(), "7", STEP, 12)  # a gather's: no notice
@@ -279,6 +282,11 @@ def test_a_step_whose_kept_nodes_hold_its_save_does_not_wait_for_its_flush(
                          seen_at=0.0, first=True, restart="in_place"))  # fmt: skip
     assert not in_place.kept(ledger.records(), "7", STEP, 12)  # before the notice
     ledger.append(PullDone(job="7", attempt=0, predecessor="7", step=12, ok=True))
+    assert not in_place.kept(ledger.records(), "7", STEP, 12)  # no restart asked (yet)
+    early = dict(job="7", attempt=0, keep=("n0", "s1"), release=("n1",), why="x")
+    ledger.append(InPlaceRequested(**early, requested_at=1.0, early=True))  # type: ignore[arg-type]
+    assert not in_place.kept(ledger.records(), "7", STEP, 12)  # beside a spare: at the notice
+    ledger.append(InPlaceRequested(**early, requested_at=2.0))  # type: ignore[arg-type]
     records = ledger.records()
     assert in_place.kept(records, "7", STEP, 12) and in_place.kept(records, "7", STEP, 10)
     assert not in_place.kept(records, "7", STEP, 13)  # a newer save: not held

@@ -3,7 +3,7 @@ that took over, flushing, in the folder, or never there."""
 
 from __future__ import annotations
 
-from slurmpre.folder.records import Adopted, Checkpoint, PullDone, Replicated, Saved
+from slurmpre.folder.records import Adopted, Checkpoint, PullAsked, PullDone, Replicated, Saved
 from slurmpre.login import tiers
 
 
@@ -88,27 +88,27 @@ def test_a_pull_that_failed_is_said_with_its_reason() -> None:
 
 
 def test_a_save_pulled_by_the_next_step_started_beside_it_on_a_spare() -> None:
-    """A hot spare: the step started beside the drained one (in place 1) pulled its last
-    save; a later pull of its own save failed, and it resumed from the folder."""
+    """A hot spare: the drained step's node 0 asked the next step's nodes (in place 1) to
+    pull its last save, and recorded the outcome under its own step (`tier.in_place`); a
+    later pull of the next step's save, asked the same way, failed."""
     records = [
         _saved("7", 15, after=True),
-        PullDone(job="7", attempt=0, in_place=1, predecessor="7", step=15, ok=True),
-        Saved(
-            job="7",
-            attempt=0,
-            in_place=1,
-            step=30,
-            path="/dev/shm/x/step-30",
-            seconds=0.4,
-            after_notice=True,
-        ),
-        PullDone(
-            job="7", attempt=0, in_place=2, predecessor="7", step=30, ok=False, why="node 1: cut"
-        ),
-    ]
+        PullAsked(job="7", attempt=0, in_place=1, predecessor="7", step=15, sources=("h:1",)),
+        PullDone(job="7", attempt=0, predecessor="7", step=15, ok=True),
+        Saved(job="7", attempt=0, in_place=1, step=30, path="/dev/shm/x/step-30",
+              seconds=0.4, after_notice=True),
+        PullAsked(job="7", attempt=0, in_place=2, predecessor="7", step=30, sources=("h:1",)),
+        PullDone(job="7", attempt=0, in_place=1, predecessor="7", step=30, ok=False,
+                 why="node 1: cut"),
+    ]  # fmt: skip
     shown = [r.line(running=True) for r in tiers.of_run(records, ["7"])]
     assert shown == [
         "step 15: saved on job 7's nodes (0.4 s), pulled by the next step's nodes, flushing",
         "step 30: saved on job 7's nodes (0.4 s), the next step's nodes could not pull it "
         "(node 1: cut): it resumed from the folder, flushing",
     ]
+    # The kept nodes' own pull in place (asked under the drained step) reads as before.
+    kept = [records[0], records[2]]
+    assert tiers.of_run(kept, ["7"])[0].line(running=True) == (
+        "step 15: saved on job 7's nodes (0.4 s), flushing"
+    )

@@ -115,7 +115,8 @@ def wait_for_the_one_before(at: AttemptContext) -> int | None:
 def _pulled_beside(at: AttemptContext) -> int | None:
     """A step started beside the one before it (a hot spare's), with the tier: the step
     before's last save, which its node 0 had every node of this step pull before it ended
-    (`tier.in_place`); None when it did not, or the folder holds a newer one."""
+    (`tier.in_place`); None when it did not, or the folder holds a newer one (the same
+    one: read from the copy on the node all the same, `local.nearest`)."""
     job = at.job
     before = overlap.step_before(job)
     if before is None or not at.env.get(environment.LOCAL_DIR):
@@ -129,7 +130,7 @@ def _pulled_beside(at: AttemptContext) -> int | None:
     if not done or not done[-1].ok:
         return None
     durable = _durable(at)
-    return done[-1].step if durable is None or done[-1].step > durable else None
+    return done[-1].step if durable is None or done[-1].step >= durable else None
 
 
 def _adopted(at: AttemptContext) -> int | None:

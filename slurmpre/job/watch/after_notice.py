@@ -124,9 +124,8 @@ class AfterNotice:
             self._enter(Phase.STOPPING)
         if restart.keep and not successor:  # the kept nodes, or the next step's, pull its save
             at = records.AttemptId(self.job.restart_count, self.job.in_place)
-            beside = records.AttemptId(at.restart, at.in_place + 1) if state.early else None
             state.pull = InPlacePull(self.log.ledger, self.job.tag, at, self.job.nodes,
-                                     restart.keep, beside)  # fmt: skip
+                                     restart.keep, beside=state.early)  # fmt: skip
 
     def _record_first(
         self, notice: Notice, restart: Plan, successor: bool, budget: float, floor: int | None
@@ -193,20 +192,20 @@ class AfterNotice:
         facts = self._facts()
         decision = decide(facts)
         pull = state.pull  # the kept nodes pull the notice save (beside: `_last_save_left`)
-        pulling = pull is not None and pull.beside is None and pull.pending
+        pulling = pull is not None and not pull.beside and pull.pending
         if decision.action is Action.WAIT or (pulling and not facts.past_deadline):
             return None
         if state.early and not (facts.exit_code is not None or facts.past_deadline
                                 or self.log.saved_to_stop()):  # fmt: skip
             return None  # the step started early waits; this one stops at its last checkpoint
-        if state.early and not self._last_save_left(facts.past_deadline):
-            return None
         if decision.action is Action.SKIP:
             LOG.info(f"not requeuing: {decision.why}")
             self.log.add(records.RequeueSkipped, why=decision.why)
             self.restarts.call_off()
             self._enter(Phase.ENDED)
             return Outcome(state.notice, Action.SKIP, decision.why)
+        if state.early and not self._last_save_left(facts.past_deadline):
+            return None  # the next step takes over from its last save: it leaves the nodes
         done = self.restarts.in_place(
             decision.why, state.notice.kind, state.drained, started=state.early
         )
@@ -233,19 +232,16 @@ class AfterNotice:
 
     def _last_save_left(self, late: bool) -> bool:
         """The step started beside this one (a hot spare's) takes over from this one's last
-        save: with the tier, once every node of that step holds it (`InPlacePull`; pulled
-        even when the folder has it too: RAM to RAM beats reading it back), or, when that
-        failed, once the flush has committed it in the folder; this step ends only then.
-        At the deadline, as it is: the drained node may go any moment."""
-        saves = [r for r in self.log.own() if isinstance(r, records.Saved) and r.after_notice]
-        if self._state.pull is None or late or not saves:
+        save; with the tier, this step ends once every node of that step holds it, or it is
+        in the folder, or at the deadline (`InPlacePull.settled`)."""
+        state, mine = self._state, self.log.own()
+        saves = [r.step for r in mine if isinstance(r, records.Saved) and r.after_notice]
+        if state.pull is None or state.notice is None or not saves:
             return True
-        step = saves[-1].step
-        pulled = self._state.pull.poll(step, late)
-        if pulled is not False:
-            return bool(pulled)
-        return any(isinstance(r, records.Checkpoint) and (r.step or -1) >= step
-                   for r in self.log.own())  # fmt: skip
+        committed = any(isinstance(r, records.Checkpoint) and (r.step or -1) >= saves[-1]
+                        for r in mine)  # fmt: skip
+        keep = self.restarts.plan(state.notice.kind, state.drained).keep or ()
+        return state.pull.settled(saves[-1], keep, committed, late)
 
     def _stopped_at_its_checkpoint(self) -> bool:
         """The training committed the checkpoint it stops at, and has not exited yet: the

@@ -71,7 +71,7 @@ class AttemptLog:
     def waited_for(self, by: set[str], *, next_step: bool) -> bool:
         """A job of ``by`` (a successor, its twin) waits in `resume_path()` for this one; or,
         with ``next_step``, this job's next in-place step, started beside this one."""
-        after = AttemptId(self.job.restart_count, self.job.in_place + 1)
+        after = AttemptId(self.job.restart_count, self.job.in_place).step_after
         tag = self.job.tag
         return any(
             isinstance(r, Waiting)
