@@ -76,6 +76,7 @@ def _held(tmp_path: Path, *lines: str) -> tuple[CommandLineSlurm, str, str, str,
     assert start is not None
     held = slurm.job(job)
     batch_host = held.batch_host
+    assert batch_host is not None, held
     (training,) = start["nodes"]
     assert len(held.nodes) == 3 and sorted(start["spares"]) == sorted(
         n for n in held.nodes if n != training
@@ -84,13 +85,36 @@ def _held(tmp_path: Path, *lines: str) -> tuple[CommandLineSlurm, str, str, str,
     # The training node must be one the provider preempts (the test preempts it).
     assert training in PREEMPTIBLE, (training, start, logs(tmp_path)[-3000:])
     (other,) = [n for n in start["spares"] if n != batch_host]
-    return slurm, job, batch_host, training, other
+    return slurm, job, batch_host, str(training), str(other)
+
+
+def _preempt(
+    sandbox: Sandbox, slurm: CommandLineSlurm, job: str, training: str, tmp_path: Path
+) -> None:
+    """The training node is preempted the provider's way (drain, then removal); the job ends."""
+    preemption = Preemption(sandbox, PreemptPlan(training, window=60, once_empty=True))
+    preemption.start()
+    wait_done(slurm, job, tmp_path, timeout=300)
+    preemption.finish()
+
+
+def _swapped(tmp_path: Path, training: str, batch_host: str) -> tuple[list[dict[str, Any]], str]:
+    """The ledger and the logs' end, once the batch host, a spare, took the drained node's
+    place in the same job."""
+    where = logs(tmp_path)[-4000:]
+    swap = _event(tmp_path, "in_place")
+    assert swap is not None, where
+    assert (swap["released"], swap["kept"], swap["spares_in"]) == (
+        [training],
+        [batch_host],
+        [batch_host],
+    ), where
+    return ledger(tmp_path), where
 
 
 def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
     sandbox: Sandbox, baseline: Any, tmp_path: Path
 ) -> None:
-    preemption = None
     try:
         slurm, job, batch_host, training, other = _held(tmp_path)
 
@@ -105,21 +129,10 @@ def test_a_spare_is_released_when_it_drains_and_takes_a_preempted_nodes_place(
         slurm.update_node(other, state="RESUME")
 
         # 2. The training node is preempted: the batch host, a spare, takes its place.
-        preemption = Preemption(sandbox, PreemptPlan(training, window=60, once_empty=True))
-        preemption.start()
-        wait_done(slurm, job, tmp_path, timeout=300)
-        preemption.finish()
+        _preempt(sandbox, slurm, job, training, tmp_path)
     finally:
         restore_all(sandbox)
-    records = ledger(tmp_path)
-    where = logs(tmp_path)[-4000:]
-    swap = _event(tmp_path, "in_place")
-    assert swap is not None, where
-    assert (swap["released"], swap["kept"], swap["spares_in"]) == (
-        [training],
-        [batch_host],
-        [batch_host],
-    ), where
+    records, where = _swapped(tmp_path, training, batch_host)
     starts = [r for r in records if r["event"] == "start"]
     assert [(s["nodes"], s.get("in_place", 0)) for s in starts] == [
         ([training], 0),
@@ -153,20 +166,12 @@ def test_with_the_local_tier_the_spare_pulls_the_last_save_from_the_drained_node
     beside it on the spare pulls it from there before the drained node goes, trains from
     its own copy, and its flush commits it in the folder: no wait for the drained step's
     flush (docs/local-tier.md, 4)."""
-    preemption = None
     try:
         slurm, job, batch_host, training, _ = _held(tmp_path, 'local_dir = "auto"')
-        preemption = Preemption(sandbox, PreemptPlan(training, window=60, once_empty=True))
-        preemption.start()
-        wait_done(slurm, job, tmp_path, timeout=300)
-        preemption.finish()
+        _preempt(sandbox, slurm, job, training, tmp_path)
     finally:
         restore_all(sandbox)
-    records = ledger(tmp_path)
-    where = logs(tmp_path)[-4000:]
-    swap = _event(tmp_path, "in_place")
-    assert swap is not None, where
-    assert (swap["released"], swap["spares_in"]) == ([training], [batch_host]), where
+    records, where = _swapped(tmp_path, training, batch_host)
     runs = progress(tmp_path)
     assert [(r["world"], r["previous_world"]) for r in runs] == [(1, None), (1, 1)], where
     (seen,) = notices(tmp_path)
