@@ -59,6 +59,11 @@ class AttemptId:
         """The next in-place step of the same allocation (one started beside this one too)."""
         return AttemptId(self.restart, self.in_place + 1)
 
+    @property
+    def step_before(self) -> AttemptId | None:
+        """The in-place step of the same allocation before this one; None for its first."""
+        return AttemptId(self.restart, self.in_place - 1) if self.in_place else None
+
     def __str__(self) -> str:
         return self.key
 

@@ -277,9 +277,9 @@ class Puller:
         """Node 0 has not decided on this pull yet (it resumes from the folder once it has
         given up). Beside a spare, the one that decides is the step before's node 0, which
         records the outcome under its own step (`tier.in_place`)."""
-        before = AttemptId(self.at.restart, self.at.in_place - 1)
+        deciders = (self.at, self.at.step_before)
         return not any(isinstance(r, PullDone) and r.job == self.job
-                       and r.attempt_id in (self.at, before) and r.predecessor == asked.predecessor
+                       and r.attempt_id in deciders and r.predecessor == asked.predecessor
                        and r.step == asked.step and (r.time or 0) >= (asked.time or 0)
                        for r in self.ledger.records())  # fmt: skip
 

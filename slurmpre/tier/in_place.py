@@ -79,12 +79,12 @@ class InPlacePull:
         if self.step is None:
             sources = where.all_of(records, self.job, self.at)
             if late:  # asked now, it could not end before the drained node goes
-                why = "the deadline came before it was asked"
-                return self._done(step, "not every node of this step serves" if sources is None
-                                  else why, records)  # fmt: skip
+                why = ("not every node of this step serves" if sources is None
+                       else "the deadline came before it was asked")  # fmt: skip
+                return self._done(step, why, records)
             if sources is None:
                 return None
-            if self.beside and not self._beside_serves(step, records, late):
+            if self.beside and not self._beside_serves(step, records):
                 return self.result
             now = self.ledger.clock()  # its stamp, as the ledger's: earlier pulls are no answer
             self.ledger.append(
@@ -135,14 +135,14 @@ class InPlacePull:
                    self.ledger.records())  # fmt: skip
         return True
 
-    def _beside_serves(self, step: int, records: Sequence[Record], late: bool) -> bool:
+    def _beside_serves(self, step: int, records: Sequence[Record]) -> bool:
         """Every node of the next step serves (its tier is up, its puller runs); else, after
-        SERVE_WAIT from the first look or at the deadline, the pull is given up (said)."""
+        SERVE_WAIT from the first look, the pull is given up (said)."""
         if len(where.serving(records, self.job, self.pullers_at)) >= len(self.kept):
             return True
         now = self.ledger.clock()
         self.first_look = self.first_look if self.first_look is not None else now
-        if late or now - self.first_look > where.SERVE_WAIT:
+        if now - self.first_look > where.SERVE_WAIT:
             self._done(step, "not every node of the next step serves", records)
         return False
 

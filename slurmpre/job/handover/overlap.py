@@ -36,7 +36,7 @@ def may_start_early(restart: Plan, job: JobEnv, folder: Path) -> bool:
 def step_before(job: JobEnv) -> AttemptId | None:
     """The step a step started early was started beside (the same attempt's step before);
     None for any other step."""
-    return AttemptId(job.restart_count, job.in_place - 1) if job.releasing else None
+    return AttemptId(job.restart_count, job.in_place).step_before if job.releasing else None
 
 
 def step_before_ended(records: Sequence[Record], job: JobEnv) -> InPlace | InPlaceFailed | None:

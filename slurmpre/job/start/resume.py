@@ -121,10 +121,9 @@ def _pulled_beside(at: AttemptContext) -> int | None:
     before = overlap.step_before(job)
     if before is None or not at.env.get(environment.LOCAL_DIR):
         return None
-    here = AttemptId(job.restart_count, job.in_place)
     records = at.ledger.records()
     asked = {r.step for r in records if isinstance(r, PullAsked) and r.job == job.tag
-             and r.attempt_id == here and r.predecessor == job.tag}  # fmt: skip
+             and r.attempt_id == before.step_after and r.predecessor == job.tag}  # fmt: skip
     done = [r for r in records if isinstance(r, PullDone) and r.job == job.tag
             and r.attempt_id == before and r.step in asked]  # fmt: skip
     if not done or not done[-1].ok:
